@@ -1,0 +1,74 @@
+//! Builds the example and test plugins in `plugins/` to `wasm32-wasip2`, so
+//! `cargo build` and `cargo test` on a fresh clone have real components to run.
+//! The plugins live in their own workspace and are built into
+//! `<target-dir>/plugins`; their folder is exported as `AX_PLUGIN_DIR`.
+//!
+//! Set `AX_SKIP_PLUGIN_BUILD=1` to skip this (the tests that need plugins then fail).
+
+use std::env;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn main() {
+    let manifest_dir = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("set by cargo"));
+    let root = manifest_dir
+        .parent()
+        .expect("host/ sits in the workspace root");
+    let plugins = root.join("plugins");
+    for watched in ["plugins", "plugin-sdk", "wit"] {
+        println!("cargo:rerun-if-changed={}", root.join(watched).display());
+    }
+    println!("cargo:rerun-if-env-changed=AX_SKIP_PLUGIN_BUILD");
+
+    let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("set by cargo"));
+    let target_dir = cargo_target_dir(&out_dir).join("plugins");
+    let wasm_dir = target_dir.join("wasm32-wasip2").join("release");
+    println!("cargo:rustc-env=AX_PLUGIN_DIR={}", wasm_dir.display());
+    if env::var_os("AX_SKIP_PLUGIN_BUILD").is_some() {
+        return;
+    }
+
+    let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(&plugins)
+        .args([
+            "build",
+            "--release",
+            "--locked",
+            "--target",
+            "wasm32-wasip2",
+        ])
+        .arg("--target-dir")
+        .arg(&target_dir);
+    // The outer build's flags and wrappers are for the host target (and, under
+    // clippy, would run clippy on the plugins); the plugins get a plain build.
+    for var in [
+        "RUSTFLAGS",
+        "CARGO_ENCODED_RUSTFLAGS",
+        "CARGO_BUILD_RUSTFLAGS",
+        "RUSTC_WRAPPER",
+        "RUSTC_WORKSPACE_WRAPPER",
+        "CARGO_BUILD_TARGET",
+        "CARGO_TARGET_DIR",
+        "CARGO_BUILD_TARGET_DIR",
+    ] {
+        cmd.env_remove(var);
+    }
+    let status = cmd.status().expect("running cargo to build the plugins");
+    if !status.success() {
+        panic!(
+            "building the plugins in {} failed ({status}); is the wasm32-wasip2 target installed? \
+             (rust-toolchain.toml asks rustup for it)",
+            plugins.display()
+        );
+    }
+}
+
+/// The outer target directory: the ancestor of OUT_DIR holding `CACHEDIR.TAG`.
+fn cargo_target_dir(out_dir: &Path) -> PathBuf {
+    out_dir
+        .ancestors()
+        .find(|dir| dir.join("CACHEDIR.TAG").exists())
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| out_dir.join("ax-target"))
+}

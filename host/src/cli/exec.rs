@@ -1,0 +1,203 @@
+//! `ax exec` and the runtime benchmarks: everything that runs a plugin
+//! locally, without a server.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::Args;
+
+use super::{LimitArgs, default_cache_dir};
+use crate::bench;
+use crate::model::{AttemptContext, AttemptReport, Outcome, TriggerKind};
+use crate::runtime::{Runtime, RuntimeConfig};
+
+#[derive(Debug, Args)]
+pub(super) struct ExecArgs {
+    /// The plugin component (`.wasm`, built for wasm32-wasip2).
+    plugin: PathBuf,
+    /// The input, as JSON text.
+    #[arg(long, default_value = "{}")]
+    input: String,
+    #[command(flatten)]
+    limits: LimitArgs,
+    /// Print one JSON object instead of a human summary.
+    #[arg(long)]
+    json: bool,
+    /// Where compiled artifacts are cached.
+    #[arg(long, env = "AX_CACHE_DIR")]
+    cache_dir: Option<PathBuf>,
+}
+
+fn open_runtime(cache_dir: Option<PathBuf>) -> anyhow::Result<Runtime> {
+    Ok(Runtime::new(RuntimeConfig {
+        cache_dir: Some(cache_dir.unwrap_or_else(default_cache_dir)),
+        ..RuntimeConfig::default()
+    })?)
+}
+
+fn read_plugin(path: &PathBuf) -> anyhow::Result<Vec<u8>> {
+    std::fs::read(path).with_context(|| format!("reading {}", path.display()))
+}
+
+/// A context for a local run: named after the file, scheduled now.
+fn local_context(plugin: &std::path::Path) -> AttemptContext {
+    let name = plugin
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "plugin".into());
+    let now = std::time::SystemTime::now();
+    let nanos = now
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    AttemptContext {
+        run_id: format!("exec-{nanos:x}"),
+        tenant: "local".into(),
+        task: name.clone(),
+        step: name,
+        attempt: 1,
+        scheduled_for: humantime::format_rfc3339_millis(now).to_string(),
+        trigger: TriggerKind::Manual,
+    }
+}
+
+pub(super) async fn exec(args: ExecArgs) -> anyhow::Result<ExitCode> {
+    serde_json::from_str::<serde_json::Value>(&args.input)
+        .with_context(|| format!("--input is not JSON: {}", args.input))?;
+    let bytes = read_plugin(&args.plugin)?;
+    let runtime = open_runtime(args.cache_dir)?;
+    let plugin = {
+        let runtime = runtime.clone();
+        tokio::task::spawn_blocking(move || runtime.load(&bytes)).await?
+    }
+    .with_context(|| format!("loading {}", args.plugin.display()))?;
+    let ctx = local_context(&args.plugin);
+    let report = runtime
+        .run(&plugin, &ctx, &args.input, &args.limits.limits(), None)
+        .await?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print_report(&report);
+    }
+    Ok(if report.outcome == Outcome::Succeeded {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+fn print_report(r: &AttemptReport) {
+    println!("outcome   {}", r.outcome);
+    if let Some(output) = &r.output {
+        println!("output    {output}");
+    }
+    if let Some(error) = &r.error {
+        let kind = r
+            .error_kind
+            .map(|k| format!(" ({k:?})").to_lowercase())
+            .unwrap_or_default();
+        println!("error     {error}{kind}");
+    }
+    println!("fuel      {}", r.fuel_consumed);
+    println!(
+        "memory    {:.1} MiB peak",
+        r.memory_peak_bytes as f64 / (1 << 20) as f64
+    );
+    println!("duration  {:.2} ms", r.duration_ms);
+    if let Some(p) = &r.progress {
+        println!("progress  {}% {}", p.percent, p.note);
+    }
+    for (name, text) in [("stdout", &r.stdout), ("stderr", &r.stderr)] {
+        if !text.is_empty() {
+            println!("--- {name}");
+            print!("{text}");
+            if !text.ends_with('\n') {
+                println!();
+            }
+        }
+    }
+    if !r.logs.is_empty() {
+        println!("--- logs");
+        for l in &r.logs {
+            let fields: String = l.fields.iter().map(|(k, v)| format!(" {k}={v}")).collect();
+            println!(
+                "{:>6}ms {:5} {}{fields}",
+                l.at_ms,
+                format!("{:?}", l.level).to_uppercase(),
+                l.message
+            );
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub(super) struct BenchExecArgs {
+    /// The plugin to run (a trivial one measures the runtime's own cost).
+    #[arg(long)]
+    plugin: PathBuf,
+    /// Attempts in total (after a warm-up of 1/10 as many).
+    #[arg(long, default_value_t = 20_000)]
+    iterations: usize,
+    /// Attempts in flight at once; several values give one row each, e.g. `1,2`.
+    #[arg(long, value_delimiter = ',', default_value = "1,2")]
+    concurrency: Vec<usize>,
+    /// The input, as JSON text.
+    #[arg(long, default_value = "{}")]
+    input: String,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+pub(super) async fn bench_exec(args: BenchExecArgs) -> anyhow::Result<ExitCode> {
+    let bytes = read_plugin(&args.plugin)?;
+    let runtime = Runtime::new(RuntimeConfig::default())?;
+    let plugin = runtime.load(&bytes)?;
+    let mut rows = Vec::new();
+    for &c in &args.concurrency {
+        rows.push(bench::exec(&runtime, &plugin, &args.input, args.iterations, c).await?);
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    } else {
+        println!("{}", bench::ExecStats::header());
+        for row in &rows {
+            println!("{row}");
+        }
+        if let [one, two, ..] = rows.as_slice() {
+            println!(
+                "speed-up c{} vs c{}: {:.2}x",
+                two.concurrency,
+                one.concurrency,
+                two.runs_per_sec / one.runs_per_sec
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Debug, Args)]
+pub(super) struct BenchLoadArgs {
+    /// The plugin to load.
+    #[arg(long)]
+    plugin: PathBuf,
+    /// Repetitions of each measurement (the median is reported).
+    #[arg(long, default_value_t = 5)]
+    repeat: usize,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+pub(super) async fn bench_load(args: BenchLoadArgs) -> anyhow::Result<ExitCode> {
+    let bytes = read_plugin(&args.plugin)?;
+    let stats = tokio::task::spawn_blocking(move || bench::load(&bytes, args.repeat)).await??;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&stats)?);
+    } else {
+        println!("{stats}");
+    }
+    Ok(ExitCode::SUCCESS)
+}

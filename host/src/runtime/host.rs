@@ -1,0 +1,185 @@
+//! What lives inside one attempt's `Store`: the WASI context, the memory
+//! limiter, captured logs and progress, the deadline. Also the ax host imports
+//! (`log`, `progress`) that plugins call.
+
+use std::time::Instant;
+
+use wasmtime::ResourceLimiter;
+use wasmtime::component::ResourceTable;
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+use super::bindings::ax::plugin::{log, progress, types};
+use super::capture::LogSink;
+use crate::model::{LogLevel, LogRecord, Progress};
+
+/// Caps on the other instance resources a plugin could ask for. Generous for
+/// real components (a Rust plugin uses ~4 instances and a few tables), small
+/// enough that a hostile one cannot pile them up.
+const MAX_INSTANCES: usize = 64;
+const MAX_TABLES: usize = 64;
+const MAX_MEMORIES: usize = 8;
+const MAX_TABLE_ELEMENTS: usize = 100_000;
+/// Longest progress note kept.
+const MAX_NOTE: usize = 256;
+
+/// The per-attempt state of a `Store`.
+pub(crate) struct HostState {
+    pub(crate) wasi: WasiCtx,
+    pub(crate) table: ResourceTable,
+    pub(crate) limiter: MemoryLimiter,
+    pub(crate) logs: LogSink,
+    pub(crate) progress: Option<Progress>,
+    pub(crate) started: Instant,
+    /// When the attempt's wall-clock budget ends; checked at every epoch tick.
+    pub(crate) deadline: Instant,
+    /// Set by the epoch callback when it interrupts the guest for its deadline.
+    pub(crate) timed_out: bool,
+}
+
+impl HostState {
+    fn elapsed_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+}
+
+impl WasiView for HostState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+/// Caps the total linear memory of an instance and remembers a refused grow,
+/// which is what tells `memory_exceeded` apart from an ordinary trap: a guest
+/// whose allocation fails aborts with the same `unreachable` as a panic.
+#[derive(Debug)]
+pub(crate) struct MemoryLimiter {
+    cap: u64,
+    total: u64,
+    peak: u64,
+    denied: Option<u64>,
+}
+
+impl MemoryLimiter {
+    pub(crate) fn new(cap: u64) -> Self {
+        Self {
+            cap,
+            total: 0,
+            peak: 0,
+            denied: None,
+        }
+    }
+
+    /// The largest total linear memory reached.
+    pub(crate) fn peak(&self) -> u64 {
+        self.peak
+    }
+
+    /// The total that a refused grow asked for, if any grow was refused.
+    pub(crate) fn denied(&self) -> Option<u64> {
+        self.denied
+    }
+}
+
+impl ResourceLimiter for MemoryLimiter {
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        let wanted = self.total + (desired as u64).saturating_sub(current as u64);
+        if wanted > self.cap || maximum.is_some_and(|max| desired > max) {
+            self.denied = Some(wanted);
+            return Ok(false);
+        }
+        self.total = wanted;
+        self.peak = self.peak.max(wanted);
+        Ok(true)
+    }
+
+    fn memory_grow_failed(&mut self, _error: wasmtime::Error) -> wasmtime::Result<()> {
+        // The grow was allowed here but failed in the allocator (the pool's slot
+        // is smaller than asked): for the plugin it is the same denial.
+        self.denied = Some(self.total);
+        Ok(())
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= MAX_TABLE_ELEMENTS)
+    }
+
+    fn instances(&self) -> usize {
+        MAX_INSTANCES
+    }
+
+    fn tables(&self) -> usize {
+        MAX_TABLES
+    }
+
+    fn memories(&self) -> usize {
+        MAX_MEMORIES
+    }
+}
+
+impl types::Host for HostState {}
+
+impl log::Host for HostState {
+    fn log(&mut self, level: log::Level, message: String, fields: Vec<(String, String)>) {
+        let level = match level {
+            log::Level::Trace => LogLevel::Trace,
+            log::Level::Debug => LogLevel::Debug,
+            log::Level::Info => LogLevel::Info,
+            log::Level::Warn => LogLevel::Warn,
+            log::Level::Error => LogLevel::Error,
+        };
+        let at_ms = self.elapsed_ms();
+        self.logs.push(LogRecord {
+            at_ms,
+            level,
+            message,
+            fields,
+        });
+    }
+}
+
+impl progress::Host for HostState {
+    fn report(&mut self, percent: u8, mut note: String) {
+        super::capture::truncate_utf8(&mut note, MAX_NOTE);
+        self.progress = Some(Progress {
+            percent: percent.min(100),
+            note,
+            at_ms: self.elapsed_ms(),
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limiter_caps_the_total_and_records_the_denial() {
+        let mut limiter = MemoryLimiter::new(100);
+        assert!(limiter.memory_growing(0, 60, None).unwrap());
+        assert!(limiter.memory_growing(0, 30, None).unwrap());
+        assert!(!limiter.memory_growing(30, 50, None).unwrap());
+        assert_eq!(limiter.denied(), Some(110));
+        assert_eq!(limiter.peak(), 90);
+    }
+
+    #[test]
+    fn limiter_without_denial_reports_none() {
+        let mut limiter = MemoryLimiter::new(100);
+        assert!(limiter.memory_growing(0, 100, None).unwrap());
+        assert_eq!(limiter.denied(), None);
+        assert_eq!(limiter.peak(), 100);
+    }
+}

@@ -1,0 +1,113 @@
+//! Checks that uploaded bytes are an ax plugin: WebAssembly, a component (not
+//! a core module), exporting the ax world's `run`, importing only what ax
+//! provides. Each failure names what is wrong. Used by `ax exec` and by upload.
+
+use std::fmt::Write as _;
+
+use wasmtime::Engine;
+use wasmtime::component::Component;
+use wasmtime::component::types::ComponentItem;
+
+use super::{Error, Result};
+
+/// The WIT world plugins must target.
+pub const WORLD: &str = "ax:plugin/task@0.1.0";
+
+/// Import names a plugin may use: the ax host interfaces and the WASI 0.2
+/// families wasmtime-wasi provides (whose dangerous parts are denied by the
+/// context: no preopens, no sockets, no environment).
+const ALLOWED_IMPORTS: &[&str] = &[
+    "ax:plugin/types@0.1.",
+    "ax:plugin/log@0.1.",
+    "ax:plugin/progress@0.1.",
+    "wasi:cli/",
+    "wasi:clocks/",
+    "wasi:filesystem/",
+    "wasi:io/",
+    "wasi:random/",
+    "wasi:sockets/",
+];
+
+/// The preamble: `\0asm`, then a version/layer word that tells a core module
+/// (1, 0) from a component (0x0d, 1).
+pub(super) fn check_header(bytes: &[u8]) -> Result<()> {
+    const MAGIC: &[u8] = b"\0asm";
+    if bytes.len() < 8 || &bytes[..4] != MAGIC {
+        return Err(Error::Malformed(if bytes.is_empty() {
+            "the body is empty".into()
+        } else {
+            "it does not start with the `\\0asm` magic bytes".into()
+        }));
+    }
+    match &bytes[4..8] {
+        [1, 0, 0, 0] => Err(Error::CoreModule),
+        [_, _, 1, 0] => Ok(()),
+        other => Err(Error::Malformed(format!(
+            "unknown WebAssembly version/layer {other:02x?}"
+        ))),
+    }
+}
+
+/// Checks the component's imports and exports against the ax world.
+pub(super) fn check_world(engine: &Engine, component: &Component) -> Result<()> {
+    let ty = component.component_type();
+    let unsupported: Vec<&str> = ty
+        .imports(engine)
+        .map(|(name, _)| name)
+        .filter(|name| !ALLOWED_IMPORTS.iter().any(|p| name.starts_with(p)))
+        .collect();
+    if !unsupported.is_empty() {
+        let names = unsupported
+            .iter()
+            .map(|n| format!("`{n}`"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        return Err(Error::UnsupportedImport(names));
+    }
+    let mut exports = String::new();
+    let mut has_run = false;
+    for (name, item) in ty.exports(engine) {
+        if name == "run" && matches!(item.ty, ComponentItem::ComponentFunc(_)) {
+            has_run = true;
+        }
+        if !exports.is_empty() {
+            exports.push_str(", ");
+        }
+        let _ = write!(exports, "`{name}`");
+    }
+    if !has_run {
+        if exports.is_empty() {
+            exports.push_str("nothing");
+        }
+        return Err(Error::WrongWorld(format!(
+            "it exports no `run` function (it exports {exports})"
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_and_foreign_bytes_are_malformed() {
+        assert!(matches!(check_header(b""), Err(Error::Malformed(_))));
+        assert!(matches!(
+            check_header(b"PK\x03\x04zipfile"),
+            Err(Error::Malformed(_))
+        ));
+    }
+
+    #[test]
+    fn core_module_is_named_as_such() {
+        let err = check_header(b"\0asm\x01\0\0\0").unwrap_err();
+        assert!(matches!(err, Error::CoreModule));
+        assert!(err.to_string().contains("wasm32-wasip2"));
+    }
+
+    #[test]
+    fn component_preamble_passes() {
+        assert!(check_header(b"\0asm\x0d\0\x01\0").is_ok());
+    }
+}

@@ -1,0 +1,54 @@
+//! Helpers shared by the integration tests.
+
+use std::path::PathBuf;
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use ax::model::{AttemptContext, AttemptReport, Limits, TriggerKind};
+use ax::runtime::{Plugin, Runtime, RuntimeConfig};
+
+/// Folder of the plugins built to wasm32-wasip2 by host/build.rs.
+pub(crate) fn plugin_path(name: &str) -> PathBuf {
+    PathBuf::from(env!("AX_PLUGIN_DIR")).join(format!("{name}.wasm"))
+}
+
+pub(crate) fn plugin_bytes(name: &str) -> Vec<u8> {
+    let path = plugin_path(name);
+    std::fs::read(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
+}
+
+/// One runtime for the whole test binary: one engine, one pool, each plugin compiled once.
+pub(crate) static RUNTIME: LazyLock<Runtime> =
+    LazyLock::new(|| Runtime::new(RuntimeConfig::default()).expect("runtime"));
+
+pub(crate) fn load(name: &str) -> Plugin {
+    RUNTIME.load(&plugin_bytes(name)).expect("plugin loads")
+}
+
+pub(crate) fn context(step: &str) -> AttemptContext {
+    AttemptContext {
+        run_id: "run-1".into(),
+        tenant: "acme".into(),
+        task: "nightly".into(),
+        step: step.into(),
+        attempt: 1,
+        scheduled_for: "2026-12-01T01:30:00Z".into(),
+        trigger: TriggerKind::Cron,
+    }
+}
+
+pub(crate) fn limits(timeout_ms: u64) -> Limits {
+    Limits {
+        timeout: Duration::from_millis(timeout_ms),
+        ..Limits::default()
+    }
+}
+
+/// Runs `name` once with `input` and `limits`.
+pub(crate) async fn run(name: &str, input: &str, limits: &Limits) -> AttemptReport {
+    let plugin = load(name);
+    RUNTIME
+        .run(&plugin, &context(name), input, limits, None)
+        .await
+        .expect("no host fault")
+}

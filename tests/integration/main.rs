@@ -1,0 +1,8 @@
+//! Integration tests of the ax host, one binary with a module per area (the
+//! wasmtime layout). They use real plugins built from `plugins/` by
+//! host/build.rs, the real wasmtime runtime and the real `ax` binary.
+
+mod cli;
+mod common;
+mod sandbox;
+mod validation;
