@@ -1,19 +1,33 @@
 //! # ax — a task execution host for sandboxed WebAssembly plugins
 //!
-//! ax keeps task definitions, fires them on time and runs every step of a task
-//! as a WebAssembly component under fuel, memory and wall-clock limits. This
-//! crate is the host: the `ax` binary and the library it is built from.
+//! ax keeps task definitions in an embedded store, fires them on time and
+//! runs every step of a task as a WebAssembly component under fuel, memory and
+//! wall-clock limits. This crate is the host: the `ax` binary and the library
+//! it is built from.
 //!
 //! # Layout
-//! - [`model`]: plain data shared by every layer (limits, outcomes, contexts, reports).
-//! - [`runtime`]: the sandbox — the only module that names wasmtime: engine,
-//!   validation, artifact cache, per-attempt execution and capture.
-//! - [`cli`]: the `ax` command line (`ax exec`, `ax bench`).
-//! - [`bench`]: the measurement loops behind `ax bench` and `cargo bench`.
+//! - [`model`]: plain data shared by every layer (limits, outcomes, run records).
+//! - [`task`], [`template`], [`dag`]: task definitions — parsing, validation,
+//!   `${...}` variables, DAG structure. Pure.
+//! - [`schedule`]: triggers and cron → fire instants, time zones, DST. Pure.
+//! - [`store`]: the `Store` trait and its sled and in-memory implementations;
+//!   the only place naming sled.
+//! - [`runtime`]: the sandbox — the only place naming wasmtime.
+//! - [`scheduler`]: when things run — timers, dispatch queue, retries, recovery.
+//! - [`service`]: the operations of ax as one facade over store, runtime, scheduler.
+//! - [`api`]: the HTTP API — the only place naming axum.
+//! - [`config`], [`server`]: `ax serve` settings and wiring.
+//! - [`cli`]: the `ax` command line. [`bench`]: measurement loops.
 //!
-//! Dependency direction: `cli` → `runtime` → `model`. Nothing depends on `cli`.
+//! Dependency direction: `api`/`cli` → `service` → `scheduler` → (`store`,
+//! `runtime` through traits) → `model`. Nothing imports `api`.
 
 pub mod bench;
 pub mod cli;
+pub mod dag;
 pub mod model;
 pub mod runtime;
+pub mod schedule;
+pub mod store;
+pub mod task;
+pub mod template;

@@ -262,3 +262,295 @@ pub struct AttemptReport {
     /// The last progress reported, if any.
     pub progress: Option<Progress>,
 }
+
+// ---------------------------------------------------------------------------
+// Scheduler records: what the store keeps about runs. The run is the
+// aggregate: it holds its step runs, which hold their attempts. A run also
+// keeps a snapshot of the task definition it was started from, so editing a
+// task never changes a run already accepted.
+// ---------------------------------------------------------------------------
+
+/// Version of the stored record format; bumped when a record's shape changes.
+pub const RECORD_FORMAT: u32 = 1;
+
+/// Milliseconds since the Unix epoch, UTC: how instants are stored.
+pub type Millis = i64;
+
+/// State of a run (SPEC §5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    /// Accepted, no step started yet (or held: see the run's `reason`).
+    Queued,
+    /// At least one step has started and the run is not finished.
+    Running,
+    /// Every step ended and none failed.
+    Succeeded,
+    /// A step failed (or was dead-lettered) and the run cannot succeed.
+    Failed,
+    /// Cancelled by a person, or shed under load.
+    Cancelled,
+}
+
+impl RunStatus {
+    /// Whether the run will not change any more.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            RunStatus::Succeeded | RunStatus::Failed | RunStatus::Cancelled
+        )
+    }
+
+    /// The snake_case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Queued => "queued",
+            RunStatus::Running => "running",
+            RunStatus::Succeeded => "succeeded",
+            RunStatus::Failed => "failed",
+            RunStatus::Cancelled => "cancelled",
+        }
+    }
+}
+
+impl FromStr for RunStatus {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(match s {
+            "queued" => RunStatus::Queued,
+            "running" => RunStatus::Running,
+            "succeeded" => RunStatus::Succeeded,
+            "failed" => RunStatus::Failed,
+            "cancelled" => RunStatus::Cancelled,
+            other => return Err(format!("unknown run status `{other}`")),
+        })
+    }
+}
+
+/// State of a step run (SPEC §5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepStatus {
+    /// Waiting for its upstream steps.
+    Pending,
+    /// Ready, waiting for a slot.
+    Queued,
+    /// An attempt is running.
+    Running,
+    /// Waiting for the backoff before the next attempt.
+    RetryWait,
+    /// Its plugin succeeded.
+    Succeeded,
+    /// Failed, and not retried (fatal error, or no retries configured).
+    Failed,
+    /// Its condition or trigger rule said not to run.
+    Skipped,
+    /// Cancelled with its run.
+    Cancelled,
+    /// Failed after its last attempt; a dead letter was recorded.
+    Dead,
+}
+
+impl StepStatus {
+    /// Whether the step run will not change any more (without a requeue).
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            StepStatus::Succeeded
+                | StepStatus::Failed
+                | StepStatus::Skipped
+                | StepStatus::Cancelled
+                | StepStatus::Dead
+        )
+    }
+}
+
+/// One attempt of a step run, as stored.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AttemptRecord {
+    /// From 1.
+    pub number: u32,
+    /// `None` while running.
+    pub outcome: Option<Outcome>,
+    /// When the attempt was started (ms).
+    pub started_at: Millis,
+    /// When it ended (ms).
+    pub finished_at: Option<Millis>,
+    /// Fuel consumed.
+    pub fuel_consumed: u64,
+    /// Peak linear memory.
+    pub memory_peak_bytes: u64,
+    /// Wall time of the attempt.
+    pub duration_ms: f64,
+    /// Why it did not succeed.
+    pub error: Option<String>,
+    /// For `failed`: retryable or fatal.
+    pub error_kind: Option<ErrorKind>,
+}
+
+/// One step of a run, as stored.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StepRunRecord {
+    /// The step's name (unique in its task).
+    pub name: String,
+    /// Current state.
+    pub status: StepStatus,
+    /// The input after template resolution (set when the step is queued).
+    pub input: Option<serde_json::Value>,
+    /// The plugin's output once succeeded.
+    pub output: Option<serde_json::Value>,
+    /// The last error, for failed/dead/skipped steps.
+    pub error: Option<String>,
+    /// Attempts so far, oldest first.
+    pub attempts: Vec<AttemptRecord>,
+    /// When a `retry_wait` step becomes due again (ms).
+    pub next_attempt_at: Option<Millis>,
+    /// Attempts lost to host crashes in this round (they do not count against retries, up to a bound).
+    #[serde(default)]
+    pub lost_attempts: u32,
+    /// Attempts before this index belong to earlier rounds (before a retry or
+    /// a requeue); retries count from here.
+    #[serde(default)]
+    pub round_start: u32,
+}
+
+/// A run: one execution of a task.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    /// Record format version.
+    pub format: u32,
+    /// Unique id, sortable by creation time.
+    pub id: String,
+    /// Owning tenant.
+    pub tenant: String,
+    /// Task name.
+    pub task: String,
+    /// Snapshot of the task definition the run was started from.
+    pub spec: serde_json::Value,
+    /// Run state.
+    pub status: RunStatus,
+    /// Why the run is in its state (held, shed, cancelled by whom…).
+    pub reason: Option<String>,
+    /// 0..=9, higher first.
+    pub priority: u8,
+    /// What started it.
+    pub trigger: TriggerKind,
+    /// The instant the run is for (a fire instant, or the trigger time).
+    pub scheduled_for: Millis,
+    /// When ax accepted it.
+    pub created_at: Millis,
+    /// When its first attempt started.
+    pub started_at: Option<Millis>,
+    /// When it reached a terminal state.
+    pub finished_at: Option<Millis>,
+    /// The trigger input (`${input.*}`).
+    pub input: serde_json::Value,
+    /// A client's idempotency key, if given.
+    pub idempotency_key: Option<String>,
+    /// Step runs, in the task's step order.
+    pub steps: Vec<StepRunRecord>,
+}
+
+/// One state change, appended to a run's event log.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Event {
+    /// The run.
+    pub run_id: String,
+    /// The step, for step-level changes; `None` for the run itself.
+    pub step: Option<String>,
+    /// The attempt number, where one is concerned.
+    pub attempt: Option<u32>,
+    /// Previous state (`None` at creation).
+    pub from: Option<String>,
+    /// New state.
+    pub to: String,
+    /// When (ms).
+    pub at: Millis,
+    /// Why.
+    pub reason: String,
+    /// Who: `scheduler`, `api:<tenant>`, `recovery`, …
+    pub actor: String,
+}
+
+/// A step run that exhausted its retries, waiting for a person.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DeadLetter {
+    /// Unique id.
+    pub id: String,
+    /// Owning tenant.
+    pub tenant: String,
+    /// Task name.
+    pub task: String,
+    /// The run.
+    pub run_id: String,
+    /// The step.
+    pub step: String,
+    /// The step's resolved input.
+    pub input: Option<serde_json::Value>,
+    /// The last error.
+    pub error: Option<String>,
+    /// The last attempt's outcome.
+    pub outcome: Option<Outcome>,
+    /// Attempts made.
+    pub attempts: u32,
+    /// When it was recorded (ms).
+    pub created_at: Millis,
+    /// What a person decided (`None` while open).
+    pub resolution: Option<String>,
+    /// When it was resolved or requeued (ms).
+    pub resolved_at: Option<Millis>,
+}
+
+/// The firing state of a task's trigger, persisted so restarts neither miss nor repeat fires.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScheduleState {
+    /// Owning tenant.
+    pub tenant: String,
+    /// Task name.
+    pub task: String,
+    /// The next instant the trigger fires (`None`: never again, or manual).
+    pub next_fire: Option<Millis>,
+    /// The last instant a run was created for.
+    pub last_fired: Option<Millis>,
+    /// Paused triggers do not fire (runs can still be triggered by hand).
+    pub paused: bool,
+}
+
+/// A stored plugin version.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PluginRecord {
+    /// Owning tenant.
+    pub tenant: String,
+    /// Plugin name.
+    pub name: String,
+    /// Semver version.
+    pub version: String,
+    /// sha256 of the component (names its blob file).
+    pub digest: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// When it was uploaded (ms).
+    pub created_at: Millis,
+}
+
+/// A stored task definition.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TaskRecord {
+    /// Record format version.
+    pub format: u32,
+    /// Owning tenant.
+    pub tenant: String,
+    /// Task name.
+    pub name: String,
+    /// The validated definition (the `TaskSpec`, as JSON).
+    pub spec: serde_json::Value,
+    /// The definition as the user sent it (YAML or JSON text).
+    pub source: String,
+    /// When first created (ms); `delay` triggers count from here.
+    pub created_at: Millis,
+    /// When last replaced (ms).
+    pub updated_at: Millis,
+    /// Bumped on every replace.
+    pub version: u64,
+}

@@ -1,0 +1,403 @@
+//! [`MemoryStore`]: the [`Store`] kept in memory, for scheduler and API unit
+//! tests. It behaves like the sled store in every observable way (the shared
+//! conformance suite checks it), except that nothing survives a restart, every
+//! [`SyncTicket`] is ready at once and the store takes no room on disk.
+//!
+//! It also owns `select_page`, the paging rule both stores share, so that a
+//! page boundary is the same whichever store answers.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use sha2::{Digest, Sha256};
+
+use super::{AttemptLogs, Error, Insert, Result, RunPage, RunQuery, Store, SyncTicket};
+use crate::model::{
+    DeadLetter, Event, Millis, PluginRecord, RunRecord, RunStatus, ScheduleState, TaskRecord,
+};
+
+/// Most index entries one `list_runs` call examines before it returns a
+/// (possibly short, possibly empty) page with a cursor. A status filter on a
+/// long history would otherwise scan without bound for one page; ten thousand
+/// small index entries take about a millisecond.
+pub(super) const MAX_SCAN: usize = 10_000;
+
+/// Picks one page of run ids out of `entries`: the index entries `(id, status,
+/// task)` in scope (a tenant's runs, a task's runs, or every run), newest
+/// first, already positioned after the cursor.
+///
+/// Stops at `limit` matches, or after examining `scan_limit` entries; `next`
+/// is the last id examined when more entries may follow, `None` when the
+/// index is exhausted.
+pub(super) fn select_page<I>(
+    entries: I,
+    task: Option<&str>,
+    status: Option<RunStatus>,
+    limit: usize,
+    scan_limit: usize,
+) -> Result<(Vec<String>, Option<String>)>
+where
+    I: Iterator<Item = Result<(String, RunStatus, String)>>,
+{
+    let limit = limit.max(1);
+    let scan_limit = scan_limit.max(1);
+    let mut ids = Vec::new();
+    let mut last: Option<String> = None;
+    for (scanned, entry) in entries.enumerate() {
+        if ids.len() == limit || scanned == scan_limit {
+            // Another entry exists beyond this page: hand out a cursor.
+            return Ok((ids, last));
+        }
+        let (id, entry_status, entry_task) = entry?;
+        if task.is_none_or(|t| t == entry_task) && status.is_none_or(|s| s == entry_status) {
+            ids.push(id.clone());
+        }
+        last = Some(id);
+    }
+    Ok((ids, None))
+}
+
+/// The sha256 of `bytes`, in lower-case hex: the name of a blob.
+pub(super) fn digest_of(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// Error for an `update_run` of a run that is not stored (never inserted, or
+/// deleted by retention meanwhile): writing it would resurrect half a run.
+pub(super) fn missing_run(id: &str) -> Error {
+    Error::Backend(format!("update_run: run {id} does not exist"))
+}
+
+/// Everything the memory store holds, behind one lock.
+#[derive(Default)]
+struct State {
+    meta: BTreeMap<String, String>,
+    blobs: HashMap<String, Vec<u8>>,
+    /// Keyed by (tenant, name, version).
+    plugins: BTreeMap<(String, String, String), PluginRecord>,
+    /// Keyed by (tenant, name).
+    tasks: BTreeMap<(String, String), TaskRecord>,
+    /// Keyed by (tenant, task).
+    schedules: BTreeMap<(String, String), ScheduleState>,
+    /// Keyed by id; ids sort by creation time.
+    runs: BTreeMap<String, RunRecord>,
+    /// (tenant, task, key) → run id.
+    idempotency: HashMap<(String, String, String), String>,
+    /// (tenant, task, scheduled_for) → run id, for runs inserted with `unique_fire`.
+    fires: HashMap<(String, String, Millis), String>,
+    /// Run id → events, oldest first.
+    events: HashMap<String, Vec<Event>>,
+    /// Run id → (step, attempt) → logs.
+    logs: HashMap<String, BTreeMap<(String, u32), AttemptLogs>>,
+    /// Keyed by id; ids sort by creation time.
+    dead: BTreeMap<String, DeadLetter>,
+}
+
+/// A [`Store`] in memory: maps under one mutex. For tests.
+pub struct MemoryStore {
+    state: Mutex<State>,
+    scan_limit: usize,
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self {
+            state: Mutex::new(State::default()),
+            scan_limit: MAX_SCAN,
+        }
+    }
+
+    /// Lowers the `list_runs` scan bound, so tests reach it with few runs.
+    #[cfg(test)]
+    pub(crate) fn with_scan_limit(mut self, scan_limit: usize) -> Self {
+        self.scan_limit = scan_limit;
+        self
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        // Every operation leaves the maps consistent before it can panic
+        // (clones and inserts only), so a poisoned lock still guards sound data.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+fn key2(a: &str, b: &str) -> (String, String) {
+    (a.to_owned(), b.to_owned())
+}
+
+impl Store for MemoryStore {
+    fn sync_ticket(&self) -> SyncTicket {
+        SyncTicket::ready()
+    }
+
+    fn get_meta(&self, key: &str) -> Result<Option<String>> {
+        Ok(self.state().meta.get(key).cloned())
+    }
+
+    fn put_meta(&self, key: &str, value: &str) -> Result<()> {
+        self.state().meta.insert(key.to_owned(), value.to_owned());
+        Ok(())
+    }
+
+    fn put_blob(&self, bytes: &[u8]) -> Result<String> {
+        let digest = digest_of(bytes);
+        self.state()
+            .blobs
+            .entry(digest.clone())
+            .or_insert_with(|| bytes.to_vec());
+        Ok(digest)
+    }
+
+    fn get_blob(&self, digest: &str) -> Result<Option<Vec<u8>>> {
+        Ok(self.state().blobs.get(digest).cloned())
+    }
+
+    fn delete_blob(&self, digest: &str) -> Result<()> {
+        self.state().blobs.remove(digest);
+        Ok(())
+    }
+
+    fn put_plugin(&self, plugin: &PluginRecord) -> Result<()> {
+        let key = (
+            plugin.tenant.clone(),
+            plugin.name.clone(),
+            plugin.version.clone(),
+        );
+        self.state().plugins.insert(key, plugin.clone());
+        Ok(())
+    }
+
+    fn get_plugin(&self, tenant: &str, name: &str, version: &str) -> Result<Option<PluginRecord>> {
+        let key = (tenant.to_owned(), name.to_owned(), version.to_owned());
+        Ok(self.state().plugins.get(&key).cloned())
+    }
+
+    fn list_plugins(&self, tenant: &str) -> Result<Vec<PluginRecord>> {
+        let state = self.state();
+        Ok(state
+            .plugins
+            .values()
+            .filter(|p| p.tenant == tenant)
+            .cloned()
+            .collect())
+    }
+
+    fn delete_plugin(&self, tenant: &str, name: &str, version: &str) -> Result<bool> {
+        let key = (tenant.to_owned(), name.to_owned(), version.to_owned());
+        Ok(self.state().plugins.remove(&key).is_some())
+    }
+
+    fn put_task(&self, task: &TaskRecord, schedule: &ScheduleState) -> Result<()> {
+        let mut state = self.state();
+        state
+            .tasks
+            .insert(key2(&task.tenant, &task.name), task.clone());
+        state
+            .schedules
+            .insert(key2(&schedule.tenant, &schedule.task), schedule.clone());
+        Ok(())
+    }
+
+    fn get_task(&self, tenant: &str, name: &str) -> Result<Option<TaskRecord>> {
+        Ok(self.state().tasks.get(&key2(tenant, name)).cloned())
+    }
+
+    fn list_tasks(&self, tenant: Option<&str>) -> Result<Vec<TaskRecord>> {
+        let state = self.state();
+        Ok(state
+            .tasks
+            .values()
+            .filter(|t| tenant.is_none_or(|tenant| t.tenant == tenant))
+            .cloned()
+            .collect())
+    }
+
+    fn delete_task(&self, tenant: &str, name: &str) -> Result<bool> {
+        let mut state = self.state();
+        state.schedules.remove(&key2(tenant, name));
+        Ok(state.tasks.remove(&key2(tenant, name)).is_some())
+    }
+
+    fn put_schedule(&self, schedule: &ScheduleState) -> Result<()> {
+        self.state()
+            .schedules
+            .insert(key2(&schedule.tenant, &schedule.task), schedule.clone());
+        Ok(())
+    }
+
+    fn get_schedule(&self, tenant: &str, task: &str) -> Result<Option<ScheduleState>> {
+        Ok(self.state().schedules.get(&key2(tenant, task)).cloned())
+    }
+
+    fn list_schedules(&self) -> Result<Vec<ScheduleState>> {
+        Ok(self.state().schedules.values().cloned().collect())
+    }
+
+    fn insert_run(
+        &self,
+        run: &RunRecord,
+        unique_fire: bool,
+        schedule: Option<&ScheduleState>,
+        events: &[Event],
+    ) -> Result<Insert> {
+        let mut state = self.state();
+        let existing = |id: Option<&String>| id.and_then(|id| state.runs.get(id)).cloned();
+        let found = existing(Some(&run.id))
+            .or_else(|| {
+                let key = run.idempotency_key.as_ref()?;
+                let key = (run.tenant.clone(), run.task.clone(), key.clone());
+                existing(state.idempotency.get(&key))
+            })
+            .or_else(|| {
+                let key = (run.tenant.clone(), run.task.clone(), run.scheduled_for);
+                unique_fire.then(|| existing(state.fires.get(&key)))?
+            });
+        if let Some(found) = found {
+            return Ok(Insert::Existing(Box::new(found)));
+        }
+        state.runs.insert(run.id.clone(), run.clone());
+        if let Some(key) = &run.idempotency_key {
+            let key = (run.tenant.clone(), run.task.clone(), key.clone());
+            state.idempotency.insert(key, run.id.clone());
+        }
+        if unique_fire {
+            let key = (run.tenant.clone(), run.task.clone(), run.scheduled_for);
+            state.fires.insert(key, run.id.clone());
+        }
+        if let Some(schedule) = schedule {
+            state
+                .schedules
+                .insert(key2(&schedule.tenant, &schedule.task), schedule.clone());
+        }
+        let log = state.events.entry(run.id.clone()).or_default();
+        log.extend_from_slice(events);
+        Ok(Insert::Created)
+    }
+
+    fn update_run(&self, run: &RunRecord, events: &[Event]) -> Result<()> {
+        let mut state = self.state();
+        let Some(slot) = state.runs.get_mut(&run.id) else {
+            return Err(missing_run(&run.id));
+        };
+        *slot = run.clone();
+        let log = state.events.entry(run.id.clone()).or_default();
+        log.extend_from_slice(events);
+        Ok(())
+    }
+
+    fn get_run(&self, id: &str) -> Result<Option<RunRecord>> {
+        Ok(self.state().runs.get(id).cloned())
+    }
+
+    fn list_runs(&self, query: &RunQuery) -> Result<RunPage> {
+        let state = self.state();
+        let cursor = query.cursor.as_deref().filter(|c| !c.is_empty());
+        let below_cursor = state
+            .runs
+            .iter()
+            .rev()
+            .skip_while(|(id, _)| cursor.is_some_and(|c| id.as_str() >= c));
+        // The scope mirrors the sled indexes: by task when tenant and task
+        // are given, by tenant, or every run (the task is then a filter).
+        let in_scope = below_cursor.filter(|(_, run)| match (&query.tenant, &query.task) {
+            (Some(tenant), Some(task)) => run.tenant == *tenant && run.task == *task,
+            (Some(tenant), None) => run.tenant == *tenant,
+            (None, _) => true,
+        });
+        let entries = in_scope.map(|(id, run)| Ok((id.clone(), run.status, run.task.clone())));
+        let task_filter = if query.tenant.is_none() {
+            query.task.as_deref()
+        } else {
+            None
+        };
+        let (ids, next) = select_page(
+            entries,
+            task_filter,
+            query.status,
+            query.limit,
+            self.scan_limit,
+        )?;
+        let runs = ids.iter().filter_map(|id| state.runs.get(id)).cloned();
+        Ok(RunPage {
+            runs: runs.collect(),
+            next,
+        })
+    }
+
+    fn active_runs(&self) -> Result<Vec<RunRecord>> {
+        let state = self.state();
+        let active = state.runs.values().filter(|r| !r.status.is_terminal());
+        Ok(active.cloned().collect())
+    }
+
+    fn delete_run(&self, id: &str) -> Result<bool> {
+        let mut state = self.state();
+        let Some(run) = state.runs.get(id) else {
+            return Ok(false);
+        };
+        if !run.status.is_terminal() {
+            return Ok(false);
+        }
+        let run = state.runs.remove(id).expect("the run was just found");
+        if let Some(key) = run.idempotency_key {
+            let key = (run.tenant.clone(), run.task.clone(), key);
+            if state.idempotency.get(&key).is_some_and(|owner| owner == id) {
+                state.idempotency.remove(&key);
+            }
+        }
+        let fire = (run.tenant, run.task, run.scheduled_for);
+        if state.fires.get(&fire).is_some_and(|owner| owner == id) {
+            state.fires.remove(&fire);
+        }
+        state.events.remove(id);
+        state.logs.remove(id);
+        Ok(true)
+    }
+
+    fn events(&self, run_id: &str) -> Result<Vec<Event>> {
+        Ok(self.state().events.get(run_id).cloned().unwrap_or_default())
+    }
+
+    fn put_logs(&self, run_id: &str, logs: &AttemptLogs) -> Result<()> {
+        let mut state = self.state();
+        let by_attempt = state.logs.entry(run_id.to_owned()).or_default();
+        by_attempt.insert((logs.step.clone(), logs.attempt), logs.clone());
+        Ok(())
+    }
+
+    fn logs(&self, run_id: &str) -> Result<Vec<AttemptLogs>> {
+        let state = self.state();
+        let Some(by_attempt) = state.logs.get(run_id) else {
+            return Ok(Vec::new());
+        };
+        Ok(by_attempt.values().cloned().collect())
+    }
+
+    fn put_dead_letter(&self, dead: &DeadLetter) -> Result<()> {
+        self.state().dead.insert(dead.id.clone(), dead.clone());
+        Ok(())
+    }
+
+    fn get_dead_letter(&self, id: &str) -> Result<Option<DeadLetter>> {
+        Ok(self.state().dead.get(id).cloned())
+    }
+
+    fn list_dead_letters(&self, tenant: &str, open_only: bool) -> Result<Vec<DeadLetter>> {
+        let state = self.state();
+        let newest_first = state.dead.values().rev();
+        let selected =
+            newest_first.filter(|d| d.tenant == tenant && (!open_only || d.resolution.is_none()));
+        Ok(selected.cloned().collect())
+    }
+
+    fn size_on_disk(&self) -> u64 {
+        0
+    }
+}

@@ -1,0 +1,236 @@
+//! Durable state behind one domain-level trait: tasks, plugins, runs (with
+//! their step runs and attempts), events, schedules, idempotency keys, dead
+//! letters, attempt logs. The scheduler and the API see only [`Store`]; sled
+//! appears only in [`sled_store`], so a PostgreSQL store can be added later.
+//!
+//! The persistent *queue* is the set of active (non-terminal) runs: on start,
+//! the scheduler rebuilds its in-memory dispatch queue from
+//! [`Store::active_runs`]. There is no second copy of the queue to drift.
+//!
+//! Durability: writes land in the store at once but reach the disk in groups.
+//! Whoever must not answer a client before a write is on disk takes a
+//! [`SyncTicket`] after writing and awaits it (group commit: one flusher
+//! thread, many waiters).
+
+pub mod memory;
+pub mod sled_store;
+
+#[cfg(test)]
+mod conformance;
+
+use std::future::Future;
+use std::pin::Pin;
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::{
+    DeadLetter, Event, LogRecord, Millis, PluginRecord, Progress, RunRecord, RunStatus,
+    ScheduleState, TaskRecord,
+};
+
+/// Errors of the store.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The store on disk cannot be used (corrupt, wrong format, locked).
+    #[error("the store at {path} cannot be opened: {reason}. {hint}")]
+    Unusable {
+        /// The data directory.
+        path: String,
+        /// What went wrong.
+        reason: String,
+        /// What the operator can do.
+        hint: String,
+    },
+    /// An I/O error on the data directory.
+    #[error("store I/O error: {0}")]
+    Io(#[from] std::io::Error),
+    /// A stored value could not be decoded.
+    #[error("corrupt record {key}: {reason}")]
+    Corrupt {
+        /// The key.
+        key: String,
+        /// Why.
+        reason: String,
+    },
+    /// Any other backend failure.
+    #[error("store backend error: {0}")]
+    Backend(String),
+}
+
+/// Result type of the store.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What `insert_run` did.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Insert {
+    /// The run was stored.
+    Created,
+    /// A run with the same idempotency key, or for the same (task,
+    /// scheduled_for) fire, already exists: nothing was written.
+    Existing(Box<RunRecord>),
+}
+
+/// Which runs to list, newest first.
+#[derive(Clone, Debug, Default)]
+pub struct RunQuery {
+    /// Only this tenant's runs (`None`: all tenants — admin and internal use).
+    pub tenant: Option<String>,
+    /// Only this task's runs.
+    pub task: Option<String>,
+    /// Only runs in this state.
+    pub status: Option<RunStatus>,
+    /// At most this many (at least 1).
+    pub limit: usize,
+    /// Continue after this cursor (the `next` of the previous page).
+    pub cursor: Option<String>,
+}
+
+/// A page of runs.
+#[derive(Clone, Debug, Default)]
+pub struct RunPage {
+    /// The runs, newest first.
+    pub runs: Vec<RunRecord>,
+    /// Cursor for the next page, if there may be more.
+    pub next: Option<String>,
+}
+
+/// Captured output of one attempt (kept apart from the run record: it can be large).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct AttemptLogs {
+    /// The step.
+    pub step: String,
+    /// The attempt number.
+    pub attempt: u32,
+    /// Captured stdout.
+    pub stdout: String,
+    /// Captured stderr.
+    pub stderr: String,
+    /// Structured log records.
+    pub logs: Vec<LogRecord>,
+    /// Last progress reported.
+    pub progress: Option<Progress>,
+}
+
+/// Resolves once every write made before the ticket was taken is on disk.
+pub struct SyncTicket(Pin<Box<dyn Future<Output = Result<()>> + Send>>);
+
+impl SyncTicket {
+    /// A ticket that is already satisfied (stores without a disk).
+    pub fn ready() -> Self {
+        Self(Box::pin(async { Ok(()) }))
+    }
+
+    /// A ticket resolved by `fut`.
+    pub fn new(fut: impl Future<Output = Result<()>> + Send + 'static) -> Self {
+        Self(Box::pin(fut))
+    }
+
+    /// Waits until the writes are durable.
+    pub async fn wait(self) -> Result<()> {
+        self.0.await
+    }
+}
+
+/// The domain-level store. Calls are synchronous and short (µs): callers on
+/// async threads call them directly; nothing here waits for the disk except
+/// [`SyncTicket::wait`].
+pub trait Store: Send + Sync + 'static {
+    // --- durability -------------------------------------------------------
+    /// A ticket resolving once every write made so far is on disk.
+    fn sync_ticket(&self) -> SyncTicket;
+
+    // --- metadata ---------------------------------------------------------
+    /// Reads a metadata value (admin token hash, format markers…).
+    fn get_meta(&self, key: &str) -> Result<Option<String>>;
+    /// Writes a metadata value.
+    fn put_meta(&self, key: &str, value: &str) -> Result<()>;
+
+    // --- plugins ----------------------------------------------------------
+    /// Stores component bytes as a content-addressed blob; returns its sha256 (hex).
+    fn put_blob(&self, bytes: &[u8]) -> Result<String>;
+    /// Reads a blob by digest.
+    fn get_blob(&self, digest: &str) -> Result<Option<Vec<u8>>>;
+    /// Deletes a blob (when no plugin record names it any more).
+    fn delete_blob(&self, digest: &str) -> Result<()>;
+    /// Creates or replaces a plugin record.
+    fn put_plugin(&self, plugin: &PluginRecord) -> Result<()>;
+    /// One plugin version.
+    fn get_plugin(&self, tenant: &str, name: &str, version: &str) -> Result<Option<PluginRecord>>;
+    /// A tenant's plugins, by name then version.
+    fn list_plugins(&self, tenant: &str) -> Result<Vec<PluginRecord>>;
+    /// Deletes a plugin version; true if it existed.
+    fn delete_plugin(&self, tenant: &str, name: &str, version: &str) -> Result<bool>;
+
+    // --- tasks ------------------------------------------------------------
+    /// Creates or replaces a task, with its schedule state in the same write.
+    fn put_task(&self, task: &TaskRecord, schedule: &ScheduleState) -> Result<()>;
+    /// One task.
+    fn get_task(&self, tenant: &str, name: &str) -> Result<Option<TaskRecord>>;
+    /// A tenant's tasks by name (`None`: every tenant's).
+    fn list_tasks(&self, tenant: Option<&str>) -> Result<Vec<TaskRecord>>;
+    /// Deletes a task and its schedule state; true if it existed.
+    fn delete_task(&self, tenant: &str, name: &str) -> Result<bool>;
+
+    // --- schedules --------------------------------------------------------
+    /// Writes a task's schedule state.
+    fn put_schedule(&self, schedule: &ScheduleState) -> Result<()>;
+    /// A task's schedule state.
+    fn get_schedule(&self, tenant: &str, task: &str) -> Result<Option<ScheduleState>>;
+    /// Every schedule state (loaded by the timer at start).
+    fn list_schedules(&self) -> Result<Vec<ScheduleState>>;
+
+    // --- runs -------------------------------------------------------------
+    /// Stores a new run and its creation events, atomically with `schedule`
+    /// if given, unless a run already exists for the same idempotency key
+    /// (tenant, task, key) or — when `unique_fire` — for the same
+    /// (tenant, task, scheduled_for).
+    fn insert_run(
+        &self,
+        run: &RunRecord,
+        unique_fire: bool,
+        schedule: Option<&ScheduleState>,
+        events: &[Event],
+    ) -> Result<Insert>;
+    /// Replaces a run and appends events, atomically.
+    fn update_run(&self, run: &RunRecord, events: &[Event]) -> Result<()>;
+    /// One run.
+    fn get_run(&self, id: &str) -> Result<Option<RunRecord>>;
+    /// Runs matching `query`, newest first, with a cursor.
+    fn list_runs(&self, query: &RunQuery) -> Result<RunPage>;
+    /// Every run not in a terminal state (the persistent queue).
+    fn active_runs(&self) -> Result<Vec<RunRecord>>;
+    /// Deletes a terminal run with its events, logs and keys (retention).
+    fn delete_run(&self, id: &str) -> Result<bool>;
+    /// A run's events, oldest first.
+    fn events(&self, run_id: &str) -> Result<Vec<Event>>;
+    /// Stores an attempt's captured output.
+    fn put_logs(&self, run_id: &str, logs: &AttemptLogs) -> Result<()>;
+    /// A run's captured output, by step then attempt.
+    fn logs(&self, run_id: &str) -> Result<Vec<AttemptLogs>>;
+
+    // --- dead letters -----------------------------------------------------
+    /// Creates or replaces a dead letter.
+    fn put_dead_letter(&self, dead: &DeadLetter) -> Result<()>;
+    /// One dead letter.
+    fn get_dead_letter(&self, id: &str) -> Result<Option<DeadLetter>>;
+    /// A tenant's dead letters, newest first (`open_only`: unresolved ones).
+    fn list_dead_letters(&self, tenant: &str, open_only: bool) -> Result<Vec<DeadLetter>>;
+
+    // --- operations -------------------------------------------------------
+    /// Bytes the store occupies on disk (0 in memory).
+    fn size_on_disk(&self) -> u64;
+}
+
+/// A fresh id: 12 hex digits of milliseconds, 6 of a per-process sequence
+/// and 4 random ones, after a prefix naming the kind (`r` run, `d` dead
+/// letter). Ids sort by creation time, and within a millisecond by creation
+/// order, so "newest first" listings are exact.
+pub fn new_id(prefix: &str, now: Millis) -> String {
+    static SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed) & 0xff_ffff;
+    format!(
+        "{prefix}{:012x}{seq:06x}{:04x}",
+        now.max(0),
+        rand::random::<u16>()
+    )
+}
