@@ -204,3 +204,230 @@ fn median(values: &mut [f64]) -> f64 {
     values.sort_by(f64::total_cmp);
     values[values.len() / 2]
 }
+
+/// Fire lateness: scheduled instant → first attempt start.
+#[derive(Clone, Debug, Serialize)]
+pub struct LatenessStats {
+    /// Whether all tasks fired at the same instant.
+    pub aligned: bool,
+    /// Tasks firing.
+    pub tasks: usize,
+    /// Seconds measured.
+    pub seconds: u64,
+    /// Runs that started.
+    pub samples: usize,
+    /// Median lateness, ms.
+    pub p50_ms: f64,
+    /// 99th percentile, ms.
+    pub p99_ms: f64,
+    /// Worst, ms.
+    pub max_ms: f64,
+}
+
+impl fmt::Display for LatenessStats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} tasks every second ({}) for {} s: {} runs started, lateness p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+            self.tasks,
+            if self.aligned {
+                "all at the same instant"
+            } else {
+                "spread over the second"
+            },
+            self.seconds,
+            self.samples,
+            self.p50_ms,
+            self.p99_ms,
+            self.max_ms
+        )
+    }
+}
+
+/// Throughput of manual triggers: accepted durably → succeeded.
+#[derive(Clone, Debug, Serialize)]
+pub struct ThroughputStats {
+    /// Runs triggered.
+    pub runs: usize,
+    /// Triggering clients at once.
+    pub concurrency: usize,
+    /// Runs accepted (durably) per second.
+    pub accepted_per_sec: f64,
+    /// Runs triggered and finished per second, end to end.
+    pub runs_per_sec: f64,
+    /// Median latency of an accepted trigger (durable), ms.
+    pub trigger_p50_ms: f64,
+    /// 99th percentile trigger latency, ms.
+    pub trigger_p99_ms: f64,
+}
+
+impl fmt::Display for ThroughputStats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} runs, {} clients: accepted {:.0}/s, end to end {:.0} runs/s, trigger p50 {:.2} ms, p99 {:.2} ms",
+            self.runs,
+            self.concurrency,
+            self.accepted_per_sec,
+            self.runs_per_sec,
+            self.trigger_p50_ms,
+            self.trigger_p99_ms
+        )
+    }
+}
+
+async fn bench_server(
+    dir: &std::path::Path,
+    concurrency: Option<usize>,
+) -> anyhow::Result<crate::server::Server> {
+    let config = crate::config::Config {
+        listen: "127.0.0.1:0".parse()?,
+        data_dir: dir.to_path_buf(),
+        admin_token: Some("bench".into()),
+        concurrency,
+        max_queued_per_tenant: 1_000_000,
+        high_water: 1_000_000,
+        ..crate::config::Config::default()
+    };
+    let server = crate::server::start(config, false).await?;
+    let echo = crate::server::demo_plugin("echo")
+        .ok_or_else(|| anyhow::anyhow!("echo plugin not embedded"))?;
+    server
+        .ax
+        .upload_plugin("default", "echo", "1.0.0", echo.to_vec())
+        .await?;
+    Ok(server)
+}
+
+fn percentile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    sorted[((sorted.len() as f64 * q) as usize).min(sorted.len() - 1)]
+}
+
+/// `tasks` tasks firing every second for `seconds`, through the real
+/// scheduler, store and runtime; reports when each run's first attempt started.
+///
+/// With `aligned`, every task uses the cron `* * * * * ?`, so all fire at the
+/// same instant each second; otherwise `every: 1s` anchored at each task's
+/// creation, so fires spread over the second as real schedules do.
+pub async fn fire_lateness(
+    tasks: usize,
+    seconds: u64,
+    aligned: bool,
+) -> anyhow::Result<LatenessStats> {
+    let dir = scratch_dir(9000);
+    let server = bench_server(&dir, None).await?;
+    for i in 0..tasks {
+        let trigger = if aligned {
+            "cron: \"* * * * * ?\""
+        } else {
+            "every: 1s"
+        };
+        let body = format!("name: tick{i}\ntrigger: {{ {trigger} }}\nplugin: echo@1.0.0\n");
+        server
+            .ax
+            .put_task("default", &format!("tick{i}"), &body)
+            .await?;
+    }
+    // Discard the first second (tasks were being created), then measure.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    server.ax.scheduler.stats().take_lateness();
+    tokio::time::sleep(Duration::from_secs(seconds)).await;
+    let mut samples = server.ax.scheduler.stats().take_lateness();
+    server.shutdown.cancel();
+    server.join().await?;
+    let _ = std::fs::remove_dir_all(&dir);
+    samples.sort_by(f64::total_cmp);
+    Ok(LatenessStats {
+        aligned,
+        tasks,
+        seconds,
+        samples: samples.len(),
+        p50_ms: percentile(&samples, 0.50),
+        p99_ms: percentile(&samples, 0.99),
+        max_ms: samples.last().copied().unwrap_or_default(),
+    })
+}
+
+/// `runs` manual triggers from `concurrency` clients through the service
+/// (each answered only once durable); measures until every run succeeded.
+pub async fn trigger_throughput(
+    runs: usize,
+    concurrency: usize,
+) -> anyhow::Result<ThroughputStats> {
+    let dir = scratch_dir(9001);
+    let server = bench_server(&dir, None).await?;
+    server
+        .ax
+        .put_task("default", "bench", "name: bench\nplugin: echo@1.0.0\n")
+        .await?;
+    let started = Instant::now();
+    let per_client = runs.div_ceil(concurrency.max(1));
+    let mut clients = tokio::task::JoinSet::new();
+    for c in 0..concurrency.max(1) {
+        let ax = server.ax.clone();
+        clients.spawn(async move {
+            let mut latencies = Vec::with_capacity(per_client);
+            let mut ids = Vec::with_capacity(per_client);
+            for i in 0..per_client {
+                let t = Instant::now();
+                let (run, _) = ax
+                    .trigger(crate::scheduler::TriggerRequest {
+                        tenant: "default".into(),
+                        task: "bench".into(),
+                        idempotency_key: Some(format!("{c}-{i}")),
+                        actor: "bench".into(),
+                        ..Default::default()
+                    })
+                    .await?;
+                latencies.push(t.elapsed().as_secs_f64() * 1e3);
+                ids.push(run.id);
+            }
+            anyhow::Ok((latencies, ids))
+        });
+    }
+    let (mut latencies, mut ids) = (Vec::new(), Vec::new());
+    while let Some(res) = clients.join_next().await {
+        let (l, i) = res??;
+        latencies.extend(l);
+        ids.extend(i);
+    }
+    let accepted = started.elapsed();
+    // Wait until every run finished (checking the newest first: they finish last).
+    let stats = server.ax.scheduler.stats().clone();
+    let total = ids.len() as u64;
+    let succeeded_index = Outcome::ALL
+        .iter()
+        .position(|o| *o == Outcome::Succeeded)
+        .unwrap_or(0);
+    while stats.attempts[succeeded_index].load(std::sync::atomic::Ordering::Relaxed) < total {
+        anyhow::ensure!(
+            started.elapsed() < Duration::from_secs(600),
+            "runs did not finish in 10 minutes"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let finished = started.elapsed();
+    for id in ids.iter().rev().take(10) {
+        let run = server.ax.get_run("default", id)?;
+        anyhow::ensure!(
+            run.status == crate::model::RunStatus::Succeeded,
+            "run {id} ended {:?}",
+            run.status
+        );
+    }
+    server.shutdown.cancel();
+    server.join().await?;
+    let _ = std::fs::remove_dir_all(&dir);
+    latencies.sort_by(f64::total_cmp);
+    Ok(ThroughputStats {
+        runs: ids.len(),
+        concurrency,
+        accepted_per_sec: ids.len() as f64 / accepted.as_secs_f64(),
+        runs_per_sec: ids.len() as f64 / finished.as_secs_f64(),
+        trigger_p50_ms: percentile(&latencies, 0.5),
+        trigger_p99_ms: percentile(&latencies, 0.99),
+    })
+}

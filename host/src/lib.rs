@@ -22,12 +22,17 @@
 //! Dependency direction: `api`/`cli` → `service` → `scheduler` → (`store`,
 //! `runtime` through traits) → `model`. Nothing imports `api`.
 
+pub mod api;
 pub mod bench;
 pub mod cli;
+pub mod config;
 pub mod dag;
 pub mod model;
 pub mod runtime;
 pub mod schedule;
+pub mod scheduler;
+pub mod server;
+pub mod service;
 pub mod store;
 pub mod task;
 pub mod template;

@@ -2,7 +2,10 @@
 //! wasmtime layout). They use real plugins built from `plugins/` by
 //! host/build.rs, the real wasmtime runtime and the real `ax` binary.
 
+mod api;
 mod cli;
 mod common;
+mod crash;
 mod sandbox;
+mod serve_cli;
 mod validation;

@@ -1,6 +1,9 @@
 //! The `ax` command line. `ax exec` runs a plugin locally in the sandbox (no
-//! server); `ax bench` measures the runtime.
+//! server); `ax bench` measures the runtime; the client commands (`ax plugin`,
+//! `ax task`, `ax trigger`, `ax runs`, …, see [`client`]) talk to a server
+//! over HTTP and need no async runtime.
 
+mod client;
 mod exec;
 
 use std::path::PathBuf;
@@ -24,11 +27,16 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run ax: the embedded store, the scheduler and the HTTP API.
+    Serve(ServeArgs),
     /// Run one plugin locally in the sandbox and print how it ended.
     Exec(exec::ExecArgs),
     /// Measure the runtime.
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// Client commands talking to a server (`AX_URL`, `AX_TOKEN`).
+    #[command(flatten)]
+    Client(client::ClientCommand),
 }
 
 #[derive(Debug, Subcommand)]
@@ -37,6 +45,67 @@ enum BenchCommand {
     Exec(exec::BenchExecArgs),
     /// Loading a plugin: compiling it vs loading the cached artifact.
     Load(exec::BenchLoadArgs),
+    /// Fire lateness: many tasks firing every second through the real scheduler.
+    Fire(BenchFireArgs),
+    /// Manual-trigger throughput: accepted durably → succeeded.
+    Trigger(BenchTriggerArgs),
+}
+
+#[derive(Debug, Args)]
+struct ServeArgs {
+    /// Address of the HTTP API.
+    #[arg(long)]
+    listen: Option<std::net::SocketAddr>,
+    /// Data directory (store, plugin blobs, compiled artifacts).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Config file (YAML or JSON); flags and `AX_*` variables override it.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Load the example plugins and tasks (tenant `default`) so runs happen at once.
+    #[arg(long)]
+    demo: bool,
+}
+
+#[derive(Debug, Args)]
+struct BenchFireArgs {
+    /// Tasks, each firing every second (`every: 1s`, so fires spread over the second).
+    #[arg(long, default_value_t = 1000)]
+    tasks: usize,
+    /// Seconds to measure.
+    #[arg(long, default_value_t = 30)]
+    seconds: u64,
+    /// All tasks fire at the same instant (cron `* * * * * ?`) instead of spread over the second.
+    #[arg(long)]
+    aligned: bool,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+struct BenchTriggerArgs {
+    /// Runs to trigger.
+    #[arg(long, default_value_t = 20_000)]
+    runs: usize,
+    /// Clients triggering at once.
+    #[arg(long, default_value_t = 16)]
+    concurrency: usize,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+fn print_stats(
+    stats: &(impl serde::Serialize + std::fmt::Display),
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(stats)?);
+    } else {
+        println!("{stats}");
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Sandbox limits as command-line flags (shared by `exec` and `bench`).
@@ -97,14 +166,44 @@ pub fn init_tracing(json: bool) {
 
 /// Runs a parsed command line; the exit code says how it went.
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
+    match cli.command {
+        Command::Serve(args) => block_on(async move {
+            let mut config = crate::config::Config::load(args.config.as_deref())?;
+            if let Some(listen) = args.listen {
+                config.listen = listen;
+            }
+            if let Some(dir) = args.data_dir {
+                config.data_dir = dir;
+            }
+            crate::server::serve(config, args.demo).await?;
+            Ok(ExitCode::SUCCESS)
+        }),
+        Command::Bench(BenchCommand::Fire(args)) => block_on(async move {
+            print_stats(
+                &crate::bench::fire_lateness(args.tasks, args.seconds, args.aligned).await?,
+                args.json,
+            )
+        }),
+        Command::Bench(BenchCommand::Trigger(args)) => block_on(async move {
+            print_stats(
+                &crate::bench::trigger_throughput(args.runs, args.concurrency).await?,
+                args.json,
+            )
+        }),
+        Command::Exec(args) => block_on(exec::exec(args)),
+        Command::Bench(BenchCommand::Exec(args)) => block_on(exec::bench_exec(args)),
+        Command::Bench(BenchCommand::Load(args)) => block_on(exec::bench_load(args)),
+        // Blocking HTTP: no runtime needed.
+        Command::Client(command) => Ok(client::run(command)),
+    }
+}
+
+/// Runs an async command on a multi-threaded tokio runtime.
+fn block_on(
+    command: impl std::future::Future<Output = anyhow::Result<ExitCode>>,
+) -> anyhow::Result<ExitCode> {
+    tokio::runtime::Builder::new_multi_thread()
         .enable_all()
-        .build()?;
-    rt.block_on(async move {
-        match cli.command {
-            Command::Exec(args) => exec::exec(args).await,
-            Command::Bench(BenchCommand::Exec(args)) => exec::bench_exec(args).await,
-            Command::Bench(BenchCommand::Load(args)) => exec::bench_load(args).await,
-        }
-    })
+        .build()?
+        .block_on(command)
 }

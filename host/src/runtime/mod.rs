@@ -258,6 +258,11 @@ impl Runtime {
         Ok((plugin, source))
     }
 
+    /// A plugin already loaded in this process, by digest.
+    pub fn get(&self, digest: &str) -> Option<Plugin> {
+        self.lock_loaded().get(digest).cloned()
+    }
+
     /// Forgets a loaded plugin and its cached artifact (after it is deleted).
     pub fn evict(&self, digest: &str) {
         self.lock_loaded().remove(digest);

@@ -1,0 +1,377 @@
+//! The one place where failures become HTTP answers: every error the API can
+//! give, its status and its stable machine-readable `code`, and the mapping
+//! from [`service::Error`], from the runtime's upload errors and from axum's
+//! own extractor rejections. Bodies always have the shape
+//! `{"error": {"code": "...", "message": "...", "details": ...}}`.
+//!
+//! Client errors pass their message through; internal ones are logged here
+//! and answered with a generic message, so a store path or a panic text never
+//! reaches a client.
+
+use axum::extract::multipart::{MultipartError, MultipartRejection};
+use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use crate::runtime;
+use crate::service;
+
+/// Result type of the handlers.
+pub type ApiResult<T, E = ApiError> = std::result::Result<T, E>;
+
+/// Everything an API call can fail with.
+#[derive(Debug)]
+pub enum ApiError {
+    /// 400: the request is malformed. `code` is `bad_request`, `invalid_json`,
+    /// `invalid_yaml`, `invalid_wasm` or `invalid_tenant`.
+    BadRequest {
+        /// The stable code.
+        code: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+    /// 401: no token, or not a valid one.
+    Unauthorized(String),
+    /// 403: the token may not do this.
+    Forbidden(String),
+    /// 404: no such object for this tenant, or no such route.
+    NotFound(String),
+    /// 405: the route exists, not with this method.
+    MethodNotAllowed,
+    /// 409: conflicts with the current state.
+    Conflict(String),
+    /// 413: the body is over the limit.
+    TooLarge(String),
+    /// 415: a body of a type this route does not take.
+    UnsupportedMediaType(String),
+    /// 422: well-formed but invalid. `code` is `invalid`, `invalid_plugin`,
+    /// `invalid_component`, `wrong_world` or `unsupported_import`.
+    Invalid {
+        /// The stable code.
+        code: &'static str,
+        /// What is wrong.
+        message: String,
+        /// Where (e.g. `{"path": "steps[0].limits.fuel"}`).
+        details: Option<Value>,
+    },
+    /// 429: the tenant's queue is full.
+    QueueFull {
+        /// What happened.
+        message: String,
+        /// Seconds to wait (sent as `Retry-After`).
+        retry_after: u64,
+    },
+    /// 503: the host cannot serve right now.
+    Unavailable(String),
+    /// 500: a fault of the host. The text is logged, never sent.
+    Internal(String),
+}
+
+impl ApiError {
+    /// A 400 `bad_request`.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        ApiError::BadRequest {
+            code: "bad_request",
+            message: message.into(),
+        }
+    }
+
+    /// The status and stable code of this error.
+    pub fn status_and_code(&self) -> (StatusCode, &'static str) {
+        match self {
+            ApiError::BadRequest { code, .. } => (StatusCode::BAD_REQUEST, code),
+            ApiError::Unauthorized(_) => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            ApiError::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
+            ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
+            ApiError::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
+            ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
+            ApiError::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
+            ApiError::UnsupportedMediaType(_) => {
+                (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
+            }
+            ApiError::Invalid { code, .. } => (StatusCode::UNPROCESSABLE_ENTITY, code),
+            ApiError::QueueFull { .. } => (StatusCode::TOO_MANY_REQUESTS, "queue_full"),
+            ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+            ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+        }
+    }
+
+    /// The message sent to the client.
+    fn public_message(&self) -> String {
+        match self {
+            ApiError::BadRequest { message, .. }
+            | ApiError::Unauthorized(message)
+            | ApiError::Forbidden(message)
+            | ApiError::NotFound(message)
+            | ApiError::Conflict(message)
+            | ApiError::TooLarge(message)
+            | ApiError::UnsupportedMediaType(message)
+            | ApiError::Invalid { message, .. }
+            | ApiError::QueueFull { message, .. }
+            | ApiError::Unavailable(message) => message.clone(),
+            ApiError::MethodNotAllowed => "this route does not accept this method".into(),
+            ApiError::Internal(_) => "internal error; the host logged the details".into(),
+        }
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (_, code) = self.status_and_code();
+        match self {
+            ApiError::Internal(message) => write!(f, "{code}: {message}"),
+            other => write!(f, "{code}: {}", other.public_message()),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, code) = self.status_and_code();
+        if let ApiError::Internal(message) = &self {
+            tracing::error!(error = %message, "internal error answering a request");
+        }
+        let details = match &self {
+            ApiError::Invalid { details, .. } => details.clone().unwrap_or(Value::Null),
+            ApiError::QueueFull { retry_after, .. } => json!({ "retry_after": retry_after }),
+            _ => Value::Null,
+        };
+        let body = json!({ "error": { "code": code, "message": self.public_message(), "details": details } });
+        let mut response = (status, axum::Json(body)).into_response();
+        let headers = response.headers_mut();
+        match &self {
+            ApiError::Unauthorized(_) => {
+                headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            ApiError::QueueFull { retry_after, .. } => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from(*retry_after));
+            }
+            _ => {}
+        }
+        response
+    }
+}
+
+impl From<service::Error> for ApiError {
+    fn from(e: service::Error) -> Self {
+        match e {
+            service::Error::BadRequest(message) => ApiError::bad_request(message),
+            service::Error::Invalid {
+                path: None,
+                message,
+            } if message.starts_with("invalid YAML:") => {
+                // `task::parse` reports text that is not YAML/JSON at all with
+                // these prefixes and no path; that is a malformed request (400),
+                // not an invalid definition (422).
+                ApiError::BadRequest {
+                    code: "invalid_yaml",
+                    message,
+                }
+            }
+            service::Error::Invalid {
+                path: None,
+                message,
+            } if message.starts_with("invalid JSON:") => ApiError::BadRequest {
+                code: "invalid_json",
+                message,
+            },
+            service::Error::Invalid { path, message } => {
+                // A task naming a plugin that is not uploaded gets its own code:
+                // the fix (upload it) differs from fixing the document.
+                let code = match path.as_deref() {
+                    Some(p) if p.ends_with(".plugin") || p == "plugin" => "invalid_plugin",
+                    _ => "invalid",
+                };
+                let message = match &path {
+                    Some(p) => format!("{p}: {message}"),
+                    None => message,
+                };
+                ApiError::Invalid {
+                    code,
+                    message,
+                    details: Some(json!({ "path": path })),
+                }
+            }
+            service::Error::Plugin(e) => e.into(),
+            service::Error::NotFound(what) => ApiError::NotFound(format!("{what} not found")),
+            service::Error::Conflict(message) => ApiError::Conflict(message),
+            service::Error::TooLarge(message) => ApiError::TooLarge(message),
+            service::Error::QueueFull {
+                message,
+                retry_after,
+            } => ApiError::QueueFull {
+                message,
+                retry_after,
+            },
+            service::Error::Internal(message) => ApiError::Internal(message),
+        }
+    }
+}
+
+impl From<runtime::Error> for ApiError {
+    fn from(e: runtime::Error) -> Self {
+        let message = e.to_string();
+        let invalid = |code| ApiError::Invalid {
+            code,
+            message: message.clone(),
+            details: None,
+        };
+        match e {
+            runtime::Error::Malformed(_) | runtime::Error::CoreModule => ApiError::BadRequest {
+                code: "invalid_wasm",
+                message,
+            },
+            runtime::Error::Invalid(_) => invalid("invalid_component"),
+            runtime::Error::WrongWorld(_) => invalid("wrong_world"),
+            runtime::Error::UnsupportedImport(_) => invalid("unsupported_import"),
+            runtime::Error::Limits(_) | runtime::Error::Host(_) => ApiError::Internal(message),
+        }
+    }
+}
+
+/// Maps an axum rejection (known by its status and text) into the error shape.
+fn rejection(status: StatusCode, text: String) -> ApiError {
+    match status {
+        StatusCode::PAYLOAD_TOO_LARGE => ApiError::TooLarge(format!(
+            "{text} (the request body is over this route's limit)"
+        )),
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => ApiError::UnsupportedMediaType(text),
+        s if s.is_server_error() => ApiError::Internal(text),
+        _ => ApiError::bad_request(text),
+    }
+}
+
+impl From<QueryRejection> for ApiError {
+    fn from(r: QueryRejection) -> Self {
+        rejection(r.status(), format!("bad query string: {}", r.body_text()))
+    }
+}
+
+impl From<PathRejection> for ApiError {
+    fn from(r: PathRejection) -> Self {
+        rejection(r.status(), format!("bad path: {}", r.body_text()))
+    }
+}
+
+impl From<BytesRejection> for ApiError {
+    fn from(r: BytesRejection) -> Self {
+        rejection(r.status(), r.body_text())
+    }
+}
+
+impl From<MultipartRejection> for ApiError {
+    fn from(r: MultipartRejection) -> Self {
+        rejection(r.status(), r.body_text())
+    }
+}
+
+impl From<MultipartError> for ApiError {
+    fn from(r: MultipartError) -> Self {
+        rejection(r.status(), format!("bad multipart body: {}", r.body_text()))
+    }
+}
+
+/// Parses a JSON request body into `T`: 400 `invalid_json` when it is not JSON
+/// or not the expected shape (unknown fields included).
+pub fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> ApiResult<T> {
+    serde_json::from_slice(body).map_err(|e| ApiError::BadRequest {
+        code: "invalid_json",
+        message: format!("the request body is not valid JSON for this route: {e}"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn internal_errors_do_not_leak_their_text() {
+        let e = ApiError::Internal("/secret/path: disk on fire".into());
+        assert!(!e.public_message().contains("secret"));
+        assert_eq!(e.status_and_code().1, "internal");
+    }
+
+    #[test]
+    fn invalid_task_errors_carry_their_path() {
+        let e: ApiError = service::Error::Invalid {
+            path: Some("steps[0].limits.fuel".into()),
+            message: "too much".into(),
+        }
+        .into();
+        match e {
+            ApiError::Invalid {
+                code,
+                message,
+                details,
+            } => {
+                assert_eq!(code, "invalid");
+                assert_eq!(message, "steps[0].limits.fuel: too much");
+                assert_eq!(details.unwrap()["path"], "steps[0].limits.fuel");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn queue_full_says_when_to_retry_and_401_names_the_scheme() {
+        let full: ApiError = service::Error::QueueFull {
+            message: "full".into(),
+            retry_after: 3,
+        }
+        .into();
+        let response = full.into_response();
+        assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(response.headers()[header::RETRY_AFTER], "3");
+        let response = ApiError::Unauthorized("no".into()).into_response();
+        assert_eq!(response.headers()[header::WWW_AUTHENTICATE], "Bearer");
+    }
+
+    #[test]
+    fn syntax_errors_of_a_definition_are_400_with_their_format() {
+        let yaml: ApiError = service::Error::Invalid {
+            path: None,
+            message: "invalid YAML: bad".into(),
+        }
+        .into();
+        assert_eq!(
+            yaml.status_and_code(),
+            (StatusCode::BAD_REQUEST, "invalid_yaml")
+        );
+        let json: ApiError = service::Error::Invalid {
+            path: None,
+            message: "invalid JSON: bad".into(),
+        }
+        .into();
+        assert_eq!(
+            json.status_and_code(),
+            (StatusCode::BAD_REQUEST, "invalid_json")
+        );
+        let plugin: ApiError = service::Error::Invalid {
+            path: Some("steps[1].plugin".into()),
+            message: "x".into(),
+        }
+        .into();
+        assert_eq!(
+            plugin.status_and_code(),
+            (StatusCode::UNPROCESSABLE_ENTITY, "invalid_plugin")
+        );
+    }
+
+    #[test]
+    fn upload_errors_have_their_codes() {
+        let code = |e: runtime::Error| ApiError::from(e).status_and_code();
+        assert_eq!(
+            code(runtime::Error::CoreModule),
+            (StatusCode::BAD_REQUEST, "invalid_wasm")
+        );
+        assert_eq!(
+            code(runtime::Error::WrongWorld("x".into())),
+            (StatusCode::UNPROCESSABLE_ENTITY, "wrong_world")
+        );
+        assert_eq!(
+            code(runtime::Error::Host("x".into())).0,
+            StatusCode::INTERNAL_SERVER_ERROR
+        );
+    }
+}

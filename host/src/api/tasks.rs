@@ -1,0 +1,134 @@
+//! `/v1/tasks`: create or replace (YAML or JSON text), list, show, delete,
+//! pause, resume, and the next fire instants. Parsing and validating a
+//! definition is the service's (and `task`'s) job.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::ApiState;
+use super::auth::Caller;
+use super::error::{ApiError, ApiResult};
+use super::extract::{ApiBody, ApiPath, ApiQuery};
+use super::views::TaskView;
+use crate::scheduler::clock::rfc3339;
+
+/// Fire instants a preview shows when the client does not say.
+const DEFAULT_PREVIEW: usize = 5;
+
+/// `PUT /v1/tasks/{name}`: 201 created, 200 replaced.
+pub(super) async fn put(
+    State(state): State<ApiState>,
+    caller: Caller,
+    ApiPath(name): ApiPath<String>,
+    ApiBody(body): ApiBody,
+) -> ApiResult<Response> {
+    let text = std::str::from_utf8(&body).map_err(|e| {
+        ApiError::bad_request(format!(
+            "a task definition is UTF-8 text (YAML or JSON): {e}"
+        ))
+    })?;
+    if text.trim().is_empty() {
+        return Err(ApiError::bad_request(
+            "the request body is empty: send the task definition (YAML or JSON)",
+        ));
+    }
+    let (record, created) = state.ax.put_task(&caller.tenant, &name, text).await?;
+    tracing::info!(tenant = %caller.tenant, task = %name, version = record.version, created, "task stored");
+    let (task, schedule) = state.ax.get_task(&caller.tenant, &record.name)?;
+    let status = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(TaskView::new(task, schedule.as_ref(), false))).into_response())
+}
+
+/// `GET /v1/tasks`.
+pub(super) async fn list(
+    State(state): State<ApiState>,
+    caller: Caller,
+) -> ApiResult<Json<serde_json::Value>> {
+    let tasks: Vec<TaskView> = state
+        .ax
+        .list_tasks(&caller.tenant)?
+        .into_iter()
+        .map(|(task, schedule)| TaskView::new(task, schedule.as_ref(), false))
+        .collect();
+    Ok(Json(json!({ "tasks": tasks })))
+}
+
+/// `GET /v1/tasks/{name}`: with the definition as it was sent (`source`).
+pub(super) async fn show(
+    State(state): State<ApiState>,
+    caller: Caller,
+    ApiPath(name): ApiPath<String>,
+) -> ApiResult<Json<TaskView>> {
+    let (task, schedule) = state.ax.get_task(&caller.tenant, &name)?;
+    Ok(Json(TaskView::new(task, schedule.as_ref(), true)))
+}
+
+/// `DELETE /v1/tasks/{name}`: 204.
+pub(super) async fn delete(
+    State(state): State<ApiState>,
+    caller: Caller,
+    ApiPath(name): ApiPath<String>,
+) -> ApiResult<StatusCode> {
+    state.ax.delete_task(&caller.tenant, &name).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn set_paused(
+    state: &ApiState,
+    caller: &Caller,
+    name: &str,
+    paused: bool,
+) -> ApiResult<Json<TaskView>> {
+    state.ax.set_paused(&caller.tenant, name, paused).await?;
+    let (task, schedule) = state.ax.get_task(&caller.tenant, name)?;
+    Ok(Json(TaskView::new(task, schedule.as_ref(), false)))
+}
+
+/// `POST /v1/tasks/{name}/pause`.
+pub(super) async fn pause(
+    State(state): State<ApiState>,
+    caller: Caller,
+    ApiPath(name): ApiPath<String>,
+) -> ApiResult<Json<TaskView>> {
+    set_paused(&state, &caller, &name, true).await
+}
+
+/// `POST /v1/tasks/{name}/resume`.
+pub(super) async fn resume(
+    State(state): State<ApiState>,
+    caller: Caller,
+    ApiPath(name): ApiPath<String>,
+) -> ApiResult<Json<TaskView>> {
+    set_paused(&state, &caller, &name, false).await
+}
+
+/// `?count=N` of a preview.
+#[derive(Debug, Deserialize)]
+pub(super) struct CountQuery {
+    count: Option<usize>,
+}
+
+/// `GET /v1/tasks/{name}/next?count=N`.
+pub(super) async fn next(
+    State(state): State<ApiState>,
+    caller: Caller,
+    ApiPath(name): ApiPath<String>,
+    ApiQuery(query): ApiQuery<CountQuery>,
+) -> ApiResult<Json<serde_json::Value>> {
+    let count = query.count.unwrap_or(DEFAULT_PREVIEW);
+    let next: Vec<String> = state
+        .ax
+        .next_fires(&caller.tenant, &name, count)?
+        .into_iter()
+        .map(|at| rfc3339(at.timestamp_millis()))
+        .collect();
+    Ok(Json(json!({ "next": next })))
+}

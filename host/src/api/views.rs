@@ -1,0 +1,296 @@
+//! What the API shows of the stored records: the JSON shapes of its answers.
+//! Instants become RFC 3339 UTC strings; internal fields (a run's snapshot of
+//! its task definition, record format numbers, lost-attempt counters) stay
+//! inside the host.
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::model::{
+    AttemptRecord, DeadLetter, ErrorKind, Event, Millis, Outcome, PluginRecord, RunRecord,
+    RunStatus, ScheduleState, StepRunRecord, StepStatus, TaskRecord, TriggerKind,
+};
+use crate::scheduler::clock::rfc3339;
+
+fn instant(ms: Millis) -> String {
+    rfc3339(ms)
+}
+
+fn opt_instant(ms: Option<Millis>) -> Option<String> {
+    ms.map(rfc3339)
+}
+
+/// A plugin version.
+#[derive(Debug, Serialize)]
+pub struct PluginView {
+    /// Plugin name.
+    pub name: String,
+    /// Semver version.
+    pub version: String,
+    /// sha256 of the component.
+    pub digest: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// When it was uploaded.
+    pub created_at: String,
+}
+
+impl From<PluginRecord> for PluginView {
+    fn from(p: PluginRecord) -> Self {
+        Self {
+            name: p.name,
+            version: p.version,
+            digest: p.digest,
+            size: p.size,
+            created_at: instant(p.created_at),
+        }
+    }
+}
+
+/// A task with its trigger state.
+#[derive(Debug, Serialize)]
+pub struct TaskView {
+    /// Task name.
+    pub name: String,
+    /// Bumped on every replace.
+    pub version: u64,
+    /// When first created.
+    pub created_at: String,
+    /// When last replaced.
+    pub updated_at: String,
+    /// The validated definition.
+    pub spec: Value,
+    /// Whether its trigger is paused.
+    pub paused: bool,
+    /// The next instant its trigger fires (`null`: never, manual, or paused).
+    pub next_fire: Option<String>,
+    /// The definition as sent (only when showing one task).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+}
+
+impl TaskView {
+    /// The view of a task; `with_source` adds the text the user sent.
+    pub fn new(task: TaskRecord, schedule: Option<&ScheduleState>, with_source: bool) -> Self {
+        let paused = schedule.is_some_and(|s| s.paused);
+        Self {
+            name: task.name,
+            version: task.version,
+            created_at: instant(task.created_at),
+            updated_at: instant(task.updated_at),
+            spec: task.spec,
+            paused,
+            next_fire: schedule
+                .filter(|s| !s.paused)
+                .and_then(|s| opt_instant(s.next_fire)),
+            source: with_source.then_some(task.source),
+        }
+    }
+}
+
+/// One attempt of a step.
+#[derive(Debug, Serialize)]
+pub struct AttemptView {
+    /// From 1.
+    pub number: u32,
+    /// `null` while running.
+    pub outcome: Option<Outcome>,
+    /// When it started.
+    pub started_at: String,
+    /// When it ended.
+    pub finished_at: Option<String>,
+    /// Fuel consumed.
+    pub fuel_consumed: u64,
+    /// Peak linear memory.
+    pub memory_peak_bytes: u64,
+    /// Wall time.
+    pub duration_ms: f64,
+    /// Why it did not succeed.
+    pub error: Option<String>,
+    /// For `failed`: retryable or fatal.
+    pub error_kind: Option<ErrorKind>,
+}
+
+impl From<AttemptRecord> for AttemptView {
+    fn from(a: AttemptRecord) -> Self {
+        Self {
+            number: a.number,
+            outcome: a.outcome,
+            started_at: instant(a.started_at),
+            finished_at: opt_instant(a.finished_at),
+            fuel_consumed: a.fuel_consumed,
+            memory_peak_bytes: a.memory_peak_bytes,
+            duration_ms: a.duration_ms,
+            error: a.error,
+            error_kind: a.error_kind,
+        }
+    }
+}
+
+/// One step of a run.
+#[derive(Debug, Serialize)]
+pub struct StepView {
+    /// Step name.
+    pub name: String,
+    /// Current state.
+    pub status: StepStatus,
+    /// Resolved input.
+    pub input: Option<Value>,
+    /// Output once succeeded.
+    pub output: Option<Value>,
+    /// The last error.
+    pub error: Option<String>,
+    /// When a `retry_wait` step is due.
+    pub next_attempt_at: Option<String>,
+    /// Attempts, oldest first.
+    pub attempts: Vec<AttemptView>,
+}
+
+impl From<StepRunRecord> for StepView {
+    fn from(s: StepRunRecord) -> Self {
+        Self {
+            name: s.name,
+            status: s.status,
+            input: s.input,
+            output: s.output,
+            error: s.error,
+            next_attempt_at: opt_instant(s.next_attempt_at),
+            attempts: s.attempts.into_iter().map(AttemptView::from).collect(),
+        }
+    }
+}
+
+/// A run.
+#[derive(Debug, Serialize)]
+pub struct RunView {
+    /// Run id.
+    pub id: String,
+    /// Owning tenant.
+    pub tenant: String,
+    /// Task name.
+    pub task: String,
+    /// Run state.
+    pub status: RunStatus,
+    /// Why it is in its state.
+    pub reason: Option<String>,
+    /// 0..=9.
+    pub priority: u8,
+    /// What started it.
+    pub trigger: TriggerKind,
+    /// The instant the run is for.
+    pub scheduled_for: String,
+    /// When it was accepted.
+    pub created_at: String,
+    /// When its first attempt started.
+    pub started_at: Option<String>,
+    /// When it ended.
+    pub finished_at: Option<String>,
+    /// The trigger input.
+    pub input: Value,
+    /// The client's idempotency key.
+    pub idempotency_key: Option<String>,
+    /// Its steps, in the task's order.
+    pub steps: Vec<StepView>,
+}
+
+impl From<RunRecord> for RunView {
+    fn from(r: RunRecord) -> Self {
+        Self {
+            id: r.id,
+            tenant: r.tenant,
+            task: r.task,
+            status: r.status,
+            reason: r.reason,
+            priority: r.priority,
+            trigger: r.trigger,
+            scheduled_for: instant(r.scheduled_for),
+            created_at: instant(r.created_at),
+            started_at: opt_instant(r.started_at),
+            finished_at: opt_instant(r.finished_at),
+            input: r.input,
+            idempotency_key: r.idempotency_key,
+            steps: r.steps.into_iter().map(StepView::from).collect(),
+        }
+    }
+}
+
+/// One state change of a run.
+#[derive(Debug, Serialize)]
+pub struct EventView {
+    /// The run.
+    pub run_id: String,
+    /// The step (`null` for the run itself).
+    pub step: Option<String>,
+    /// The attempt, where one is concerned.
+    pub attempt: Option<u32>,
+    /// Previous state.
+    pub from: Option<String>,
+    /// New state.
+    pub to: String,
+    /// When.
+    pub at: String,
+    /// Why.
+    pub reason: String,
+    /// Who.
+    pub actor: String,
+}
+
+impl From<Event> for EventView {
+    fn from(e: Event) -> Self {
+        Self {
+            run_id: e.run_id,
+            step: e.step,
+            attempt: e.attempt,
+            from: e.from,
+            to: e.to,
+            at: instant(e.at),
+            reason: e.reason,
+            actor: e.actor,
+        }
+    }
+}
+
+/// A dead letter.
+#[derive(Debug, Serialize)]
+pub struct DeadLetterView {
+    /// Id.
+    pub id: String,
+    /// Task name.
+    pub task: String,
+    /// The run.
+    pub run_id: String,
+    /// The step.
+    pub step: String,
+    /// The step's resolved input.
+    pub input: Option<Value>,
+    /// The last error.
+    pub error: Option<String>,
+    /// The last attempt's outcome.
+    pub outcome: Option<Outcome>,
+    /// Attempts made.
+    pub attempts: u32,
+    /// When it was recorded.
+    pub created_at: String,
+    /// What a person decided (`null` while open).
+    pub resolution: Option<String>,
+    /// When it was resolved or requeued.
+    pub resolved_at: Option<String>,
+}
+
+impl From<DeadLetter> for DeadLetterView {
+    fn from(d: DeadLetter) -> Self {
+        Self {
+            id: d.id,
+            task: d.task,
+            run_id: d.run_id,
+            step: d.step,
+            input: d.input,
+            error: d.error,
+            outcome: d.outcome,
+            attempts: d.attempts,
+            created_at: instant(d.created_at),
+            resolution: d.resolution,
+            resolved_at: opt_instant(d.resolved_at),
+        }
+    }
+}

@@ -1,0 +1,144 @@
+//! `ax serve` settings: one serde struct, defaults as named constants, read
+//! from a YAML/JSON file, then environment variables, then flags (each later
+//! source wins). Unknown keys in the file are errors, so a typo never goes
+//! unnoticed.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::schedule::spec::opt_duration;
+
+/// Where `ax serve` listens by default.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8641";
+/// Where `ax serve` keeps its data by default.
+pub const DEFAULT_DATA_DIR: &str = "./ax-data";
+
+/// A named pool in the config file.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PoolFile {
+    /// Steps of this pool running at once.
+    pub slots: usize,
+    /// Starts per second at most.
+    #[serde(default)]
+    pub rate_per_sec: Option<f64>,
+}
+
+/// Per-attempt caps every task is checked against.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CapsFile {
+    /// Most fuel a step may ask for.
+    pub max_fuel: u64,
+    /// Most memory a step may ask for, MiB.
+    pub max_memory_mb: u64,
+    /// Longest timeout a step may ask for.
+    #[serde(with = "opt_duration")]
+    pub max_timeout: Option<Duration>,
+}
+
+impl Default for CapsFile {
+    fn default() -> Self {
+        Self {
+            max_fuel: 100_000_000_000,
+            max_memory_mb: 1024,
+            max_timeout: Some(Duration::from_secs(3600)),
+        }
+    }
+}
+
+/// The whole configuration.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Address of the HTTP API (`127.0.0.1:0` picks a free port).
+    pub listen: SocketAddr,
+    /// Data directory: the sled store, plugin blobs, compiled artifacts.
+    pub data_dir: PathBuf,
+    /// The admin token (else `AX_ADMIN_TOKEN`, else the stored hash, else generated and printed once).
+    pub admin_token: Option<String>,
+    /// Attempts running at once (default: the number of cores).
+    pub concurrency: Option<usize>,
+    /// Of those, slots reserved for priority >= 7 (default: a quarter).
+    pub reserved_high: Option<usize>,
+    /// Runs a tenant may have waiting before triggers get 429.
+    pub max_queued_per_tenant: usize,
+    /// Runs waiting (all tenants) past which low-priority runs are shed.
+    pub high_water: usize,
+    /// Named pools.
+    pub pools: BTreeMap<String, PoolFile>,
+    /// Per-attempt caps.
+    pub caps: CapsFile,
+    /// Largest plugin upload, MiB.
+    pub max_plugin_mb: usize,
+    /// Wasm instances that may exist at once (pooling allocator slots).
+    pub max_instances: u32,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            listen: DEFAULT_LISTEN.parse().expect("valid constant"),
+            data_dir: PathBuf::from(DEFAULT_DATA_DIR),
+            admin_token: None,
+            concurrency: None,
+            reserved_high: None,
+            max_queued_per_tenant: 10_000,
+            high_water: 50_000,
+            pools: BTreeMap::new(),
+            caps: CapsFile::default(),
+            max_plugin_mb: 32,
+            max_instances: crate::runtime::DEFAULT_MAX_INSTANCES,
+        }
+    }
+}
+
+impl Config {
+    /// Reads `path` (YAML or JSON), or the defaults without a file; then
+    /// applies `AX_LISTEN`, `AX_DATA_DIR`, `AX_ADMIN_TOKEN`.
+    pub fn load(path: Option<&Path>) -> anyhow::Result<Self> {
+        let mut config = match path {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| anyhow::anyhow!("reading config {}: {e}", path.display()))?;
+                serde_saphyr::from_str::<Config>(&text)
+                    .map_err(|e| anyhow::anyhow!("config {}: {e}", path.display()))?
+            }
+            None => Config::default(),
+        };
+        if let Ok(listen) = std::env::var("AX_LISTEN") {
+            config.listen = listen
+                .parse()
+                .map_err(|e| anyhow::anyhow!("AX_LISTEN `{listen}`: {e}"))?;
+        }
+        if let Some(dir) = std::env::var_os("AX_DATA_DIR") {
+            config.data_dir = PathBuf::from(dir);
+        }
+        if let Ok(token) = std::env::var("AX_ADMIN_TOKEN")
+            && !token.is_empty()
+        {
+            config.admin_token = Some(token);
+        }
+        Ok(config)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_keys_override_defaults_and_unknown_keys_fail() {
+        let text = "listen: 127.0.0.1:9000\npools:\n  warehouse: { slots: 2, rate_per_sec: 200 }\ncaps:\n  max_timeout: 10m\n";
+        let config: Config = serde_saphyr::from_str(text).unwrap();
+        assert_eq!(config.listen.port(), 9000);
+        assert_eq!(config.pools["warehouse"].slots, 2);
+        assert_eq!(config.caps.max_timeout, Some(Duration::from_secs(600)));
+        assert_eq!(config.max_queued_per_tenant, 10_000);
+        assert!(serde_saphyr::from_str::<Config>("listn: x\n").is_err());
+    }
+}

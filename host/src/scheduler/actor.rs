@@ -1,0 +1,1659 @@
+//! The scheduler actor: owns active runs, the dispatch queue and timers.
+//! Every state change goes to the store (with its events) before the actor
+//! moves on; see the module docs of `scheduler` for the why.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use rand::SeedableRng;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::clock::{Clock, from_ms, rfc3339};
+use super::queue::{DispatchQueue, Entry};
+use super::runner::{AttemptRequest, Runner};
+use super::{Command, Error, Result, SchedulerConfig, Stats, TriggerRequest};
+use crate::model::{
+    AttemptContext, AttemptRecord, AttemptReport, DeadLetter, ErrorKind, Event, Millis, Outcome,
+    RECORD_FORMAT, RunRecord, RunStatus, ScheduleState, StepRunRecord, StepStatus, TriggerKind,
+};
+use crate::schedule::{self, Overlap, Trigger};
+use crate::store::{AttemptLogs, Insert, Store, new_id};
+use crate::task::{TaskSpec, TriggerRule};
+use crate::template;
+
+/// Commands drained per wake-up before dispatching (amortises the dispatch scan).
+const BATCH: usize = 256;
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Timer {
+    Fire { tenant: String, task: String },
+    Retry { run_id: String, step: usize },
+}
+
+struct AttemptDone {
+    run_id: String,
+    step: usize,
+    attempt: u32,
+    tenant: String,
+    pool: String,
+    result: std::result::Result<AttemptReport, String>,
+}
+
+/// What a new run comes from.
+struct Origin {
+    trigger: TriggerKind,
+    scheduled_for: Millis,
+    input: serde_json::Value,
+    idempotency_key: Option<String>,
+    priority: u8,
+}
+
+/// A task whose trigger is armed.
+struct Armed {
+    task: Arc<crate::model::TaskRecord>,
+    spec: Arc<TaskSpec>,
+    trigger: Trigger,
+    schedule: ScheduleState,
+}
+
+/// An active run held in memory, with its parsed definition.
+struct ActiveRun {
+    rec: RunRecord,
+    spec: TaskSpec,
+    tz: chrono_tz::Tz,
+    /// Waiting behind an active run of its task (`overlap: queue_one`).
+    held: bool,
+    /// Set when a person cancelled the run.
+    cancelled: bool,
+    /// Cancellation of running attempts, by step index.
+    cancels: HashMap<usize, CancellationToken>,
+}
+
+pub(super) struct Actor {
+    store: Arc<dyn Store>,
+    runner: Arc<dyn Runner>,
+    clock: Arc<dyn Clock>,
+    config: SchedulerConfig,
+    stats: Arc<Stats>,
+    queue: DispatchQueue,
+    runs: HashMap<String, ActiveRun>,
+    timers: BTreeSet<(Millis, Timer)>,
+    /// The timer entry of each task's next fire, to replace it on change.
+    fire_timers: HashMap<(String, String), Millis>,
+    /// Tasks with a time trigger: definition, compiled trigger and schedule
+    /// state, kept in memory so a fire costs no parsing and no reads. The
+    /// actor writes schedule progress; other changes arrive as `TaskChanged`.
+    armed: HashMap<(String, String), Armed>,
+    /// Active run ids per (tenant, task), oldest first.
+    by_task: HashMap<(String, String), VecDeque<String>>,
+    /// Runs in `queued` state per tenant (for the queue bound).
+    queued_runs: HashMap<String, usize>,
+    done_tx: mpsc::UnboundedSender<AttemptDone>,
+    done_rx: Option<mpsc::UnboundedReceiver<AttemptDone>>,
+    rng: rand::rngs::StdRng,
+}
+
+/// One event; `step` names the step and attempt for step-level changes.
+fn event(
+    run: &RunRecord,
+    step: Option<(&str, Option<u32>)>,
+    from: Option<&str>,
+    to: &str,
+    at: Millis,
+    reason: impl Into<String>,
+    actor: &str,
+) -> Event {
+    Event {
+        run_id: run.id.clone(),
+        step: step.map(|(s, _)| s.to_string()),
+        attempt: step.and_then(|(_, a)| a),
+        from: from.map(str::to_string),
+        to: to.to_string(),
+        at,
+        reason: reason.into(),
+        actor: actor.to_string(),
+    }
+}
+
+fn step_status_name(s: StepStatus) -> &'static str {
+    match s {
+        StepStatus::Pending => "pending",
+        StepStatus::Queued => "queued",
+        StepStatus::Running => "running",
+        StepStatus::RetryWait => "retry_wait",
+        StepStatus::Succeeded => "succeeded",
+        StepStatus::Failed => "failed",
+        StepStatus::Skipped => "skipped",
+        StepStatus::Cancelled => "cancelled",
+        StepStatus::Dead => "dead",
+    }
+}
+
+/// Sets a step's status and records the event.
+fn set_step(
+    run: &mut RunRecord,
+    i: usize,
+    to: StepStatus,
+    at: Millis,
+    reason: impl Into<String>,
+    actor: &str,
+    events: &mut Vec<Event>,
+) {
+    let from = run.steps[i].status;
+    run.steps[i].status = to;
+    let attempt = run.steps[i].attempts.last().map(|a| a.number);
+    let name = run.steps[i].name.clone();
+    events.push(event(
+        run,
+        Some((&name, attempt)),
+        Some(step_status_name(from)),
+        step_status_name(to),
+        at,
+        reason,
+        actor,
+    ));
+}
+
+fn set_run(
+    run: &mut RunRecord,
+    to: RunStatus,
+    at: Millis,
+    reason: impl Into<String>,
+    actor: &str,
+    events: &mut Vec<Event>,
+) {
+    let from = run.status;
+    if from == to {
+        return;
+    }
+    run.status = to;
+    let reason = reason.into();
+    events.push(event(
+        run,
+        None,
+        Some(from.as_str()),
+        to.as_str(),
+        at,
+        reason.clone(),
+        actor,
+    ));
+    if to.is_terminal() {
+        run.finished_at = Some(at);
+        if !reason.is_empty() {
+            run.reason = Some(reason);
+        }
+    }
+}
+
+fn task_timezone(spec: &TaskSpec) -> chrono_tz::Tz {
+    spec.trigger
+        .as_ref()
+        .and_then(|t| t.timezone.as_deref())
+        .and_then(|z| z.parse().ok())
+        .unwrap_or(chrono_tz::UTC)
+}
+
+impl Actor {
+    pub(super) fn new(
+        store: Arc<dyn Store>,
+        runner: Arc<dyn Runner>,
+        clock: Arc<dyn Clock>,
+        config: SchedulerConfig,
+        stats: Arc<Stats>,
+    ) -> Self {
+        let (done_tx, done_rx) = mpsc::unbounded_channel();
+        let now = clock.now_ms();
+        Self {
+            queue: DispatchQueue::new(config.queue.clone(), now),
+            store,
+            runner,
+            clock,
+            config,
+            stats,
+            runs: HashMap::new(),
+            timers: BTreeSet::new(),
+            fire_timers: HashMap::new(),
+            armed: HashMap::new(),
+            by_task: HashMap::new(),
+            queued_runs: HashMap::new(),
+            done_tx,
+            done_rx: Some(done_rx),
+            rng: rand::rngs::StdRng::from_os_rng(),
+        }
+    }
+
+    // ----------------------------------------------------------------------
+    // Recovery
+    // ----------------------------------------------------------------------
+
+    /// Rebuilds memory from the store after a start: attempts that were
+    /// running are marked `lost` and retried per policy, queued and waiting
+    /// steps resume, schedules are re-armed (missed fires follow `catch_up`
+    /// when their timers fire, immediately).
+    pub(super) fn recover(&mut self) -> Result<()> {
+        let now = self.clock.now_ms();
+        let mut active = self.store.active_runs()?;
+        active.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
+        for rec in active {
+            let spec: TaskSpec = match serde_json::from_value(rec.spec.clone()) {
+                Ok(spec) => spec,
+                Err(e) => {
+                    tracing::error!(run = %rec.id, error = %e, "cannot read the task snapshot of an active run; failing it");
+                    let mut rec = rec;
+                    let mut events = Vec::new();
+                    set_run(
+                        &mut rec,
+                        RunStatus::Failed,
+                        now,
+                        format!("unreadable task snapshot: {e}"),
+                        "recovery",
+                        &mut events,
+                    );
+                    self.store.update_run(&rec, &events)?;
+                    continue;
+                }
+            };
+            let key = (rec.tenant.clone(), rec.task.clone());
+            let held = rec.status == RunStatus::Queued
+                && rec.trigger != TriggerKind::Manual
+                && spec.overlap == Overlap::QueueOne
+                && self.by_task.get(&key).is_some_and(|ids| !ids.is_empty());
+            let tz = task_timezone(&spec);
+            if rec.status == RunStatus::Queued {
+                *self.queued_runs.entry(rec.tenant.clone()).or_default() += 1;
+            }
+            self.by_task
+                .entry(key)
+                .or_default()
+                .push_back(rec.id.clone());
+            let id = rec.id.clone();
+            self.runs.insert(
+                id.clone(),
+                ActiveRun {
+                    rec,
+                    spec,
+                    tz,
+                    held,
+                    cancelled: false,
+                    cancels: HashMap::new(),
+                },
+            );
+            self.recover_run(&id, now)?;
+        }
+        for sched in self.store.list_schedules()? {
+            if let Err(e) = self.on_task_changed(&sched.tenant, &sched.task) {
+                tracing::error!(tenant = %sched.tenant, task = %sched.task, error = %e, "cannot arm the trigger");
+            }
+        }
+        Ok(())
+    }
+
+    fn recover_run(&mut self, id: &str, now: Millis) -> Result<()> {
+        let max_lost = self.config.max_lost_attempts;
+        let Some(run) = self.runs.get_mut(id) else {
+            return Ok(());
+        };
+        let mut events = Vec::new();
+        let (mut queued, mut lost) = (Vec::new(), Vec::new());
+        for i in 0..run.rec.steps.len() {
+            match run.rec.steps[i].status {
+                StepStatus::Running => {
+                    if let Some(a) = run.rec.steps[i].attempts.last_mut()
+                        && a.outcome.is_none()
+                    {
+                        a.outcome = Some(Outcome::Lost);
+                        a.finished_at = Some(now);
+                        a.error = Some("the host stopped while this attempt was running".into());
+                    }
+                    run.rec.steps[i].lost_attempts += 1;
+                    lost.push(i);
+                }
+                StepStatus::Queued => queued.push(i),
+                StepStatus::RetryWait => {
+                    let at = run.rec.steps[i].next_attempt_at.unwrap_or(now);
+                    self.timers.insert((
+                        at,
+                        Timer::Retry {
+                            run_id: id.to_string(),
+                            step: i,
+                        },
+                    ));
+                }
+                _ => {}
+            }
+        }
+        for i in lost {
+            self.stats.count_attempt(Outcome::Lost);
+            let run = self.runs.get_mut(id).expect("present");
+            let step = &run.rec.steps[i];
+            let attempt = step.attempts.last().map_or(0, |a| a.number);
+            if step.lost_attempts <= max_lost {
+                set_step(
+                    &mut run.rec,
+                    i,
+                    StepStatus::Queued,
+                    now,
+                    format!("attempt {attempt} lost in a host crash; running it again"),
+                    "recovery",
+                    &mut events,
+                );
+                queued.push(i);
+            } else {
+                run.rec.steps[i].error = Some("attempts keep getting lost in host crashes".into());
+                self.after_failure(id, i, (Outcome::Lost, None), now, "recovery", &mut events);
+            }
+        }
+        for i in queued {
+            let entry = self.entry_for(id, i, now);
+            self.queue.push(entry);
+        }
+        self.advance(id, now, "recovery", &mut events)
+    }
+
+    // ----------------------------------------------------------------------
+    // Main loop
+    // ----------------------------------------------------------------------
+
+    pub(super) async fn run(
+        mut self,
+        mut rx: mpsc::UnboundedReceiver<Command>,
+        shutdown: CancellationToken,
+    ) {
+        let mut done_rx = self.done_rx.take().expect("taken once");
+        loop {
+            self.dispatch();
+            self.publish_gauges();
+            let now = self.clock.now_ms();
+            let next_wake = [
+                self.timers.first().map(|(at, _)| *at),
+                self.queue.next_rate_wakeup(),
+            ]
+            .into_iter()
+            .flatten()
+            .min();
+            let sleep = async {
+                match next_wake {
+                    Some(at) => {
+                        tokio::time::sleep(std::time::Duration::from_millis(
+                            (at - now).max(0) as u64
+                        ))
+                        .await
+                    }
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => break,
+                Some(done) = done_rx.recv() => {
+                    self.guard(|a| a.on_done(done));
+                    for _ in 0..BATCH {
+                        match done_rx.try_recv() {
+                            Ok(done) => self.guard(|a| a.on_done(done)),
+                            Err(_) => break,
+                        }
+                    }
+                }
+                cmd = rx.recv() => {
+                    let Some(cmd) = cmd else { break };
+                    self.handle(cmd);
+                    for _ in 0..BATCH {
+                        match rx.try_recv() {
+                            Ok(cmd) => self.handle(cmd),
+                            Err(_) => break,
+                        }
+                    }
+                }
+                _ = sleep => self.guard(|a| a.on_timers()),
+            }
+        }
+        // Stop running attempts; their runs are recovered (as lost) on the next start.
+        for run in self.runs.values() {
+            for token in run.cancels.values() {
+                token.cancel();
+            }
+        }
+    }
+
+    /// Logs an internal error instead of killing the actor: a store failure on
+    /// one run must not stop scheduling for everyone.
+    fn guard(&mut self, f: impl FnOnce(&mut Self) -> Result<()>) {
+        if let Err(e) = f(self) {
+            tracing::error!(error = %e, "scheduler step failed");
+        }
+    }
+
+    fn handle(&mut self, cmd: Command) {
+        match cmd {
+            Command::Trigger(req, reply) => {
+                let _ = reply.send(self.on_trigger(req));
+            }
+            Command::TaskChanged { tenant, task } => {
+                self.guard(|a| a.on_task_changed(&tenant, &task))
+            }
+            Command::PutTask { record, reply } => {
+                let _ = reply.send(self.on_put_task(*record));
+            }
+            Command::DeleteTask {
+                tenant,
+                task,
+                reply,
+            } => {
+                let result = self.store.delete_task(&tenant, &task).map_err(Error::from);
+                self.armed.remove(&(tenant.clone(), task.clone()));
+                self.disarm_fire(&tenant, &task);
+                let _ = reply.send(result);
+            }
+            Command::SetPaused {
+                tenant,
+                task,
+                paused,
+                reply,
+            } => {
+                let _ = reply.send(self.on_set_paused(&tenant, &task, paused));
+            }
+            Command::Cancel {
+                run_id,
+                actor,
+                reply,
+            } => {
+                let _ = reply.send(self.on_cancel(&run_id, &actor));
+            }
+            Command::Retry {
+                run_id,
+                actor,
+                reply,
+            } => {
+                let _ = reply.send(self.on_retry(&run_id, &actor));
+            }
+            Command::Requeue {
+                dead_letter,
+                actor,
+                reply,
+            } => {
+                let _ = reply.send(self.on_requeue(&dead_letter, &actor));
+            }
+        }
+    }
+
+    fn publish_gauges(&self) {
+        self.stats
+            .running
+            .store(self.queue.running() as u64, Ordering::Relaxed);
+        self.stats
+            .queued
+            .store(self.queue.queued() as u64, Ordering::Relaxed);
+    }
+
+    // ----------------------------------------------------------------------
+    // Creating runs
+    // ----------------------------------------------------------------------
+
+    fn new_run(
+        &self,
+        task: &crate::model::TaskRecord,
+        spec: &TaskSpec,
+        origin: Origin,
+        now: Millis,
+    ) -> RunRecord {
+        let Origin {
+            trigger,
+            scheduled_for,
+            input,
+            idempotency_key: key,
+            priority,
+        } = origin;
+        RunRecord {
+            format: RECORD_FORMAT,
+            id: new_id("r", now),
+            tenant: task.tenant.clone(),
+            task: task.name.clone(),
+            spec: task.spec.clone(),
+            status: RunStatus::Queued,
+            reason: None,
+            priority,
+            trigger,
+            scheduled_for,
+            created_at: now,
+            started_at: None,
+            finished_at: None,
+            input,
+            idempotency_key: key,
+            steps: spec
+                .steps
+                .iter()
+                .map(|s| StepRunRecord {
+                    name: s.name.clone(),
+                    status: StepStatus::Pending,
+                    input: None,
+                    output: None,
+                    error: None,
+                    attempts: Vec::new(),
+                    next_attempt_at: None,
+                    lost_attempts: 0,
+                    round_start: 0,
+                })
+                .collect(),
+        }
+    }
+
+    fn load_task(&self, tenant: &str, name: &str) -> Result<(crate::model::TaskRecord, TaskSpec)> {
+        let task = self
+            .store
+            .get_task(tenant, name)?
+            .ok_or_else(|| Error::NotFound(format!("task `{name}`")))?;
+        let spec: TaskSpec = serde_json::from_value(task.spec.clone()).map_err(|e| {
+            Error::Conflict(format!("stored definition of `{name}` is unreadable: {e}"))
+        })?;
+        Ok((task, spec))
+    }
+
+    fn total_queued_runs(&self) -> usize {
+        self.queued_runs.values().sum()
+    }
+
+    /// Whether a new run of `priority` must be shed (recorded, not run).
+    fn shed_reason(&self, priority: u8) -> Option<String> {
+        let total = self.total_queued_runs();
+        (total >= self.config.high_water && priority < self.config.shed_below_priority).then(|| {
+            format!(
+                "shed: {total} runs waiting is past the high-water mark of {}; priority {priority} is below {}",
+                self.config.high_water, self.config.shed_below_priority
+            )
+        })
+    }
+
+    fn on_trigger(&mut self, req: TriggerRequest) -> Result<(RunRecord, bool)> {
+        let now = self.clock.now_ms();
+        let (task, spec) = self.load_task(&req.tenant, &req.task)?;
+        let queued = self.queued_runs.get(&req.tenant).copied().unwrap_or(0);
+        if queued >= self.config.max_queued_per_tenant {
+            return Err(Error::QueueFull {
+                tenant: req.tenant.clone(),
+                queued,
+                retry_after: std::time::Duration::from_secs(5),
+            });
+        }
+        let priority = req.priority.unwrap_or(spec.priority).min(9);
+        let input = req.input.clone().unwrap_or_else(|| serde_json::json!({}));
+        let origin = Origin {
+            trigger: TriggerKind::Manual,
+            scheduled_for: now,
+            input,
+            idempotency_key: req.idempotency_key.clone(),
+            priority,
+        };
+        let rec = self.new_run(&task, &spec, origin, now);
+        self.create_run(rec, spec, false, None, &req.actor, now)
+    }
+
+    /// Stores a new run (unless its key or fire exists) and makes its first steps ready.
+    fn create_run(
+        &mut self,
+        mut rec: RunRecord,
+        spec: TaskSpec,
+        unique_fire: bool,
+        schedule: Option<&ScheduleState>,
+        actor: &str,
+        now: Millis,
+    ) -> Result<(RunRecord, bool)> {
+        let shed = self.shed_reason(rec.priority);
+        let mut events = vec![event(
+            &rec,
+            None,
+            None,
+            "queued",
+            now,
+            format!("triggered ({:?})", rec.trigger).to_lowercase(),
+            actor,
+        )];
+        if let Some(reason) = &shed {
+            set_run(
+                &mut rec,
+                RunStatus::Cancelled,
+                now,
+                reason.clone(),
+                "scheduler",
+                &mut events,
+            );
+            for i in 0..rec.steps.len() {
+                set_step(
+                    &mut rec,
+                    i,
+                    StepStatus::Cancelled,
+                    now,
+                    reason.clone(),
+                    "scheduler",
+                    &mut events,
+                );
+            }
+        }
+        match self
+            .store
+            .insert_run(&rec, unique_fire, schedule, &events)?
+        {
+            Insert::Existing(existing) => return Ok((*existing, false)),
+            Insert::Created => {}
+        }
+        self.stats.runs_created.fetch_add(1, Ordering::Relaxed);
+        if shed.is_some() {
+            self.stats.shed.fetch_add(1, Ordering::Relaxed);
+            return Ok((rec, true));
+        }
+        let key = (rec.tenant.clone(), rec.task.clone());
+        let held = rec.trigger != TriggerKind::Manual
+            && spec.overlap == Overlap::QueueOne
+            && self.by_task.get(&key).is_some_and(|ids| !ids.is_empty());
+        self.by_task
+            .entry(key)
+            .or_default()
+            .push_back(rec.id.clone());
+        *self.queued_runs.entry(rec.tenant.clone()).or_default() += 1;
+        let id = rec.id.clone();
+        let tz = task_timezone(&spec);
+        self.runs.insert(
+            id.clone(),
+            ActiveRun {
+                rec,
+                spec,
+                tz,
+                held,
+                cancelled: false,
+                cancels: HashMap::new(),
+            },
+        );
+        let mut events = Vec::new();
+        self.advance(&id, now, actor, &mut events)?;
+        let rec = self.runs.get(&id).map(|r| r.rec.clone());
+        match rec {
+            Some(rec) => Ok((rec, true)),
+            // Finished at once (every step skipped): read back what was stored.
+            None => Ok((
+                self.store
+                    .get_run(&id)?
+                    .ok_or_else(|| Error::NotFound(format!("run `{id}`")))?,
+                true,
+            )),
+        }
+    }
+
+    // ----------------------------------------------------------------------
+    // Firing
+    // ----------------------------------------------------------------------
+
+    fn arm_fire(&mut self, tenant: &str, task: &str, at: Millis) {
+        let key = (tenant.to_string(), task.to_string());
+        if let Some(old) = self.fire_timers.insert(key.clone(), at) {
+            self.timers.remove(&(
+                old,
+                Timer::Fire {
+                    tenant: key.0.clone(),
+                    task: key.1.clone(),
+                },
+            ));
+        }
+        self.timers.insert((
+            at,
+            Timer::Fire {
+                tenant: key.0,
+                task: key.1,
+            },
+        ));
+    }
+
+    fn disarm_fire(&mut self, tenant: &str, task: &str) {
+        if let Some(old) = self
+            .fire_timers
+            .remove(&(tenant.to_string(), task.to_string()))
+        {
+            self.timers.remove(&(
+                old,
+                Timer::Fire {
+                    tenant: tenant.to_string(),
+                    task: task.to_string(),
+                },
+            ));
+        }
+    }
+
+    fn on_put_task(&mut self, record: crate::model::TaskRecord) -> Result<ScheduleState> {
+        let now = self.clock.now();
+        let spec: TaskSpec = serde_json::from_value(record.spec.clone())
+            .map_err(|e| Error::Conflict(format!("definition of `{}`: {e}", record.name)))?;
+        let trigger = Trigger::compile(spec.trigger.as_ref(), from_ms(record.created_at))
+            .map_err(|e| Error::Conflict(format!("trigger of `{}`: {e}", record.name)))?;
+        let old = self.store.get_schedule(&record.tenant, &record.name)?;
+        let replaced = record.version > 1;
+        let next_fire = match (&old, replaced) {
+            (Some(s), true) if s.last_fired.is_some() => {
+                trigger.next_after(now.max(from_ms(s.last_fired.unwrap_or_default())))
+            }
+            (_, true) => trigger
+                .next_after(now)
+                .or_else(|| trigger.first_fire(from_ms(record.created_at))),
+            (_, false) => trigger.first_fire(from_ms(record.created_at)),
+        };
+        let schedule = ScheduleState {
+            tenant: record.tenant.clone(),
+            task: record.name.clone(),
+            next_fire: next_fire.map(|d| d.timestamp_millis()),
+            last_fired: old.as_ref().and_then(|s| s.last_fired),
+            paused: old.as_ref().is_some_and(|s| s.paused),
+        };
+        self.store.put_task(&record, &schedule)?;
+        self.on_task_changed(&record.tenant, &record.name)?;
+        Ok(schedule)
+    }
+
+    fn on_set_paused(&mut self, tenant: &str, task: &str, paused: bool) -> Result<ScheduleState> {
+        let (record, spec) = self.load_task(tenant, task)?;
+        let mut schedule = self
+            .store
+            .get_schedule(tenant, task)?
+            .unwrap_or(ScheduleState {
+                tenant: tenant.to_string(),
+                task: task.to_string(),
+                next_fire: None,
+                last_fired: None,
+                paused: false,
+            });
+        schedule.paused = paused;
+        if !paused {
+            let trigger = Trigger::compile(spec.trigger.as_ref(), from_ms(record.created_at))
+                .map_err(|e| Error::Conflict(format!("trigger of `{task}`: {e}")))?;
+            let now = self.clock.now();
+            schedule.next_fire = match schedule.last_fired {
+                Some(_) => trigger.next_after(now),
+                None => trigger
+                    .first_fire(from_ms(record.created_at))
+                    .map(|f| f.max(now)),
+            }
+            .map(|d| d.timestamp_millis());
+        }
+        self.store.put_schedule(&schedule)?;
+        self.on_task_changed(tenant, task)?;
+        Ok(schedule)
+    }
+
+    /// (Re)loads a task's definition and schedule and (re)arms its timer.
+    fn on_task_changed(&mut self, tenant: &str, task: &str) -> Result<()> {
+        let key = (tenant.to_string(), task.to_string());
+        self.armed.remove(&key);
+        let schedule = self.store.get_schedule(tenant, task)?;
+        let Some(schedule) = schedule.filter(|s| !s.paused && s.next_fire.is_some()) else {
+            self.disarm_fire(tenant, task);
+            return Ok(());
+        };
+        let (record, spec) = self.load_task(tenant, task)?;
+        let trigger = Trigger::compile(spec.trigger.as_ref(), from_ms(record.created_at))
+            .map_err(|e| Error::Conflict(format!("trigger of `{task}`: {e}")))?;
+        let next = schedule.next_fire.unwrap_or_default();
+        self.armed.insert(
+            key,
+            Armed {
+                task: Arc::new(record),
+                spec: Arc::new(spec),
+                trigger,
+                schedule,
+            },
+        );
+        self.arm_fire(tenant, task, next);
+        Ok(())
+    }
+
+    fn on_timers(&mut self) -> Result<()> {
+        let now = self.clock.now_ms();
+        while let Some((at, _)) = self.timers.first() {
+            if *at > now {
+                break;
+            }
+            let (_, timer) = self.timers.pop_first().expect("non-empty");
+            match timer {
+                Timer::Fire { tenant, task } => {
+                    self.fire_timers.remove(&(tenant.clone(), task.clone()));
+                    if let Err(e) = self.fire(&tenant, &task, now) {
+                        tracing::error!(%tenant, %task, error = %e, "firing failed");
+                    }
+                }
+                Timer::Retry { run_id, step } => {
+                    if let Err(e) = self.retry_due(&run_id, step, now) {
+                        tracing::error!(run = %run_id, error = %e, "requeueing a retry failed");
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn fire(&mut self, tenant: &str, task_name: &str, now: Millis) -> Result<()> {
+        let key = (tenant.to_string(), task_name.to_string());
+        let Some(armed) = self.armed.get(&key) else {
+            return Ok(());
+        };
+        let (task, spec) = (armed.task.clone(), armed.spec.clone());
+        let mut sched = armed.schedule.clone();
+        let Some(next_fire) = sched.next_fire else {
+            return Ok(());
+        };
+        let due = schedule::due(
+            &armed.trigger,
+            from_ms(next_fire),
+            from_ms(now),
+            spec.catch_up,
+        );
+        let kind = armed.trigger.kind();
+        if due.skipped > 0 {
+            tracing::info!(%tenant, task = %task_name, skipped = due.skipped, "missed fires skipped per catch_up");
+        }
+        sched.next_fire = due.next.map(|d| d.timestamp_millis());
+        let fires: Vec<Millis> = due.fire.iter().map(|d| d.timestamp_millis()).collect();
+        let mut wrote_schedule = false;
+        for (i, instant) in fires.iter().enumerate() {
+            sched.last_fired = Some(*instant);
+            let last = i + 1 == fires.len();
+            let active = self.by_task.get(&key).map_or(0, VecDeque::len);
+            let skip = match spec.overlap {
+                Overlap::Skip => active >= 1,
+                Overlap::QueueOne => active >= 2,
+                Overlap::Allow => false,
+            };
+            if skip {
+                self.stats.overlap_skips.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(%tenant, task = %task_name, at = %rfc3339(*instant), overlap = ?spec.overlap, "fire skipped: previous run still active");
+                continue;
+            }
+            let origin = Origin {
+                trigger: kind,
+                scheduled_for: *instant,
+                input: serde_json::json!({}),
+                idempotency_key: None,
+                priority: spec.priority,
+            };
+            let rec = self.new_run(&task, &spec, origin, now);
+            // The run, its fire key and the schedule's progress are one write:
+            // after a crash either all are there or none, so no instant fires twice.
+            let progress = if last { Some(&sched) } else { None };
+            self.create_run(rec, (*spec).clone(), true, progress, "scheduler", now)?;
+            wrote_schedule |= last;
+        }
+        if !wrote_schedule {
+            self.store.put_schedule(&sched)?;
+        }
+        if let Some(armed) = self.armed.get_mut(&key) {
+            armed.schedule = sched.clone();
+        }
+        match sched.next_fire {
+            Some(next) => self.arm_fire(tenant, task_name, next),
+            None => {
+                self.armed.remove(&key);
+            }
+        }
+        Ok(())
+    }
+
+    // ----------------------------------------------------------------------
+    // Readiness and completion
+    // ----------------------------------------------------------------------
+
+    fn entry_for(&self, run_id: &str, step: usize, now: Millis) -> Entry {
+        let run = &self.runs[run_id];
+        Entry {
+            run_id: run_id.to_string(),
+            step,
+            tenant: run.rec.tenant.clone(),
+            pool: self.queue.pool_for(run.spec.steps[step].pool.as_deref()),
+            priority: run.rec.priority,
+            enqueued_at: now,
+        }
+    }
+
+    /// Moves pending steps whose upstreams allow it to `queued` (or skips or
+    /// cancels them per trigger rule), finishes the run when every step is
+    /// terminal, and stores the run with `events`.
+    fn advance(
+        &mut self,
+        id: &str,
+        now: Millis,
+        actor: &str,
+        events: &mut Vec<Event>,
+    ) -> Result<()> {
+        let Some(run) = self.runs.get_mut(id) else {
+            return Ok(());
+        };
+        let mut ready = Vec::new();
+        if !run.held && !run.cancelled {
+            loop {
+                let mut changed = false;
+                for i in 0..run.rec.steps.len() {
+                    if run.rec.steps[i].status != StepStatus::Pending {
+                        continue;
+                    }
+                    let step = &run.spec.steps[i];
+                    let ups: Vec<StepStatus> = step
+                        .needs
+                        .iter()
+                        .filter_map(|n| run.rec.steps.iter().find(|s| &s.name == n))
+                        .map(|s| s.status)
+                        .collect();
+                    let all_done = ups.iter().all(|s| s.is_terminal());
+                    let any = |f: fn(&StepStatus) -> bool| ups.iter().any(f);
+                    let failed = |s: &StepStatus| {
+                        matches!(
+                            s,
+                            StepStatus::Failed | StepStatus::Dead | StepStatus::Cancelled
+                        )
+                    };
+                    let decision = match step.trigger_rule {
+                        TriggerRule::OneSuccess if any(|s| *s == StepStatus::Succeeded) => {
+                            Some(Ok(()))
+                        }
+                        _ if !all_done => None,
+                        TriggerRule::AllSuccess
+                            if ups.iter().all(|s| *s == StepStatus::Succeeded) =>
+                        {
+                            Some(Ok(()))
+                        }
+                        TriggerRule::AllSuccess if any(failed) => Some(Err((
+                            StepStatus::Cancelled,
+                            "an upstream step did not succeed (trigger_rule: all_success)",
+                        ))),
+                        TriggerRule::AllSuccess => Some(Err((
+                            StepStatus::Skipped,
+                            "an upstream step was skipped (trigger_rule: all_success)",
+                        ))),
+                        TriggerRule::OneSuccess
+                            if ups.iter().all(|s| *s == StepStatus::Skipped) =>
+                        {
+                            Some(Err((
+                                StepStatus::Skipped,
+                                "every upstream step was skipped (trigger_rule: one_success)",
+                            )))
+                        }
+                        TriggerRule::OneSuccess => Some(Err((
+                            StepStatus::Cancelled,
+                            "no upstream step succeeded (trigger_rule: one_success)",
+                        ))),
+                        TriggerRule::AllDone => Some(Ok(())),
+                        TriggerRule::NoneFailed if any(failed) => Some(Err((
+                            StepStatus::Cancelled,
+                            "an upstream step failed (trigger_rule: none_failed)",
+                        ))),
+                        TriggerRule::NoneFailed => Some(Ok(())),
+                    };
+                    match decision {
+                        None => {}
+                        Some(Ok(())) => {
+                            set_step(
+                                &mut run.rec,
+                                i,
+                                StepStatus::Queued,
+                                now,
+                                "ready",
+                                actor,
+                                events,
+                            );
+                            ready.push(i);
+                            changed = true;
+                        }
+                        Some(Err((status, reason))) => {
+                            run.rec.steps[i].error = Some(reason.to_string());
+                            set_step(&mut run.rec, i, status, now, reason, actor, events);
+                            changed = true;
+                        }
+                    }
+                }
+                if !changed {
+                    break;
+                }
+            }
+        }
+        let finished = run.rec.steps.iter().all(|s| s.status.is_terminal());
+        if finished && !run.rec.status.is_terminal() {
+            let failed = run.rec.steps.iter().find(|s| {
+                matches!(
+                    s.status,
+                    StepStatus::Failed | StepStatus::Dead | StepStatus::Cancelled
+                )
+            });
+            let (status, reason) = if run.cancelled {
+                (
+                    RunStatus::Cancelled,
+                    run.rec.reason.clone().unwrap_or_else(|| "cancelled".into()),
+                )
+            } else if let Some(step) = failed {
+                (
+                    RunStatus::Failed,
+                    format!("step `{}` {}", step.name, step_status_name(step.status)),
+                )
+            } else {
+                (RunStatus::Succeeded, String::new())
+            };
+            if run.rec.status == RunStatus::Queued {
+                self.queued_runs
+                    .entry(run.rec.tenant.clone())
+                    .and_modify(|n| *n = n.saturating_sub(1));
+            }
+            set_run(&mut run.rec, status, now, reason, actor, events);
+        }
+        self.store.update_run(&run.rec, events)?;
+        events.clear();
+        for i in ready {
+            let entry = self.entry_for(id, i, now);
+            self.queue.push(entry);
+        }
+        if finished {
+            self.finish_run(id, now)?;
+        }
+        Ok(())
+    }
+
+    /// Forgets a terminal run and lets the next held run of its task go.
+    fn finish_run(&mut self, id: &str, now: Millis) -> Result<()> {
+        let Some(run) = self.runs.remove(id) else {
+            return Ok(());
+        };
+        let key = (run.rec.tenant.clone(), run.rec.task.clone());
+        if let Some(ids) = self.by_task.get_mut(&key) {
+            ids.retain(|r| r != id);
+            if ids.is_empty() {
+                self.by_task.remove(&key);
+            }
+        }
+        let next_held = self.by_task.get(&key).and_then(|ids| {
+            ids.iter()
+                .find(|r| self.runs.get(*r).is_some_and(|a| a.held))
+                .cloned()
+        });
+        if let Some(next) = next_held {
+            if let Some(r) = self.runs.get_mut(&next) {
+                r.held = false;
+            }
+            let mut events = Vec::new();
+            self.advance(&next, now, "scheduler", &mut events)?;
+        }
+        Ok(())
+    }
+
+    // ----------------------------------------------------------------------
+    // Dispatching and finishing attempts
+    // ----------------------------------------------------------------------
+
+    fn dispatch(&mut self) {
+        let now = self.clock.now_ms();
+        while let Some(entry) = self.queue.pop(now) {
+            if let Err(e) = self.start(&entry, now) {
+                tracing::error!(run = %entry.run_id, error = %e, "starting an attempt failed");
+                self.queue.finish(&entry.tenant, &entry.pool);
+            }
+        }
+    }
+
+    fn start(&mut self, entry: &Entry, now: Millis) -> Result<()> {
+        let Some(run) = self.runs.get_mut(&entry.run_id) else {
+            self.queue.finish(&entry.tenant, &entry.pool);
+            return Ok(());
+        };
+        let i = entry.step;
+        if run.rec.steps[i].status != StepStatus::Queued || run.cancelled {
+            self.queue.finish(&entry.tenant, &entry.pool);
+            return Ok(());
+        }
+        let mut events = Vec::new();
+        let number = run.rec.steps[i].attempts.len() as u32 + 1;
+        let spec = run.spec.steps[i].clone();
+        // Resolve the input and the plugin; either failing fails the step for good.
+        let input = self.resolve_input(&entry.run_id, i, number);
+        let run = self.runs.get_mut(&entry.run_id).expect("present");
+        let plugin =
+            self.store
+                .get_plugin(&run.rec.tenant, &spec.plugin.name, &spec.plugin.version)?;
+        let prepared = match (input, plugin) {
+            (Ok(input), Some(plugin)) => Ok((input, plugin)),
+            (Err(e), _) => Err(format!("input: {e}")),
+            (_, None) => Err(format!("plugin `{}` is not uploaded", spec.plugin)),
+        };
+        if run.rec.status == RunStatus::Queued {
+            self.queued_runs
+                .entry(run.rec.tenant.clone())
+                .and_modify(|n| *n = n.saturating_sub(1));
+            run.rec.started_at = Some(now);
+            set_run(
+                &mut run.rec,
+                RunStatus::Running,
+                now,
+                "first step started",
+                "scheduler",
+                &mut events,
+            );
+            if run.rec.trigger != TriggerKind::Manual {
+                let late = (now - run.rec.scheduled_for).max(0) as f64;
+                self.stats
+                    .lateness
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .push(late);
+            }
+        }
+        let (input, plugin) = match prepared {
+            Ok(p) => p,
+            Err(reason) => {
+                run.rec.steps[i].error = Some(reason.clone());
+                set_step(
+                    &mut run.rec,
+                    i,
+                    StepStatus::Failed,
+                    now,
+                    reason,
+                    "scheduler",
+                    &mut events,
+                );
+                self.queue.finish(&entry.tenant, &entry.pool);
+                return self.advance(&entry.run_id, now, "scheduler", &mut events);
+            }
+        };
+        run.rec.steps[i].input = Some(input.clone());
+        run.rec.steps[i].attempts.push(AttemptRecord {
+            number,
+            outcome: None,
+            started_at: now,
+            finished_at: None,
+            fuel_consumed: 0,
+            memory_peak_bytes: 0,
+            duration_ms: 0.0,
+            error: None,
+            error_kind: None,
+        });
+        set_step(
+            &mut run.rec,
+            i,
+            StepStatus::Running,
+            now,
+            format!("attempt {number} started"),
+            "scheduler",
+            &mut events,
+        );
+        self.store.update_run(&run.rec, &events)?;
+        let cancel = CancellationToken::new();
+        run.cancels.insert(i, cancel.clone());
+        let request = AttemptRequest {
+            digest: plugin.digest,
+            ctx: AttemptContext {
+                run_id: run.rec.id.clone(),
+                tenant: run.rec.tenant.clone(),
+                task: run.rec.task.clone(),
+                step: spec.name.clone(),
+                attempt: number,
+                scheduled_for: rfc3339(run.rec.scheduled_for),
+                trigger: run.rec.trigger,
+            },
+            input: input.to_string(),
+            limits: spec.limits_or_default(),
+            cancel,
+        };
+        let fut = self.runner.run(request);
+        let done_tx = self.done_tx.clone();
+        let (run_id, tenant, pool) = (
+            entry.run_id.clone(),
+            entry.tenant.clone(),
+            entry.pool.clone(),
+        );
+        tokio::spawn(async move {
+            let result = fut.await;
+            let _ = done_tx.send(AttemptDone {
+                run_id,
+                step: i,
+                attempt: number,
+                tenant,
+                pool,
+                result,
+            });
+        });
+        Ok(())
+    }
+
+    fn resolve_input(
+        &self,
+        run_id: &str,
+        i: usize,
+        attempt: u32,
+    ) -> std::result::Result<serde_json::Value, String> {
+        let run = &self.runs[run_id];
+        let biz_date = schedule::biz_date(from_ms(run.rec.scheduled_for), run.tz);
+        let scheduled_for = rfc3339(run.rec.scheduled_for);
+        let trigger_time = rfc3339(run.rec.created_at);
+        let steps = &run.rec.steps;
+        let outputs = |name: &str| {
+            steps
+                .iter()
+                .find(|s| s.name == name)
+                .and_then(|s| s.output.as_ref())
+        };
+        let vars = template::Vars {
+            biz_date: &biz_date,
+            scheduled_for: &scheduled_for,
+            trigger_time: &trigger_time,
+            run_id: &run.rec.id,
+            attempt,
+            input: &run.rec.input,
+            step_outputs: &outputs,
+        };
+        template::render(&run.spec.steps[i].input, &vars).map_err(|e| e.to_string())
+    }
+
+    fn on_done(&mut self, done: AttemptDone) -> Result<()> {
+        self.queue.finish(&done.tenant, &done.pool);
+        let now = self.clock.now_ms();
+        let Some(run) = self.runs.get_mut(&done.run_id) else {
+            return Ok(());
+        };
+        run.cancels.remove(&done.step);
+        let i = done.step;
+        let report = done.result.unwrap_or_else(|e| AttemptReport {
+            outcome: Outcome::Failed,
+            output: None,
+            error: Some(format!("host fault: {e}")),
+            error_kind: Some(ErrorKind::Fatal),
+            fuel_consumed: 0,
+            memory_peak_bytes: 0,
+            duration_ms: 0.0,
+            stdout: String::new(),
+            stderr: String::new(),
+            logs: Vec::new(),
+            progress: None,
+        });
+        self.stats.count_attempt(report.outcome);
+        let step = &mut run.rec.steps[i];
+        if let Some(a) = step.attempts.iter_mut().find(|a| a.number == done.attempt) {
+            a.outcome = Some(report.outcome);
+            a.finished_at = Some(now);
+            a.fuel_consumed = report.fuel_consumed;
+            a.memory_peak_bytes = report.memory_peak_bytes;
+            a.duration_ms = report.duration_ms;
+            a.error = report.error.clone();
+            a.error_kind = report.error_kind;
+        }
+        self.store.put_logs(
+            &done.run_id,
+            &AttemptLogs {
+                step: step.name.clone(),
+                attempt: done.attempt,
+                stdout: report.stdout,
+                stderr: report.stderr,
+                logs: report.logs,
+                progress: report.progress,
+            },
+        )?;
+        let mut events = Vec::new();
+        let outcome_reason = match &report.error {
+            Some(e) => format!("attempt {}: {} ({e})", done.attempt, report.outcome),
+            None => format!("attempt {}: {}", done.attempt, report.outcome),
+        };
+        if step.status != StepStatus::Running {
+            // Cancelled while running: the step was already settled.
+            return self.advance(&done.run_id, now, "scheduler", &mut events);
+        }
+        match report.outcome {
+            Outcome::Succeeded => {
+                step.output = report.output;
+                step.error = None;
+                set_step(
+                    &mut run.rec,
+                    i,
+                    StepStatus::Succeeded,
+                    now,
+                    outcome_reason,
+                    "scheduler",
+                    &mut events,
+                );
+            }
+            Outcome::Cancelled => {
+                step.error = report.error;
+                set_step(
+                    &mut run.rec,
+                    i,
+                    StepStatus::Cancelled,
+                    now,
+                    outcome_reason,
+                    "scheduler",
+                    &mut events,
+                );
+            }
+            outcome => {
+                step.error = report.error.clone();
+                let kind = report.error_kind;
+                self.after_failure(
+                    &done.run_id,
+                    i,
+                    (outcome, kind),
+                    now,
+                    "scheduler",
+                    &mut events,
+                );
+            }
+        }
+        self.advance(&done.run_id, now, "scheduler", &mut events)
+    }
+
+    /// A failed attempt: wait and retry, or fail the step (dead-lettering it
+    /// when its retries ran out).
+    fn after_failure(
+        &mut self,
+        run_id: &str,
+        i: usize,
+        (outcome, kind): (Outcome, Option<ErrorKind>),
+        now: Millis,
+        actor: &str,
+        events: &mut Vec<Event>,
+    ) {
+        let Some(run) = self.runs.get_mut(run_id) else {
+            return;
+        };
+        let policy = run.spec.steps[i].retry.clone();
+        let step = &run.rec.steps[i];
+        // Attempts lost to host crashes (up to the bound) do not use up retries.
+        let counted = (step.attempts.len() as u32)
+            .saturating_sub(step.round_start)
+            .saturating_sub(step.lost_attempts.min(self.config.max_lost_attempts));
+        let error = step.error.clone().unwrap_or_else(|| outcome.to_string());
+        if policy.should_retry(counted, outcome, kind) && !run.cancelled {
+            let delay = policy.delay(counted, &mut self.rng);
+            let at = now + delay.as_millis() as Millis;
+            run.rec.steps[i].next_attempt_at = Some(at);
+            set_step(
+                &mut run.rec,
+                i,
+                StepStatus::RetryWait,
+                now,
+                format!(
+                    "{outcome}; retrying in {}",
+                    humantime::format_duration(delay)
+                ),
+                actor,
+                events,
+            );
+            self.timers.insert((
+                at,
+                Timer::Retry {
+                    run_id: run_id.to_string(),
+                    step: i,
+                },
+            ));
+            self.stats.retries.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let exhausted = policy.max_attempts > 1 && policy.should_retry(0, outcome, kind);
+        if exhausted {
+            let dead = DeadLetter {
+                id: new_id("d", now),
+                tenant: run.rec.tenant.clone(),
+                task: run.rec.task.clone(),
+                run_id: run_id.to_string(),
+                step: run.rec.steps[i].name.clone(),
+                input: run.rec.steps[i].input.clone(),
+                error: Some(error.clone()),
+                outcome: Some(outcome),
+                attempts: run.rec.steps[i].attempts.len() as u32,
+                created_at: now,
+                resolution: None,
+                resolved_at: None,
+            };
+            if let Err(e) = self.store.put_dead_letter(&dead) {
+                tracing::error!(error = %e, "recording a dead letter failed");
+            }
+            self.stats.dead_letters.fetch_add(1, Ordering::Relaxed);
+            set_step(
+                &mut run.rec,
+                i,
+                StepStatus::Dead,
+                now,
+                format!(
+                    "{outcome} after {} attempts; dead letter {}",
+                    dead.attempts, dead.id
+                ),
+                actor,
+                events,
+            );
+        } else {
+            set_step(
+                &mut run.rec,
+                i,
+                StepStatus::Failed,
+                now,
+                format!("{outcome}: {error}"),
+                actor,
+                events,
+            );
+        }
+    }
+
+    fn retry_due(&mut self, run_id: &str, i: usize, now: Millis) -> Result<()> {
+        let Some(run) = self.runs.get_mut(run_id) else {
+            return Ok(());
+        };
+        if run.rec.steps[i].status != StepStatus::RetryWait {
+            return Ok(());
+        }
+        let mut events = Vec::new();
+        run.rec.steps[i].next_attempt_at = None;
+        set_step(
+            &mut run.rec,
+            i,
+            StepStatus::Queued,
+            now,
+            "backoff elapsed",
+            "scheduler",
+            &mut events,
+        );
+        self.store.update_run(&run.rec, &events)?;
+        let entry = self.entry_for(run_id, i, now);
+        self.queue.push(entry);
+        Ok(())
+    }
+
+    // ----------------------------------------------------------------------
+    // Run control
+    // ----------------------------------------------------------------------
+
+    fn on_cancel(&mut self, run_id: &str, actor: &str) -> Result<RunRecord> {
+        let now = self.clock.now_ms();
+        let Some(run) = self.runs.get_mut(run_id) else {
+            let rec = self
+                .store
+                .get_run(run_id)?
+                .ok_or_else(|| Error::NotFound(format!("run `{run_id}`")))?;
+            return Err(Error::Conflict(format!(
+                "run `{}` is already {}",
+                rec.id,
+                rec.status.as_str()
+            )));
+        };
+        run.cancelled = true;
+        run.held = false;
+        run.rec.reason = Some(format!("cancelled by {actor}"));
+        let mut events = Vec::new();
+        for i in 0..run.rec.steps.len() {
+            match run.rec.steps[i].status {
+                StepStatus::Running => {
+                    if let Some(token) = run.cancels.get(&i) {
+                        token.cancel();
+                    }
+                    set_step(
+                        &mut run.rec,
+                        i,
+                        StepStatus::Cancelled,
+                        now,
+                        format!("cancelled by {actor}"),
+                        actor,
+                        &mut events,
+                    );
+                }
+                s if !s.is_terminal() => set_step(
+                    &mut run.rec,
+                    i,
+                    StepStatus::Cancelled,
+                    now,
+                    format!("cancelled by {actor}"),
+                    actor,
+                    &mut events,
+                ),
+                _ => {}
+            }
+        }
+        self.queue.remove_run(run_id);
+        let reason = format!("cancelled by {actor}");
+        let run = self.runs.get_mut(run_id).expect("present");
+        if run.rec.status == RunStatus::Queued {
+            self.queued_runs
+                .entry(run.rec.tenant.clone())
+                .and_modify(|n| *n = n.saturating_sub(1));
+        }
+        set_run(
+            &mut run.rec,
+            RunStatus::Cancelled,
+            now,
+            reason,
+            actor,
+            &mut events,
+        );
+        let rec = run.rec.clone();
+        self.store.update_run(&rec, &events)?;
+        self.finish_run(run_id, now)?;
+        Ok(rec)
+    }
+
+    fn on_retry(&mut self, run_id: &str, actor: &str) -> Result<RunRecord> {
+        let now = self.clock.now_ms();
+        if self.runs.contains_key(run_id) {
+            return Err(Error::Conflict(format!("run `{run_id}` is still active")));
+        }
+        let rec = self
+            .store
+            .get_run(run_id)?
+            .ok_or_else(|| Error::NotFound(format!("run `{run_id}`")))?;
+        if rec.status == RunStatus::Succeeded {
+            return Err(Error::Conflict(format!(
+                "run `{run_id}` succeeded; nothing to retry"
+            )));
+        }
+        self.reopen(
+            rec,
+            |s| !matches!(s.status, StepStatus::Succeeded | StepStatus::Skipped),
+            actor,
+            now,
+            "retry requested",
+        )
+    }
+
+    fn on_requeue(&mut self, dead_id: &str, actor: &str) -> Result<RunRecord> {
+        let now = self.clock.now_ms();
+        let mut dead = self
+            .store
+            .get_dead_letter(dead_id)?
+            .ok_or_else(|| Error::NotFound(format!("dead letter `{dead_id}`")))?;
+        if dead.resolution.is_some() {
+            return Err(Error::Conflict(format!(
+                "dead letter `{dead_id}` is already resolved"
+            )));
+        }
+        if self.runs.contains_key(&dead.run_id) {
+            return Err(Error::Conflict(format!(
+                "run `{}` is still active",
+                dead.run_id
+            )));
+        }
+        let rec = self
+            .store
+            .get_run(&dead.run_id)?
+            .ok_or_else(|| Error::NotFound(format!("run `{}`", dead.run_id)))?;
+        let step = dead.step.clone();
+        let reopened = self.reopen(
+            rec,
+            |s| s.name == step || matches!(s.status, StepStatus::Cancelled),
+            actor,
+            now,
+            "dead letter requeued",
+        )?;
+        dead.resolution = Some(format!("requeued by {actor}"));
+        dead.resolved_at = Some(now);
+        self.store.put_dead_letter(&dead)?;
+        Ok(reopened)
+    }
+
+    /// Puts a finished run back to work: the steps `reset` selects go back to
+    /// pending (their attempts kept, so numbering continues), the rest keep their results.
+    fn reopen(
+        &mut self,
+        mut rec: RunRecord,
+        reset: impl Fn(&StepRunRecord) -> bool,
+        actor: &str,
+        now: Millis,
+        reason: &str,
+    ) -> Result<RunRecord> {
+        let spec: TaskSpec = serde_json::from_value(rec.spec.clone())
+            .map_err(|e| Error::Conflict(format!("the run's task snapshot is unreadable: {e}")))?;
+        let mut events = Vec::new();
+        for i in 0..rec.steps.len() {
+            if reset(&rec.steps[i]) {
+                rec.steps[i].error = None;
+                rec.steps[i].output = None;
+                rec.steps[i].next_attempt_at = None;
+                // Retries start afresh for the reopened step.
+                rec.steps[i].lost_attempts = 0;
+                rec.steps[i].round_start = rec.steps[i].attempts.len() as u32;
+                set_step(
+                    &mut rec,
+                    i,
+                    StepStatus::Pending,
+                    now,
+                    reason,
+                    actor,
+                    &mut events,
+                );
+            }
+        }
+        rec.finished_at = None;
+        rec.reason = None;
+        let from = rec.status;
+        rec.status = RunStatus::Queued;
+        events.push(event(
+            &rec,
+            None,
+            Some(from.as_str()),
+            "queued",
+            now,
+            reason,
+            actor,
+        ));
+        self.store.update_run(&rec, &events)?;
+        let key = (rec.tenant.clone(), rec.task.clone());
+        self.by_task
+            .entry(key)
+            .or_default()
+            .push_back(rec.id.clone());
+        *self.queued_runs.entry(rec.tenant.clone()).or_default() += 1;
+        let id = rec.id.clone();
+        let tz = task_timezone(&spec);
+        self.runs.insert(
+            id.clone(),
+            ActiveRun {
+                rec,
+                spec,
+                tz,
+                held: false,
+                cancelled: false,
+                cancels: HashMap::new(),
+            },
+        );
+        let mut events = Vec::new();
+        self.advance(&id, now, actor, &mut events)?;
+        Ok(match self.runs.get(&id) {
+            Some(r) => r.rec.clone(),
+            None => self
+                .store
+                .get_run(&id)?
+                .ok_or_else(|| Error::NotFound(format!("run `{id}`")))?,
+        })
+    }
+}

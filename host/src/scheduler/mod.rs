@@ -1,0 +1,315 @@
+//! When things run: the firing timer, the dispatch queue, execution of
+//! attempts, retries, dead letters, cancellation and crash recovery.
+//!
+//! One actor task owns all mutable scheduling state (active runs, the
+//! dispatch queue, timers) and is the only writer of runs to the store, so
+//! there are no locks to reason about and state changes happen in one order.
+//! Attempts run as their own tokio tasks and report back to the actor.
+//! Reads (show a run, list runs) go straight to the store, which the actor
+//! keeps current on every change.
+//!
+//! What it does not own: validating task definitions (`task`), computing fire
+//! instants (`schedule`), running wasm (`runtime`, behind [`Runner`]), HTTP.
+//! Design notes: docs/SCHEDULER.md.
+
+mod actor;
+pub mod clock;
+pub mod queue;
+pub mod runner;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use crate::model::{Outcome, RunRecord, ScheduleState, TaskRecord};
+use crate::store::{self, Store};
+
+pub use self::clock::{Clock, SystemClock, TokioClock};
+pub use self::queue::{PoolConfig, QueueConfig};
+pub use self::runner::{AttemptRequest, RunFuture, Runner, WasmRunner};
+
+/// Errors the scheduler answers with.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// No such run, task or dead letter (for this tenant).
+    #[error("{0} not found")]
+    NotFound(String),
+    /// The tenant's queue is full: try again later.
+    #[error("the queue of tenant `{tenant}` is full ({queued} runs waiting); retry in {}s", retry_after.as_secs())]
+    QueueFull {
+        /// The tenant.
+        tenant: String,
+        /// Runs waiting.
+        queued: usize,
+        /// A hint for `Retry-After`.
+        retry_after: Duration,
+    },
+    /// The request conflicts with the object's state (e.g. retrying a running run).
+    #[error("{0}")]
+    Conflict(String),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] store::Error),
+    /// The scheduler has stopped.
+    #[error("the scheduler is shutting down")]
+    Stopped,
+}
+
+/// Result type of the scheduler.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Scheduler settings.
+#[derive(Clone, Debug)]
+pub struct SchedulerConfig {
+    /// Concurrency limits, reserved share and pools.
+    pub queue: QueueConfig,
+    /// Runs a tenant may have waiting before triggers get 429.
+    pub max_queued_per_tenant: usize,
+    /// Runs waiting (all tenants) past which low-priority runs are shed.
+    pub high_water: usize,
+    /// Priorities below this are shed past the high-water mark.
+    pub shed_below_priority: u8,
+    /// Attempts lost to host crashes that do not count against a step's retries.
+    pub max_lost_attempts: u32,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        Self {
+            queue: QueueConfig::for_cores(cores),
+            max_queued_per_tenant: 10_000,
+            high_water: 50_000,
+            shed_below_priority: 3,
+            max_lost_attempts: 3,
+        }
+    }
+}
+
+/// A manual (API/CLI) trigger.
+#[derive(Clone, Debug, Default)]
+pub struct TriggerRequest {
+    /// Tenant.
+    pub tenant: String,
+    /// Task name.
+    pub task: String,
+    /// Trigger input (`${input.*}`), default `{}`.
+    pub input: Option<serde_json::Value>,
+    /// A key already seen for this task returns the existing run.
+    pub idempotency_key: Option<String>,
+    /// Overrides the task's priority.
+    pub priority: Option<u8>,
+    /// Who asked (recorded in events).
+    pub actor: String,
+}
+
+/// Counters the API exposes as metrics.
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Attempts finished, by outcome (index = position in [`Outcome::ALL`]).
+    pub attempts: [AtomicU64; 9],
+    /// Runs created.
+    pub runs_created: AtomicU64,
+    /// Retries scheduled.
+    pub retries: AtomicU64,
+    /// Dead letters recorded.
+    pub dead_letters: AtomicU64,
+    /// Runs shed under load.
+    pub shed: AtomicU64,
+    /// Fires skipped by `overlap: skip` / `queue_one`.
+    pub overlap_skips: AtomicU64,
+    /// Attempts running now.
+    pub running: AtomicU64,
+    /// Steps waiting in the dispatch queue now.
+    pub queued: AtomicU64,
+    /// Fire lateness samples (scheduled instant → first attempt start), ms.
+    pub lateness: std::sync::Mutex<Vec<f64>>,
+}
+
+impl Stats {
+    pub(crate) fn count_attempt(&self, outcome: Outcome) {
+        if let Some(i) = Outcome::ALL.iter().position(|o| *o == outcome) {
+            self.attempts[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Takes the lateness samples recorded since the last call.
+    pub fn take_lateness(&self) -> Vec<f64> {
+        std::mem::take(
+            &mut *self
+                .lateness
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+    }
+}
+
+enum Command {
+    Trigger(TriggerRequest, oneshot::Sender<Result<(RunRecord, bool)>>),
+    TaskChanged {
+        tenant: String,
+        task: String,
+    },
+    PutTask {
+        record: Box<TaskRecord>,
+        reply: oneshot::Sender<Result<ScheduleState>>,
+    },
+    DeleteTask {
+        tenant: String,
+        task: String,
+        reply: oneshot::Sender<Result<bool>>,
+    },
+    SetPaused {
+        tenant: String,
+        task: String,
+        paused: bool,
+        reply: oneshot::Sender<Result<ScheduleState>>,
+    },
+    Cancel {
+        run_id: String,
+        actor: String,
+        reply: oneshot::Sender<Result<RunRecord>>,
+    },
+    Retry {
+        run_id: String,
+        actor: String,
+        reply: oneshot::Sender<Result<RunRecord>>,
+    },
+    Requeue {
+        dead_letter: String,
+        actor: String,
+        reply: oneshot::Sender<Result<RunRecord>>,
+    },
+}
+
+/// A handle to the scheduler actor. Cheap to clone.
+#[derive(Clone)]
+pub struct Scheduler {
+    tx: mpsc::UnboundedSender<Command>,
+    stats: Arc<Stats>,
+}
+
+impl Scheduler {
+    /// Recovers state from `store` (lost attempts, queued work, missed fires)
+    /// and starts the actor. It stops when `shutdown` fires.
+    pub async fn start(
+        store: Arc<dyn Store>,
+        runner: Arc<dyn Runner>,
+        clock: Arc<dyn Clock>,
+        config: SchedulerConfig,
+        shutdown: CancellationToken,
+    ) -> Result<(Self, tokio::task::JoinHandle<()>)> {
+        let stats = Arc::new(Stats::default());
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut actor = actor::Actor::new(store, runner, clock, config, stats.clone());
+        actor.recover()?;
+        let handle = tokio::spawn(actor.run(rx, shutdown));
+        Ok((Self { tx, stats }, handle))
+    }
+
+    /// Counters for metrics.
+    pub fn stats(&self) -> &Arc<Stats> {
+        &self.stats
+    }
+
+    async fn ask<T>(&self, make: impl FnOnce(oneshot::Sender<Result<T>>) -> Command) -> Result<T> {
+        let (reply, rx) = oneshot::channel();
+        self.tx.send(make(reply)).map_err(|_| Error::Stopped)?;
+        rx.await.map_err(|_| Error::Stopped)?
+    }
+
+    /// Creates a run (or returns the existing one for a known idempotency key:
+    /// the flag says whether it was created). The caller waits for a store
+    /// sync ticket before answering a client.
+    pub async fn trigger(&self, request: TriggerRequest) -> Result<(RunRecord, bool)> {
+        self.ask(|reply| Command::Trigger(request, reply)).await
+    }
+
+    /// Stores a validated task definition and (re)arms its trigger. The
+    /// scheduler is the only writer of schedule state, so a fire racing with
+    /// an edit or a pause can never undo it. A replaced definition fires from
+    /// now on; an `at`/`delay` that already fired does not fire again.
+    pub async fn put_task(&self, record: TaskRecord) -> Result<ScheduleState> {
+        self.ask(|reply| Command::PutTask {
+            record: Box::new(record),
+            reply,
+        })
+        .await
+    }
+
+    /// Deletes a task and its schedule; false if there was none.
+    pub async fn delete_task(&self, tenant: &str, task: &str) -> Result<bool> {
+        let (tenant, task) = (tenant.to_string(), task.to_string());
+        self.ask(|reply| Command::DeleteTask {
+            tenant,
+            task,
+            reply,
+        })
+        .await
+    }
+
+    /// Pauses or resumes a task's trigger (resuming fires from now on; missed
+    /// instants are not caught up).
+    pub async fn set_paused(
+        &self,
+        tenant: &str,
+        task: &str,
+        paused: bool,
+    ) -> Result<ScheduleState> {
+        let (tenant, task) = (tenant.to_string(), task.to_string());
+        self.ask(|reply| Command::SetPaused {
+            tenant,
+            task,
+            paused,
+            reply,
+        })
+        .await
+    }
+
+    /// Reloads a task's schedule from the store (after a change made elsewhere).
+    pub fn task_changed(&self, tenant: &str, task: &str) {
+        let _ = self.tx.send(Command::TaskChanged {
+            tenant: tenant.to_string(),
+            task: task.to_string(),
+        });
+    }
+
+    /// Cancels a run: queued steps are dropped, running attempts stopped.
+    pub async fn cancel(&self, run_id: &str, actor: &str) -> Result<RunRecord> {
+        let (run_id, actor) = (run_id.to_string(), actor.to_string());
+        self.ask(|reply| Command::Cancel {
+            run_id,
+            actor,
+            reply,
+        })
+        .await
+    }
+
+    /// Retries a failed or cancelled run from its unsuccessful steps; succeeded steps keep their outputs.
+    pub async fn retry(&self, run_id: &str, actor: &str) -> Result<RunRecord> {
+        let (run_id, actor) = (run_id.to_string(), actor.to_string());
+        self.ask(|reply| Command::Retry {
+            run_id,
+            actor,
+            reply,
+        })
+        .await
+    }
+
+    /// Puts a dead-lettered step back in the queue for one more round of attempts.
+    pub async fn requeue(&self, dead_letter: &str, actor: &str) -> Result<RunRecord> {
+        let (dead_letter, actor) = (dead_letter.to_string(), actor.to_string());
+        self.ask(|reply| Command::Requeue {
+            dead_letter,
+            actor,
+            reply,
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests;

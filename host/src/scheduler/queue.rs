@@ -1,0 +1,513 @@
+//! The dispatch queue: which ready step starts next, given priorities, aging,
+//! a global concurrency limit with a share reserved for high priority,
+//! per-tenant caps and named pools (slots and an optional start rate).
+//!
+//! Pure bookkeeping, no I/O and no clock of its own (callers pass `now`), so
+//! it is tested exhaustively.
+//!
+//! Ordering: an entry's key is `enqueued_at - priority * AGING_STEP`. A run of
+//! priority 9 therefore goes before lower ones enqueued up to 9 aging steps
+//! earlier, and a waiting low-priority run rises past newer high-priority
+//! ones as it ages — priority with aging as one static key.
+//!
+//! Queues are kept per (tenant, pool), so a full pool or a tenant at its cap
+//! never blocks the others (no head-of-line blocking); the dispatcher looks at
+//! the head of each queue, which is cheap since there are few of them.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
+
+use crate::model::Millis;
+
+/// How much one priority level is worth in queueing time (ms).
+pub const AGING_STEP_MS: Millis = 10_000;
+/// Priorities at or above this may use the reserved share.
+pub const HIGH_PRIORITY: u8 = 7;
+/// Pool of steps that name none.
+pub const DEFAULT_POOL: &str = "default";
+
+/// A ready step waiting for a slot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    /// Run id.
+    pub run_id: String,
+    /// Step index in the run.
+    pub step: usize,
+    /// Owning tenant.
+    pub tenant: String,
+    /// Pool the step runs in.
+    pub pool: String,
+    /// 0..=9.
+    pub priority: u8,
+    /// When it became ready (ms).
+    pub enqueued_at: Millis,
+}
+
+impl Entry {
+    fn key(&self) -> (Millis, Millis) {
+        (
+            self.enqueued_at - Millis::from(self.priority) * AGING_STEP_MS,
+            self.enqueued_at,
+        )
+    }
+}
+
+#[derive(Debug, PartialEq, Eq)]
+struct Queued {
+    key: (Millis, Millis),
+    seq: u64,
+    entry: Entry,
+}
+
+impl Ord for Queued {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.key, self.seq).cmp(&(other.key, other.seq))
+    }
+}
+
+impl PartialOrd for Queued {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// A named pool's settings.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PoolConfig {
+    /// Steps of this pool running at once.
+    pub slots: usize,
+    /// Starts per second at most (`None`: unlimited).
+    pub rate_per_sec: Option<f64>,
+}
+
+#[derive(Debug)]
+struct PoolState {
+    config: PoolConfig,
+    running: usize,
+    /// Token bucket for the start rate: tokens available and when last refilled.
+    tokens: f64,
+    refilled_at: Millis,
+}
+
+impl PoolState {
+    fn new(config: PoolConfig, now: Millis) -> Self {
+        let tokens = config.rate_per_sec.map(|r| r.max(1.0)).unwrap_or(0.0);
+        Self {
+            config,
+            running: 0,
+            tokens,
+            refilled_at: now,
+        }
+    }
+
+    fn refill(&mut self, now: Millis) {
+        if let Some(rate) = self.config.rate_per_sec {
+            let elapsed = (now - self.refilled_at).max(0) as f64 / 1000.0;
+            // A burst of at most one second's worth (at least one start).
+            self.tokens = (self.tokens + elapsed * rate).min(rate.max(1.0));
+            self.refilled_at = now;
+        }
+    }
+
+    fn can_start(&self) -> bool {
+        self.running < self.config.slots
+            && (self.config.rate_per_sec.is_none() || self.tokens >= 1.0)
+    }
+
+    /// When a start token will be available again (ms), if rate-limited.
+    fn next_token_at(&self) -> Option<Millis> {
+        let rate = self.config.rate_per_sec?;
+        if self.tokens >= 1.0 {
+            return None;
+        }
+        Some(self.refilled_at + ((1.0 - self.tokens) / rate * 1000.0).ceil() as Millis)
+    }
+}
+
+/// Limits the dispatcher enforces.
+#[derive(Clone, Debug)]
+pub struct QueueConfig {
+    /// Attempts running at once, all tenants together.
+    pub global_limit: usize,
+    /// Of `global_limit`, slots only high-priority steps may use.
+    pub reserved_high: usize,
+    /// Attempts running at once per tenant (`None`: only the global limit).
+    pub tenant_limit: Option<usize>,
+    /// Named pools; steps naming an unknown pool use the default pool.
+    pub pools: BTreeMap<String, PoolConfig>,
+}
+
+impl QueueConfig {
+    /// Defaults for `cores` CPU cores: that many attempts at once, a quarter
+    /// (at least one when there are two or more) reserved for high priority,
+    /// and a default pool as wide as the global limit.
+    pub fn for_cores(cores: usize) -> Self {
+        let global_limit = cores.max(1);
+        Self {
+            global_limit,
+            reserved_high: if global_limit >= 2 {
+                (global_limit / 4).max(1)
+            } else {
+                0
+            },
+            tenant_limit: None,
+            pools: BTreeMap::new(),
+        }
+    }
+}
+
+/// The dispatch queue and the running-slot accounting.
+#[derive(Debug)]
+pub struct DispatchQueue {
+    config: QueueConfig,
+    queues: HashMap<(String, String), BinaryHeap<Reverse<Queued>>>,
+    pools: HashMap<String, PoolState>,
+    running_total: usize,
+    running_by_tenant: HashMap<String, usize>,
+    queued_by_tenant: HashMap<String, usize>,
+    queued_total: usize,
+    seq: u64,
+}
+
+impl DispatchQueue {
+    /// An empty queue.
+    pub fn new(config: QueueConfig, now: Millis) -> Self {
+        let mut pools: HashMap<String, PoolState> = config
+            .pools
+            .iter()
+            .map(|(name, c)| (name.clone(), PoolState::new(c.clone(), now)))
+            .collect();
+        pools.entry(DEFAULT_POOL.to_string()).or_insert_with(|| {
+            PoolState::new(
+                PoolConfig {
+                    slots: config.global_limit,
+                    rate_per_sec: None,
+                },
+                now,
+            )
+        });
+        Self {
+            config,
+            queues: HashMap::new(),
+            pools,
+            running_total: 0,
+            running_by_tenant: HashMap::new(),
+            queued_by_tenant: HashMap::new(),
+            queued_total: 0,
+            seq: 0,
+        }
+    }
+
+    /// The pool a step naming `pool` runs in.
+    pub fn pool_for(&self, pool: Option<&str>) -> String {
+        match pool {
+            Some(p) if self.pools.contains_key(p) => p.to_string(),
+            _ => DEFAULT_POOL.to_string(),
+        }
+    }
+
+    /// Whether `pool` is configured.
+    pub fn has_pool(&self, pool: &str) -> bool {
+        self.pools.contains_key(pool)
+    }
+
+    /// Adds a ready step.
+    pub fn push(&mut self, entry: Entry) {
+        self.seq += 1;
+        *self
+            .queued_by_tenant
+            .entry(entry.tenant.clone())
+            .or_default() += 1;
+        self.queued_total += 1;
+        let queued = Queued {
+            key: entry.key(),
+            seq: self.seq,
+            entry,
+        };
+        self.queues
+            .entry((queued.entry.tenant.clone(), queued.entry.pool.clone()))
+            .or_default()
+            .push(Reverse(queued));
+    }
+
+    /// Steps waiting, all tenants.
+    pub fn queued(&self) -> usize {
+        self.queued_total
+    }
+
+    /// Steps waiting for `tenant`.
+    pub fn queued_for(&self, tenant: &str) -> usize {
+        self.queued_by_tenant.get(tenant).copied().unwrap_or(0)
+    }
+
+    /// Attempts running.
+    pub fn running(&self) -> usize {
+        self.running_total
+    }
+
+    /// Queued steps per tenant (for metrics).
+    pub fn queued_by_tenant(&self) -> impl Iterator<Item = (&str, usize)> {
+        self.queued_by_tenant.iter().map(|(t, n)| (t.as_str(), *n))
+    }
+
+    /// Removes every queued entry of `run_id` (the run was cancelled).
+    pub fn remove_run(&mut self, run_id: &str) {
+        for heap in self.queues.values_mut() {
+            let before = heap.len();
+            heap.retain(|Reverse(q)| q.entry.run_id != run_id);
+            self.queued_total -= before - heap.len();
+        }
+        self.queues.retain(|_, heap| !heap.is_empty());
+        self.recount_tenants();
+    }
+
+    fn recount_tenants(&mut self) {
+        self.queued_by_tenant.clear();
+        for ((tenant, _), heap) in &self.queues {
+            if !heap.is_empty() {
+                *self.queued_by_tenant.entry(tenant.clone()).or_default() += heap.len();
+            }
+        }
+    }
+
+    /// Takes the next step allowed to start now, and counts it as running.
+    pub fn pop(&mut self, now: Millis) -> Option<Entry> {
+        if self.running_total >= self.config.global_limit {
+            return None;
+        }
+        let low_may_start = self.running_total
+            < self
+                .config
+                .global_limit
+                .saturating_sub(self.config.reserved_high);
+        for pool in self.pools.values_mut() {
+            pool.refill(now);
+        }
+        // (order key, tie-break sequence, queue) of the best startable head.
+        type Best = ((Millis, Millis), u64, (String, String));
+        let mut best: Option<Best> = None;
+        for (qkey, heap) in &self.queues {
+            let Some(Reverse(head)) = heap.peek() else {
+                continue;
+            };
+            let entry = &head.entry;
+            if !low_may_start && entry.priority < HIGH_PRIORITY {
+                continue;
+            }
+            if let Some(limit) = self.config.tenant_limit
+                && self
+                    .running_by_tenant
+                    .get(&entry.tenant)
+                    .copied()
+                    .unwrap_or(0)
+                    >= limit
+            {
+                continue;
+            }
+            if !self
+                .pools
+                .get(&entry.pool)
+                .is_some_and(PoolState::can_start)
+            {
+                continue;
+            }
+            if best
+                .as_ref()
+                .is_none_or(|(k, s, _)| (head.key, head.seq) < (*k, *s))
+            {
+                best = Some((head.key, head.seq, qkey.clone()));
+            }
+        }
+        let (_, _, qkey) = best?;
+        let heap = self.queues.get_mut(&qkey)?;
+        let Reverse(queued) = heap.pop()?;
+        if heap.is_empty() {
+            self.queues.remove(&qkey);
+        }
+        let entry = queued.entry;
+        self.queued_total -= 1;
+        if let Some(n) = self.queued_by_tenant.get_mut(&entry.tenant) {
+            *n -= 1;
+            if *n == 0 {
+                self.queued_by_tenant.remove(&entry.tenant);
+            }
+        }
+        self.running_total += 1;
+        *self
+            .running_by_tenant
+            .entry(entry.tenant.clone())
+            .or_default() += 1;
+        if let Some(pool) = self.pools.get_mut(&entry.pool) {
+            pool.running += 1;
+            if pool.config.rate_per_sec.is_some() {
+                pool.tokens -= 1.0;
+            }
+        }
+        Some(entry)
+    }
+
+    /// Releases the slot of a finished attempt.
+    pub fn finish(&mut self, tenant: &str, pool: &str) {
+        self.running_total = self.running_total.saturating_sub(1);
+        if let Some(n) = self.running_by_tenant.get_mut(tenant) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.running_by_tenant.remove(tenant);
+            }
+        }
+        if let Some(p) = self.pools.get_mut(pool) {
+            p.running = p.running.saturating_sub(1);
+        }
+    }
+
+    /// When a rate-limited pool with waiting work gets its next start token,
+    /// so the dispatcher can wake then (ms).
+    pub fn next_rate_wakeup(&self) -> Option<Millis> {
+        self.queues
+            .keys()
+            .filter_map(|(_, pool)| self.pools.get(pool))
+            .filter(|p| p.running < p.config.slots)
+            .filter_map(PoolState::next_token_at)
+            .min()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(run: &str, tenant: &str, pool: &str, priority: u8, at: Millis) -> Entry {
+        Entry {
+            run_id: run.into(),
+            step: 0,
+            tenant: tenant.into(),
+            pool: pool.into(),
+            priority,
+            enqueued_at: at,
+        }
+    }
+
+    fn config(global: usize, reserved: usize) -> QueueConfig {
+        QueueConfig {
+            global_limit: global,
+            reserved_high: reserved,
+            tenant_limit: None,
+            pools: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn higher_priority_goes_first_and_fifo_within_a_priority() {
+        let mut q = DispatchQueue::new(config(10, 0), 0);
+        q.push(entry("a", "t", DEFAULT_POOL, 5, 100));
+        q.push(entry("b", "t", DEFAULT_POOL, 5, 200));
+        q.push(entry("c", "t", DEFAULT_POOL, 9, 300));
+        let order: Vec<_> = std::iter::from_fn(|| q.pop(400))
+            .map(|e| e.run_id)
+            .collect();
+        assert_eq!(order, ["c", "a", "b"]);
+    }
+
+    #[test]
+    fn a_waiting_low_priority_run_ages_past_newer_high_priority_ones() {
+        let mut q = DispatchQueue::new(config(10, 0), 0);
+        q.push(entry("old-low", "t", DEFAULT_POOL, 0, 0));
+        // Priority 5 is worth 50 s of waiting; this one came 60 s later.
+        q.push(entry("new-high", "t", DEFAULT_POOL, 5, 60_000));
+        assert_eq!(q.pop(60_000).unwrap().run_id, "old-low");
+    }
+
+    #[test]
+    fn global_limit_holds_and_finish_frees_a_slot() {
+        let mut q = DispatchQueue::new(config(2, 0), 0);
+        for i in 0..3 {
+            q.push(entry(&format!("r{i}"), "t", DEFAULT_POOL, 5, i));
+        }
+        assert!(q.pop(0).is_some());
+        assert!(q.pop(0).is_some());
+        assert!(q.pop(0).is_none());
+        assert_eq!(q.running(), 2);
+        q.finish("t", DEFAULT_POOL);
+        assert_eq!(q.pop(0).unwrap().run_id, "r2");
+    }
+
+    #[test]
+    fn reserved_slots_are_only_for_high_priority() {
+        let mut q = DispatchQueue::new(config(4, 1), 0);
+        for i in 0..5 {
+            q.push(entry(&format!("low{i}"), "t", DEFAULT_POOL, 1, i));
+        }
+        assert_eq!((0..5).filter_map(|_| q.pop(0)).count(), 3);
+        q.push(entry("high", "t", DEFAULT_POOL, HIGH_PRIORITY, 10));
+        assert_eq!(q.pop(0).unwrap().run_id, "high");
+    }
+
+    #[test]
+    fn a_full_pool_does_not_block_other_pools() {
+        let mut cfg = config(10, 0);
+        cfg.pools.insert(
+            "warehouse".into(),
+            PoolConfig {
+                slots: 1,
+                rate_per_sec: None,
+            },
+        );
+        let mut q = DispatchQueue::new(cfg, 0);
+        q.push(entry("w1", "t", "warehouse", 9, 0));
+        q.push(entry("w2", "t", "warehouse", 9, 1));
+        q.push(entry("d1", "t", DEFAULT_POOL, 0, 2));
+        assert_eq!(q.pop(0).unwrap().run_id, "w1");
+        assert_eq!(q.pop(0).unwrap().run_id, "d1");
+        assert!(q.pop(0).is_none());
+        q.finish("t", "warehouse");
+        assert_eq!(q.pop(0).unwrap().run_id, "w2");
+    }
+
+    #[test]
+    fn pool_start_rate_is_enforced_with_a_wakeup_time() {
+        let mut cfg = config(100, 0);
+        cfg.pools.insert(
+            "api".into(),
+            PoolConfig {
+                slots: 100,
+                rate_per_sec: Some(2.0),
+            },
+        );
+        let mut q = DispatchQueue::new(cfg, 0);
+        for i in 0..5 {
+            q.push(entry(&format!("r{i}"), "t", "api", 5, i));
+        }
+        // A burst of one second's worth, then one start per 500 ms.
+        assert_eq!((0..5).filter_map(|_| q.pop(0)).count(), 2);
+        assert_eq!(q.next_rate_wakeup(), Some(500));
+        assert!(q.pop(499).is_none());
+        assert!(q.pop(500).is_some());
+        assert!(q.pop(500).is_none());
+        assert!(q.pop(1000).is_some());
+    }
+
+    #[test]
+    fn tenant_limit_lets_other_tenants_through() {
+        let mut cfg = config(10, 0);
+        cfg.tenant_limit = Some(1);
+        let mut q = DispatchQueue::new(cfg, 0);
+        q.push(entry("a1", "a", DEFAULT_POOL, 5, 0));
+        q.push(entry("a2", "a", DEFAULT_POOL, 5, 1));
+        q.push(entry("b1", "b", DEFAULT_POOL, 5, 2));
+        assert_eq!(q.pop(0).unwrap().run_id, "a1");
+        assert_eq!(q.pop(0).unwrap().run_id, "b1");
+        assert!(q.pop(0).is_none());
+        assert_eq!(q.queued_for("a"), 1);
+    }
+
+    #[test]
+    fn removing_a_run_drops_its_entries_and_counts() {
+        let mut q = DispatchQueue::new(config(10, 0), 0);
+        q.push(entry("x", "t", DEFAULT_POOL, 5, 0));
+        q.push(entry("y", "t", DEFAULT_POOL, 5, 1));
+        q.remove_run("x");
+        assert_eq!(q.queued(), 1);
+        assert_eq!(q.queued_for("t"), 1);
+        assert_eq!(q.pop(0).unwrap().run_id, "y");
+    }
+}

@@ -1,0 +1,596 @@
+//! Scheduler tests on the in-memory store, a scripted runner and tokio's
+//! paused clock: firing, catch-up, overlap, retries, dead letters, recovery
+//! and bounds, without real sleeps or wasm.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::{DateTime, TimeZone, Utc};
+use tokio_util::sync::CancellationToken;
+
+use super::*;
+use crate::model::{
+    AttemptReport, ErrorKind, Outcome, PluginRecord, RECORD_FORMAT, RunStatus, StepStatus,
+    TaskRecord,
+};
+use crate::schedule::Trigger;
+use crate::store::memory::MemoryStore;
+use crate::store::{RunQuery, Store};
+use crate::task::{self, TaskSpec};
+
+/// Plays plugins by digest: `ok` echoes, `fail` fails retryably, `fatal`
+/// fails fatally, `slow` takes `input.ms` milliseconds, `block` waits for cancel.
+#[derive(Default)]
+struct FakeRunner {
+    calls: Mutex<Vec<(String, String, u32)>>,
+}
+
+fn report(
+    outcome: Outcome,
+    output: Option<serde_json::Value>,
+    error: Option<&str>,
+    kind: Option<ErrorKind>,
+) -> AttemptReport {
+    AttemptReport {
+        outcome,
+        output,
+        error: error.map(str::to_string),
+        error_kind: kind,
+        fuel_consumed: 100,
+        memory_peak_bytes: 1 << 16,
+        duration_ms: 1.0,
+        stdout: String::new(),
+        stderr: String::new(),
+        logs: Vec::new(),
+        progress: None,
+    }
+}
+
+impl Runner for FakeRunner {
+    fn run(&self, req: AttemptRequest) -> RunFuture {
+        self.calls.lock().unwrap().push((
+            req.ctx.run_id.clone(),
+            req.ctx.step.clone(),
+            req.ctx.attempt,
+        ));
+        Box::pin(async move {
+            let input: serde_json::Value = serde_json::from_str(&req.input).unwrap();
+            Ok(match req.digest.as_str() {
+                "ok" => report(
+                    Outcome::Succeeded,
+                    Some(serde_json::json!({ "echo": input })),
+                    None,
+                    None,
+                ),
+                "fail" => report(
+                    Outcome::Failed,
+                    None,
+                    Some("busy"),
+                    Some(ErrorKind::Retryable),
+                ),
+                "fatal" => report(
+                    Outcome::Failed,
+                    None,
+                    Some("bad input"),
+                    Some(ErrorKind::Fatal),
+                ),
+                "slow" => {
+                    let ms = input["ms"].as_u64().unwrap_or(1000);
+                    tokio::select! {
+                        _ = tokio::time::sleep(Duration::from_millis(ms)) => report(Outcome::Succeeded, Some(serde_json::json!({})), None, None),
+                        _ = req.cancel.cancelled() => report(Outcome::Cancelled, None, Some("cancelled"), None),
+                    }
+                }
+                "block" => {
+                    req.cancel.cancelled().await;
+                    report(Outcome::Cancelled, None, Some("cancelled"), None)
+                }
+                other => return Err(format!("no such fake plugin {other}")),
+            })
+        })
+    }
+}
+
+fn t0() -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2026, 12, 1, 0, 0, 0).unwrap()
+}
+
+struct Harness {
+    store: Arc<MemoryStore>,
+    runner: Arc<FakeRunner>,
+    clock: Arc<TokioClock>,
+    scheduler: Scheduler,
+    shutdown: CancellationToken,
+}
+
+impl Harness {
+    async fn start_with(store: Arc<MemoryStore>, config: SchedulerConfig) -> Self {
+        let runner = Arc::new(FakeRunner::default());
+        let clock = Arc::new(TokioClock::starting_at(t0()));
+        Self::start_at(store, runner, clock, config).await
+    }
+
+    async fn start_at(
+        store: Arc<MemoryStore>,
+        runner: Arc<FakeRunner>,
+        clock: Arc<TokioClock>,
+        config: SchedulerConfig,
+    ) -> Self {
+        for digest in ["ok", "fail", "fatal", "slow", "block"] {
+            store
+                .put_plugin(&PluginRecord {
+                    tenant: "t".into(),
+                    name: digest.into(),
+                    version: "1.0.0".into(),
+                    digest: digest.into(),
+                    size: 1,
+                    created_at: 0,
+                })
+                .unwrap();
+        }
+        let shutdown = CancellationToken::new();
+        let (scheduler, _) = Scheduler::start(
+            store.clone(),
+            runner.clone(),
+            clock.clone(),
+            config,
+            shutdown.clone(),
+        )
+        .await
+        .unwrap();
+        Self {
+            store,
+            runner,
+            clock,
+            scheduler,
+            shutdown,
+        }
+    }
+
+    async fn start() -> Self {
+        Self::start_with(Arc::new(MemoryStore::new()), test_config()).await
+    }
+
+    /// Stores a task as the service would (validated, then through the scheduler).
+    async fn put_task(&self, yaml: &str) -> TaskSpec {
+        let spec = task::parse(yaml).unwrap();
+        let now = self.clock.now();
+        Trigger::compile(spec.trigger.as_ref(), now).unwrap();
+        let record = TaskRecord {
+            format: RECORD_FORMAT,
+            tenant: "t".into(),
+            name: spec.name.clone(),
+            spec: serde_json::to_value(&spec).unwrap(),
+            source: yaml.into(),
+            created_at: now.timestamp_millis(),
+            updated_at: now.timestamp_millis(),
+            version: 1,
+        };
+        self.scheduler.put_task(record).await.unwrap();
+        spec
+    }
+
+    async fn trigger(&self, task: &str, input: serde_json::Value) -> RunRecord {
+        self.scheduler
+            .trigger(TriggerRequest {
+                tenant: "t".into(),
+                task: task.into(),
+                input: Some(input),
+                actor: "test".into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .0
+    }
+
+    fn runs(&self, task: &str) -> Vec<RunRecord> {
+        let mut runs = self
+            .store
+            .list_runs(&RunQuery {
+                tenant: Some("t".into()),
+                task: Some(task.into()),
+                limit: 1000,
+                ..Default::default()
+            })
+            .unwrap()
+            .runs;
+        runs.reverse();
+        runs
+    }
+
+    /// Lets the actor and attempt tasks run until `run` is terminal (bounded).
+    async fn wait_terminal(&self, id: &str) -> RunRecord {
+        for _ in 0..10_000 {
+            let run = self.store.get_run(id).unwrap().unwrap();
+            if run.status.is_terminal() {
+                return run;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!(
+            "run {id} did not finish: {:?}",
+            self.store.get_run(id).unwrap()
+        );
+    }
+}
+
+fn test_config() -> SchedulerConfig {
+    SchedulerConfig {
+        queue: QueueConfig::for_cores(4),
+        ..SchedulerConfig::default()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_manual_trigger_runs_its_step_and_stores_the_output() {
+    let h = Harness::start().await;
+    h.put_task("name: t1\nplugin: ok@1.0.0\ninput: { x: \"${input.x}\" }\n")
+        .await;
+    let run = h.trigger("t1", serde_json::json!({ "x": 7 })).await;
+    let run = h.wait_terminal(&run.id).await;
+    assert_eq!(run.status, RunStatus::Succeeded);
+    assert_eq!(
+        run.steps[0].output,
+        Some(serde_json::json!({ "echo": { "x": 7 } }))
+    );
+    let events = h.store.events(&run.id).unwrap();
+    let path: Vec<_> = events
+        .iter()
+        .map(|e| (e.step.clone(), e.to.clone()))
+        .collect();
+    assert_eq!(path.first().unwrap(), &(None, "queued".to_string()));
+    assert_eq!(path.last().unwrap(), &(None, "succeeded".to_string()));
+    assert!(path.contains(&(Some("t1".into()), "running".into())));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_idempotency_key_returns_the_existing_run() {
+    let h = Harness::start().await;
+    h.put_task("name: t1\nplugin: ok@1.0.0\n").await;
+    let req = TriggerRequest {
+        tenant: "t".into(),
+        task: "t1".into(),
+        idempotency_key: Some("k1".into()),
+        actor: "test".into(),
+        ..Default::default()
+    };
+    let (first, created) = h.scheduler.trigger(req.clone()).await.unwrap();
+    assert!(created);
+    let (second, created) = h.scheduler.trigger(req).await.unwrap();
+    assert!(!created);
+    assert_eq!(first.id, second.id);
+    assert_eq!(h.runs("t1").len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cron_task_fires_once_per_instant() {
+    let h = Harness::start().await;
+    h.put_task("name: tick\ntrigger: { cron: \"*/10 * * * * ?\" }\nplugin: ok@1.0.0\n")
+        .await;
+    tokio::time::sleep(Duration::from_millis(35_500)).await;
+    let runs = h.runs("tick");
+    let instants: Vec<_> = runs
+        .iter()
+        .map(|r| r.scheduled_for - t0().timestamp_millis())
+        .collect();
+    assert_eq!(instants, [10_000, 20_000, 30_000]);
+    assert!(
+        runs.iter()
+            .all(|r| r.trigger == crate::model::TriggerKind::Cron)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn retries_follow_the_backoff_then_dead_letter() {
+    let h = Harness::start().await;
+    h.put_task(
+        "name: flaky\nplugin: fail@1.0.0\nretry: { max_attempts: 3, backoff: [10s, 30s] }\n",
+    )
+    .await;
+    let run = h.trigger("flaky", serde_json::json!({})).await;
+    let run = h.wait_terminal(&run.id).await;
+    assert_eq!(run.status, RunStatus::Failed);
+    let step = &run.steps[0];
+    assert_eq!(step.status, StepStatus::Dead);
+    let starts: Vec<_> = step
+        .attempts
+        .iter()
+        .map(|a| a.started_at - t0().timestamp_millis())
+        .collect();
+    assert_eq!(starts, [0, 10_000, 40_000]);
+    let dead = h.store.list_dead_letters("t", true).unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].attempts, 3);
+    assert_eq!(dead[0].error.as_deref(), Some("busy"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fatal_error_is_not_retried() {
+    let h = Harness::start().await;
+    h.put_task("name: bad\nplugin: fatal@1.0.0\nretry: { max_attempts: 3, backoff: [1s] }\n")
+        .await;
+    let run = h.trigger("bad", serde_json::json!({})).await;
+    let run = h.wait_terminal(&run.id).await;
+    assert_eq!(run.steps[0].status, StepStatus::Failed);
+    assert_eq!(run.steps[0].attempts.len(), 1);
+    assert!(h.store.list_dead_letters("t", true).unwrap().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_requeued_dead_letter_runs_again() {
+    let h = Harness::start().await;
+    h.put_task("name: flaky\nplugin: fail@1.0.0\nretry: { max_attempts: 2, backoff: [1s] }\n")
+        .await;
+    let run = h.trigger("flaky", serde_json::json!({})).await;
+    h.wait_terminal(&run.id).await;
+    let dead = h.store.list_dead_letters("t", true).unwrap().remove(0);
+    h.scheduler.requeue(&dead.id, "test").await.unwrap();
+    let run = h.wait_terminal(&run.id).await;
+    assert_eq!(
+        run.steps[0].attempts.len(),
+        4,
+        "two more attempts after the requeue"
+    );
+    let resolved = h.store.get_dead_letter(&dead.id).unwrap().unwrap();
+    assert!(resolved.resolution.unwrap().contains("requeued"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn steps_run_after_their_needs_and_see_upstream_outputs() {
+    let h = Harness::start().await;
+    h.put_task(
+        "name: pipe\nsteps:\n  - name: a\n    plugin: ok@1.0.0\n    input: { n: 1 }\n  - name: b\n    needs: [a]\n    plugin: ok@1.0.0\n    input: { from_a: \"${steps.a.output.echo.n}\" }\n",
+    ).await;
+    let run = h.trigger("pipe", serde_json::json!({})).await;
+    let run = h.wait_terminal(&run.id).await;
+    assert_eq!(run.status, RunStatus::Succeeded);
+    assert_eq!(run.steps[1].input, Some(serde_json::json!({ "from_a": 1 })));
+    assert!(run.steps[1].attempts[0].started_at >= run.steps[0].attempts[0].finished_at.unwrap());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_upstream_cancels_all_success_downstream() {
+    let h = Harness::start().await;
+    h.put_task("name: pipe\nsteps:\n  - name: a\n    plugin: fatal@1.0.0\n  - name: b\n    needs: [a]\n    plugin: ok@1.0.0\n").await;
+    let run = h.trigger("pipe", serde_json::json!({})).await;
+    let run = h.wait_terminal(&run.id).await;
+    assert_eq!(run.status, RunStatus::Failed);
+    assert_eq!(run.steps[1].status, StepStatus::Cancelled);
+    assert!(run.steps[1].attempts.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn cancel_stops_a_running_attempt_and_drops_queued_steps() {
+    let h = Harness::start().await;
+    h.put_task("name: long\nsteps:\n  - name: a\n    plugin: block@1.0.0\n  - name: b\n    needs: [a]\n    plugin: ok@1.0.0\n").await;
+    let run = h.trigger("long", serde_json::json!({})).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let cancelled = h.scheduler.cancel(&run.id, "test").await.unwrap();
+    assert_eq!(cancelled.status, RunStatus::Cancelled);
+    let run = h.wait_terminal(&run.id).await;
+    assert!(run.steps.iter().all(|s| s.status == StepStatus::Cancelled));
+    assert!(matches!(
+        h.scheduler.cancel(&run.id, "test").await,
+        Err(Error::Conflict(_))
+    ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn overlap_skip_drops_fires_while_a_run_is_active() {
+    let h = Harness::start().await;
+    h.put_task("name: o\ntrigger: { every: 10s }\noverlap: skip\nplugin: slow@1.0.0\ninput: { ms: 25000 }\n").await;
+    tokio::time::sleep(Duration::from_millis(45_500)).await;
+    let runs = h.runs("o");
+    let instants: Vec<_> = runs
+        .iter()
+        .map(|r| (r.scheduled_for - t0().timestamp_millis()) / 1000)
+        .collect();
+    // 10 s starts a 25 s run; 20 s and 30 s are skipped; 40 s starts the next.
+    assert_eq!(instants, [10, 40]);
+    assert_eq!(
+        h.scheduler
+            .stats()
+            .overlap_skips
+            .load(std::sync::atomic::Ordering::Relaxed),
+        2
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn overlap_queue_one_keeps_one_run_waiting() {
+    let h = Harness::start().await;
+    h.put_task("name: o\ntrigger: { every: 10s }\noverlap: queue_one\nplugin: slow@1.0.0\ninput: { ms: 25000 }\n").await;
+    tokio::time::sleep(Duration::from_millis(30_500)).await;
+    let runs = h.runs("o");
+    let instants: Vec<_> = runs
+        .iter()
+        .map(|r| (r.scheduled_for - t0().timestamp_millis()) / 1000)
+        .collect();
+    // 10 s runs, 20 s waits, 30 s is skipped (one is already waiting).
+    assert_eq!(instants, [10, 20]);
+    assert_eq!(runs[1].status, RunStatus::Queued);
+    let second = h.wait_terminal(&runs[1].id).await;
+    // The waiting run starts when the first finishes (at 35 s).
+    assert_eq!(second.started_at.unwrap() - t0().timestamp_millis(), 35_000);
+}
+
+#[tokio::test(start_paused = true)]
+async fn overlap_allow_runs_side_by_side() {
+    let h = Harness::start().await;
+    h.put_task("name: o\ntrigger: { every: 10s }\noverlap: allow\nplugin: slow@1.0.0\ninput: { ms: 25000 }\n").await;
+    tokio::time::sleep(Duration::from_millis(30_500)).await;
+    assert_eq!(h.runs("o").len(), 3);
+}
+
+/// Starts a scheduler on `store` at `at` (a "restart" after downtime).
+async fn restart_at(store: Arc<MemoryStore>, at: DateTime<Utc>) -> Harness {
+    let clock = Arc::new(TokioClock::starting_at(at));
+    Harness::start_at(store, Arc::new(FakeRunner::default()), clock, test_config()).await
+}
+
+async fn downtime_fires(catch_up: &str) -> Vec<i64> {
+    let store = Arc::new(MemoryStore::new());
+    let h = Harness::start_with(store.clone(), test_config()).await;
+    h.put_task(&format!("name: c\ntrigger: {{ every: 5m }}\ncatch_up: {catch_up}\noverlap: allow\nplugin: ok@1.0.0\n")).await;
+    h.shutdown.cancel();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    // Down for 32 minutes: the fires at 5, 10, … 30 minutes were missed
+    // (the latest by 2 minutes, past the misfire grace).
+    let h = restart_at(store, t0() + chrono::Duration::minutes(32)).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut minutes: Vec<i64> = h
+        .runs("c")
+        .iter()
+        .map(|r| (r.scheduled_for - t0().timestamp_millis()) / 60_000)
+        .collect();
+    minutes.sort();
+    minutes
+}
+
+#[tokio::test(start_paused = true)]
+async fn catch_up_latest_runs_only_the_most_recent_missed_fire() {
+    assert_eq!(downtime_fires("latest").await, [30]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn catch_up_none_skips_every_missed_fire() {
+    assert_eq!(downtime_fires("none").await, Vec::<i64>::new());
+}
+
+#[tokio::test(start_paused = true)]
+async fn catch_up_all_runs_every_missed_fire() {
+    assert_eq!(downtime_fires("all").await, [5, 10, 15, 20, 25, 30]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_attempt_running_at_a_crash_is_lost_and_run_again() {
+    let store = Arc::new(MemoryStore::new());
+    let h = Harness::start_with(store.clone(), test_config()).await;
+    // `flip` blocks before the crash and succeeds after it.
+    let flip = |digest: &str| PluginRecord {
+        tenant: "t".into(),
+        name: "flip".into(),
+        version: "1.0.0".into(),
+        digest: digest.into(),
+        size: 1,
+        created_at: 0,
+    };
+    store.put_plugin(&flip("block")).unwrap();
+    h.put_task("name: l\nplugin: flip@1.0.0\n").await;
+    let run = h.trigger("l", serde_json::json!({})).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(
+        store.get_run(&run.id).unwrap().unwrap().steps[0].status,
+        StepStatus::Running
+    );
+    // "Crash": stop the actor without letting it settle anything, then swap the plugin.
+    h.shutdown.cancel();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let mut rec = store.get_run(&run.id).unwrap().unwrap();
+    if rec.steps[0].status != StepStatus::Running {
+        // Shutdown may have recorded the cancellation; put back the crash picture.
+        rec.steps[0].status = StepStatus::Running;
+        rec.steps[0].attempts[0].outcome = None;
+        rec.status = RunStatus::Running;
+        rec.finished_at = None;
+        store.update_run(&rec, &[]).unwrap();
+    }
+    store.put_plugin(&flip("ok")).unwrap();
+    let h = restart_at(store.clone(), t0() + chrono::Duration::seconds(5)).await;
+    let run = h.wait_terminal(&run.id).await;
+    assert_eq!(run.status, RunStatus::Succeeded);
+    let outcomes: Vec<_> = run.steps[0].attempts.iter().map(|a| a.outcome).collect();
+    assert_eq!(outcomes, [Some(Outcome::Lost), Some(Outcome::Succeeded)]);
+    assert!(
+        h.store
+            .events(&run.id)
+            .unwrap()
+            .iter()
+            .any(|e| e.actor == "recovery")
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_full_tenant_queue_answers_queue_full() {
+    let config = SchedulerConfig {
+        queue: QueueConfig::for_cores(1),
+        max_queued_per_tenant: 2,
+        ..test_config()
+    };
+    let h = Harness::start_with(Arc::new(MemoryStore::new()), config).await;
+    h.put_task("name: q\nplugin: block@1.0.0\n").await;
+    h.trigger("q", serde_json::json!({})).await; // runs
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    h.trigger("q", serde_json::json!({})).await; // waits
+    h.trigger("q", serde_json::json!({})).await; // waits
+    let err = h
+        .scheduler
+        .trigger(TriggerRequest {
+            tenant: "t".into(),
+            task: "q".into(),
+            actor: "test".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::QueueFull { queued: 2, .. }), "{err}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn low_priority_runs_are_shed_past_the_high_water_mark() {
+    let config = SchedulerConfig {
+        queue: QueueConfig::for_cores(1),
+        high_water: 2,
+        ..test_config()
+    };
+    let h = Harness::start_with(Arc::new(MemoryStore::new()), config).await;
+    h.put_task("name: q\nplugin: block@1.0.0\n").await;
+    h.trigger("q", serde_json::json!({})).await;
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    h.trigger("q", serde_json::json!({})).await;
+    h.trigger("q", serde_json::json!({})).await;
+    let (shed, _) = h
+        .scheduler
+        .trigger(TriggerRequest {
+            tenant: "t".into(),
+            task: "q".into(),
+            priority: Some(1),
+            actor: "test".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(shed.status, RunStatus::Cancelled);
+    assert!(shed.reason.unwrap().contains("high-water"));
+    let (kept, _) = h
+        .scheduler
+        .trigger(TriggerRequest {
+            tenant: "t".into(),
+            task: "q".into(),
+            priority: Some(8),
+            actor: "test".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(kept.status, RunStatus::Queued);
+}
+
+#[tokio::test(start_paused = true)]
+async fn retrying_a_failed_run_keeps_succeeded_steps() {
+    let h = Harness::start().await;
+    h.put_task("name: pipe\nsteps:\n  - name: a\n    plugin: ok@1.0.0\n  - name: b\n    needs: [a]\n    plugin: fatal@1.0.0\n").await;
+    let run = h.trigger("pipe", serde_json::json!({})).await;
+    h.wait_terminal(&run.id).await;
+    h.scheduler.retry(&run.id, "test").await.unwrap();
+    let run = h.wait_terminal(&run.id).await;
+    assert_eq!(
+        run.steps[0].attempts.len(),
+        1,
+        "a succeeded and is not run again"
+    );
+    assert_eq!(run.steps[1].attempts.len(), 2);
+    let calls = h.runner.calls.lock().unwrap().clone();
+    assert_eq!(calls.iter().filter(|c| c.1 == "a").count(), 1);
+}

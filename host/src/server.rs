@@ -1,0 +1,246 @@
+//! Wiring for `ax serve`: open the store, build the runtime and the
+//! scheduler, settle the admin token, optionally load the demo, serve HTTP
+//! until SIGINT/SIGTERM, then stop the scheduler.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use sha2::{Digest as _, Sha256};
+use tokio_util::sync::CancellationToken;
+
+use crate::api::{self, ApiState};
+use crate::config::Config;
+use crate::runtime::{Runtime, RuntimeConfig};
+use crate::scheduler::{
+    PoolConfig, QueueConfig, Scheduler, SchedulerConfig, SystemClock, WasmRunner,
+};
+use crate::service::Ax;
+use crate::store::Store;
+use crate::store::sled_store::SledStore;
+use crate::task::Caps;
+
+/// Meta key of the admin token's sha256.
+const ADMIN_TOKEN_META: &str = "admin_token_sha256";
+
+/// Example plugins embedded for `ax serve --demo` (built by host/build.rs).
+const DEMO_PLUGINS: &[(&str, &[u8])] = &[
+    (
+        "hello",
+        include_bytes!(concat!(env!("AX_PLUGIN_DIR"), "/hello.wasm")),
+    ),
+    (
+        "echo",
+        include_bytes!(concat!(env!("AX_PLUGIN_DIR"), "/echo.wasm")),
+    ),
+    (
+        "extract-orders",
+        include_bytes!(concat!(env!("AX_PLUGIN_DIR"), "/extract_orders.wasm")),
+    ),
+    (
+        "pack",
+        include_bytes!(concat!(env!("AX_PLUGIN_DIR"), "/pack.wasm")),
+    ),
+    (
+        "notify",
+        include_bytes!(concat!(env!("AX_PLUGIN_DIR"), "/notify.wasm")),
+    ),
+    (
+        "fail",
+        include_bytes!(concat!(env!("AX_PLUGIN_DIR"), "/fail.wasm")),
+    ),
+];
+
+/// The bytes of an embedded example plugin (`hello`, `echo`, `extract-orders`, …).
+pub fn demo_plugin(name: &str) -> Option<&'static [u8]> {
+    DEMO_PLUGINS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, b)| *b)
+}
+
+/// Example tasks for `ax serve --demo`.
+const DEMO_TASKS: &[(&str, &str)] = &[
+    (
+        "hello",
+        "name: hello\ntrigger:\n  every: 10s\nplugin: hello@1.0.0\ninput: { name: \"ax (run ${runId})\" }\n",
+    ),
+    (
+        "order_report",
+        "name: order_report\n\
+         trigger:\n  cron: \"0 30 1 * * ?\"\n  timezone: Asia/Shanghai\n\
+         steps:\n\
+         \x20 - name: extract\n    plugin: extract-orders@1.0.0\n    input: { date: \"${bizDate}\" }\n    limits: { fuel: 50000000, memory_mb: 64, timeout: 30s }\n    retry: { max_attempts: 3, backoff: [10s, 30s, 2m] }\n\
+         \x20 - name: pack\n    needs: [extract]\n    plugin: pack@1.0.0\n    input: { rows: \"${steps.extract.output.rows}\", mode: full }\n\
+         \x20 - name: notify\n    needs: [pack]\n    plugin: notify@1.0.0\n    input: { text: \"report ready: ${steps.extract.output.rows} rows\" }\n",
+    ),
+];
+
+/// Everything a running server holds.
+pub struct Server {
+    /// The facade (also used by tests and benchmarks in-process).
+    pub ax: Ax,
+    /// The bound address.
+    pub addr: std::net::SocketAddr,
+    /// Fires to stop serving and scheduling.
+    pub shutdown: CancellationToken,
+    http: tokio::task::JoinHandle<std::io::Result<()>>,
+    scheduler: tokio::task::JoinHandle<()>,
+}
+
+impl Server {
+    /// Waits until the server stopped (after `shutdown` fired).
+    pub async fn join(self) -> anyhow::Result<()> {
+        self.http.await??;
+        let _ = self.scheduler.await;
+        Ok(())
+    }
+}
+
+/// Resolves the admin token's hash: the configured token (stored hashed),
+/// else the stored hash, else a new token printed once.
+fn admin_token(store: &dyn Store, configured: Option<&str>) -> anyhow::Result<[u8; 32]> {
+    let hash = |t: &str| -> [u8; 32] { Sha256::digest(t.as_bytes()).into() };
+    if let Some(token) = configured {
+        let h = hash(token);
+        store.put_meta(ADMIN_TOKEN_META, &hex::encode(h))?;
+        return Ok(h);
+    }
+    if let Some(stored) = store.get_meta(ADMIN_TOKEN_META)? {
+        let bytes = hex::decode(&stored).context("stored admin token hash is not hex")?;
+        return bytes
+            .try_into()
+            .map_err(|_| anyhow::anyhow!("stored admin token hash has the wrong length"));
+    }
+    let token = hex::encode(rand::random::<[u8; 32]>());
+    let h = hash(&token);
+    store.put_meta(ADMIN_TOKEN_META, &hex::encode(h))?;
+    println!("ax: generated the admin token (shown once, stored hashed): {token}");
+    println!("ax: export AX_TOKEN={token}");
+    Ok(h)
+}
+
+/// Starts ax: store, runtime, scheduler, HTTP. Returns once listening.
+pub async fn start(config: Config, demo: bool) -> anyhow::Result<Server> {
+    std::fs::create_dir_all(&config.data_dir)
+        .with_context(|| format!("creating the data directory {}", config.data_dir.display()))?;
+    let store: Arc<dyn Store> = Arc::new(SledStore::open(&config.data_dir)?);
+    let runtime = Runtime::new(RuntimeConfig {
+        cache_dir: Some(config.data_dir.join("artifacts")),
+        max_instances: config.max_instances,
+        max_memory_bytes: (config.caps.max_memory_mb << 20)
+            .max(crate::runtime::DEFAULT_MAX_MEMORY_BYTES),
+        ..RuntimeConfig::default()
+    })?;
+    let mut queue =
+        QueueConfig::for_cores(std::thread::available_parallelism().map_or(2, |n| n.get()));
+    if let Some(c) = config.concurrency {
+        queue = QueueConfig::for_cores(c);
+    }
+    if let Some(r) = config.reserved_high {
+        queue.reserved_high = r.min(queue.global_limit.saturating_sub(1));
+    }
+    queue.pools = config
+        .pools
+        .iter()
+        .map(|(name, p)| {
+            (
+                name.clone(),
+                PoolConfig {
+                    slots: p.slots,
+                    rate_per_sec: p.rate_per_sec,
+                },
+            )
+        })
+        .collect();
+    let scheduler_config = SchedulerConfig {
+        queue,
+        max_queued_per_tenant: config.max_queued_per_tenant,
+        high_water: config.high_water,
+        ..SchedulerConfig::default()
+    };
+    let shutdown = CancellationToken::new();
+    let clock = Arc::new(SystemClock);
+    let runner = Arc::new(WasmRunner::new(runtime.clone(), store.clone()));
+    let (scheduler, scheduler_task) = Scheduler::start(
+        store.clone(),
+        runner,
+        clock.clone(),
+        scheduler_config,
+        shutdown.clone(),
+    )
+    .await?;
+    let ax = Ax {
+        store: store.clone(),
+        runtime,
+        scheduler,
+        clock,
+        caps: Caps {
+            max_fuel: config.caps.max_fuel,
+            max_memory_mb: config.caps.max_memory_mb,
+            max_timeout: config.caps.max_timeout.unwrap_or(Duration::from_secs(3600)),
+        },
+        max_plugin_bytes: config.max_plugin_mb << 20,
+    };
+    let token_hash = admin_token(store.as_ref(), config.admin_token.as_deref())?;
+    if demo {
+        load_demo(&ax).await?;
+    }
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("listening on {}", config.listen))?;
+    let addr = listener.local_addr()?;
+    let state = ApiState {
+        ax: ax.clone(),
+        admin_token_sha256: token_hash,
+    };
+    let http = tokio::spawn(api::serve(listener, state, shutdown.clone()));
+    tracing::info!(%addr, data_dir = %config.data_dir.display(), "ax is serving");
+    Ok(Server {
+        ax,
+        addr,
+        shutdown,
+        http,
+        scheduler: scheduler_task,
+    })
+}
+
+/// Uploads the example plugins (as version 1.0.0, tenant `default`) and
+/// applies the example tasks, unless they are already there.
+async fn load_demo(ax: &Ax) -> anyhow::Result<()> {
+    for (name, bytes) in DEMO_PLUGINS {
+        ax.upload_plugin("default", name, "1.0.0", bytes.to_vec())
+            .await
+            .with_context(|| format!("loading demo plugin {name}"))?;
+    }
+    for (name, body) in DEMO_TASKS {
+        if ax.store.get_task("default", name)?.is_none() {
+            ax.put_task("default", name, body)
+                .await
+                .with_context(|| format!("applying demo task {name}"))?;
+        }
+    }
+    println!(
+        "ax: demo loaded: tasks `hello` (every 10s) and `order_report` (cron, trigger it by hand)"
+    );
+    Ok(())
+}
+
+/// `ax serve`: runs until SIGINT or SIGTERM.
+pub async fn serve(config: Config, demo: bool) -> anyhow::Result<()> {
+    let server = start(config, demo).await?;
+    // Tests and scripts read the address from this line.
+    println!("ax listening on http://{}", server.addr);
+    let stop = server.shutdown.clone();
+    tokio::spawn(async move {
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
+        }
+        tracing::info!("shutting down");
+        stop.cancel();
+    });
+    server.join().await
+}

@@ -1,0 +1,604 @@
+//! The operations of ax as one facade over the store, the runtime and the
+//! scheduler: what the HTTP API (and, through it, the CLI) can ask for. Every
+//! call is scoped to a tenant; an object of another tenant is "not found".
+//!
+//! Write paths that answer a client wait for the store's sync ticket, so a
+//! 2xx means the change is on disk.
+
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+
+use crate::model::{
+    DeadLetter, Event, PluginRecord, RECORD_FORMAT, RunRecord, ScheduleState, TaskRecord,
+};
+use crate::runtime::{self, Runtime};
+use crate::schedule::{self, CronSchedule, Trigger};
+use crate::scheduler::clock::from_ms;
+use crate::scheduler::{self, Clock, Scheduler, TriggerRequest};
+use crate::store::{self, AttemptLogs, RunPage, RunQuery, Store};
+use crate::task::{self, Caps, TaskSpec};
+
+/// Largest plugin accepted by default (compiling untrusted input is bounded by size).
+pub const DEFAULT_MAX_PLUGIN_BYTES: usize = 32 << 20;
+/// Most fire instants a preview returns.
+pub const MAX_PREVIEW: usize = 100;
+
+/// What went wrong, by class; the API maps each class to a status and code.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The request is malformed (bad syntax, bad parameter).
+    #[error("{0}")]
+    BadRequest(String),
+    /// The request is well-formed but invalid (validation failed); `path` names the field.
+    #[error("{}{message}", path.as_deref().map(|p| format!("{p}: ")).unwrap_or_default())]
+    Invalid {
+        /// Where in the document (e.g. `steps[0].limits.fuel`).
+        path: Option<String>,
+        /// What is wrong.
+        message: String,
+    },
+    /// An uploaded plugin is not an ax plugin.
+    #[error(transparent)]
+    Plugin(#[from] runtime::Error),
+    /// No such object for this tenant.
+    #[error("{0} not found")]
+    NotFound(String),
+    /// The request conflicts with current state.
+    #[error("{0}")]
+    Conflict(String),
+    /// The body is over the limit.
+    #[error("{0}")]
+    TooLarge(String),
+    /// The tenant's queue is full.
+    #[error("{message}")]
+    QueueFull {
+        /// What happened.
+        message: String,
+        /// Seconds to wait.
+        retry_after: u64,
+    },
+    /// A fault of the host (store, scheduler stopped).
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+/// Result type of the service.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl From<store::Error> for Error {
+    fn from(e: store::Error) -> Self {
+        Error::Internal(e.to_string())
+    }
+}
+
+impl From<scheduler::Error> for Error {
+    fn from(e: scheduler::Error) -> Self {
+        match e {
+            scheduler::Error::NotFound(what) => Error::NotFound(what),
+            scheduler::Error::QueueFull { retry_after, .. } => Error::QueueFull {
+                message: e.to_string(),
+                retry_after: retry_after.as_secs().max(1),
+            },
+            scheduler::Error::Conflict(m) => Error::Conflict(m),
+            other => Error::Internal(other.to_string()),
+        }
+    }
+}
+
+impl From<task::SpecError> for Error {
+    fn from(e: task::SpecError) -> Self {
+        Error::Invalid {
+            path: (!e.path.is_empty()).then_some(e.path),
+            message: e.message,
+        }
+    }
+}
+
+/// A plugin as listed: its record plus which tasks use it.
+pub type PluginList = Vec<PluginRecord>;
+
+/// The ax facade. Cheap to clone.
+#[derive(Clone)]
+pub struct Ax {
+    /// Durable state.
+    pub store: Arc<dyn Store>,
+    /// The sandbox (for validating uploads).
+    pub runtime: Runtime,
+    /// The scheduler actor.
+    pub scheduler: Scheduler,
+    /// Wall time.
+    pub clock: Arc<dyn Clock>,
+    /// Per-attempt caps every task is checked against.
+    pub caps: Caps,
+    /// Largest plugin accepted.
+    pub max_plugin_bytes: usize,
+}
+
+fn valid_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphanumeric())
+        && name.len() <= 64
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+}
+
+fn valid_version(version: &str) -> bool {
+    let core = version.split(['-', '+']).next().unwrap_or_default();
+    let parts: Vec<&str> = core.split('.').collect();
+    parts.len() == 3
+        && parts
+            .iter()
+            .all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit()))
+        && version.len() <= 64
+        && version
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '+'))
+}
+
+impl Ax {
+    async fn sync(&self) -> Result<()> {
+        self.store.sync_ticket().wait().await.map_err(Error::from)
+    }
+
+    // ----------------------------------------------------------------------
+    // Plugins
+    // ----------------------------------------------------------------------
+
+    /// Validates and stores a plugin version. Versions are immutable: the same
+    /// bytes again answer with the existing record (`false`), other bytes 409.
+    pub async fn upload_plugin(
+        &self,
+        tenant: &str,
+        name: &str,
+        version: &str,
+        bytes: Vec<u8>,
+    ) -> Result<(PluginRecord, bool)> {
+        if !valid_name(name) {
+            return Err(Error::BadRequest(format!(
+                "plugin name `{name}` must match [A-Za-z0-9][A-Za-z0-9_.-]{{0,63}}"
+            )));
+        }
+        if !valid_version(version) {
+            return Err(Error::BadRequest(format!(
+                "plugin version `{version}` is not semver (x.y.z)"
+            )));
+        }
+        if bytes.len() > self.max_plugin_bytes {
+            return Err(Error::TooLarge(format!(
+                "plugin of {} bytes is above the limit of {} bytes",
+                bytes.len(),
+                self.max_plugin_bytes
+            )));
+        }
+        let runtime = self.runtime.clone();
+        let (plugin, bytes) =
+            tokio::task::spawn_blocking(move || runtime.load(&bytes).map(|p| (p, bytes)))
+                .await
+                .map_err(|e| Error::Internal(e.to_string()))??;
+        if let Some(existing) = self.store.get_plugin(tenant, name, version)? {
+            if existing.digest == plugin.digest() {
+                return Ok((existing, false));
+            }
+            return Err(Error::Conflict(format!(
+                "plugin {name}@{version} already exists with another digest ({}); versions are immutable, upload a new version",
+                existing.digest
+            )));
+        }
+        let digest = self.store.put_blob(&bytes)?;
+        let record = PluginRecord {
+            tenant: tenant.to_string(),
+            name: name.to_string(),
+            version: version.to_string(),
+            digest,
+            size: bytes.len() as u64,
+            created_at: self.clock.now_ms(),
+        };
+        self.store.put_plugin(&record)?;
+        self.sync().await?;
+        Ok((record, true))
+    }
+
+    /// A tenant's plugins.
+    pub fn list_plugins(&self, tenant: &str) -> Result<PluginList> {
+        Ok(self.store.list_plugins(tenant)?)
+    }
+
+    /// The versions of one plugin.
+    pub fn plugin_versions(&self, tenant: &str, name: &str) -> Result<Vec<PluginRecord>> {
+        let versions: Vec<_> = self
+            .store
+            .list_plugins(tenant)?
+            .into_iter()
+            .filter(|p| p.name == name)
+            .collect();
+        if versions.is_empty() {
+            return Err(Error::NotFound(format!("plugin `{name}`")));
+        }
+        Ok(versions)
+    }
+
+    /// One plugin version.
+    pub fn get_plugin(&self, tenant: &str, name: &str, version: &str) -> Result<PluginRecord> {
+        self.store
+            .get_plugin(tenant, name, version)?
+            .ok_or_else(|| Error::NotFound(format!("plugin {name}@{version}")))
+    }
+
+    /// Deletes a plugin version no task uses (409 naming the tasks otherwise).
+    pub async fn delete_plugin(&self, tenant: &str, name: &str, version: &str) -> Result<()> {
+        let record = self.get_plugin(tenant, name, version)?;
+        let users: Vec<String> = self
+            .list_specs(tenant)?
+            .into_iter()
+            .filter(|(_, spec)| {
+                spec.steps
+                    .iter()
+                    .any(|s| s.plugin.name == name && s.plugin.version == version)
+            })
+            .map(|(t, _)| t.name)
+            .collect();
+        if !users.is_empty() {
+            return Err(Error::Conflict(format!(
+                "plugin {name}@{version} is used by task(s) {}",
+                users.join(", ")
+            )));
+        }
+        self.store.delete_plugin(tenant, name, version)?;
+        let still_used = self
+            .store
+            .list_plugins(tenant)?
+            .iter()
+            .any(|p| p.digest == record.digest);
+        if !still_used {
+            self.store.delete_blob(&record.digest)?;
+        }
+        self.sync().await
+    }
+
+    // ----------------------------------------------------------------------
+    // Tasks
+    // ----------------------------------------------------------------------
+
+    fn list_specs(&self, tenant: &str) -> Result<Vec<(TaskRecord, TaskSpec)>> {
+        self.store
+            .list_tasks(Some(tenant))?
+            .into_iter()
+            .map(|t| {
+                let spec = serde_json::from_value(t.spec.clone())
+                    .map_err(|e| Error::Internal(format!("task `{}`: {e}", t.name)))?;
+                Ok((t, spec))
+            })
+            .collect()
+    }
+
+    /// Parses, validates and stores a task definition (YAML or JSON), and
+    /// (re)arms its trigger. Returns the record and whether it was created.
+    pub async fn put_task(
+        &self,
+        tenant: &str,
+        name: &str,
+        body: &str,
+    ) -> Result<(TaskRecord, bool)> {
+        let spec = task::parse(body)?;
+        if spec.name != name {
+            return Err(Error::BadRequest(format!(
+                "the definition is named `{}` but was sent to `{name}`",
+                spec.name
+            )));
+        }
+        task::validate(&spec, &self.caps)?;
+        for (i, step) in spec.steps.iter().enumerate() {
+            if self
+                .store
+                .get_plugin(tenant, &step.plugin.name, &step.plugin.version)?
+                .is_none()
+            {
+                return Err(Error::Invalid {
+                    path: Some(format!("steps[{i}].plugin")),
+                    message: format!("plugin {} is not uploaded for this tenant", step.plugin),
+                });
+            }
+            if let Some(when) = &step.when {
+                let _ = when;
+                return Err(Error::Invalid {
+                    path: Some(format!("steps[{i}].when")),
+                    message: "conditions (`when`) are not supported by this version of ax yet"
+                        .into(),
+                });
+            }
+        }
+        let now = self.clock.now();
+        let existing = self.store.get_task(tenant, name)?;
+        let created_at = existing
+            .as_ref()
+            .map_or(now.timestamp_millis(), |t| t.created_at);
+        Trigger::compile(spec.trigger.as_ref(), from_ms(created_at)).map_err(|e| {
+            Error::Invalid {
+                path: Some("trigger".into()),
+                message: e.to_string(),
+            }
+        })?;
+        self.check_after_cycle(tenant, &spec)?;
+        let record = TaskRecord {
+            format: RECORD_FORMAT,
+            tenant: tenant.to_string(),
+            name: name.to_string(),
+            spec: serde_json::to_value(&spec).map_err(|e| Error::Internal(e.to_string()))?,
+            source: body.to_string(),
+            created_at,
+            updated_at: now.timestamp_millis(),
+            version: existing.as_ref().map_or(1, |t| t.version + 1),
+        };
+        self.scheduler.put_task(record.clone()).await?;
+        self.sync().await?;
+        Ok((record, existing.is_none()))
+    }
+
+    /// Refuses an `after` trigger that would close a cycle across tasks.
+    fn check_after_cycle(&self, tenant: &str, spec: &TaskSpec) -> Result<()> {
+        let Some(after) = spec
+            .trigger
+            .as_ref()
+            .map(|t| t.after.clone())
+            .filter(|a| !a.is_empty())
+        else {
+            return Ok(());
+        };
+        let mut edges: std::collections::HashMap<String, Vec<String>> = self
+            .list_specs(tenant)?
+            .into_iter()
+            .filter(|(t, _)| t.name != spec.name)
+            .map(|(t, s)| (t.name, s.trigger.map(|t| t.after).unwrap_or_default()))
+            .collect();
+        edges.insert(spec.name.clone(), after);
+        // Walk upstream from the new task; reaching it again is a cycle.
+        let mut stack = vec![(spec.name.clone(), vec![spec.name.clone()])];
+        while let Some((at, path)) = stack.pop() {
+            for up in edges.get(&at).cloned().unwrap_or_default() {
+                if up == spec.name {
+                    let mut cycle = path.clone();
+                    cycle.push(up);
+                    cycle.reverse();
+                    return Err(Error::Invalid {
+                        path: Some("trigger.after".into()),
+                        message: format!(
+                            "`after` triggers would form a cycle: {}",
+                            cycle.join(" -> ")
+                        ),
+                    });
+                }
+                if !path.contains(&up) {
+                    let mut next = path.clone();
+                    next.push(up.clone());
+                    stack.push((up, next));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// One task.
+    pub fn get_task(
+        &self,
+        tenant: &str,
+        name: &str,
+    ) -> Result<(TaskRecord, Option<ScheduleState>)> {
+        let task = self
+            .store
+            .get_task(tenant, name)?
+            .ok_or_else(|| Error::NotFound(format!("task `{name}`")))?;
+        Ok((task, self.store.get_schedule(tenant, name)?))
+    }
+
+    /// A tenant's tasks with their schedule states.
+    pub fn list_tasks(&self, tenant: &str) -> Result<Vec<(TaskRecord, Option<ScheduleState>)>> {
+        self.store
+            .list_tasks(Some(tenant))?
+            .into_iter()
+            .map(|t| {
+                let s = self.store.get_schedule(tenant, &t.name)?;
+                Ok((t, s))
+            })
+            .collect()
+    }
+
+    /// Deletes a task (its runs stay until retention removes them).
+    pub async fn delete_task(&self, tenant: &str, name: &str) -> Result<()> {
+        if !self.scheduler.delete_task(tenant, name).await? {
+            return Err(Error::NotFound(format!("task `{name}`")));
+        }
+        self.sync().await
+    }
+
+    /// Pauses or resumes a task's trigger.
+    pub async fn set_paused(
+        &self,
+        tenant: &str,
+        name: &str,
+        paused: bool,
+    ) -> Result<ScheduleState> {
+        self.get_task(tenant, name)?;
+        let schedule = self.scheduler.set_paused(tenant, name, paused).await?;
+        self.sync().await?;
+        Ok(schedule)
+    }
+
+    /// The next `count` fire instants of a task's trigger.
+    pub fn next_fires(&self, tenant: &str, name: &str, count: usize) -> Result<Vec<DateTime<Utc>>> {
+        let (task, schedule) = self.get_task(tenant, name)?;
+        let spec: TaskSpec =
+            serde_json::from_value(task.spec).map_err(|e| Error::Internal(e.to_string()))?;
+        let trigger = Trigger::compile(spec.trigger.as_ref(), from_ms(task.created_at))
+            .map_err(|e| Error::Internal(e.to_string()))?;
+        let Some(first) = schedule.and_then(|s| if s.paused { None } else { s.next_fire }) else {
+            return Ok(Vec::new());
+        };
+        let mut out = vec![from_ms(first)];
+        while out.len() < count.min(MAX_PREVIEW) {
+            match trigger.next_after(*out.last().expect("non-empty")) {
+                Some(next) => out.push(next),
+                None => break,
+            }
+        }
+        Ok(out)
+    }
+
+    // ----------------------------------------------------------------------
+    // Runs
+    // ----------------------------------------------------------------------
+
+    /// Triggers a run; answers once it is durable. `false`: an existing run
+    /// was returned for a known idempotency key.
+    pub async fn trigger(&self, request: TriggerRequest) -> Result<(RunRecord, bool)> {
+        if let Some(p) = request.priority
+            && p > 9
+        {
+            return Err(Error::BadRequest(format!("priority {p} is not in 0..=9")));
+        }
+        if let Some(key) = &request.idempotency_key
+            && (key.is_empty() || key.len() > 256)
+        {
+            return Err(Error::BadRequest(
+                "idempotency_key must be 1 to 256 characters".into(),
+            ));
+        }
+        let result = self.scheduler.trigger(request).await?;
+        self.sync().await?;
+        Ok(result)
+    }
+
+    /// One run of this tenant.
+    pub fn get_run(&self, tenant: &str, id: &str) -> Result<RunRecord> {
+        match self.store.get_run(id)? {
+            Some(run) if run.tenant == tenant => Ok(run),
+            _ => Err(Error::NotFound(format!("run `{id}`"))),
+        }
+    }
+
+    /// Runs of this tenant, newest first.
+    pub fn list_runs(&self, mut query: RunQuery) -> Result<RunPage> {
+        query.limit = query.limit.clamp(1, 1000);
+        Ok(self.store.list_runs(&query)?)
+    }
+
+    /// A run's captured output.
+    pub fn run_logs(&self, tenant: &str, id: &str) -> Result<Vec<AttemptLogs>> {
+        self.get_run(tenant, id)?;
+        Ok(self.store.logs(id)?)
+    }
+
+    /// A run's state changes.
+    pub fn run_events(&self, tenant: &str, id: &str) -> Result<Vec<Event>> {
+        self.get_run(tenant, id)?;
+        Ok(self.store.events(id)?)
+    }
+
+    /// Cancels a run.
+    pub async fn cancel_run(&self, tenant: &str, id: &str, actor: &str) -> Result<RunRecord> {
+        self.get_run(tenant, id)?;
+        let run = self.scheduler.cancel(id, actor).await?;
+        self.sync().await?;
+        Ok(run)
+    }
+
+    /// Retries a failed run from its failed steps.
+    pub async fn retry_run(&self, tenant: &str, id: &str, actor: &str) -> Result<RunRecord> {
+        self.get_run(tenant, id)?;
+        let run = self.scheduler.retry(id, actor).await?;
+        self.sync().await?;
+        Ok(run)
+    }
+
+    // ----------------------------------------------------------------------
+    // Dead letters
+    // ----------------------------------------------------------------------
+
+    /// A tenant's dead letters, newest first.
+    pub fn list_dead_letters(&self, tenant: &str, open_only: bool) -> Result<Vec<DeadLetter>> {
+        Ok(self.store.list_dead_letters(tenant, open_only)?)
+    }
+
+    fn dead_letter(&self, tenant: &str, id: &str) -> Result<DeadLetter> {
+        match self.store.get_dead_letter(id)? {
+            Some(d) if d.tenant == tenant => Ok(d),
+            _ => Err(Error::NotFound(format!("dead letter `{id}`"))),
+        }
+    }
+
+    /// Records a person's resolution of a dead letter.
+    pub async fn resolve_dead_letter(
+        &self,
+        tenant: &str,
+        id: &str,
+        resolution: &str,
+    ) -> Result<DeadLetter> {
+        let mut dead = self.dead_letter(tenant, id)?;
+        if resolution.trim().is_empty() {
+            return Err(Error::BadRequest("resolution must not be empty".into()));
+        }
+        if dead.resolution.is_some() {
+            return Err(Error::Conflict(format!(
+                "dead letter `{id}` is already resolved"
+            )));
+        }
+        dead.resolution = Some(resolution.to_string());
+        dead.resolved_at = Some(self.clock.now_ms());
+        self.store.put_dead_letter(&dead)?;
+        self.sync().await?;
+        Ok(dead)
+    }
+
+    /// Requeues a dead-lettered step.
+    pub async fn requeue_dead_letter(
+        &self,
+        tenant: &str,
+        id: &str,
+        actor: &str,
+    ) -> Result<RunRecord> {
+        self.dead_letter(tenant, id)?;
+        let run = self.scheduler.requeue(id, actor).await?;
+        self.sync().await?;
+        Ok(run)
+    }
+
+    // ----------------------------------------------------------------------
+    // Cron preview
+    // ----------------------------------------------------------------------
+
+    /// The next `count` instants of a cron expression in a zone, after `from` (default now).
+    pub fn cron_next(
+        &self,
+        expr: &str,
+        tz: &str,
+        from: Option<DateTime<Utc>>,
+        count: usize,
+    ) -> Result<Vec<DateTime<Utc>>> {
+        let cron = CronSchedule::parse(expr, tz).map_err(|e| Error::Invalid {
+            path: Some("expr".into()),
+            message: e.to_string(),
+        })?;
+        Ok(cron.upcoming(
+            from.unwrap_or_else(|| self.clock.now()),
+            count.clamp(1, MAX_PREVIEW),
+        ))
+    }
+}
+
+/// Re-exported for the API: formats an instant in a zone with its weekday.
+pub use schedule::describe;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_versions_are_checked() {
+        assert!(valid_name("extract-orders"));
+        assert!(!valid_name("-x"));
+        assert!(!valid_name("a/b"));
+        assert!(valid_version("1.2.0"));
+        assert!(valid_version("1.0.0-rc.1"));
+        assert!(!valid_version("1.2"));
+        assert!(!valid_version("v1.2.3"));
+    }
+}

@@ -1,0 +1,264 @@
+//! Crash safety of a real `ax serve`: under steady load (manual triggers and a
+//! task firing every second), the process is killed with SIGKILL at random
+//! moments, 20+ times, and restarted on the same data directory. Afterwards
+//! every run that was accepted (2xx) reaches a terminal state, no
+//! (task, scheduled_for) has two runs, and no succeeded step ran again.
+
+use std::collections::{BTreeMap, HashSet};
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::common::plugin_bytes;
+
+pub(crate) const TOKEN: &str = "crash-test-token";
+
+/// A child `ax serve` and its base URL.
+pub(crate) struct AxProcess {
+    child: Child,
+    pub(crate) url: String,
+}
+
+impl AxProcess {
+    /// Starts `ax serve` on a free loopback port with `data_dir`.
+    pub(crate) fn start(data_dir: &Path) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_ax"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(data_dir)
+            .env("AX_ADMIN_TOKEN", TOKEN)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starting ax serve");
+        let stdout = child.stdout.take().expect("piped");
+        let mut lines = BufReader::new(stdout).lines();
+        let url = loop {
+            match lines.next() {
+                Some(Ok(line)) => {
+                    if let Some(url) = line.strip_prefix("ax listening on ") {
+                        break url.to_string();
+                    }
+                }
+                other => panic!("ax serve exited before listening: {other:?}"),
+            }
+        };
+        // Keep draining stdout so the child never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        Self { child, url }
+    }
+
+    /// SIGKILL, no chance to clean up.
+    pub(crate) fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for AxProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn new_agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .timeout_global(Some(Duration::from_secs(5)))
+        .http_status_as_error(false)
+        .build()
+        .into()
+}
+
+fn call(
+    agent: &ureq::Agent,
+    method: &str,
+    url: &str,
+    body: Option<&[u8]>,
+    content_type: &str,
+) -> Result<(u16, Value), String> {
+    let auth = format!("Bearer {TOKEN}");
+    let response = match (method, body) {
+        ("GET", _) => agent.get(url).header("Authorization", &auth).call(),
+        ("PUT", Some(b)) => agent
+            .put(url)
+            .header("Authorization", &auth)
+            .header("Content-Type", content_type)
+            .send(b),
+        (_, Some(b)) => agent
+            .post(url)
+            .header("Authorization", &auth)
+            .header("Content-Type", content_type)
+            .send(b),
+        (_, None) => agent.post(url).header("Authorization", &auth).send_empty(),
+    };
+    let mut response = response.map_err(|e| e.to_string())?;
+    let status = response.status().as_u16();
+    let text = response
+        .body_mut()
+        .read_to_string()
+        .map_err(|e| e.to_string())?;
+    Ok((status, serde_json::from_str(&text).unwrap_or(Value::Null)))
+}
+
+#[test]
+fn accepted_runs_survive_repeated_sigkill() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = new_agent();
+    let ax = AxProcess::start(dir.path());
+    let (status, _) = call(
+        &agent,
+        "POST",
+        &format!("{}/v1/plugins?name=echo&version=1.0.0", ax.url),
+        Some(&plugin_bytes("echo")),
+        "application/wasm",
+    )
+    .unwrap();
+    assert_eq!(status, 201);
+    let ticker =
+        "name: ticker\ntrigger: { every: 1s }\noverlap: allow\ncatch_up: all\nplugin: echo@1.0.0\n";
+    assert_eq!(
+        call(
+            &agent,
+            "PUT",
+            &format!("{}/v1/tasks/ticker", ax.url),
+            Some(ticker.as_bytes()),
+            "application/yaml"
+        )
+        .unwrap()
+        .0,
+        201
+    );
+    let pipeline = "name: pipeline\nsteps:\n  - name: a\n    plugin: echo@1.0.0\n  - name: b\n    needs: [a]\n    plugin: echo@1.0.0\n  - name: c\n    needs: [b]\n    plugin: echo@1.0.0\n";
+    assert_eq!(
+        call(
+            &agent,
+            "PUT",
+            &format!("{}/v1/tasks/pipeline", ax.url),
+            Some(pipeline.as_bytes()),
+            "application/yaml"
+        )
+        .unwrap()
+        .0,
+        201
+    );
+
+    // Triggers from a client thread; the runs it was told about are recorded.
+    let accepted: Arc<Mutex<Vec<String>>> = Arc::default();
+    let url: Arc<Mutex<String>> = Arc::new(Mutex::new(ax.url.clone()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let client = {
+        let (accepted, url, stop) = (accepted.clone(), url.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let agent = new_agent();
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let base = url.lock().unwrap().clone();
+                let body =
+                    json!({ "idempotency_key": format!("k{i}"), "input": { "i": i } }).to_string();
+                let task = if i.is_multiple_of(2) {
+                    "ticker"
+                } else {
+                    "pipeline"
+                };
+                match call(
+                    &agent,
+                    "POST",
+                    &format!("{base}/v1/tasks/{task}/runs"),
+                    Some(body.as_bytes()),
+                    "application/json",
+                ) {
+                    Ok((200 | 201, run)) => {
+                        accepted
+                            .lock()
+                            .unwrap()
+                            .push(run["id"].as_str().unwrap().to_string());
+                        i += 1;
+                    }
+                    // The server is down or restarting: retry the same key.
+                    _ => std::thread::sleep(Duration::from_millis(20)),
+                }
+            }
+        })
+    };
+
+    let mut ax = Some(ax);
+    let mut rng_state = 0x2545_f491_4f6c_dd1du64;
+    for _ in 0..20 {
+        rng_state ^= rng_state << 13;
+        rng_state ^= rng_state >> 7;
+        rng_state ^= rng_state << 17;
+        std::thread::sleep(Duration::from_millis(150 + rng_state % 700));
+        ax.take().unwrap().kill();
+        let next = AxProcess::start(dir.path());
+        *url.lock().unwrap() = next.url.clone();
+        ax = Some(next);
+    }
+    stop.store(true, Ordering::Relaxed);
+    client.join().unwrap();
+    let ax = ax.unwrap();
+
+    // Every accepted run reaches a terminal state.
+    let accepted = accepted.lock().unwrap().clone();
+    assert!(accepted.len() > 40, "too little load: {}", accepted.len());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut pending: HashSet<String> = accepted.iter().cloned().collect();
+    while !pending.is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "runs never finished: {pending:?}"
+        );
+        pending.retain(|id| {
+            let (status, run) =
+                call(&agent, "GET", &format!("{}/v1/runs/{id}", ax.url), None, "").unwrap();
+            assert_eq!(status, 200, "accepted run {id} is gone: {run}");
+            !matches!(
+                run["status"].as_str(),
+                Some("succeeded" | "failed" | "cancelled")
+            )
+        });
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for id in &accepted {
+        let (_, run) = call(&agent, "GET", &format!("{}/v1/runs/{id}", ax.url), None, "").unwrap();
+        assert_eq!(run["status"], "succeeded", "{run}");
+        // No succeeded step ran again: a success is its step's last attempt.
+        for step in run["steps"].as_array().unwrap() {
+            let attempts = step["attempts"].as_array().unwrap();
+            let first_success = attempts.iter().position(|a| a["outcome"] == "succeeded");
+            if let Some(p) = first_success {
+                assert_eq!(p + 1, attempts.len(), "a succeeded step ran again: {step}");
+            }
+        }
+    }
+
+    // No fire instant has two runs.
+    let mut by_instant: BTreeMap<String, usize> = BTreeMap::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let mut url = format!("{}/v1/runs?task=ticker&limit=1000", ax.url);
+        if let Some(c) = &cursor {
+            url.push_str(&format!("&cursor={c}"));
+        }
+        let (_, page) = call(&agent, "GET", &url, None, "").unwrap();
+        for run in page["runs"].as_array().unwrap() {
+            if run["trigger"] != "manual" {
+                *by_instant
+                    .entry(run["scheduled_for"].as_str().unwrap().to_string())
+                    .or_default() += 1;
+            }
+        }
+        match page["next_cursor"].as_str() {
+            Some(c) => cursor = Some(c.to_string()),
+            None => break,
+        }
+    }
+    assert!(!by_instant.is_empty(), "the ticker never fired");
+    let twice: Vec<_> = by_instant.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "instants fired twice: {twice:?}");
+}
