@@ -149,11 +149,21 @@ pub(super) struct BenchExecArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
+    /// KiB of each pooled linear memory kept resident between instances.
+    #[arg(long, default_value_t = crate::runtime::DEFAULT_MEMORY_KEEP_RESIDENT >> 10)]
+    keep_resident_kib: usize,
+    /// Reset whole resident memories instead of only dirtied pages.
+    #[arg(long)]
+    no_pagemap_scan: bool,
 }
 
 pub(super) async fn bench_exec(args: BenchExecArgs) -> anyhow::Result<ExitCode> {
     let bytes = read_plugin(&args.plugin)?;
-    let runtime = Runtime::new(RuntimeConfig::default())?;
+    let runtime = Runtime::new(RuntimeConfig {
+        memory_keep_resident: args.keep_resident_kib << 10,
+        pagemap_scan: !args.no_pagemap_scan,
+        ..RuntimeConfig::default()
+    })?;
     let plugin = runtime.load(&bytes)?;
     let mut rows = Vec::new();
     for &c in &args.concurrency {

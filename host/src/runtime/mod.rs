@@ -98,12 +98,20 @@ pub struct RuntimeConfig {
     pub epoch_tick: Duration,
     /// Use the pooling allocator (fast instantiation; reserves virtual memory up front).
     pub pooling: bool,
+    /// Bytes of each linear memory kept resident between instances (reset in
+    /// place rather than unmapped). With `PAGEMAP_SCAN` (Linux 6.7+) only the
+    /// pages an instance dirtied are reset.
+    pub memory_keep_resident: usize,
+    /// Use `PAGEMAP_SCAN` where the kernel has it (reset only dirtied pages).
+    pub pagemap_scan: bool,
 }
 
 /// Pooling slots by default: many more than cores, since attempts also wait on I/O.
 pub const DEFAULT_MAX_INSTANCES: u32 = 128;
 /// Ceiling for per-attempt memory caps by default.
 pub const DEFAULT_MAX_MEMORY_BYTES: u64 = 1 << 30;
+/// Keep-resident size of each pooled linear memory (see docs/PERFORMANCE.md).
+pub const DEFAULT_MEMORY_KEEP_RESIDENT: usize = 1 << 20;
 /// 5 ms ticks: a timeout lands within ~5 ms and a busy guest yields ~200 times a
 /// second, at the cost of one thread waking that often.
 pub const DEFAULT_EPOCH_TICK: Duration = Duration::from_millis(5);
@@ -116,6 +124,8 @@ impl Default for RuntimeConfig {
             max_memory_bytes: DEFAULT_MAX_MEMORY_BYTES,
             epoch_tick: DEFAULT_EPOCH_TICK,
             pooling: true,
+            memory_keep_resident: DEFAULT_MEMORY_KEEP_RESIDENT,
+            pagemap_scan: true,
         }
     }
 }
@@ -563,9 +573,16 @@ fn build_engine(config: &RuntimeConfig) -> Result<Engine> {
             // Keep a little of each slot resident: resetting it with memset is
             // cheaper than unmapping and faulting pages back in, and avoids
             // contention in the kernel's memory map when attempts run in parallel.
-            .linear_memory_keep_resident(1 << 20)
+            .linear_memory_keep_resident(config.memory_keep_resident)
             .table_keep_resident(64 << 10)
-            .async_stack_keep_resident(64 << 10);
+            .async_stack_keep_resident(64 << 10)
+            // Reset only the pages an instance dirtied, where the kernel can
+            // tell (PAGEMAP_SCAN); otherwise the whole resident part is memset.
+            .pagemap_scan(if config.pagemap_scan {
+                wasmtime::Enabled::Auto
+            } else {
+                wasmtime::Enabled::No
+            });
         cfg.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     }
     Engine::new(&cfg).map_err(|e| Error::Host(format!("creating the wasm engine: {e:#}")))
