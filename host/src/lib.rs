@@ -9,6 +9,10 @@
 //! - [`model`]: plain data shared by every layer (limits, outcomes, run records).
 //! - [`task`], [`template`], [`dag`]: task definitions — parsing, validation,
 //!   `${...}` variables, DAG structure. Pure.
+//! - [`cond`]: `when` conditions in CEL — bounded parsing, the steps they
+//!   read, evaluation against a run's state. No I/O.
+//! - [`graph`]: a task's DAG drawn as text, DOT, Mermaid or JSON, with a
+//!   run's step states. Pure.
 //! - [`schedule`]: triggers and cron → fire instants, time zones, DST. Pure.
 //! - [`store`]: the `Store` trait and its sled and in-memory implementations;
 //!   the only place naming sled.
@@ -25,8 +29,10 @@
 pub mod api;
 pub mod bench;
 pub mod cli;
+pub mod cond;
 pub mod config;
 pub mod dag;
+pub mod graph;
 pub mod model;
 pub mod runtime;
 pub mod schedule;

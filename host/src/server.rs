@@ -67,12 +67,33 @@ const DEMO_TASKS: &[(&str, &str)] = &[
     ),
     (
         "order_report",
-        "name: order_report\n\
-         trigger:\n  cron: \"0 30 1 * * ?\"\n  timezone: Asia/Shanghai\n\
-         steps:\n\
-         \x20 - name: extract\n    plugin: extract-orders@1.0.0\n    input: { date: \"${bizDate}\" }\n    limits: { fuel: 50000000, memory_mb: 64, timeout: 30s }\n    retry: { max_attempts: 3, backoff: [10s, 30s, 2m] }\n\
-         \x20 - name: pack\n    needs: [extract]\n    plugin: pack@1.0.0\n    input: { rows: \"${steps.extract.output.rows}\", mode: full }\n\
-         \x20 - name: notify\n    needs: [pack]\n    plugin: notify@1.0.0\n    input: { text: \"report ready: ${steps.extract.output.rows} rows\" }\n",
+        r#"name: order_report
+description: the seed articles' nightly report - extract, pack full or incremental by size, notify
+trigger:
+  cron: "0 30 1 * * ?"
+  timezone: Asia/Shanghai
+steps:
+  - name: extract
+    plugin: extract-orders@1.0.0
+    input: { date: "${bizDate}" }
+    limits: { fuel: 50000000, memory_mb: 64, timeout: 30s }
+    retry: { max_attempts: 3, backoff: [10s, 30s, 2m] }
+  - name: full
+    needs: [extract]
+    when: "steps.extract.output.rows > 800000"
+    plugin: pack@1.0.0
+    input: { rows: "${steps.extract.output.rows}", mode: full }
+  - name: incremental
+    needs: [extract]
+    when: "steps.extract.output.rows <= 800000"
+    plugin: pack@1.0.0
+    input: { rows: "${steps.extract.output.rows}", mode: incremental }
+  - name: notify
+    needs: [full, incremental]
+    trigger_rule: one_success
+    plugin: notify@1.0.0
+    input: { text: "report ready: ${steps.extract.output.rows} rows" }
+"#,
     ),
 ];
 
@@ -153,6 +174,7 @@ pub async fn start(config: Config, demo: bool) -> anyhow::Result<Server> {
             )
         })
         .collect();
+    let concurrency = queue.global_limit;
     let scheduler_config = SchedulerConfig {
         queue,
         max_queued_per_tenant: config.max_queued_per_tenant,
@@ -181,6 +203,7 @@ pub async fn start(config: Config, demo: bool) -> anyhow::Result<Server> {
             max_timeout: config.caps.max_timeout.unwrap_or(Duration::from_secs(3600)),
         },
         max_plugin_bytes: config.max_plugin_mb << 20,
+        concurrency,
     };
     let token_hash = admin_token(store.as_ref(), config.admin_token.as_deref())?;
     if demo {

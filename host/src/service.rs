@@ -111,6 +111,8 @@ pub struct Ax {
     pub clock: Arc<dyn Clock>,
     /// Per-attempt caps every task is checked against.
     pub caps: Caps,
+    /// Attempts the scheduler runs at once (for benchmarks and status).
+    pub concurrency: usize,
     /// Largest plugin accepted.
     pub max_plugin_bytes: usize,
 }
@@ -136,6 +138,11 @@ fn valid_version(version: &str) -> bool {
 }
 
 impl Ax {
+    /// Attempts the scheduler runs at once.
+    pub fn scheduler_concurrency(&self) -> usize {
+        self.concurrency
+    }
+
     async fn sync(&self) -> Result<()> {
         self.store.sync_ticket().wait().await.map_err(Error::from)
     }
@@ -296,14 +303,6 @@ impl Ax {
                 return Err(Error::Invalid {
                     path: Some(format!("steps[{i}].plugin")),
                     message: format!("plugin {} is not uploaded for this tenant", step.plugin),
-                });
-            }
-            if let Some(when) = &step.when {
-                let _ = when;
-                return Err(Error::Invalid {
-                    path: Some(format!("steps[{i}].when")),
-                    message: "conditions (`when`) are not supported by this version of ax yet"
-                        .into(),
                 });
             }
         }
@@ -509,6 +508,20 @@ impl Ax {
         Ok(run)
     }
 
+    /// Runs one step of a finished run again, with everything downstream of it.
+    pub async fn rerun_step(
+        &self,
+        tenant: &str,
+        id: &str,
+        step: &str,
+        actor: &str,
+    ) -> Result<RunRecord> {
+        self.get_run(tenant, id)?;
+        let run = self.scheduler.rerun_step(id, step, actor).await?;
+        self.sync().await?;
+        Ok(run)
+    }
+
     // ----------------------------------------------------------------------
     // Dead letters
     // ----------------------------------------------------------------------
@@ -559,6 +572,46 @@ impl Ax {
         let run = self.scheduler.requeue(id, actor).await?;
         self.sync().await?;
         Ok(run)
+    }
+
+    // ----------------------------------------------------------------------
+    // Task graph
+    // ----------------------------------------------------------------------
+
+    /// A task's DAG rendered in `format` (see [`crate::graph`]). With `run`,
+    /// the graph is that run's own definition snapshot (what ran, even if the
+    /// task changed or was deleted since) with its step states; the run must
+    /// be this tenant's and this task's, else "not found".
+    pub fn task_graph(
+        &self,
+        tenant: &str,
+        name: &str,
+        run: Option<&str>,
+        format: crate::graph::Format,
+    ) -> Result<String> {
+        let (spec, states) = match run {
+            Some(id) => {
+                let run = self.get_run(tenant, id)?;
+                if run.task != name {
+                    return Err(Error::NotFound(format!("run `{id}` of task `{name}`")));
+                }
+                let mut states = std::collections::BTreeMap::new();
+                for step in &run.steps {
+                    // The API's names for step states: serde's snake_case.
+                    let status = serde_json::to_value(step.status)
+                        .map_err(|e| Error::Internal(e.to_string()))?;
+                    let status = status
+                        .as_str()
+                        .map_or_else(|| status.to_string(), str::to_owned);
+                    states.insert(step.name.clone(), status);
+                }
+                (run.spec, Some(states))
+            }
+            None => (self.get_task(tenant, name)?.0.spec, None),
+        };
+        let spec: TaskSpec =
+            serde_json::from_value(spec).map_err(|e| Error::Internal(e.to_string()))?;
+        Ok(crate::graph::render(&spec, states.as_ref(), format))
     }
 
     // ----------------------------------------------------------------------

@@ -24,6 +24,7 @@ use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
+use crate::cond::{self, Condition};
 use crate::model::{ErrorKind, Limits, Outcome, StepStatus};
 use crate::schedule::{CatchUp, Overlap, TriggerSpec};
 use crate::template::shorten;
@@ -37,7 +38,7 @@ pub const MAX_SPEC_NODES: usize = 100_000;
 /// Longest task, step, pool or plugin name.
 pub const MAX_NAME_LEN: usize = 64;
 /// Most steps in one task.
-pub const MAX_STEPS: usize = 256;
+pub const MAX_STEPS: usize = 2_000;
 /// Highest priority (0 is lowest).
 pub const MAX_PRIORITY: u8 = 9;
 /// Priority when none is given.
@@ -54,9 +55,9 @@ pub const MAX_BACKOFF: Duration = Duration::from_secs(24 * 3600);
 pub const MAX_BACKOFF_FACTOR: f64 = 10.0;
 /// Longest `when` expression, in bytes (the CEL evaluator has no cost budget,
 /// so size and nesting are bounded before it ever sees the text).
-pub const MAX_WHEN_BYTES: usize = 1024;
+pub const MAX_WHEN_BYTES: usize = cond::MAX_LEN;
 /// Deepest bracket nesting in a `when` expression.
-pub const MAX_WHEN_DEPTH: usize = 32;
+pub const MAX_WHEN_DEPTH: usize = cond::MAX_DEPTH;
 /// A 32-bit WebAssembly instance cannot address more than 4 GiB.
 pub const MAX_WASM_MEMORY_MB: u64 = 4096;
 /// Shortest `every` interval.
@@ -1339,9 +1340,10 @@ pub fn load(text: &str, caps: &Caps) -> Result<TaskSpec, SpecError> {
 /// cron syntax and time zone are compiled by `schedule`). Checks, in order:
 /// the task name, description, priority and trigger; each step's name,
 /// plugin, limits (non-zero, within `caps` and what wasm can address), pool,
-/// retry bounds, `needs` and `when` bounds; the graph (duplicates, unknown
-/// needs, cycles); then template references and the steps `when` names, which
-/// must be upstream (transitively needed) of the step using them.
+/// retry bounds, `needs`; each `when`, parsed as a [`Condition`] (bounds,
+/// syntax); the graph (duplicates, unknown needs, cycles); then template
+/// references and the steps each `when` reads, which must be upstream
+/// (transitively needed) of the step using them.
 pub fn validate(spec: &TaskSpec, caps: &Caps) -> Result<(), SpecError> {
     if !is_valid_name(&spec.name) {
         return Err(name_error("name", "task", &spec.name));
@@ -1372,8 +1374,12 @@ pub fn validate(spec: &TaskSpec, caps: &Caps) -> Result<(), SpecError> {
             format!("{} steps; the limit is {MAX_STEPS}", spec.steps.len()),
         ));
     }
+    let mut conditions = Vec::with_capacity(spec.steps.len());
     for (i, step) in spec.steps.iter().enumerate() {
         validate_step(step, &format!("steps[{i}]"), caps)?;
+        let when = step.when.as_deref().map(Condition::parse).transpose();
+        conditions
+            .push(when.map_err(|e| SpecError::new(format!("steps[{i}].when"), e.to_string()))?);
     }
     let graph = spec.graph();
     dag::check(&graph).map_err(|e| dag_error(spec, e))?;
@@ -1410,8 +1416,8 @@ pub fn validate(spec: &TaskSpec, caps: &Caps) -> Result<(), SpecError> {
             }
             Ok(())
         })?;
-        if let Some(when) = &step.when {
-            for other in when_step_names(when) {
+        if let Some(when) = &conditions[i] {
+            for other in when.referenced_steps() {
                 if let Some(why) = reach(&other) {
                     let hint = if names.iter().any(|n| n.starts_with(&format!("{other}-"))) {
                         " (a name with `-` or `.` is written steps[\"my-step\"])"
@@ -1601,9 +1607,6 @@ fn validate_step(step: &StepSpec, path: &str, caps: &Caps) -> Result<()> {
             ));
         }
     }
-    if let Some(when) = &step.when {
-        validate_when(when).map_err(|m| SpecError::new(at("when"), m))?;
-    }
     Ok(())
 }
 
@@ -1755,142 +1758,6 @@ fn validate_retry(retry: &RetryPolicy, path: &str) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// Bounds a `when` expression before any CEL parser sees it: non-empty, at
-/// most [`MAX_WHEN_BYTES`], brackets balanced and nested at most
-/// [`MAX_WHEN_DEPTH`] deep (outside string literals).
-fn validate_when(when: &str) -> Result<(), String> {
-    if when.trim().is_empty() {
-        return Err("is empty; remove `when` or write a condition".to_owned());
-    }
-    if when.len() > MAX_WHEN_BYTES {
-        return Err(format!(
-            "is {} bytes; the limit is {MAX_WHEN_BYTES}",
-            when.len()
-        ));
-    }
-    let mut open: Vec<char> = Vec::new();
-    for (c, in_string) in scan_cel(when) {
-        if in_string {
-            continue;
-        }
-        match c {
-            '(' | '[' | '{' => {
-                open.push(c);
-                if open.len() > MAX_WHEN_DEPTH {
-                    return Err(format!("nests brackets more than {MAX_WHEN_DEPTH} deep"));
-                }
-            }
-            ')' | ']' | '}' => {
-                let want = match c {
-                    ')' => '(',
-                    ']' => '[',
-                    _ => '{',
-                };
-                if open.pop() != Some(want) {
-                    return Err(format!("has a `{c}` that closes nothing"));
-                }
-            }
-            _ => {}
-        }
-    }
-    if let Some(c) = open.last() {
-        return Err(format!("has an unclosed `{c}`"));
-    }
-    Ok(())
-}
-
-/// The characters of a CEL expression, each with whether it is inside a
-/// string literal (quotes included). Backslash escapes are honoured.
-fn scan_cel(text: &str) -> Vec<(char, bool)> {
-    let mut out = Vec::with_capacity(text.len());
-    let mut quote: Option<char> = None;
-    let mut escaped = false;
-    for c in text.chars() {
-        match quote {
-            Some(q) => {
-                out.push((c, true));
-                if escaped {
-                    escaped = false;
-                } else if c == '\\' {
-                    escaped = true;
-                } else if c == q {
-                    quote = None;
-                }
-            }
-            None => {
-                if c == '"' || c == '\'' {
-                    quote = Some(c);
-                    out.push((c, true));
-                } else {
-                    out.push((c, false));
-                }
-            }
-        }
-    }
-    out
-}
-
-/// The step names a `when` expression refers to as `steps.NAME` or
-/// `steps["NAME"]` (outside string literals), in order.
-fn when_step_names(when: &str) -> Vec<String> {
-    let chars = scan_cel(when);
-    let code: String = chars
-        .iter()
-        .map(|&(c, s)| if s { ' ' } else { c })
-        .collect();
-    let raw: Vec<char> = chars.iter().map(|&(c, _)| c).collect();
-    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
-    let code: Vec<char> = code.chars().collect();
-    let mut names = Vec::new();
-    let mut i = 0;
-    while i + 5 <= code.len() {
-        let starts = code[i..].starts_with(&['s', 't', 'e', 'p', 's']);
-        let boundary = i == 0 || !(ident(code[i - 1]) || code[i - 1] == '.');
-        if !(starts && boundary) || code.get(i + 5).is_some_and(|c| ident(*c)) {
-            i += 1;
-            continue;
-        }
-        let mut j = i + 5;
-        while code.get(j).is_some_and(|c| c.is_whitespace()) {
-            j += 1;
-        }
-        match code.get(j) {
-            Some('.') => {
-                j += 1;
-                while code.get(j).is_some_and(|c| c.is_whitespace()) {
-                    j += 1;
-                }
-                let start = j;
-                while code.get(j).is_some_and(|c| ident(*c)) {
-                    j += 1;
-                }
-                if j > start {
-                    names.push(code[start..j].iter().collect());
-                }
-            }
-            Some('[') => {
-                // The literal inside the brackets comes from the raw text.
-                let mut k = j + 1;
-                while raw.get(k).is_some_and(|c| c.is_whitespace()) {
-                    k += 1;
-                }
-                if let Some(&q) = raw.get(k).filter(|c| **c == '"' || **c == '\'') {
-                    let start = k + 1;
-                    let mut end = start;
-                    while raw.get(end).is_some_and(|c| *c != q) {
-                        end += 1;
-                    }
-                    names.push(raw[start..end.min(raw.len())].iter().collect());
-                    j = end;
-                }
-            }
-            _ => {}
-        }
-        i = j.max(i + 1);
-    }
-    names
 }
 
 #[cfg(test)]
@@ -2904,13 +2771,51 @@ steps:
 
     #[test]
     fn when_step_names_are_found_in_order() {
+        let names = |when: &str| Condition::parse(when).unwrap().referenced_steps();
         assert_eq!(
-            when_step_names(r#"steps.a.x > 1 && steps [ "b-c" ].y || 'steps.d' == steps.e"#),
+            names(r#"steps.a.x > 1 && steps [ "b-c" ].y || 'steps.d' == steps.e"#),
             ["a", "b-c", "e"]
         );
-        assert!(when_step_names("steps").is_empty());
-        assert!(when_step_names("steps[").is_empty());
-        assert_eq!(when_step_names("steps['unterminated"), ["unterminated"]);
+        assert!(names("mysteps.a == x.steps.b // steps.c").is_empty());
+    }
+
+    #[test]
+    fn when_is_parsed_as_cel_on_save() {
+        let with_when = |when: &str| {
+            format!(
+                "name: t\nsteps:\n  - {{name: a, plugin: p@1.0.0}}\n  - {{name: b, plugin: p@1.0.0, needs: [a], when: {}}}\n",
+                serde_json::to_string(when).unwrap()
+            )
+        };
+        let cases = [
+            (
+                "steps.a.output.rows >",
+                "syntax error at column 22: mismatched input '<EOF>' expecting a value",
+            ),
+            (
+                "steps.a.output.rows > 'x",
+                "has a string starting at column 23 that is not closed on its line",
+            ),
+            (
+                "size(steps) > 0",
+                "uses `steps` without naming a step; write steps.NAME or steps[\"NAME\"] (only named steps can be checked to be upstream)",
+            ),
+        ];
+        for (when, message) in cases {
+            let (p, m) = err_of(&with_when(when));
+            assert_eq!(
+                (p.as_str(), m.as_str()),
+                ("steps[1].when", message),
+                "for {when}"
+            );
+        }
+        let chain = format!("steps.a.output.n{} > 0", " + 1".repeat(70));
+        let (p, m) = err_of(&with_when(&chain));
+        assert_eq!(p, "steps[1].when");
+        assert!(m.starts_with("nests expressions more than 64 deep"), "{m}");
+        // Transitive upstreams may be read.
+        let yaml = "name: t\nsteps:\n  - {name: a, plugin: p@1.0.0}\n  - {name: b, plugin: p@1.0.0, needs: [a]}\n  - {name: c, plugin: p@1.0.0, needs: [b], when: 'steps.a.status == \"succeeded\" && has(steps.b.output.x)'}\n";
+        assert!(load(yaml, &CAPS).is_ok());
     }
 
     #[test]
@@ -3043,7 +2948,7 @@ steps:
             .collect();
         assert_eq!(
             validate(&spec, &CAPS).unwrap_err().message,
-            "257 steps; the limit is 256"
+            format!("{} steps; the limit is {MAX_STEPS}", MAX_STEPS + 1)
         );
     }
 

@@ -67,7 +67,7 @@ impl Drop for AxProcess {
     }
 }
 
-fn new_agent() -> ureq::Agent {
+pub(crate) fn new_agent() -> ureq::Agent {
     ureq::Agent::config_builder()
         .timeout_global(Some(Duration::from_secs(5)))
         .http_status_as_error(false)
@@ -75,7 +75,7 @@ fn new_agent() -> ureq::Agent {
         .into()
 }
 
-fn call(
+pub(crate) fn call(
     agent: &ureq::Agent,
     method: &str,
     url: &str,

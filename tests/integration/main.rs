@@ -6,6 +6,7 @@ mod api;
 mod cli;
 mod common;
 mod crash;
+mod dag;
 mod sandbox;
 mod serve_cli;
 mod validation;

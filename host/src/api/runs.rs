@@ -155,6 +155,21 @@ pub(super) async fn retry(
     ))
 }
 
+/// `POST /v1/runs/{id}/steps/{step}/rerun`: the step and everything downstream run again.
+pub(super) async fn rerun_step(
+    State(state): State<ApiState>,
+    caller: Caller,
+    ApiPath((id, step)): ApiPath<(String, String)>,
+) -> ApiResult<Json<RunView>> {
+    Ok(Json(
+        state
+            .ax
+            .rerun_step(&caller.tenant, &id, &step, &caller.actor)
+            .await?
+            .into(),
+    ))
+}
+
 /// `?open=true|false` of a dead-letter listing (default: open ones only).
 #[derive(Debug, Deserialize)]
 pub(super) struct DeadLetterQuery {

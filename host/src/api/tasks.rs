@@ -1,10 +1,11 @@
 //! `/v1/tasks`: create or replace (YAML or JSON text), list, show, delete,
-//! pause, resume, and the next fire instants. Parsing and validating a
-//! definition is the service's (and `task`'s) job.
+//! pause, resume, the next fire instants and the DAG drawn as text, DOT,
+//! Mermaid or JSON. Parsing and validating a definition is the service's (and
+//! `task`'s) job; drawing the DAG is `graph`'s.
 
 use axum::Json;
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::json;
@@ -14,6 +15,7 @@ use super::auth::Caller;
 use super::error::{ApiError, ApiResult};
 use super::extract::{ApiBody, ApiPath, ApiQuery};
 use super::views::TaskView;
+use crate::graph::Format;
 use crate::scheduler::clock::rfc3339;
 
 /// Fire instants a preview shows when the client does not say.
@@ -131,4 +133,34 @@ pub(super) async fn next(
         .map(|at| rfc3339(at.timestamp_millis()))
         .collect();
     Ok(Json(json!({ "next": next })))
+}
+
+/// `?format=text|dot|mermaid|json&run=ID` of a graph.
+#[derive(Debug, Deserialize)]
+pub(super) struct GraphQuery {
+    format: Option<String>,
+    run: Option<String>,
+}
+
+/// `GET /v1/tasks/{name}/graph?format=&run=`: the DAG as `text/plain` (text,
+/// DOT, Mermaid) or as a JSON object; with `run`, that run's step states.
+pub(super) async fn graph(
+    State(state): State<ApiState>,
+    caller: Caller,
+    ApiPath(name): ApiPath<String>,
+    ApiQuery(query): ApiQuery<GraphQuery>,
+) -> ApiResult<Response> {
+    let format = match query.format.as_deref().filter(|f| !f.is_empty()) {
+        Some(f) => f
+            .parse::<Format>()
+            .map_err(|e| ApiError::bad_request(e.to_string()))?,
+        None => Format::default(),
+    };
+    let run = query.run.as_deref().filter(|r| !r.is_empty());
+    let body = state.ax.task_graph(&caller.tenant, &name, run, format)?;
+    let content_type = match format {
+        Format::Json => "application/json",
+        Format::Text | Format::Dot | Format::Mermaid => "text/plain; charset=utf-8",
+    };
+    Ok(([(header::CONTENT_TYPE, content_type)], body).into_response())
 }

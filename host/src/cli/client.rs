@@ -1,5 +1,5 @@
-//! The client subcommands (`ax plugin`, `ax task`, `ax trigger`, `ax runs`,
-//! `ax run`, `ax logs`, `ax events`, `ax dead-letters`, `ax cron`): thin
+//! The client subcommands (`ax plugin`, `ax task`, `ax graph`, `ax trigger`,
+//! `ax runs`, `ax run`, `ax logs`, `ax events`, `ax dead-letters`, `ax cron`): thin
 //! wrappers over the HTTP API (docs/API.md) that print aligned tables, or the
 //! server's JSON with `--json`. They block on plain HTTP calls (ureq) and
 //! need no async runtime. `ax cron next` computes locally, without a server.
@@ -46,6 +46,8 @@ pub(super) enum ClientCommand {
     Plugin(PluginArgs),
     /// Apply, list, show, pause, resume and delete tasks.
     Task(TaskArgs),
+    /// Draw a task's DAG (text, dot, mermaid or json), with a run's step states.
+    Graph(GraphArgs),
     /// Start a run of a task now.
     Trigger(TriggerArgs),
     /// List runs, newest first.
@@ -139,6 +141,20 @@ enum TaskCommand {
 }
 
 #[derive(Debug, Args)]
+pub(super) struct GraphArgs {
+    #[command(flatten)]
+    conn: Conn,
+    /// Task name.
+    task: String,
+    /// Colour the steps by their states in this run (drawn from the run's own definition).
+    #[arg(long)]
+    run: Option<String>,
+    /// Output format (default text; json with --json).
+    #[arg(long, value_parser = ["text", "dot", "mermaid", "json"])]
+    format: Option<String>,
+}
+
+#[derive(Debug, Args)]
 pub(super) struct TriggerArgs {
     #[command(flatten)]
     conn: Conn,
@@ -203,6 +219,13 @@ enum RunCommand {
     Retry {
         /// Run id.
         id: String,
+    },
+    /// Run one step of a finished run again, with every step downstream of it.
+    Rerun {
+        /// Run id.
+        id: String,
+        /// Step name.
+        step: String,
     },
 }
 
@@ -289,6 +312,7 @@ pub(super) fn run(command: ClientCommand) -> ExitCode {
     let result = match command {
         ClientCommand::Plugin(args) => plugin(args),
         ClientCommand::Task(args) => task(args),
+        ClientCommand::Graph(args) => graph(args),
         ClientCommand::Trigger(args) => trigger(args),
         ClientCommand::Runs(args) => runs(args),
         ClientCommand::Run(args) => run_command(args),
@@ -748,6 +772,25 @@ fn task(args: TaskArgs) -> Outcome {
     done()
 }
 
+/// Prints the server's drawing as it is (JSON pretty-printed).
+fn graph(args: GraphArgs) -> Outcome {
+    let client = Client::new(&args.conn);
+    let format = args
+        .format
+        .unwrap_or_else(|| if args.conn.json { "json" } else { "text" }.into());
+    let path = format!(
+        "/v1/tasks/{}/graph{}",
+        enc(&args.task),
+        query(&[("format", Some(format)), ("run", args.run)])
+    );
+    match client.get(&path)? {
+        // Text, DOT and Mermaid never parse as JSON (a name or keyword, then more).
+        Value::String(text) => print!("{text}"),
+        other => print_json(&other),
+    }
+    done()
+}
+
 fn trigger(args: TriggerArgs) -> Outcome {
     let client = Client::new(&args.conn);
     let mut body = serde_json::Map::new();
@@ -992,13 +1035,21 @@ fn run_command(args: RunArgs) -> Outcome {
                 .post(&format!("/v1/runs/{}/retry", enc(id)), Body::None)?
                 .1
         }
+        RunCommand::Rerun { id, step } => {
+            client
+                .post(
+                    &format!("/v1/runs/{}/steps/{}/rerun", enc(id), enc(step)),
+                    Body::None,
+                )?
+                .1
+        }
     };
     if args.conn.json {
         print_json(&run);
     } else {
         match args.command {
             RunCommand::Show { .. } => print_run(&run),
-            RunCommand::Cancel { .. } | RunCommand::Retry { .. } => {
+            RunCommand::Cancel { .. } | RunCommand::Retry { .. } | RunCommand::Rerun { .. } => {
                 println!("run {}: {}", cell(&run["id"]), cell(&run["status"]))
             }
         }

@@ -49,6 +49,18 @@ enum BenchCommand {
     Fire(BenchFireArgs),
     /// Manual-trigger throughput: accepted durably → succeeded.
     Trigger(BenchTriggerArgs),
+    /// Scheduling overhead per step of a large fan-out/fan-in DAG.
+    Dag(BenchDagArgs),
+}
+
+#[derive(Debug, Args)]
+struct BenchDagArgs {
+    /// Steps in the DAG.
+    #[arg(long, default_value_t = 1000)]
+    steps: usize,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -183,6 +195,9 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 &crate::bench::fire_lateness(args.tasks, args.seconds, args.aligned).await?,
                 args.json,
             )
+        }),
+        Command::Bench(BenchCommand::Dag(args)) => block_on(async move {
+            print_stats(&crate::bench::dag_overhead(args.steps).await?, args.json)
         }),
         Command::Bench(BenchCommand::Trigger(args)) => block_on(async move {
             print_stats(

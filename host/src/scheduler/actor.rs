@@ -12,19 +12,28 @@ use tokio_util::sync::CancellationToken;
 
 use super::clock::{Clock, from_ms, rfc3339};
 use super::queue::{DispatchQueue, Entry};
+use super::readiness::{Decision, Graph, Readiness};
 use super::runner::{AttemptRequest, Runner};
 use super::{Command, Error, Result, SchedulerConfig, Stats, TriggerRequest};
+use crate::cond::{CondVars, Condition};
 use crate::model::{
     AttemptContext, AttemptRecord, AttemptReport, DeadLetter, ErrorKind, Event, Millis, Outcome,
     RECORD_FORMAT, RunRecord, RunStatus, ScheduleState, StepRunRecord, StepStatus, TriggerKind,
 };
-use crate::schedule::{self, Overlap, Trigger};
+use crate::schedule::{self, AfterOn, Overlap, Trigger};
 use crate::store::{AttemptLogs, Insert, Store, new_id};
-use crate::task::{TaskSpec, TriggerRule};
+use crate::task::TaskSpec;
 use crate::template;
 
 /// Commands drained per wake-up before dispatching (amortises the dispatch scan).
 const BATCH: usize = 256;
+/// How often changed runs are written when nobody waits for them: a run's
+/// record is rewritten whole, so a busy run is written at most this often
+/// rather than at every step change. Replies to clients flush at once. Runs
+/// with many steps cost more per write and are written less often
+/// (`FLUSH_EVERY` per 64 steps, at most `FLUSH_MAX`).
+const FLUSH_EVERY: std::time::Duration = std::time::Duration::from_millis(10);
+const FLUSH_MAX: std::time::Duration = std::time::Duration::from_millis(250);
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Timer {
@@ -63,12 +72,91 @@ struct ActiveRun {
     rec: RunRecord,
     spec: TaskSpec,
     tz: chrono_tz::Tz,
+    /// The DAG as indices, and per-step counters of ended upstreams.
+    graph: Graph,
+    readiness: Readiness,
+    /// Steps whose upstreams all ended but which are not decided yet (the
+    /// run is held or cancelled, or it was just activated).
+    candidates: Vec<usize>,
+    /// Parsed `when` conditions, by step.
+    conds: Vec<Option<Condition>>,
     /// Waiting behind an active run of its task (`overlap: queue_one`).
     held: bool,
     /// Set when a person cancelled the run.
     cancelled: bool,
     /// Cancellation of running attempts, by step index.
     cancels: HashMap<usize, CancellationToken>,
+}
+
+impl ActiveRun {
+    /// Brings a run into memory: indexes its DAG, counts ended upstreams
+    /// from the stored states, parses its conditions.
+    fn new(rec: RunRecord, spec: TaskSpec, held: bool) -> Self {
+        let graph = Graph::new(&spec);
+        let states: Vec<StepStatus> = rec.steps.iter().map(|s| s.status).collect();
+        let (readiness, candidates) = Readiness::new(&graph, &states);
+        // Conditions were validated on save; one that no longer parses fails
+        // its step when evaluated.
+        let conds = spec
+            .steps
+            .iter()
+            .map(|s| s.when.as_deref().map(Condition::parse).and_then(Result::ok))
+            .collect();
+        Self {
+            tz: task_timezone(&spec),
+            rec,
+            spec,
+            graph,
+            readiness,
+            candidates,
+            conds,
+            held,
+            cancelled: false,
+            cancels: HashMap::new(),
+        }
+    }
+
+    /// Evaluates step `i`'s `when` (true when it has none).
+    fn condition_holds(&self, i: usize) -> std::result::Result<bool, String> {
+        let Some(expr) = self.spec.steps[i].when.as_deref() else {
+            return Ok(true);
+        };
+        let cond = match &self.conds[i] {
+            Some(c) => c,
+            None => {
+                return Condition::parse(expr)
+                    .map(|_| true)
+                    .map_err(|e| e.to_string());
+            }
+        };
+        let statuses: Vec<(&str, &str, Option<&serde_json::Value>)> = self
+            .rec
+            .steps
+            .iter()
+            .map(|s| {
+                (
+                    s.name.as_str(),
+                    step_status_name(s.status),
+                    s.output.as_ref(),
+                )
+            })
+            .collect();
+        let biz_date = schedule::biz_date(from_ms(self.rec.scheduled_for), self.tz);
+        let scheduled_for = rfc3339(self.rec.scheduled_for);
+        let trigger = serde_json::to_value(self.rec.trigger)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
+        let vars = CondVars {
+            steps: &statuses,
+            input: &self.rec.input,
+            run_id: &self.rec.id,
+            scheduled_for: &scheduled_for,
+            biz_date: &biz_date,
+            trigger: &trigger,
+        };
+        cond.eval(&vars).map_err(|e| e.to_string())
+    }
 }
 
 pub(super) struct Actor {
@@ -90,6 +178,14 @@ pub(super) struct Actor {
     by_task: HashMap<(String, String), VecDeque<String>>,
     /// Runs in `queued` state per tenant (for the queue bound).
     queued_runs: HashMap<String, usize>,
+    /// Runs changed since the last flush, with their events not yet stored.
+    /// Internal transitions are written once per loop turn (write-behind);
+    /// anything a client is told about is flushed before the answer.
+    dirty: HashMap<String, Vec<Event>>,
+    /// Terminal runs already dropped from `runs`, kept until flushed.
+    finished: HashMap<String, RunRecord>,
+    /// `after` triggers: (tenant, upstream task) → downstream tasks.
+    after_index: HashMap<(String, String), Vec<(String, AfterOn)>>,
     done_tx: mpsc::UnboundedSender<AttemptDone>,
     done_rx: Option<mpsc::UnboundedReceiver<AttemptDone>>,
     rng: rand::rngs::StdRng,
@@ -218,6 +314,9 @@ impl Actor {
             armed: HashMap::new(),
             by_task: HashMap::new(),
             queued_runs: HashMap::new(),
+            dirty: HashMap::new(),
+            finished: HashMap::new(),
+            after_index: HashMap::new(),
             done_tx,
             done_rx: Some(done_rx),
             rng: rand::rngs::StdRng::from_os_rng(),
@@ -260,7 +359,6 @@ impl Actor {
                 && rec.trigger != TriggerKind::Manual
                 && spec.overlap == Overlap::QueueOne
                 && self.by_task.get(&key).is_some_and(|ids| !ids.is_empty());
-            let tz = task_timezone(&spec);
             if rec.status == RunStatus::Queued {
                 *self.queued_runs.entry(rec.tenant.clone()).or_default() += 1;
             }
@@ -269,25 +367,19 @@ impl Actor {
                 .or_default()
                 .push_back(rec.id.clone());
             let id = rec.id.clone();
-            self.runs.insert(
-                id.clone(),
-                ActiveRun {
-                    rec,
-                    spec,
-                    tz,
-                    held,
-                    cancelled: false,
-                    cancels: HashMap::new(),
-                },
-            );
+            self.runs
+                .insert(id.clone(), ActiveRun::new(rec, spec, held));
             self.recover_run(&id, now)?;
+        }
+        for task in self.store.list_tasks(None)? {
+            self.index_after(&task);
         }
         for sched in self.store.list_schedules()? {
             if let Err(e) = self.on_task_changed(&sched.tenant, &sched.task) {
                 tracing::error!(tenant = %sched.tenant, task = %sched.task, error = %e, "cannot arm the trigger");
             }
         }
-        Ok(())
+        self.flush()
     }
 
     fn recover_run(&mut self, id: &str, now: Millis) -> Result<()> {
@@ -362,8 +454,14 @@ impl Actor {
         shutdown: CancellationToken,
     ) {
         let mut done_rx = self.done_rx.take().expect("taken once");
+        let mut last_flush = tokio::time::Instant::now();
         loop {
             self.dispatch();
+            let flush_every = self.flush_interval();
+            if !self.dirty.is_empty() && last_flush.elapsed() >= flush_every {
+                self.guard(|a| a.flush());
+                last_flush = tokio::time::Instant::now();
+            }
             self.publish_gauges();
             let now = self.clock.now_ms();
             let next_wake = [
@@ -372,15 +470,16 @@ impl Actor {
             ]
             .into_iter()
             .flatten()
-            .min();
+            .min()
+            .map(|at| {
+                tokio::time::Instant::now()
+                    + std::time::Duration::from_millis((at - now).max(0) as u64)
+            });
+            let flush_at = (!self.dirty.is_empty()).then_some(last_flush + flush_every);
+            let wake = [next_wake, flush_at].into_iter().flatten().min();
             let sleep = async {
-                match next_wake {
-                    Some(at) => {
-                        tokio::time::sleep(std::time::Duration::from_millis(
-                            (at - now).max(0) as u64
-                        ))
-                        .await
-                    }
+                match wake {
+                    Some(at) => tokio::time::sleep_until(at).await,
                     None => std::future::pending().await,
                 }
             };
@@ -409,6 +508,7 @@ impl Actor {
                 _ = sleep => self.guard(|a| a.on_timers()),
             }
         }
+        self.guard(|a| a.flush());
         // Stop running attempts; their runs are recovered (as lost) on the next start.
         for run in self.runs.values() {
             for token in run.cancels.values() {
@@ -425,8 +525,23 @@ impl Actor {
         }
     }
 
+    /// Answers a command. Whatever a reply reports is stored first: the
+    /// caller then waits for a sync ticket, which covers only earlier writes.
     fn handle(&mut self, cmd: Command) {
+        fn answer<T>(
+            actor: &mut Actor,
+            reply: tokio::sync::oneshot::Sender<Result<T>>,
+            result: Result<T>,
+        ) {
+            let result = match (result, actor.flush()) {
+                (Ok(v), Ok(())) => Ok(v),
+                (Err(e), _) | (_, Err(e)) => Err(e),
+            };
+            let _ = reply.send(result);
+        }
         match cmd {
+            // The new run itself was written at once (`insert_run`); what
+            // follows (its first steps queued) may be written behind.
             Command::Trigger(req, reply) => {
                 let _ = reply.send(self.on_trigger(req));
             }
@@ -434,17 +549,19 @@ impl Actor {
                 self.guard(|a| a.on_task_changed(&tenant, &task))
             }
             Command::PutTask { record, reply } => {
-                let _ = reply.send(self.on_put_task(*record));
+                let r = self.on_put_task(*record);
+                answer(self, reply, r);
             }
             Command::DeleteTask {
                 tenant,
                 task,
                 reply,
             } => {
-                let result = self.store.delete_task(&tenant, &task).map_err(Error::from);
+                let r = self.store.delete_task(&tenant, &task).map_err(Error::from);
                 self.armed.remove(&(tenant.clone(), task.clone()));
                 self.disarm_fire(&tenant, &task);
-                let _ = reply.send(result);
+                self.unindex_after(&tenant, &task);
+                answer(self, reply, r);
             }
             Command::SetPaused {
                 tenant,
@@ -452,28 +569,41 @@ impl Actor {
                 paused,
                 reply,
             } => {
-                let _ = reply.send(self.on_set_paused(&tenant, &task, paused));
+                let r = self.on_set_paused(&tenant, &task, paused);
+                answer(self, reply, r);
             }
             Command::Cancel {
                 run_id,
                 actor,
                 reply,
             } => {
-                let _ = reply.send(self.on_cancel(&run_id, &actor));
+                let r = self.on_cancel(&run_id, &actor);
+                answer(self, reply, r);
             }
             Command::Retry {
                 run_id,
                 actor,
                 reply,
             } => {
-                let _ = reply.send(self.on_retry(&run_id, &actor));
+                let r = self.on_retry(&run_id, &actor);
+                answer(self, reply, r);
             }
             Command::Requeue {
                 dead_letter,
                 actor,
                 reply,
             } => {
-                let _ = reply.send(self.on_requeue(&dead_letter, &actor));
+                let r = self.on_requeue(&dead_letter, &actor);
+                answer(self, reply, r);
+            }
+            Command::RerunStep {
+                run_id,
+                step,
+                actor,
+                reply,
+            } => {
+                let r = self.on_rerun_step(&run_id, &step, &actor);
+                answer(self, reply, r);
             }
         }
     }
@@ -652,31 +782,17 @@ impl Actor {
             .push_back(rec.id.clone());
         *self.queued_runs.entry(rec.tenant.clone()).or_default() += 1;
         let id = rec.id.clone();
-        let tz = task_timezone(&spec);
-        self.runs.insert(
-            id.clone(),
-            ActiveRun {
-                rec,
-                spec,
-                tz,
-                held,
-                cancelled: false,
-                cancels: HashMap::new(),
-            },
-        );
+        self.runs
+            .insert(id.clone(), ActiveRun::new(rec, spec, held));
         let mut events = Vec::new();
         self.advance(&id, now, actor, &mut events)?;
-        let rec = self.runs.get(&id).map(|r| r.rec.clone());
-        match rec {
-            Some(rec) => Ok((rec, true)),
-            // Finished at once (every step skipped): read back what was stored.
-            None => Ok((
-                self.store
-                    .get_run(&id)?
-                    .ok_or_else(|| Error::NotFound(format!("run `{id}`")))?,
-                true,
-            )),
-        }
+        let rec = self
+            .runs
+            .get(&id)
+            .map(|r| r.rec.clone())
+            .or_else(|| self.finished.get(&id).cloned());
+        rec.map(|rec| (rec, true))
+            .ok_or_else(|| Error::NotFound(format!("run `{id}`")))
     }
 
     // ----------------------------------------------------------------------
@@ -743,6 +859,7 @@ impl Actor {
             paused: old.as_ref().is_some_and(|s| s.paused),
         };
         self.store.put_task(&record, &schedule)?;
+        self.index_after(&record);
         self.on_task_changed(&record.tenant, &record.name)?;
         Ok(schedule)
     }
@@ -909,9 +1026,10 @@ impl Actor {
         }
     }
 
-    /// Moves pending steps whose upstreams allow it to `queued` (or skips or
-    /// cancels them per trigger rule), finishes the run when every step is
-    /// terminal, and stores the run with `events`.
+    /// Counts steps that ended since the last call, decides the steps whose
+    /// upstreams have all ended (queue, skip or cancel them per trigger rule
+    /// and `when`), finishes the run when every step is terminal, and marks
+    /// the run for the next write with `events`.
     fn advance(
         &mut self,
         id: &str,
@@ -923,68 +1041,23 @@ impl Actor {
             return Ok(());
         };
         let mut ready = Vec::new();
-        if !run.held && !run.cancelled {
-            loop {
-                let mut changed = false;
-                for i in 0..run.rec.steps.len() {
-                    if run.rec.steps[i].status != StepStatus::Pending {
-                        continue;
-                    }
-                    let step = &run.spec.steps[i];
-                    let ups: Vec<StepStatus> = step
-                        .needs
-                        .iter()
-                        .filter_map(|n| run.rec.steps.iter().find(|s| &s.name == n))
-                        .map(|s| s.status)
-                        .collect();
-                    let all_done = ups.iter().all(|s| s.is_terminal());
-                    let any = |f: fn(&StepStatus) -> bool| ups.iter().any(f);
-                    let failed = |s: &StepStatus| {
-                        matches!(
-                            s,
-                            StepStatus::Failed | StepStatus::Dead | StepStatus::Cancelled
-                        )
-                    };
-                    let decision = match step.trigger_rule {
-                        TriggerRule::OneSuccess if any(|s| *s == StepStatus::Succeeded) => {
-                            Some(Ok(()))
-                        }
-                        _ if !all_done => None,
-                        TriggerRule::AllSuccess
-                            if ups.iter().all(|s| *s == StepStatus::Succeeded) =>
-                        {
-                            Some(Ok(()))
-                        }
-                        TriggerRule::AllSuccess if any(failed) => Some(Err((
-                            StepStatus::Cancelled,
-                            "an upstream step did not succeed (trigger_rule: all_success)",
-                        ))),
-                        TriggerRule::AllSuccess => Some(Err((
-                            StepStatus::Skipped,
-                            "an upstream step was skipped (trigger_rule: all_success)",
-                        ))),
-                        TriggerRule::OneSuccess
-                            if ups.iter().all(|s| *s == StepStatus::Skipped) =>
-                        {
-                            Some(Err((
-                                StepStatus::Skipped,
-                                "every upstream step was skipped (trigger_rule: one_success)",
-                            )))
-                        }
-                        TriggerRule::OneSuccess => Some(Err((
-                            StepStatus::Cancelled,
-                            "no upstream step succeeded (trigger_rule: one_success)",
-                        ))),
-                        TriggerRule::AllDone => Some(Ok(())),
-                        TriggerRule::NoneFailed if any(failed) => Some(Err((
-                            StepStatus::Cancelled,
-                            "an upstream step failed (trigger_rule: none_failed)",
-                        ))),
-                        TriggerRule::NoneFailed => Some(Ok(())),
-                    };
-                    match decision {
-                        None => {}
-                        Some(Ok(())) => {
+        let mut decidable = std::mem::take(&mut run.candidates);
+        for i in 0..run.rec.steps.len() {
+            let status = run.rec.steps[i].status;
+            if status.is_terminal() && !run.readiness.is_settled(i) {
+                run.readiness.settle(&run.graph, i, status, &mut decidable);
+            }
+        }
+        if run.held || run.cancelled {
+            run.candidates = decidable;
+        } else {
+            while let Some(i) = decidable.pop() {
+                if run.rec.steps[i].status != StepStatus::Pending {
+                    continue;
+                }
+                let settle_as = match run.readiness.decide(&run.graph, i) {
+                    Decision::Run => match run.condition_holds(i) {
+                        Ok(true) => {
                             set_step(
                                 &mut run.rec,
                                 i,
@@ -995,28 +1068,48 @@ impl Actor {
                                 events,
                             );
                             ready.push(i);
-                            changed = true;
+                            None
                         }
-                        Some(Err((status, reason))) => {
-                            run.rec.steps[i].error = Some(reason.to_string());
-                            set_step(&mut run.rec, i, status, now, reason, actor, events);
-                            changed = true;
-                        }
-                    }
-                }
-                if !changed {
-                    break;
+                        Ok(false) => Some((
+                            StepStatus::Skipped,
+                            format!(
+                                "condition is false: {}",
+                                run.spec.steps[i].when.as_deref().unwrap_or_default()
+                            ),
+                        )),
+                        Err(e) => Some((
+                            StepStatus::Failed,
+                            format!("condition could not be evaluated: {e}"),
+                        )),
+                    },
+                    Decision::Settle(status, reason) => Some((status, reason.to_string())),
+                };
+                if let Some((status, reason)) = settle_as {
+                    run.rec.steps[i].error = Some(reason.clone());
+                    set_step(&mut run.rec, i, status, now, reason, actor, events);
+                    run.readiness.settle(&run.graph, i, status, &mut decidable);
                 }
             }
         }
         let finished = run.rec.steps.iter().all(|s| s.status.is_terminal());
         if finished && !run.rec.status.is_terminal() {
-            let failed = run.rec.steps.iter().find(|s| {
-                matches!(
-                    s.status,
-                    StepStatus::Failed | StepStatus::Dead | StepStatus::Cancelled
-                )
-            });
+            // Like Airflow: the run's result is its leaf steps' results. A
+            // failure handled downstream (`one_success`, `all_done`) does not
+            // fail the run; an unhandled one reaches a leaf as `cancelled`.
+            let graph = &run.graph;
+            let failed = run
+                .rec
+                .steps
+                .iter()
+                .enumerate()
+                .find(|(i, s)| {
+                    graph.is_leaf(*i)
+                        && matches!(
+                            s.status,
+                            StepStatus::Failed | StepStatus::Dead | StepStatus::Cancelled
+                        )
+                })
+                .map(|(_, s)| s);
             let (status, reason) = if run.cancelled {
                 (
                     RunStatus::Cancelled,
@@ -1037,8 +1130,7 @@ impl Actor {
             }
             set_run(&mut run.rec, status, now, reason, actor, events);
         }
-        self.store.update_run(&run.rec, events)?;
-        events.clear();
+        self.dirty.entry(id.to_string()).or_default().append(events);
         for i in ready {
             let entry = self.entry_for(id, i, now);
             self.queue.push(entry);
@@ -1049,12 +1141,109 @@ impl Actor {
         Ok(())
     }
 
+    /// The write-behind interval for the runs now waiting to be written.
+    fn flush_interval(&self) -> std::time::Duration {
+        let largest = self
+            .dirty
+            .keys()
+            .filter_map(|id| self.runs.get(id).map(|r| r.rec.steps.len()))
+            .max()
+            .unwrap_or(1);
+        (FLUSH_EVERY * (largest.div_ceil(64).max(1) as u32)).min(FLUSH_MAX)
+    }
+
+    /// Writes every run changed since the last flush, with its new events.
+    fn flush(&mut self) -> Result<()> {
+        let dirty = std::mem::take(&mut self.dirty);
+        for (id, events) in dirty {
+            let rec = self
+                .runs
+                .get(&id)
+                .map(|r| &r.rec)
+                .or_else(|| self.finished.get(&id));
+            if let Some(rec) = rec {
+                self.store.update_run(rec, &events)?;
+            }
+        }
+        self.finished.clear();
+        Ok(())
+    }
+
+    /// Records the `after` edges of a task (replacing its old ones).
+    fn index_after(&mut self, record: &crate::model::TaskRecord) {
+        self.unindex_after(&record.tenant, &record.name);
+        let Ok(spec) = serde_json::from_value::<TaskSpec>(record.spec.clone()) else {
+            return;
+        };
+        if let Some(trigger) = spec.trigger {
+            for up in trigger.after {
+                self.after_index
+                    .entry((record.tenant.clone(), up))
+                    .or_default()
+                    .push((record.name.clone(), trigger.on.unwrap_or_default()));
+            }
+        }
+    }
+
+    fn unindex_after(&mut self, tenant: &str, task: &str) {
+        for ((t, _), downs) in self.after_index.iter_mut() {
+            if t == tenant {
+                downs.retain(|(d, _)| d != task);
+            }
+        }
+        self.after_index.retain(|_, downs| !downs.is_empty());
+    }
+
+    /// Starts the tasks that wait for `rec`'s task to finish (`after`), with
+    /// the upstream run's outputs as input. The idempotency key
+    /// `after:<run id>` makes a repeated finish (after a crash) start nothing twice.
+    fn fire_after(&mut self, rec: &RunRecord, now: Millis) {
+        let key = (rec.tenant.clone(), rec.task.clone());
+        let Some(downs) = self.after_index.get(&key).cloned() else {
+            return;
+        };
+        for (down, on) in downs {
+            let fires = match on {
+                AfterOn::Success => rec.status == RunStatus::Succeeded,
+                AfterOn::Failure => rec.status == RunStatus::Failed,
+                AfterOn::Done => rec.status.is_terminal(),
+            };
+            if !fires {
+                continue;
+            }
+            let result = self.load_task(&rec.tenant, &down).and_then(|(task, spec)| {
+                let outputs: serde_json::Map<String, serde_json::Value> = rec
+                    .steps
+                    .iter()
+                    .filter_map(|s| s.output.clone().map(|o| (s.name.clone(), o)))
+                    .collect();
+                let input = serde_json::json!({ "upstream": {
+                    "task": rec.task, "run_id": rec.id, "status": rec.status.as_str(), "outputs": outputs,
+                }});
+                let origin = Origin {
+                    trigger: TriggerKind::After,
+                    scheduled_for: now,
+                    input,
+                    idempotency_key: Some(format!("after:{}", rec.id)),
+                    priority: spec.priority,
+                };
+                let new = self.new_run(&task, &spec, origin, now);
+                self.create_run(new, spec, false, None, "scheduler", now)
+            });
+            if let Err(e) = result {
+                tracing::error!(upstream = %rec.task, task = %down, error = %e, "starting an `after` task failed");
+            }
+        }
+    }
+
     /// Forgets a terminal run and lets the next held run of its task go.
     fn finish_run(&mut self, id: &str, now: Millis) -> Result<()> {
         let Some(run) = self.runs.remove(id) else {
             return Ok(());
         };
         let key = (run.rec.tenant.clone(), run.rec.task.clone());
+        self.fire_after(&run.rec, now);
+        self.finished.insert(id.to_string(), run.rec);
         if let Some(ids) = self.by_task.get_mut(&key) {
             ids.retain(|r| r != id);
             if ids.is_empty() {
@@ -1174,7 +1363,10 @@ impl Actor {
             "scheduler",
             &mut events,
         );
-        self.store.update_run(&run.rec, &events)?;
+        self.dirty
+            .entry(entry.run_id.clone())
+            .or_default()
+            .append(&mut events);
         let cancel = CancellationToken::new();
         run.cancels.insert(i, cancel.clone());
         let request = AttemptRequest {
@@ -1274,17 +1466,24 @@ impl Actor {
             a.error = report.error.clone();
             a.error_kind = report.error_kind;
         }
-        self.store.put_logs(
-            &done.run_id,
-            &AttemptLogs {
-                step: step.name.clone(),
-                attempt: done.attempt,
-                stdout: report.stdout,
-                stderr: report.stderr,
-                logs: report.logs,
-                progress: report.progress,
-            },
-        )?;
+        // An attempt that printed and logged nothing has no log entry.
+        let quiet = report.stdout.is_empty()
+            && report.stderr.is_empty()
+            && report.logs.is_empty()
+            && report.progress.is_none();
+        if !quiet {
+            self.store.put_logs(
+                &done.run_id,
+                &AttemptLogs {
+                    step: step.name.clone(),
+                    attempt: done.attempt,
+                    stdout: report.stdout,
+                    stderr: report.stderr,
+                    logs: report.logs,
+                    progress: report.progress,
+                },
+            )?;
+        }
         let mut events = Vec::new();
         let outcome_reason = match &report.error {
             Some(e) => format!("attempt {}: {} ({e})", done.attempt, report.outcome),
@@ -1446,7 +1645,10 @@ impl Actor {
             "scheduler",
             &mut events,
         );
-        self.store.update_run(&run.rec, &events)?;
+        self.dirty
+            .entry(run_id.to_string())
+            .or_default()
+            .append(&mut events);
         let entry = self.entry_for(run_id, i, now);
         self.queue.push(entry);
         Ok(())
@@ -1518,12 +1720,17 @@ impl Actor {
             &mut events,
         );
         let rec = run.rec.clone();
-        self.store.update_run(&rec, &events)?;
+        self.dirty
+            .entry(run_id.to_string())
+            .or_default()
+            .append(&mut events);
         self.finish_run(run_id, now)?;
         Ok(rec)
     }
 
     fn on_retry(&mut self, run_id: &str, actor: &str) -> Result<RunRecord> {
+        // The stored run must be current before it is read back.
+        self.flush()?;
         let now = self.clock.now_ms();
         if self.runs.contains_key(run_id) {
             return Err(Error::Conflict(format!("run `{run_id}` is still active")));
@@ -1547,6 +1754,7 @@ impl Actor {
     }
 
     fn on_requeue(&mut self, dead_id: &str, actor: &str) -> Result<RunRecord> {
+        self.flush()?;
         let now = self.clock.now_ms();
         let mut dead = self
             .store
@@ -1579,6 +1787,37 @@ impl Actor {
         dead.resolved_at = Some(now);
         self.store.put_dead_letter(&dead)?;
         Ok(reopened)
+    }
+
+    fn on_rerun_step(&mut self, run_id: &str, step: &str, actor: &str) -> Result<RunRecord> {
+        self.flush()?;
+        let now = self.clock.now_ms();
+        if self.runs.contains_key(run_id) {
+            return Err(Error::Conflict(format!("run `{run_id}` is still active")));
+        }
+        let rec = self
+            .store
+            .get_run(run_id)?
+            .ok_or_else(|| Error::NotFound(format!("run `{run_id}`")))?;
+        let spec: TaskSpec = serde_json::from_value(rec.spec.clone())
+            .map_err(|e| Error::Conflict(format!("the run's task snapshot is unreadable: {e}")))?;
+        let i = spec
+            .steps
+            .iter()
+            .position(|s| s.name == step)
+            .ok_or_else(|| Error::NotFound(format!("step `{step}` in run `{run_id}`")))?;
+        let names: std::collections::HashSet<String> = Graph::new(&spec)
+            .with_descendants(i)
+            .into_iter()
+            .map(|j| spec.steps[j].name.clone())
+            .collect();
+        self.reopen(
+            rec,
+            |s| names.contains(&s.name),
+            actor,
+            now,
+            &format!("rerun of step `{step}` requested"),
+        )
     }
 
     /// Puts a finished run back to work: the steps `reset` selects go back to
@@ -1634,26 +1873,23 @@ impl Actor {
             .push_back(rec.id.clone());
         *self.queued_runs.entry(rec.tenant.clone()).or_default() += 1;
         let id = rec.id.clone();
-        let tz = task_timezone(&spec);
-        self.runs.insert(
-            id.clone(),
-            ActiveRun {
-                rec,
-                spec,
-                tz,
-                held: false,
-                cancelled: false,
-                cancels: HashMap::new(),
-            },
-        );
+        self.runs
+            .insert(id.clone(), ActiveRun::new(rec, spec, false));
         let mut events = Vec::new();
         self.advance(&id, now, actor, &mut events)?;
-        Ok(match self.runs.get(&id) {
-            Some(r) => r.rec.clone(),
-            None => self
-                .store
-                .get_run(&id)?
-                .ok_or_else(|| Error::NotFound(format!("run `{id}`")))?,
-        })
+        Ok(
+            match self
+                .runs
+                .get(&id)
+                .map(|r| r.rec.clone())
+                .or_else(|| self.finished.get(&id).cloned())
+            {
+                Some(r) => r,
+                None => self
+                    .store
+                    .get_run(&id)?
+                    .ok_or_else(|| Error::NotFound(format!("run `{id}`")))?,
+            },
+        )
     }
 }

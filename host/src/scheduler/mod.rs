@@ -15,6 +15,7 @@
 mod actor;
 pub mod clock;
 pub mod queue;
+mod readiness;
 pub mod runner;
 
 use std::sync::Arc;
@@ -183,6 +184,12 @@ enum Command {
         actor: String,
         reply: oneshot::Sender<Result<RunRecord>>,
     },
+    RerunStep {
+        run_id: String,
+        step: String,
+        actor: String,
+        reply: oneshot::Sender<Result<RunRecord>>,
+    },
 }
 
 /// A handle to the scheduler actor. Cheap to clone.
@@ -293,6 +300,19 @@ impl Scheduler {
         let (run_id, actor) = (run_id.to_string(), actor.to_string());
         self.ask(|reply| Command::Retry {
             run_id,
+            actor,
+            reply,
+        })
+        .await
+    }
+
+    /// Runs one step of a finished run again, with every step downstream of
+    /// it; the other steps keep their results.
+    pub async fn rerun_step(&self, run_id: &str, step: &str, actor: &str) -> Result<RunRecord> {
+        let (run_id, step, actor) = (run_id.to_string(), step.to_string(), actor.to_string());
+        self.ask(|reply| Command::RerunStep {
+            run_id,
+            step,
             actor,
             reply,
         })

@@ -594,3 +594,73 @@ async fn retrying_a_failed_run_keeps_succeeded_steps() {
     let calls = h.runner.calls.lock().unwrap().clone();
     assert_eq!(calls.iter().filter(|c| c.1 == "a").count(), 1);
 }
+
+#[tokio::test(start_paused = true)]
+async fn rerunning_a_step_runs_it_and_its_downstream_only() {
+    let h = Harness::start().await;
+    h.put_task(
+        "name: pipe\nsteps:\n  - name: a\n    plugin: ok@1.0.0\n  - name: b\n    needs: [a]\n    plugin: ok@1.0.0\n  - name: c\n    needs: [b]\n    plugin: ok@1.0.0\n",
+    )
+    .await;
+    let run = h.trigger("pipe", serde_json::json!({})).await;
+    h.wait_terminal(&run.id).await;
+    assert!(matches!(
+        h.scheduler.rerun_step(&run.id, "nope", "test").await,
+        Err(Error::NotFound(_))
+    ));
+    h.scheduler.rerun_step(&run.id, "b", "test").await.unwrap();
+    let run = h.wait_terminal(&run.id).await;
+    assert_eq!(run.status, RunStatus::Succeeded);
+    let attempts: Vec<usize> = run.steps.iter().map(|s| s.attempts.len()).collect();
+    assert_eq!(attempts, [1, 2, 2]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_after_trigger_starts_the_downstream_task_with_upstream_outputs() {
+    let h = Harness::start().await;
+    h.put_task("name: up\nplugin: ok@1.0.0\ninput: { rows: 5 }\n")
+        .await;
+    h.put_task("name: down\ntrigger: { after: [up], on: success }\nplugin: ok@1.0.0\ninput: { got: \"${input.upstream.outputs.up.echo.rows}\" }\n").await;
+    h.put_task("name: on_fail\ntrigger: { after: [up], on: failure }\nplugin: ok@1.0.0\n")
+        .await;
+    let run = h.trigger("up", serde_json::json!({})).await;
+    h.wait_terminal(&run.id).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let downs = h.runs("down");
+    assert_eq!(downs.len(), 1);
+    let down = h.wait_terminal(&downs[0].id).await;
+    assert_eq!(down.trigger, crate::model::TriggerKind::After);
+    assert_eq!(
+        down.steps[0].output,
+        Some(serde_json::json!({ "echo": { "got": 5 } }))
+    );
+    assert_eq!(down.input["upstream"]["run_id"], run.id);
+    assert!(
+        h.runs("on_fail").is_empty(),
+        "on: failure must not fire for a success"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_one_success_join_runs_when_one_branch_failed() {
+    let h = Harness::start().await;
+    h.put_task(
+        "name: j\nsteps:\n  - name: a\n    plugin: fatal@1.0.0\n  - name: b\n    plugin: ok@1.0.0\n  - name: join\n    needs: [a, b]\n    trigger_rule: one_success\n    plugin: ok@1.0.0\n",
+    )
+    .await;
+    let run = h.trigger("j", serde_json::json!({})).await;
+    let run = h.wait_terminal(&run.id).await;
+    assert_eq!(run.steps[2].status, StepStatus::Succeeded);
+    // The join started only after both branches ended.
+    let ends = run.steps[..2]
+        .iter()
+        .map(|s| s.attempts[0].finished_at.unwrap())
+        .max()
+        .unwrap();
+    assert!(run.steps[2].attempts[0].started_at >= ends);
+    assert_eq!(
+        run.status,
+        RunStatus::Succeeded,
+        "the failure was handled by the join"
+    );
+}
