@@ -50,6 +50,15 @@ struct AttemptDone {
     result: std::result::Result<AttemptReport, String>,
 }
 
+/// The active runs of one task: how many, and which wait behind the others
+/// (`overlap: queue_one`), oldest first. Counts, not lists of every run: a
+/// task with 10,000 queued manual runs must not make each finish O(10,000).
+#[derive(Debug, Default)]
+struct TaskRuns {
+    active: usize,
+    held: VecDeque<String>,
+}
+
 /// What a new run comes from.
 struct Origin {
     trigger: TriggerKind,
@@ -175,7 +184,7 @@ pub(super) struct Actor {
     /// actor writes schedule progress; other changes arrive as `TaskChanged`.
     armed: HashMap<(String, String), Armed>,
     /// Active run ids per (tenant, task), oldest first.
-    by_task: HashMap<(String, String), VecDeque<String>>,
+    by_task: HashMap<(String, String), TaskRuns>,
     /// Runs in `queued` state per tenant (for the queue bound).
     queued_runs: HashMap<String, usize>,
     /// Runs changed since the last flush, with their events not yet stored.
@@ -358,14 +367,11 @@ impl Actor {
             let held = rec.status == RunStatus::Queued
                 && rec.trigger != TriggerKind::Manual
                 && spec.overlap == Overlap::QueueOne
-                && self.by_task.get(&key).is_some_and(|ids| !ids.is_empty());
+                && self.by_task.get(&key).is_some_and(|t| t.active > 0);
             if rec.status == RunStatus::Queued {
                 *self.queued_runs.entry(rec.tenant.clone()).or_default() += 1;
             }
-            self.by_task
-                .entry(key)
-                .or_default()
-                .push_back(rec.id.clone());
+            self.track(key, &rec.id, held);
             let id = rec.id.clone();
             self.runs
                 .insert(id.clone(), ActiveRun::new(rec, spec, held));
@@ -775,11 +781,8 @@ impl Actor {
         let key = (rec.tenant.clone(), rec.task.clone());
         let held = rec.trigger != TriggerKind::Manual
             && spec.overlap == Overlap::QueueOne
-            && self.by_task.get(&key).is_some_and(|ids| !ids.is_empty());
-        self.by_task
-            .entry(key)
-            .or_default()
-            .push_back(rec.id.clone());
+            && self.by_task.get(&key).is_some_and(|t| t.active > 0);
+        self.track(key, &rec.id, held);
         *self.queued_runs.entry(rec.tenant.clone()).or_default() += 1;
         let id = rec.id.clone();
         self.runs
@@ -970,7 +973,7 @@ impl Actor {
         for (i, instant) in fires.iter().enumerate() {
             sched.last_fired = Some(*instant);
             let last = i + 1 == fires.len();
-            let active = self.by_task.get(&key).map_or(0, VecDeque::len);
+            let active = self.by_task.get(&key).map_or(0, |t| t.active);
             let skip = match spec.overlap {
                 Overlap::Skip => active >= 1,
                 Overlap::QueueOne => active >= 2,
@@ -1236,6 +1239,15 @@ impl Actor {
         }
     }
 
+    /// Counts a run as active for its task (and queues it behind the others when held).
+    fn track(&mut self, key: (String, String), id: &str, held: bool) {
+        let t = self.by_task.entry(key).or_default();
+        t.active += 1;
+        if held {
+            t.held.push_back(id.to_string());
+        }
+    }
+
     /// Forgets a terminal run and lets the next held run of its task go.
     fn finish_run(&mut self, id: &str, now: Millis) -> Result<()> {
         let Some(run) = self.runs.remove(id) else {
@@ -1243,18 +1255,21 @@ impl Actor {
         };
         let key = (run.rec.tenant.clone(), run.rec.task.clone());
         self.fire_after(&run.rec, now);
+        let was_held = run.held;
         self.finished.insert(id.to_string(), run.rec);
-        if let Some(ids) = self.by_task.get_mut(&key) {
-            ids.retain(|r| r != id);
-            if ids.is_empty() {
+        let mut next_held = None;
+        if let Some(t) = self.by_task.get_mut(&key) {
+            t.active = t.active.saturating_sub(1);
+            if was_held {
+                // A held run that ended (cancelled) frees no slot.
+                t.held.retain(|r| r != id);
+            } else {
+                next_held = t.held.pop_front();
+            }
+            if t.active == 0 {
                 self.by_task.remove(&key);
             }
         }
-        let next_held = self.by_task.get(&key).and_then(|ids| {
-            ids.iter()
-                .find(|r| self.runs.get(*r).is_some_and(|a| a.held))
-                .cloned()
-        });
         if let Some(next) = next_held {
             if let Some(r) = self.runs.get_mut(&next) {
                 r.held = false;
@@ -1672,7 +1687,6 @@ impl Actor {
             )));
         };
         run.cancelled = true;
-        run.held = false;
         run.rec.reason = Some(format!("cancelled by {actor}"));
         let mut events = Vec::new();
         for i in 0..run.rec.steps.len() {
@@ -1867,10 +1881,7 @@ impl Actor {
         ));
         self.store.update_run(&rec, &events)?;
         let key = (rec.tenant.clone(), rec.task.clone());
-        self.by_task
-            .entry(key)
-            .or_default()
-            .push_back(rec.id.clone());
+        self.track(key, &rec.id, false);
         *self.queued_runs.entry(rec.tenant.clone()).or_default() += 1;
         let id = rec.id.clone();
         self.runs
