@@ -18,14 +18,18 @@ fn main() -> anyhow::Result<()> {
         let runtime = ax::runtime::Runtime::new(ax::runtime::RuntimeConfig::default())?;
         let plugin = runtime.load(&bytes)?;
         println!("{}", ax::bench::ExecStats::header());
-        let one = ax::bench::exec(&runtime, &plugin, "{}", iterations, 1).await?;
-        println!("{one}");
-        let two = ax::bench::exec(&runtime, &plugin, "{}", iterations, 2).await?;
-        println!("{two}");
-        println!(
-            "speed-up c2 vs c1: {:.2}x",
-            two.runs_per_sec / one.runs_per_sec
-        );
+        // Five interleaved pairs: the machine is noisy, so compare medians.
+        let mut rows = Vec::new();
+        for _ in 0..5 {
+            for c in [1, 2] {
+                let row = ax::bench::exec(&runtime, &plugin, "{}", iterations, c).await?;
+                println!("{row}");
+                rows.push(row);
+            }
+        }
+        if let Some((a, b, ratio)) = ax::bench::speed_up(&rows) {
+            println!("speed-up c{b} vs c{a} (medians): {ratio:.2}x");
+        }
         anyhow::Ok(())
     })?;
     println!("{}", ax::bench::load(&bytes, 5)?);

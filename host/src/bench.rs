@@ -50,6 +50,24 @@ impl fmt::Display for ExecStats {
     }
 }
 
+/// Ratio of the median runs/s of the second concurrency level to the first,
+/// over rows that may repeat levels (`--concurrency 1,2,1,2,…`): interleaved
+/// repetitions in one run are how to compare on a noisy machine.
+pub fn speed_up(rows: &[ExecStats]) -> Option<(usize, usize, f64)> {
+    let first = rows.first()?.concurrency;
+    let second = rows.iter().map(|r| r.concurrency).find(|c| *c != first)?;
+    let median_of = |c: usize| {
+        let mut v: Vec<f64> = rows
+            .iter()
+            .filter(|r| r.concurrency == c)
+            .map(|r| r.runs_per_sec)
+            .collect();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    Some((first, second, median_of(second) / median_of(first)))
+}
+
 fn bench_context() -> AttemptContext {
     AttemptContext {
         run_id: "bench".into(),

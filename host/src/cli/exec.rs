@@ -176,13 +176,8 @@ pub(super) async fn bench_exec(args: BenchExecArgs) -> anyhow::Result<ExitCode> 
         for row in &rows {
             println!("{row}");
         }
-        if let [one, two, ..] = rows.as_slice() {
-            println!(
-                "speed-up c{} vs c{}: {:.2}x",
-                two.concurrency,
-                one.concurrency,
-                two.runs_per_sec / one.runs_per_sec
-            );
+        if let Some((a, b, ratio)) = bench::speed_up(&rows) {
+            println!("speed-up c{b} vs c{a} (medians over repeated rows): {ratio:.2}x");
         }
     }
     Ok(ExitCode::SUCCESS)
