@@ -190,6 +190,8 @@ enum Command {
         actor: String,
         reply: oneshot::Sender<Result<RunRecord>>,
     },
+    /// A command taken up again once the writer stored every earlier change.
+    AfterWrites(Box<Command>),
 }
 
 /// A handle to the scheduler actor. Cheap to clone.
@@ -213,7 +215,7 @@ impl Scheduler {
         let (tx, rx) = mpsc::unbounded_channel();
         let mut actor = actor::Actor::new(store, runner, clock, config, stats.clone());
         actor.recover()?;
-        let handle = tokio::spawn(actor.run(rx, shutdown));
+        let handle = tokio::spawn(actor.run(rx, tx.downgrade(), shutdown));
         Ok((Self { tx, stats }, handle))
     }
 
