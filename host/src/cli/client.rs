@@ -17,6 +17,11 @@ use chrono::{DateTime, Utc};
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
+/// The elements of a JSON array (none for anything else).
+fn items(v: &Value) -> std::slice::Iter<'_, Value> {
+    v.as_array().map(Vec::as_slice).unwrap_or_default().iter()
+}
+
 /// Where the server is and who we are (flags or environment).
 #[derive(Debug, Clone, Args)]
 pub(super) struct Conn {
@@ -618,11 +623,7 @@ fn plugin(args: PluginArgs) -> Outcome {
             if args.conn.json {
                 print_json(&v);
             } else {
-                let rows: Vec<Vec<String>> = v["plugins"]
-                    .as_array()
-                    .map(Vec::as_slice)
-                    .unwrap_or_default()
-                    .iter()
+                let rows: Vec<Vec<String>> = items(&v["plugins"])
                     .map(|p| {
                         vec![
                             cell(&p["name"]),
@@ -718,13 +719,7 @@ fn task(args: TaskArgs) -> Outcome {
             if json {
                 print_json(&v);
             } else {
-                let rows: Vec<Vec<String>> = v["tasks"]
-                    .as_array()
-                    .map(Vec::as_slice)
-                    .unwrap_or_default()
-                    .iter()
-                    .map(task_row)
-                    .collect();
+                let rows: Vec<Vec<String>> = items(&v["tasks"]).map(task_row).collect();
                 print!("{}", table(&TASK_HEADERS, &rows));
             }
         }
@@ -926,13 +921,7 @@ fn runs(args: RunsArgs) -> Outcome {
         print_json(&v);
         return done();
     }
-    let rows: Vec<Vec<String>> = v["runs"]
-        .as_array()
-        .map(Vec::as_slice)
-        .unwrap_or_default()
-        .iter()
-        .map(run_row)
-        .collect();
+    let rows: Vec<Vec<String>> = items(&v["runs"]).map(run_row).collect();
     print!(
         "{}",
         table(
@@ -1075,11 +1064,7 @@ fn logs(args: RunIdArgs) -> Outcome {
             cell(&a["attempt"])
         );
         for l in a["logs"].as_array().map(Vec::as_slice).unwrap_or_default() {
-            let fields: Vec<String> = l["fields"]
-                .as_array()
-                .map(Vec::as_slice)
-                .unwrap_or_default()
-                .iter()
+            let fields: Vec<String> = items(&l["fields"])
                 .map(|kv| format!("{}={}", cell(&kv[0]), cell(&kv[1])))
                 .collect();
             let line = format!(
@@ -1112,11 +1097,7 @@ fn events(args: RunIdArgs) -> Outcome {
         print_json(&v);
         return done();
     }
-    let rows: Vec<Vec<String>> = v["events"]
-        .as_array()
-        .map(Vec::as_slice)
-        .unwrap_or_default()
-        .iter()
+    let rows: Vec<Vec<String>> = items(&v["events"])
         .map(|e| {
             vec![
                 cell(&e["at"]),
@@ -1153,11 +1134,7 @@ fn dead_letters(args: DeadLettersArgs) -> Outcome {
             if json {
                 print_json(&v);
             } else {
-                let rows: Vec<Vec<String>> = v["dead_letters"]
-                    .as_array()
-                    .map(Vec::as_slice)
-                    .unwrap_or_default()
-                    .iter()
+                let rows: Vec<Vec<String>> = items(&v["dead_letters"])
                     .map(|d| {
                         vec![
                             cell(&d["id"]),
