@@ -1454,11 +1454,7 @@ impl Actor {
             );
             if run.rec.trigger != TriggerKind::Manual {
                 let late = (now - run.rec.scheduled_for).max(0) as f64;
-                self.stats
-                    .lateness
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .push(late);
+                self.stats.record_lateness(late);
             }
         }
         let (input, plugin) = match prepared {

@@ -126,11 +126,26 @@ pub struct Stats {
     pub running: AtomicU64,
     /// Steps waiting in the dispatch queue now.
     pub queued: AtomicU64,
-    /// Fire lateness samples (scheduled instant → first attempt start), ms.
+    /// Fire lateness samples (scheduled instant → first attempt start), ms,
+    /// since the last [`Stats::take_lateness`]; at most [`MAX_LATENESS_SAMPLES`]
+    /// are kept (later ones are dropped) so a server nobody reads stays bounded.
     pub lateness: std::sync::Mutex<Vec<f64>>,
 }
 
+/// Bound on the lateness samples kept between two reads.
+pub const MAX_LATENESS_SAMPLES: usize = 100_000;
+
 impl Stats {
+    pub(crate) fn record_lateness(&self, ms: f64) {
+        let mut samples = self
+            .lateness
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if samples.len() < MAX_LATENESS_SAMPLES {
+            samples.push(ms);
+        }
+    }
+
     pub(crate) fn count_attempt(&self, outcome: Outcome) {
         if let Some(i) = Outcome::ALL.iter().position(|o| *o == outcome) {
             self.attempts[i].fetch_add(1, Ordering::Relaxed);
