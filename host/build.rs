@@ -4,6 +4,8 @@
 //! `<target-dir>/plugins`; their folder is exported as `AX_PLUGIN_DIR`.
 //!
 //! Set `AX_SKIP_PLUGIN_BUILD=1` to skip this (the tests that need plugins then fail).
+//! Set `AX_PLUGIN_TARGET_DIR` to build the plugins elsewhere, e.g. when several
+//! checkouts share one `CARGO_TARGET_DIR` but carry different plugins.
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -19,9 +21,13 @@ fn main() {
         println!("cargo:rerun-if-changed={}", root.join(watched).display());
     }
     println!("cargo:rerun-if-env-changed=AX_SKIP_PLUGIN_BUILD");
+    println!("cargo:rerun-if-env-changed=AX_PLUGIN_TARGET_DIR");
 
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("set by cargo"));
-    let target_dir = cargo_target_dir(&out_dir).join("plugins");
+    let target_dir = match env::var_os("AX_PLUGIN_TARGET_DIR") {
+        Some(dir) => PathBuf::from(dir),
+        None => cargo_target_dir(&out_dir).join("plugins"),
+    };
     let wasm_dir = target_dir.join("wasm32-wasip2").join("release");
     println!("cargo:rustc-env=AX_PLUGIN_DIR={}", wasm_dir.display());
     if env::var_os("AX_SKIP_PLUGIN_BUILD").is_some() {
