@@ -7,10 +7,12 @@
 //! - [`auth`]: the bearer-token check and the tenant a request acts on.
 //! - [`error`]: one error enum, one status/code table.
 //! - [`views`]: the JSON shapes of the answers.
+//! - `dashboard`: the web dashboard's embedded files (`GET /`).
 //!
 //! Route reference with examples: docs/API.md.
 
 pub mod auth;
+mod dashboard;
 pub mod error;
 mod extract;
 mod ops;
@@ -44,7 +46,8 @@ pub struct ApiState {
     pub admin_token_sha256: [u8; 32],
 }
 
-/// The whole HTTP app: `/v1` routes (bearer token), `/healthz`, `/readyz`.
+/// The whole HTTP app: `/v1` routes (bearer token), `/healthz`, `/readyz`,
+/// the dashboard (`/`, `/ui/*`).
 pub fn router(state: ApiState) -> Router {
     let plugin_limit = state.ax.max_plugin_bytes.saturating_add(MULTIPART_OVERHEAD);
     Router::new()
@@ -82,6 +85,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/cron/next", get(ops::cron_next))
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
+        .merge(dashboard::routes())
         .fallback(ops::not_found)
         .method_not_allowed_fallback(ops::method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))

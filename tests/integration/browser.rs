@@ -1,0 +1,325 @@
+//! The dashboard end to end in headless Chromium: a real `ax serve`, the test
+//! fixture (two plugins and one two-step task) applied over the API, then in
+//! the browser: sign in, click "Run now", watch the run reach `succeeded`,
+//! open the run page and see its logs. Screenshots of the main pages go to
+//! `target/tmp/ax-browser-screenshots/` (`CARGO_TARGET_TMPDIR`).
+//!
+//! The browser is driven over WebDriver by `fantoccini` talking to Debian's
+//! `chromedriver` (packages `chromium` and `chromium-driver`; `scripts/test`
+//! installs them). Without chromedriver this test fails and says how to
+//! install it: a browser test that silently passes would prove nothing.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde_json::{Value, json};
+
+use crate::common::plugin_bytes;
+use crate::crash::{AxProcess, TOKEN, call, new_agent};
+
+const INSTALL: &str =
+    "apt-get install -y chromium chromium-driver (or run scripts/test, which does it)";
+
+/// `AX_CHROMEDRIVER` / `AX_CHROMIUM` override Debian's paths.
+fn tool(var: &str, default: &str) -> PathBuf {
+    std::env::var_os(var).map_or_else(|| PathBuf::from(default), PathBuf::from)
+}
+
+/// Where the screenshots go.
+fn screenshot_dir() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("ax-browser-screenshots")
+}
+
+/// A chromedriver child on a free loopback port, killed on drop.
+struct Chromedriver {
+    child: Child,
+    url: String,
+}
+
+impl Chromedriver {
+    fn start() -> Self {
+        let path = tool("AX_CHROMEDRIVER", "/usr/bin/chromedriver");
+        assert!(
+            path.exists(),
+            "the browser test needs chromedriver at {} and chromium; install them with: {INSTALL}",
+            path.display()
+        );
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let child = Command::new(&path)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!("starting {}: {e}; install with: {INSTALL}", path.display())
+            });
+        let url = format!("http://127.0.0.1:{port}");
+        // chromedriver answers /status once it listens.
+        let agent = new_agent();
+        let started = Instant::now();
+        while agent.get(&format!("{url}/status")).call().is_err() {
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "chromedriver did not start listening on {url}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Self { child, url }
+    }
+}
+
+impl Drop for Chromedriver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Headless Chromium with its networking extras off: on a closed network
+/// they would only flood it with refused connections.
+fn capabilities(profile: &Path) -> serde_json::Map<String, Value> {
+    let chromium = tool("AX_CHROMIUM", "/usr/bin/chromium");
+    assert!(
+        chromium.exists(),
+        "the browser test needs chromium at {}; install it with: {INSTALL}",
+        chromium.display()
+    );
+    let caps = json!({
+        "browserName": "chrome",
+        "goog:chromeOptions": {
+            "binary": chromium,
+            "args": [
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--disable-dev-shm-usage",
+                "--window-size=1280,1000",
+                format!("--user-data-dir={}", profile.display()),
+            ],
+        },
+    });
+    match caps {
+        Value::Object(map) => map,
+        _ => unreachable!("a JSON object literal"),
+    }
+}
+
+/// The test fixture, applied over the API: plugins `hello` and `echo`, and a
+/// manual task `greet` (hello, then echo of hello's greeting). The input
+/// carries markup: the pages must show it as text.
+fn apply_fixture(url: &str) {
+    let agent = new_agent();
+    for name in ["hello", "echo"] {
+        let (status, body) = call(
+            &agent,
+            "POST",
+            &format!("{url}/v1/plugins?name={name}&version=1.0.0"),
+            Some(&plugin_bytes(name)),
+            "application/wasm",
+        )
+        .unwrap();
+        assert_eq!(status, 201, "{body}");
+    }
+    let task = "name: greet\nsteps:\n  - name: hello\n    plugin: hello@1.0.0\n    input: { name: \"<b>browser</b>\" }\n  - name: shout\n    needs: [hello]\n    plugin: echo@1.0.0\n    input: { said: \"${steps.hello.output.greeting}\" }\n";
+    let (status, body) = call(
+        &agent,
+        "PUT",
+        &format!("{url}/v1/tasks/greet"),
+        Some(task.as_bytes()),
+        "application/yaml",
+    )
+    .unwrap();
+    assert_eq!(status, 201, "{body}");
+}
+
+/// The browser session and where its screenshots go.
+struct Browser {
+    client: Client,
+    shots: PathBuf,
+}
+
+impl Browser {
+    /// Polls a JavaScript expression until it is truthy; on timeout saves a
+    /// screenshot and fails naming what it waited for.
+    async fn wait_for(&self, what: &str, expr: &str, timeout: Duration) -> Value {
+        let started = Instant::now();
+        loop {
+            let value = self
+                .client
+                .execute(&format!("return ({expr});"), vec![])
+                .await
+                .unwrap_or(Value::Null);
+            if !matches!(value, Value::Null | Value::Bool(false)) && value != json!("") {
+                return value;
+            }
+            if started.elapsed() > timeout {
+                self.shot("failure").await;
+                let text = self
+                    .client
+                    .execute("return document.body.innerText;", vec![])
+                    .await
+                    .unwrap_or_default();
+                panic!(
+                    "waited {timeout:?} for {what} (`{expr}`); the page says:\n{}",
+                    text.as_str().unwrap_or_default()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn shot(&self, name: &str) {
+        let png = self.client.screenshot().await.expect("a screenshot");
+        let path = self.shots.join(format!("{name}.png"));
+        std::fs::write(&path, png).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+    }
+
+    async fn click(&self, css: &str) {
+        self.client
+            .wait()
+            .at_most(Duration::from_secs(10))
+            .for_element(Locator::Css(css))
+            .await
+            .unwrap_or_else(|e| panic!("no element `{css}`: {e}"))
+            .click()
+            .await
+            .unwrap_or_else(|e| panic!("clicking `{css}`: {e}"));
+    }
+
+    async fn goto(&self, url: &str) {
+        self.client.goto(url).await.expect("navigation");
+    }
+}
+
+#[test]
+fn dashboard_signs_in_runs_a_task_and_shows_its_logs() {
+    let driver = Chromedriver::start();
+    let data = tempfile::tempdir().unwrap();
+    let profile = tempfile::tempdir().unwrap();
+    let ax = AxProcess::start(data.path());
+    apply_fixture(&ax.url);
+    let shots = screenshot_dir();
+    std::fs::create_dir_all(&shots).unwrap();
+
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let client = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+                .capabilities(capabilities(profile.path()))
+                .connect(&driver.url)
+                .await
+                .expect("a WebDriver session with headless chromium");
+            let b = Browser { client, shots };
+            let long = Duration::from_secs(60);
+
+            // Sign in.
+            b.goto(&format!("{}/", ax.url)).await;
+            b.wait_for("the sign-in form", "document.querySelector('#signin')", long).await;
+            b.shot("01-sign-in").await;
+            b.client.find(Locator::Css("#token")).await.unwrap().send_keys(TOKEN).await.unwrap();
+            b.click("#signin button[type=submit]").await;
+            b.wait_for(
+                "the task list with greet",
+                "document.querySelector('button[data-action=run][data-task=greet]')",
+                long,
+            )
+            .await;
+
+            // Run now, then watch the task's last run turn `succeeded`.
+            b.click("button[data-action=run][data-task=greet]").await;
+            b.wait_for(
+                "greet's last run to succeed",
+                "[...document.querySelectorAll('.last[data-task=greet] .badge')].some(e => e.textContent === 'succeeded')",
+                long,
+            )
+            .await;
+            b.shot("02-tasks").await;
+
+            // Open the run page from the task list and read the logs.
+            b.click(".last[data-task=greet] a").await;
+            b.wait_for(
+                "the run page of a succeeded run",
+                "document.querySelector('#run-status .badge')?.textContent === 'succeeded'",
+                long,
+            )
+            .await;
+            let logs = b
+                .wait_for(
+                    "hello's log line on the run page",
+                    "document.querySelector('#logs')?.textContent.includes('greeting <b>browser</b> (attempt 1)') && document.querySelector('#logs').textContent",
+                    long,
+                )
+                .await;
+            assert!(logs.as_str().unwrap().contains("hello · attempt 1"), "{logs}");
+            // Untrusted text stays text: the `<b>` from the input is not an element anywhere.
+            let injected = b
+                .client
+                .execute("return document.querySelectorAll('main b').length;", vec![])
+                .await
+                .unwrap();
+            assert_eq!(injected, json!(0), "plugin output became markup");
+            let dag_states = b
+                .client
+                .execute(
+                    "return [...document.querySelectorAll('svg.dag g.node')].map(g => g.dataset.step + '=' + g.getAttribute('class'));",
+                    vec![],
+                )
+                .await
+                .unwrap();
+            assert_eq!(
+                dag_states,
+                json!(["hello=node st-succeeded", "shout=node st-succeeded"])
+            );
+            let attempts = b
+                .client
+                .execute("return document.querySelectorAll('#attempts tbody tr').length;", vec![])
+                .await
+                .unwrap();
+            assert_eq!(attempts, json!(2));
+            // The run page is long: a tall window shows all of it.
+            b.client.set_window_size(1280, 2400).await.unwrap();
+            b.shot("04-run").await;
+            b.client.set_window_size(1280, 1000).await.unwrap();
+
+            // The other main pages.
+            b.goto(&format!("{}/#/runs", ax.url)).await;
+            b.wait_for("the run list", "document.querySelectorAll('table.runs tbody tr a').length > 0", long)
+                .await;
+            b.shot("03-runs").await;
+            b.goto(&format!("{}/#/plugins", ax.url)).await;
+            b.wait_for(
+                "the plugin list",
+                "document.querySelector('#plugins')?.textContent.includes('echo')",
+                long,
+            )
+            .await;
+            b.shot("05-plugins").await;
+            b.goto(&format!("{}/#/tasks/greet", ax.url)).await;
+            b.wait_for("the task page's chart", "document.querySelector('svg.chart')", long).await;
+            b.shot("06-task").await;
+
+            // Signing out forgets the token.
+            b.click("#signout").await;
+            b.wait_for("the sign-in form again", "document.querySelector('#signin')", long).await;
+            let stored = b
+                .client
+                .execute("return sessionStorage.length;", vec![])
+                .await
+                .unwrap();
+            assert_eq!(stored, json!(0));
+            b.client.close().await.expect("closing the browser");
+        });
+}
