@@ -5,6 +5,7 @@
 mod api;
 mod browser;
 mod cli;
+mod cli_polish;
 mod common;
 mod crash;
 mod dag;

@@ -1,5 +1,6 @@
 //! The client subcommands (`ax plugin`, `ax task`, `ax graph`, `ax trigger`,
-//! `ax runs`, `ax run`, `ax logs`, `ax events`, `ax dead-letters`, `ax cron`): thin
+//! `ax runs`, `ax run`, `ax logs`, `ax events`, `ax dead-letters`, `ax cron`,
+//! `ax status`): thin
 //! wrappers over the HTTP API (docs/API.md) that print aligned tables, or the
 //! server's JSON with `--json`. They block on plain HTTP calls (ureq) and
 //! need no async runtime. `ax cron next` computes locally, without a server.
@@ -8,10 +9,12 @@
 //! (printed as `error: CODE: message`).
 
 use std::fmt::Write as _;
-use std::io::{IsTerminal as _, Read as _, Write as _};
+use std::io::Read as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
+
+mod status;
 
 use chrono::{DateTime, Utc};
 use clap::{Args, Subcommand};
@@ -68,6 +71,8 @@ pub(super) enum ClientCommand {
     /// Preview cron expressions (computed locally, no server needed).
     #[command(subcommand)]
     Cron(CronCommand),
+    /// Summarise a server's health: readiness, backlog, running, success rate, dead letters, next fires.
+    Status(status::StatusArgs),
 }
 
 #[derive(Debug, Args)]
@@ -325,6 +330,7 @@ pub(super) fn run(command: ClientCommand) -> ExitCode {
         ClientCommand::Events(args) => events(args),
         ClientCommand::DeadLetters(args) => dead_letters(args),
         ClientCommand::Cron(CronCommand::Next(args)) => cron_next(args),
+        ClientCommand::Status(args) => status::status(args),
     };
     match result {
         Ok(code) => code,
@@ -354,6 +360,12 @@ enum Body {
     Raw {
         content_type: &'static str,
         bytes: Vec<u8>,
+    },
+    /// Raw bytes sent through a reader that moves an upload progress bar.
+    Upload {
+        content_type: &'static str,
+        bytes: Vec<u8>,
+        progress: super::term::UploadProgress,
     },
 }
 
@@ -390,6 +402,13 @@ impl Client {
         if let Some(tenant) = &self.tenant {
             builder = builder.header("x-ax-tenant", tenant);
         }
+        let unreachable = |e: ureq::Error| {
+            Failure::new(
+                "connection",
+                format!("cannot reach the ax server at {}: {e}", self.base),
+            )
+        };
+        let bad_url = |e: ureq::http::Error| Failure::new("bad_url", format!("`{url}`: {e}"));
         let (content_type, bytes) = match body {
             Body::None => (None, Vec::new()),
             Body::Json(v) => (Some("application/json"), v.to_string().into_bytes()),
@@ -397,19 +416,37 @@ impl Client {
                 content_type,
                 bytes,
             } => (Some(content_type), bytes),
+            Body::Upload {
+                content_type,
+                bytes,
+                progress,
+            } => {
+                // An explicit length keeps the upload a plain (not chunked) body.
+                let request = builder
+                    .header("content-type", content_type)
+                    .header("content-length", bytes.len())
+                    .body(ureq::SendBody::from_owned_reader(progress.reader(bytes)))
+                    .map_err(bad_url)?;
+                let response = self.agent.run(request);
+                progress.finish();
+                return self.answer(method, path, response.map_err(unreachable)?);
+            }
         };
         if let Some(ct) = content_type {
             builder = builder.header("content-type", ct);
         }
-        let request = builder
-            .body(bytes)
-            .map_err(|e| Failure::new("bad_url", format!("`{url}`: {e}")))?;
-        let mut response = self.agent.run(request).map_err(|e| {
-            Failure::new(
-                "connection",
-                format!("cannot reach the ax server at {}: {e}", self.base),
-            )
-        })?;
+        let request = builder.body(bytes).map_err(bad_url)?;
+        let response = self.agent.run(request).map_err(unreachable)?;
+        self.answer(method, path, response)
+    }
+
+    /// Reads an answer: 2xx gives `(status, JSON or null)`, others a [`Failure`].
+    fn answer(
+        &self,
+        method: &str,
+        path: &str,
+        mut response: ureq::http::Response<ureq::Body>,
+    ) -> Result<(u16, Value), Failure> {
         let status = response.status().as_u16();
         let text = response
             .body_mut()
@@ -497,36 +534,10 @@ fn cell(v: &Value) -> String {
     }
 }
 
-/// Columns padded to their widest cell, two spaces apart.
+/// Columns padded to their widest cell, two spaces apart, cut to the
+/// terminal's width (see [`super::term`]).
 fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
-    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
-    for row in rows {
-        for (i, c) in row.iter().enumerate() {
-            if let Some(w) = widths.get_mut(i) {
-                *w = (*w).max(c.chars().count());
-            }
-        }
-    }
-    let mut out = String::new();
-    let mut line = |cells: &mut dyn Iterator<Item = &str>| {
-        let mut text = String::new();
-        for (i, c) in cells.enumerate() {
-            let pad = widths
-                .get(i)
-                .copied()
-                .unwrap_or(0)
-                .saturating_sub(c.chars().count());
-            text.push_str(c);
-            text.push_str(&" ".repeat(pad + 2));
-        }
-        out.push_str(text.trim_end());
-        out.push('\n');
-    };
-    line(&mut headers.iter().copied());
-    for row in rows {
-        line(&mut row.iter().map(String::as_str));
-    }
-    out
+    super::term::table(headers, rows, super::term::table_width())
 }
 
 fn instant(v: &Value) -> Option<DateTime<Utc>> {
@@ -590,15 +601,18 @@ fn plugin(args: PluginArgs) -> Outcome {
                         )
                     })?,
             };
+            let progress =
+                super::term::UploadProgress::new(&format!("{name}@{version}"), bytes.len() as u64);
             let path = format!(
                 "/v1/plugins{}",
                 query(&[("name", Some(name)), ("version", Some(version))])
             );
             let (status, v) = client.post(
                 &path,
-                Body::Raw {
+                Body::Upload {
                     content_type: "application/wasm",
                     bytes,
+                    progress,
                 },
             )?;
             if args.conn.json {
@@ -835,23 +849,68 @@ fn is_terminal(status: &Value) -> bool {
     matches!(status.as_str(), Some("succeeded" | "failed" | "cancelled"))
 }
 
-/// Polls a run until it ends, with a spinner line on a terminal's stderr.
+/// Steps that ended (succeeded, skipped, failed, dead, cancelled) and all steps.
+fn steps_done(run: &Value) -> (u64, u64) {
+    let steps = run["steps"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let done = steps
+        .iter()
+        .filter(|s| {
+            matches!(
+                s["status"].as_str(),
+                Some("succeeded" | "skipped" | "failed" | "dead" | "cancelled")
+            )
+        })
+        .count();
+    (done as u64, steps.len() as u64)
+}
+
+/// `running · step extract running (attempt 2)`: the run's state and the
+/// first step at work.
+fn run_state(run: &Value) -> String {
+    let at_work = items(&run["steps"]).find(|s| {
+        matches!(
+            s["status"].as_str(),
+            Some("queued" | "running" | "retry_wait")
+        )
+    });
+    match at_work {
+        None => cell(&run["status"]),
+        Some(s) => {
+            let attempts = s["attempts"].as_array().map_or(0, Vec::len);
+            let attempt = if attempts > 1 {
+                format!(" (attempt {attempts})")
+            } else {
+                String::new()
+            };
+            format!(
+                "{} · step {} {}{attempt}",
+                cell(&run["status"]),
+                cell(&s["name"]),
+                cell(&s["status"])
+            )
+        }
+    }
+}
+
+/// Polls a run until it ends, with a progress bar (steps done of all, the
+/// current state) on a terminal's stderr.
 fn wait_for(
     client: &Client,
     id: &str,
     mut run: Value,
     timeout: Duration,
 ) -> Result<Value, Failure> {
-    const FRAMES: [char; 10] = ['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏'];
-    let spinner = std::io::stderr().is_terminal();
+    let progress = super::term::RunProgress::new(id);
     let started = Instant::now();
     let mut delay = Duration::from_millis(50);
-    let mut frame = 0;
     while !is_terminal(&run["status"]) {
+        let (done, total) = steps_done(&run);
+        progress.update(done, total, &run_state(&run));
         if started.elapsed() >= timeout {
-            if spinner {
-                eprint!("\r\x1b[2K");
-            }
+            progress.finish();
             return Err(Failure::new(
                 "timeout",
                 format!(
@@ -861,36 +920,18 @@ fn wait_for(
                 ),
             ));
         }
-        if spinner {
-            let step = run["steps"]
-                .as_array()
-                .and_then(|s| {
-                    s.iter().find(|s| {
-                        !matches!(
-                            s["status"].as_str(),
-                            Some("succeeded" | "skipped" | "pending")
-                        )
-                    })
-                })
-                .map(|s| format!(" step {} {}", cell(&s["name"]), cell(&s["status"])))
-                .unwrap_or_default();
-            eprint!(
-                "\r\x1b[2K{} run {id} {}{step} ({:.1}s)",
-                FRAMES[frame % FRAMES.len()],
-                cell(&run["status"]),
-                started.elapsed().as_secs_f64()
-            );
-            let _ = std::io::stderr().flush();
-            frame += 1;
-        }
         std::thread::sleep(delay);
         // Quick runs answer quickly; long ones are polled about once a second.
         delay = (delay * 2).min(Duration::from_millis(1000));
-        run = client.get(&format!("/v1/runs/{}", enc(id)))?;
+        run = match client.get(&format!("/v1/runs/{}", enc(id))) {
+            Ok(run) => run,
+            Err(e) => {
+                progress.finish();
+                return Err(e);
+            }
+        };
     }
-    if spinner {
-        eprint!("\r\x1b[2K");
-    }
+    progress.finish();
     Ok(run)
 }
 
@@ -1249,18 +1290,6 @@ mod tests {
     fn the_command_line_is_consistent() {
         use clap::CommandFactory as _;
         super::super::Cli::command().debug_assert();
-    }
-
-    #[test]
-    fn tables_pad_every_column_but_the_last() {
-        let out = table(
-            &["A", "BB"],
-            &[
-                vec!["long".into(), "x".into()],
-                vec!["s".into(), "yy".into()],
-            ],
-        );
-        assert_eq!(out, "A     BB\nlong  x\ns     yy\n");
     }
 
     #[test]

@@ -1,10 +1,12 @@
 //! The `ax` command line. `ax exec` runs a plugin locally in the sandbox (no
 //! server); `ax bench` measures the runtime; the client commands (`ax plugin`,
 //! `ax task`, `ax trigger`, `ax runs`, …, see [`client`]) talk to a server
-//! over HTTP and need no async runtime.
+//! over HTTP and need no async runtime; `ax completions SHELL` prints a
+//! completion script (clap_complete), `ax status` a health summary.
 
 mod client;
 mod exec;
+mod term;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -37,6 +39,11 @@ enum Command {
     /// Client commands talking to a server (`AX_URL`, `AX_TOKEN`).
     #[command(flatten)]
     Client(client::ClientCommand),
+    /// Print a shell completion script (e.g. `ax completions bash > /etc/bash_completion.d/ax`).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -210,6 +217,11 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Bench(BenchCommand::Load(args)) => block_on(exec::bench_load(args)),
         // Blocking HTTP: no runtime needed.
         Command::Client(command) => Ok(client::run(command)),
+        Command::Completions { shell } => {
+            use clap::CommandFactory as _;
+            clap_complete::generate(shell, &mut Cli::command(), "ax", &mut std::io::stdout());
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 
