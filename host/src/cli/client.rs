@@ -546,15 +546,17 @@ fn instant(v: &Value) -> Option<DateTime<Utc>> {
         .map(|t| t.with_timezone(&Utc))
 }
 
-/// `1.25s`, `340ms`, `2m05s`.
+/// `1.25s`, `340ms`, `2m05s`, `8h38m`.
 fn human_ms(ms: f64) -> String {
+    let secs = (ms / 1000.0).round() as u64;
     if ms < 1000.0 {
         format!("{ms:.0}ms")
     } else if ms < 60_000.0 {
         format!("{:.2}s", ms / 1000.0)
-    } else {
-        let secs = (ms / 1000.0).round() as u64;
+    } else if secs < 3600 {
         format!("{}m{:02}s", secs / 60, secs % 60)
+    } else {
+        format!("{}h{:02}m", secs / 3600, secs % 3600 / 60)
     }
 }
 
@@ -880,10 +882,11 @@ fn run_state(run: &Value) -> String {
         None => cell(&run["status"]),
         Some(s) => {
             let attempts = s["attempts"].as_array().map_or(0, Vec::len);
-            let attempt = if attempts > 1 {
-                format!(" (attempt {attempts})")
-            } else {
-                String::new()
+            let attempt = match (s["status"].as_str(), attempts) {
+                (Some("retry_wait"), n) => format!(" after attempt {n}"),
+                (Some("running"), n) if n > 1 => format!(" (attempt {n})"),
+                (Some("queued"), n) if n > 0 => format!(" (attempt {})", n + 1),
+                _ => String::new(),
             };
             format!(
                 "{} · step {} {}{attempt}",
@@ -903,7 +906,7 @@ fn wait_for(
     mut run: Value,
     timeout: Duration,
 ) -> Result<Value, Failure> {
-    let progress = super::term::RunProgress::new(id);
+    let progress = super::term::RunProgress::new(id, steps_done(&run).1);
     let started = Instant::now();
     let mut delay = Duration::from_millis(50);
     while !is_terminal(&run["status"]) {
@@ -1307,5 +1310,6 @@ mod tests {
         assert_eq!(human_ms(340.0), "340ms");
         assert_eq!(human_ms(1250.0), "1.25s");
         assert_eq!(human_ms(125_000.0), "2m05s");
+        assert_eq!(human_ms(31_125_000.0), "8h38m");
     }
 }

@@ -5,7 +5,7 @@
 //! - A table is cut to `COLUMNS` when that is set, else to the terminal's
 //!   width when stdout is a terminal; into a pipe it prints whole cells
 //!   (scripts want the data, and `--json` exists for them anyway). The widest
-//!   columns shrink first, none below 6 characters (headers too: a narrow
+//!   columns shrink first (the first column, the key, only as a last resort), none below 6 characters (headers too: a narrow
 //!   terminal gets `ATTEM…` rather than wrapped rows), and a cut cell ends
 //!   in `…`.
 //! - Progress goes to stderr and only when stderr is a terminal, so
@@ -47,15 +47,25 @@ fn fit(natural: &[usize], max: Option<usize>) -> Vec<usize> {
     let mut widths = natural.to_vec();
     let Some(max) = max else { return widths };
     let gaps = GAP * widths.len().saturating_sub(1);
-    let floor = |i: usize| natural[i].min(MIN_COLUMN);
-    while widths.iter().sum::<usize>() + gaps > max {
-        let Some(i) = (0..widths.len())
-            .filter(|&i| widths[i] > floor(i))
-            .max_by_key(|&i| (widths[i], std::cmp::Reverse(i)))
-        else {
-            break; // Every column is at its floor: the terminal is just narrow.
+    // The first column is the key people copy (a run id, a task name): it is
+    // cut only when cutting every other column to the floor was not enough.
+    for key_may_shrink in [false, true] {
+        let floor = |i: usize| {
+            if i == 0 && !key_may_shrink {
+                natural[0]
+            } else {
+                natural[i].min(MIN_COLUMN)
+            }
         };
-        widths[i] -= 1;
+        while widths.iter().sum::<usize>() + gaps > max {
+            let Some(i) = (0..widths.len())
+                .filter(|&i| widths[i] > floor(i))
+                .max_by_key(|&i| (widths[i], std::cmp::Reverse(i)))
+            else {
+                break; // Every column is at its floor: the terminal is just narrow.
+            };
+            widths[i] -= 1;
+        }
     }
     widths
 }
@@ -128,10 +138,11 @@ fn bar(len: u64, template: &str) -> Option<ProgressBar> {
 pub(super) struct RunProgress(Option<ProgressBar>);
 
 impl RunProgress {
-    pub(super) fn new(run_id: &str) -> Self {
+    pub(super) fn new(run_id: &str, steps: u64) -> Self {
+        // `wide_msg` takes what is left of the line, so the bar never wraps.
         let bar = bar(
-            0,
-            "{spinner} run {prefix} [{bar:20}] {pos}/{len} steps · {msg} ({elapsed})",
+            steps,
+            "{spinner} run {prefix} [{bar:12}] {pos}/{len} steps {elapsed} · {wide_msg}",
         );
         if let Some(b) = &bar {
             b.set_prefix(run_id.to_string());
@@ -165,7 +176,7 @@ impl UploadProgress {
     pub(super) fn new(what: &str, len: u64) -> Self {
         let bar = bar(
             len,
-            "{spinner} {prefix} [{bar:30}] {bytes}/{total_bytes} {msg}",
+            "{spinner} {prefix} [{bar:20}] {bytes}/{total_bytes} {wide_msg}",
         );
         if let Some(b) = &bar {
             b.set_prefix(format!("uploading {what}"));
@@ -232,6 +243,9 @@ mod tests {
         ]];
         let out = table(&["ID", "ERROR"], &rows, Some(30));
         assert_eq!(out, "ID        ERROR\nr0193abc  a very long error m…\n");
+        // The key column is cut last.
+        let out = table(&["ID", "ERROR"], &rows, Some(16));
+        assert_eq!(out, "ID        ERROR\nr0193abc  a ver…\n");
         assert!(out.lines().all(|l| l.chars().count() <= 30), "{out}");
     }
 
@@ -240,7 +254,8 @@ mod tests {
         assert_eq!(fit(&[20, 20], Some(10)), vec![6, 6]);
         assert_eq!(fit(&[3, 40], Some(20)), vec![3, 15]);
         assert_eq!(fit(&[10, 10], None), vec![10, 10]);
-        assert_eq!(fit(&[30, 10, 30], Some(40)), vec![13, 10, 13]);
+        assert_eq!(fit(&[30, 10, 30], Some(40)), vec![24, 6, 6]);
+        assert_eq!(fit(&[30, 10, 30], Some(60)), vec![30, 10, 16]);
     }
 
     #[test]

@@ -158,8 +158,8 @@ fn print_human(url: &str, s: &Value) {
         })
         .collect();
     if !rows.is_empty() {
-        println!();
-        print!("{}", table(&["NEXT FIRE", "AT", ""], &rows));
+        println!("\nnext fires");
+        print!("{}", table(&["TASK", "AT", "IN"], &rows));
     }
 }
 
