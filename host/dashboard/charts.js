@@ -112,7 +112,8 @@ export function histogram(durations) {
   const bw = (W - L - 8) / bins.length;
   const svg = s("svg", { class: "chart", viewBox: `0 0 ${W} ${H}`, width: W, height: H, role: "img", "aria-label": "run duration histogram" });
   bins.forEach((n, i) => {
-    const bh = top ? ((H - B - 10) * n) / top : 0;
+    // The top 32 pixels hold the p50/p95 labels.
+    const bh = top ? ((H - B - 32) * n) / top : 0;
     svg.append(
       s(
         "rect",
@@ -132,7 +133,7 @@ export function histogram(durations) {
   svg.append(s("text", { x: L, y: H - 6, class: "axis" }, "0"));
   svg.append(s("text", { x: W - 8, y: H - 6, class: "axis", "text-anchor": "end" }, human(max)));
   svg.append(s("text", { x: 4, y: H - B, class: "axis" }, "0"));
-  svg.append(s("text", { x: 4, y: 16, class: "axis" }, String(top)));
+  svg.append(s("text", { x: 4, y: 40, class: "axis" }, String(top)));
   return svg;
 }
 

@@ -116,7 +116,8 @@ fn capabilities(profile: &Path) -> serde_json::Map<String, Value> {
 }
 
 /// The test fixture, applied over the API: plugins `hello` and `echo`, and a
-/// manual task `greet` (hello, then echo of hello's greeting). The input
+/// manual task `greet` (hello, then echo of hello's greeting, and a
+/// conditional step that is skipped). The input
 /// carries markup: the pages must show it as text.
 fn apply_fixture(url: &str) {
     let agent = new_agent();
@@ -131,7 +132,21 @@ fn apply_fixture(url: &str) {
         .unwrap();
         assert_eq!(status, 201, "{body}");
     }
-    let task = "name: greet\nsteps:\n  - name: hello\n    plugin: hello@1.0.0\n    input: { name: \"<b>browser</b>\" }\n  - name: shout\n    needs: [hello]\n    plugin: echo@1.0.0\n    input: { said: \"${steps.hello.output.greeting}\" }\n";
+    let task = r#"name: greet
+description: the browser test's fixture
+steps:
+  - name: hello
+    plugin: hello@1.0.0
+    input: { name: "<b>browser</b>" }
+  - name: shout
+    needs: [hello]
+    plugin: echo@1.0.0
+    input: { said: "${steps.hello.output.greeting}" }
+  - name: whisper
+    needs: [hello]
+    when: "steps.hello.output.greeting == 'nobody'"
+    plugin: echo@1.0.0
+"#;
     let (status, body) = call(
         &agent,
         "PUT",
@@ -281,7 +296,11 @@ fn dashboard_signs_in_runs_a_task_and_shows_its_logs() {
                 .unwrap();
             assert_eq!(
                 dag_states,
-                json!(["hello=node st-succeeded", "shout=node st-succeeded"])
+                json!([
+                    "hello=node st-succeeded",
+                    "shout=node st-succeeded",
+                    "whisper=node st-skipped"
+                ])
             );
             let attempts = b
                 .client
@@ -299,6 +318,14 @@ fn dashboard_signs_in_runs_a_task_and_shows_its_logs() {
             b.wait_for("the run list", "document.querySelectorAll('table.runs tbody tr a').length > 0", long)
                 .await;
             b.shot("03-runs").await;
+            // Filters go into the URL and the listing.
+            b.goto(&format!("{}/#/runs?task=greet&status=failed", ax.url)).await;
+            b.wait_for(
+                "an empty list of greet's failed runs",
+                "document.querySelector('table.runs td.empty') && document.querySelector('select[name=status]').value === 'failed'",
+                long,
+            )
+            .await;
             b.goto(&format!("{}/#/plugins", ax.url)).await;
             b.wait_for(
                 "the plugin list",
