@@ -107,7 +107,7 @@ impl Quota {
     /// Checks the values; the error names the field.
     pub fn validate(&self) -> Result<(), String> {
         let ms = self.window.as_millis();
-        if ms == 0 || ms % HOUR_MS as u128 != 0 || self.window > MAX_WINDOW {
+        if ms == 0 || !ms.is_multiple_of(HOUR_MS as u128) || self.window > MAX_WINDOW {
             return Err(format!(
                 "window: `{}` must be a whole number of hours from 1h to 31d",
                 humantime::format_duration(self.window)
