@@ -20,6 +20,8 @@
 //! - [`scheduler`]: when things run — timers, dispatch queue, retries, recovery.
 //! - [`service`]: the operations of ax as one facade over store, runtime, scheduler.
 //! - [`api`]: the HTTP API — the only place naming axum.
+//! - [`tenant`]: tenants, quotas, tokens and usage buckets; the registry
+//!   the API authenticates against.
 //! - [`config`], [`server`]: `ax serve` settings and wiring.
 //! - [`cli`]: the `ax` command line. [`bench`]: measurement loops.
 //!
@@ -42,3 +44,4 @@ pub mod service;
 pub mod store;
 pub mod task;
 pub mod template;
+pub mod tenant;

@@ -19,6 +19,7 @@ mod ops;
 mod plugins;
 mod runs;
 mod tasks;
+pub mod tenants;
 pub mod views;
 
 use std::time::Instant;
@@ -27,7 +28,7 @@ use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post, put};
 use tokio_util::sync::CancellationToken;
 
 pub use self::error::ApiError;
@@ -83,6 +84,23 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/dead-letters/{id}/resolve", post(runs::resolve))
         .route("/v1/dead-letters/{id}/requeue", post(runs::requeue))
         .route("/v1/cron/next", get(ops::cron_next))
+        .route("/v1/tenants", get(tenants::list).post(tenants::create))
+        .route(
+            "/v1/tenants/{tenant}",
+            get(tenants::show).put(tenants::update),
+        )
+        .route("/v1/tenants/{tenant}/quota", put(tenants::quota))
+        .route("/v1/tenants/{tenant}/disable", post(tenants::disable))
+        .route("/v1/tenants/{tenant}/enable", post(tenants::enable))
+        .route(
+            "/v1/tenants/{tenant}/tokens",
+            get(tenants::list_tokens).post(tenants::create_token),
+        )
+        .route(
+            "/v1/tenants/{tenant}/tokens/{id}",
+            delete(tenants::revoke_token),
+        )
+        .route("/v1/tenants/{tenant}/usage", get(tenants::usage))
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
         .merge(dashboard::routes())
