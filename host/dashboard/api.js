@@ -5,7 +5,7 @@
 
 const KEY = "ax.session";
 
-/** `{token, tenant}` of this tab, or null before sign-in. */
+/** `{token, tenant, admin}` of this tab, or null before sign-in. */
 export function session() {
   try {
     const s = JSON.parse(sessionStorage.getItem(KEY) || "null");
@@ -15,8 +15,14 @@ export function session() {
   }
 }
 
-export function signIn(token, tenant) {
-  sessionStorage.setItem(KEY, JSON.stringify({ token, tenant: tenant || "" }));
+export function signIn(token, tenant, admin) {
+  sessionStorage.setItem(KEY, JSON.stringify({ token, tenant: tenant || "", admin: admin ?? null }));
+}
+
+/** Tenant tokens look like `axt_<id>_<secret>`; anything else is tried as the admin token. */
+export function tenantTokenId(token) {
+  const m = /^axt_([0-9a-f]+)_/.exec(token || "");
+  return m ? m[1] : null;
 }
 
 export function signOut() {

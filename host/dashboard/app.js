@@ -1,12 +1,14 @@
 // The dashboard's entry: sign-in, navigation and a hash router
 // (`#/tasks`, `#/tasks/NAME`, `#/runs?task=&status=&cursor=`, `#/runs/ID`,
-// `#/plugins`, `#/dead-letters`, `#/tenants`). The server serves one page;
+// `#/plugins`, `#/dead-letters`, `#/tenants[/NAME]` for the admin). The
+// server serves one page;
 // every route is drawn here from /v1 answers.
 
-import { session, signIn, signOut, get, ApiError } from "./api.js";
+import { session, signIn, signOut, get, ApiError, tenantTokenId } from "./api.js";
 import { h, replace } from "./dom.js";
 import { tasksPage, taskPage, runsPage, pluginsPage, deadLettersPage, errorBox } from "./pages.js";
 import { runPage } from "./run.js";
+import { tenantsPage, tenantPage } from "./tenants.js";
 
 const main = document.getElementById("main");
 const nav = document.getElementById("nav");
@@ -23,7 +25,20 @@ const ROUTES = [
   [/^\/runs\/([^/]+)$/, (m) => (ctx) => runPage(ctx, decodeURIComponent(m[1]))],
   [/^\/plugins$/, () => pluginsPage],
   [/^\/dead-letters$/, () => deadLettersPage],
+  [/^\/tenants$/, () => tenantsPage],
+  [/^\/tenants\/([^/]+)$/, (m) => (ctx) => tenantPage(ctx, decodeURIComponent(m[1]))],
 ];
+
+/** Whether the token may read /v1/tenants (admin); tenant tokens are not asked. */
+async function probeAdmin(token) {
+  if (tenantTokenId(token)) return false;
+  try {
+    await get("/v1/tenants");
+    return true;
+  } catch {
+    return false;
+  }
+}
 
 function signInPage(message) {
   nav.hidden = true;
@@ -48,6 +63,7 @@ function signInPage(message) {
     signIn(token.value.trim(), tenant.value.trim());
     try {
       await get("/v1/tasks");
+      signIn(token.value.trim(), tenant.value.trim(), await probeAdmin(token.value.trim()));
     } catch (err) {
       signOut();
       status.hidden = false;
@@ -68,7 +84,10 @@ function navigation(path) {
     a.classList.toggle("current", path === target || path.startsWith(target + "/") || (target === "/tasks" && path === "/"));
   }
   const s = session();
-  replace(who, s.tenant ? `tenant ${s.tenant}` : "tenant default", " ", h("button", { type: "button", id: "signout", onclick: () => { signOut(); location.hash = "#/signin"; } }, "Sign out"));
+  document.getElementById("nav-tenants").hidden = !s.admin;
+  const id = tenantTokenId(s.token);
+  const label = id ? `tenant token ${id}` : `admin · tenant ${s.tenant || "default"}`;
+  replace(who, label, " ", h("button", { type: "button", id: "signout", onclick: () => { signOut(); location.hash = "#/signin"; } }, "Sign out"));
 }
 
 async function render() {
@@ -78,6 +97,11 @@ async function render() {
   if (!session() || path === "/signin") {
     if (path !== "/signin" && session() === null && hash !== "/") location.hash = "#/signin";
     return signInPage();
+  }
+  // A session from before the admin check: ask once.
+  if (session().admin === null || session().admin === undefined) {
+    const s = session();
+    signIn(s.token, s.tenant, await probeAdmin(s.token));
   }
   navigation(path);
   const match = ROUTES.map(([re, page]) => [path.match(re), page]).find(([m]) => m);

@@ -1,8 +1,10 @@
 //! The dashboard end to end in headless Chromium: a real `ax serve`, the test
-//! fixture (two plugins and one two-step task) applied over the API, then in
-//! the browser: sign in, click "Run now", watch the run reach `succeeded`,
-//! open the run page and see its logs. Screenshots of the main pages go to
-//! `target/tmp/ax-browser-screenshots/` (`CARGO_TARGET_TMPDIR`).
+//! fixture (two plugins, one three-step task, a tenant and its token) applied
+//! over the API, then in the browser: sign in, click "Run now", watch the run
+//! reach `succeeded`, open the run page and see its logs; then the other
+//! pages, the admin's tenant pages, and a tenant token's narrower view.
+//! Screenshots of the main pages go to `target/tmp/ax-browser-screenshots/`
+//! (`CARGO_TARGET_TMPDIR`).
 //!
 //! The browser is driven over WebDriver by `fantoccini` talking to Debian's
 //! `chromedriver` (packages `chromium` and `chromium-driver`; `scripts/test`
@@ -118,8 +120,9 @@ fn capabilities(profile: &Path) -> serde_json::Map<String, Value> {
 /// The test fixture, applied over the API: plugins `hello` and `echo`, and a
 /// manual task `greet` (hello, then echo of hello's greeting, and a
 /// conditional step that is skipped). The input
-/// carries markup: the pages must show it as text.
-fn apply_fixture(url: &str) {
+/// carries markup: the pages must show it as text. Plus a tenant `acme` with
+/// a fuel budget, and a token of it (returned).
+fn apply_fixture(url: &str) -> String {
     let agent = new_agent();
     for name in ["hello", "echo"] {
         let (status, body) = call(
@@ -156,6 +159,27 @@ steps:
     )
     .unwrap();
     assert_eq!(status, 201, "{body}");
+    let tenant =
+        json!({"name": "acme", "quota": {"fuel_per_window": 1_000_000_000u64, "window": "1d"}});
+    let (status, body) = call(
+        &agent,
+        "POST",
+        &format!("{url}/v1/tenants"),
+        Some(tenant.to_string().as_bytes()),
+        "application/json",
+    )
+    .unwrap();
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = call(
+        &agent,
+        "POST",
+        &format!("{url}/v1/tenants/acme/tokens"),
+        Some(br#"{"label": "browser"}"#),
+        "application/json",
+    )
+    .unwrap();
+    assert_eq!(status, 201, "{body}");
+    body["token"].as_str().expect("a token").to_string()
 }
 
 /// The browser session and where its screenshots go.
@@ -223,7 +247,7 @@ fn dashboard_signs_in_runs_a_task_and_shows_its_logs() {
     let data = tempfile::tempdir().unwrap();
     let profile = tempfile::tempdir().unwrap();
     let ax = AxProcess::start(data.path());
-    apply_fixture(&ax.url);
+    let acme_token = apply_fixture(&ax.url);
     let shots = screenshot_dir();
     std::fs::create_dir_all(&shots).unwrap();
 
@@ -338,6 +362,27 @@ fn dashboard_signs_in_runs_a_task_and_shows_its_logs() {
             b.wait_for("the task page's chart", "document.querySelector('svg.chart')", long).await;
             b.shot("06-task").await;
 
+            // The admin's tenant pages; acting as another tenant.
+            b.goto(&format!("{}/#/tenants/default", ax.url)).await;
+            b.wait_for("default's usage", "document.querySelector('#usage-by-task')?.textContent.includes('greet')", long)
+                .await;
+            b.shot("08-tenant-usage").await;
+            b.goto(&format!("{}/#/tenants", ax.url)).await;
+            b.wait_for(
+                "the tenant list",
+                "document.querySelector('button[data-tenant=acme]') && document.querySelector('#tenants').textContent.includes('default')",
+                long,
+            )
+            .await;
+            b.shot("07-tenants").await;
+            b.click("button[data-tenant=acme]").await;
+            b.wait_for(
+                "acme's (empty) task list",
+                "document.querySelector('#tasks td.empty') && document.querySelector('#who').textContent.includes('tenant acme')",
+                long,
+            )
+            .await;
+
             // Signing out forgets the token.
             b.click("#signout").await;
             b.wait_for("the sign-in form again", "document.querySelector('#signin')", long).await;
@@ -347,6 +392,22 @@ fn dashboard_signs_in_runs_a_task_and_shows_its_logs() {
                 .await
                 .unwrap();
             assert_eq!(stored, json!(0));
+
+            // A tenant token sees its own tenant and no admin pages.
+            b.client.find(Locator::Css("#token")).await.unwrap().send_keys(&acme_token).await.unwrap();
+            b.click("#signin button[type=submit]").await;
+            b.wait_for(
+                "the tenant's task list",
+                "document.querySelector('#tasks') && document.querySelector('#who').textContent.includes('tenant token')",
+                long,
+            )
+            .await;
+            let admin_link = b
+                .client
+                .execute("return document.querySelector('#nav-tenants').hidden;", vec![])
+                .await
+                .unwrap();
+            assert_eq!(admin_link, json!(true), "a tenant token sees no Tenants page");
             b.client.close().await.expect("closing the browser");
         });
 }

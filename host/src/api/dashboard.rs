@@ -63,6 +63,7 @@ const ASSETS: &[Asset] = &[
     asset!("/ui/charts.js", "charts.js", JS),
     asset!("/ui/pages.js", "pages.js", JS),
     asset!("/ui/run.js", "run.js", JS),
+    asset!("/ui/tenants.js", "tenants.js", JS),
 ];
 
 /// `"<16 hex digits>"` per asset, in [`ASSETS`] order.
