@@ -50,6 +50,8 @@ function signInPage(message) {
     "form",
     { class: "signin", id: "signin" },
     h("h1", {}, "Sign in to ax"),
+    // A username field, hidden: password managers and the accessibility tree expect one.
+    h("input", { type: "text", name: "username", autocomplete: "username", value: "ax", hidden: true, "aria-hidden": "true" }),
     h("label", { for: "token" }, "Token"),
     token,
     h("label", { for: "tenant" }, "Tenant (admin token only; empty for ", h("code", {}, "default"), ")"),

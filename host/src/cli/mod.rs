@@ -219,8 +219,15 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Client(command) => Ok(client::run(command)),
         Command::Completions { shell } => {
             use clap::CommandFactory as _;
-            clap_complete::generate(shell, &mut Cli::command(), "ax", &mut std::io::stdout());
-            Ok(ExitCode::SUCCESS)
+            use std::io::Write as _;
+            // Generated into memory: clap_complete panics on a write error,
+            // and `ax completions bash | head` is a closed pipe, not a bug.
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "ax", &mut script);
+            match std::io::stdout().write_all(&script) {
+                Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+                _ => Ok(ExitCode::SUCCESS),
+            }
         }
     }
 }
