@@ -1,5 +1,6 @@
 //! The dashboard end to end in headless Chromium: a real `ax serve`, the test
-//! fixture (two plugins, one three-step task, a tenant and its token) applied
+//! fixture (three plugins, a three-step task, a failing task, a tenant and
+//! its token) applied
 //! over the API, then in the browser: sign in, click "Run now", watch the run
 //! reach `succeeded`, open the run page and see its logs; then the other
 //! pages, the admin's tenant pages, and a tenant token's narrower view.
@@ -117,14 +118,15 @@ fn capabilities(profile: &Path) -> serde_json::Map<String, Value> {
     }
 }
 
-/// The test fixture, applied over the API: plugins `hello` and `echo`, and a
+/// The test fixture, applied over the API: plugins `hello`, `echo` and
+/// `fail`, a task `flaky` that fails three times, and a
 /// manual task `greet` (hello, then echo of hello's greeting, and a
 /// conditional step that is skipped). The input
 /// carries markup: the pages must show it as text. Plus a tenant `acme` with
 /// a fuel budget, and a token of it (returned).
 fn apply_fixture(url: &str) -> String {
     let agent = new_agent();
-    for name in ["hello", "echo"] {
+    for name in ["hello", "echo", "fail"] {
         let (status, body) = call(
             &agent,
             "POST",
@@ -155,6 +157,16 @@ steps:
         "PUT",
         &format!("{url}/v1/tasks/greet"),
         Some(task.as_bytes()),
+        "application/yaml",
+    )
+    .unwrap();
+    assert_eq!(status, 201, "{body}");
+    let flaky = "name: flaky\nplugin: fail@1.0.0\ninput: { message: \"upstream <i>down</i>\" }\nretry: { max_attempts: 3, backoff: [100ms] }\n";
+    let (status, body) = call(
+        &agent,
+        "PUT",
+        &format!("{url}/v1/tasks/flaky"),
+        Some(flaky.as_bytes()),
         "application/yaml",
     )
     .unwrap();
@@ -306,7 +318,7 @@ fn dashboard_signs_in_runs_a_task_and_shows_its_logs() {
             // Untrusted text stays text: the `<b>` from the input is not an element anywhere.
             let injected = b
                 .client
-                .execute("return document.querySelectorAll('main b').length;", vec![])
+                .execute("return document.querySelectorAll('main b, main i').length;", vec![])
                 .await
                 .unwrap();
             assert_eq!(injected, json!(0), "plugin output became markup");
@@ -358,6 +370,48 @@ fn dashboard_signs_in_runs_a_task_and_shows_its_logs() {
             )
             .await;
             b.shot("05-plugins").await;
+            // A run that fails three times: its page, then its dead letter.
+            b.goto(&format!("{}/#/tasks", ax.url)).await;
+            b.click("button[data-action=run][data-task=flaky]").await;
+            b.wait_for(
+                "flaky's last run to fail",
+                "[...document.querySelectorAll('.last[data-task=flaky] .badge')].some(e => e.textContent === 'failed')",
+                long,
+            )
+            .await;
+            b.click(".last[data-task=flaky] a").await;
+            b.wait_for(
+                "the failed run's three attempts",
+                "document.querySelector('#run-status .badge')?.textContent === 'failed' && document.querySelectorAll('#attempts tbody tr').length === 3",
+                long,
+            )
+            .await;
+            let page = b
+                .client
+                .execute("return document.querySelector('main').textContent;", vec![])
+                .await
+                .unwrap();
+            let page = page.as_str().unwrap();
+            assert!(page.contains("Retry failed steps"), "{page}");
+            assert!(page.contains("upstream <i>down</i>"), "{page}");
+            let injected = b
+                .client
+                .execute("return document.querySelectorAll('main i').length;", vec![])
+                .await
+                .unwrap();
+            assert_eq!(injected, json!(0), "an error message became markup");
+            b.client.set_window_size(1280, 2400).await.unwrap();
+            b.shot("09-failed-run").await;
+            b.client.set_window_size(1280, 1000).await.unwrap();
+            b.goto(&format!("{}/#/dead-letters", ax.url)).await;
+            b.wait_for(
+                "flaky's dead letter",
+                "document.querySelector('main table')?.textContent.includes('flaky') && [...document.querySelectorAll('main button')].some(x => x.textContent === 'Requeue')",
+                long,
+            )
+            .await;
+            b.shot("10-dead-letters").await;
+
             b.goto(&format!("{}/#/tasks/greet", ax.url)).await;
             b.wait_for("the task page's chart", "document.querySelector('svg.chart')", long).await;
             b.shot("06-task").await;
