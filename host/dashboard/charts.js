@@ -156,8 +156,9 @@ export function outcomeStrip(runs) {
 
 /**
  * The attempt timeline of one run: a row per attempt, from queued (when the
- * step entered `queued` for that attempt) through started to finished, on one
- * time axis from the run's creation.
+ * step entered `queued` for that attempt, grey) through started to finished
+ * (coloured by outcome), then its retry backoff (amber) if one followed, on
+ * one time axis from the run's creation.
  */
 export function attemptTimeline(rows, t0, t1) {
   const W = 760;
@@ -180,6 +181,12 @@ export function attemptTimeline(rows, t0, t1) {
     if (r.queued !== null && r.started !== null && r.started > r.queued) {
       svg.append(
         s("rect", { x: x(r.queued), y: y + 5, width: Math.max(1, x(r.started) - x(r.queued)), height: 6, class: "wait" }, s("title", {}, `queued ${human(r.started - r.queued)}`)),
+      );
+    }
+    if (r.backoff) {
+      const [from, to] = [r.backoff[0], r.backoff[1] ?? t1];
+      svg.append(
+        s("rect", { x: x(from), y: y + 5, width: Math.max(1, x(to) - x(from)), height: 6, class: "backoff" }, s("title", {}, `retry backoff ${human(to - from)}`)),
       );
     }
     if (r.started !== null) {

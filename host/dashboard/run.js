@@ -16,11 +16,16 @@ function attemptRows(run, events) {
   const rows = [];
   for (const step of run.steps || []) {
     const queuedAt = events.filter((e) => e.step === step.name && e.to === "queued").map((e) => ms(e.at));
+    const backoffAt = events.filter((e) => e.step === step.name && e.to === "retry_wait").map((e) => ms(e.at));
     for (const a of step.attempts || []) {
       const started = ms(a.started_at);
       // The step's last entry into `queued` before this attempt started.
       const queued = queuedAt.filter((t) => t <= started).pop() ?? null;
+      // A backoff after this attempt: from entering `retry_wait` to the next `queued`.
+      const waitFrom = backoffAt.find((t) => t >= started) ?? null;
+      const waitTo = waitFrom === null ? null : queuedAt.find((t) => t >= waitFrom) ?? null;
       rows.push({
+        backoff: waitFrom === null ? null : [waitFrom, waitTo],
         step: step.name,
         attempt: a.number,
         queued,
@@ -165,6 +170,7 @@ export async function runPage(ctx, id) {
     ),
     h("h2", {}, "Attempts"),
     rows.length ? attemptTimeline(rows, t0, t1) : null,
+    rows.length ? h("p", { class: "muted" }, "grey: queued · bar: the attempt, coloured by outcome · amber: retry backoff") : null,
     attemptsTable(rows),
     h("h2", {}, "Timeline: state changes and logs"),
     mergedTimeline(run, events, logs),

@@ -1306,6 +1306,29 @@ mod tests {
     }
 
     #[test]
+    fn the_wait_bar_counts_ended_steps_and_names_the_one_at_work() {
+        let run = json!({"status": "running", "steps": [
+            {"name": "extract", "status": "succeeded", "attempts": [{}]},
+            {"name": "full", "status": "skipped", "attempts": []},
+            {"name": "incremental", "status": "retry_wait", "attempts": [{}, {}]},
+            {"name": "notify", "status": "pending", "attempts": []},
+        ]});
+        assert_eq!(steps_done(&run), (2, 4));
+        assert_eq!(
+            run_state(&run),
+            "running · step incremental retry_wait after attempt 2"
+        );
+        let queued = json!({"status": "queued", "steps": [
+            {"name": "a", "status": "queued", "attempts": [{}]},
+        ]});
+        assert_eq!(run_state(&queued), "queued · step a queued (attempt 2)");
+        assert_eq!(
+            run_state(&json!({"status": "queued", "steps": []})),
+            "queued"
+        );
+    }
+
+    #[test]
     fn durations_read_well() {
         assert_eq!(human_ms(340.0), "340ms");
         assert_eq!(human_ms(1250.0), "1.25s");
