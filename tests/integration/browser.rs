@@ -370,8 +370,24 @@ fn dashboard_signs_in_runs_a_task_and_shows_its_logs() {
             )
             .await;
             b.shot("05-plugins").await;
-            // A run that fails three times: its page, then its dead letter.
+            // Pause and resume from the task list.
             b.goto(&format!("{}/#/tasks", ax.url)).await;
+            b.click("button[data-action=pause][data-task=greet]").await;
+            b.wait_for(
+                "greet paused",
+                "document.querySelector('button[data-action=resume][data-task=greet]')",
+                long,
+            )
+            .await;
+            b.click("button[data-action=resume][data-task=greet]").await;
+            b.wait_for(
+                "greet resumed",
+                "document.querySelector('button[data-action=pause][data-task=greet]')",
+                long,
+            )
+            .await;
+
+            // A run that fails three times: its page, then its dead letter.
             b.click("button[data-action=run][data-task=flaky]").await;
             b.wait_for(
                 "flaky's last run to fail",
