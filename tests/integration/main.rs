@@ -9,4 +9,5 @@ mod crash;
 mod dag;
 mod sandbox;
 mod serve_cli;
+mod tenants;
 mod validation;
