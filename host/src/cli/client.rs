@@ -14,6 +14,8 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
+mod tenant;
+
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
@@ -68,6 +70,8 @@ pub(super) enum ClientCommand {
     /// Preview cron expressions (computed locally, no server needed).
     #[command(subcommand)]
     Cron(CronCommand),
+    /// Tenants, their quotas, tokens and usage (admin token).
+    Tenant(tenant::TenantArgs),
 }
 
 #[derive(Debug, Args)]
@@ -325,6 +329,7 @@ pub(super) fn run(command: ClientCommand) -> ExitCode {
         ClientCommand::Events(args) => events(args),
         ClientCommand::DeadLetters(args) => dead_letters(args),
         ClientCommand::Cron(CronCommand::Next(args)) => cron_next(args),
+        ClientCommand::Tenant(args) => tenant::tenant(args),
     };
     match result {
         Ok(code) => code,
