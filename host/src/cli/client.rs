@@ -1,7 +1,6 @@
 //! The client subcommands (`ax plugin`, `ax task`, `ax graph`, `ax trigger`,
 //! `ax runs`, `ax run`, `ax logs`, `ax events`, `ax dead-letters`, `ax cron`,
-//! `ax status`): thin
-//! wrappers over the HTTP API (docs/API.md) that print aligned tables, or the
+//! `ax status`, `ax tenant`): thin wrappers over the HTTP API (docs/API.md) that print aligned tables, or the
 //! server's JSON with `--json`. They block on plain HTTP calls (ureq) and
 //! need no async runtime. `ax cron next` computes locally, without a server.
 //!
@@ -15,6 +14,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 mod status;
+mod tenant;
 
 use chrono::{DateTime, Utc};
 use clap::{Args, Subcommand};
@@ -73,6 +73,8 @@ pub(super) enum ClientCommand {
     Cron(CronCommand),
     /// Summarise a server's health: readiness, backlog, running, success rate, dead letters, next fires.
     Status(status::StatusArgs),
+    /// Tenants, their quotas, tokens and usage (admin token).
+    Tenant(tenant::TenantArgs),
 }
 
 #[derive(Debug, Args)]
@@ -331,6 +333,7 @@ pub(super) fn run(command: ClientCommand) -> ExitCode {
         ClientCommand::DeadLetters(args) => dead_letters(args),
         ClientCommand::Cron(CronCommand::Next(args)) => cron_next(args),
         ClientCommand::Status(args) => status::status(args),
+        ClientCommand::Tenant(args) => tenant::tenant(args),
     };
     match result {
         Ok(code) => code,

@@ -58,6 +58,24 @@ enum BenchCommand {
     Trigger(BenchTriggerArgs),
     /// Scheduling overhead per step of a large fan-out/fan-in DAG.
     Dag(BenchDagArgs),
+    /// Cost of tenant tokens and quotas per trigger, against the same path without tenants.
+    Tenants(BenchTenantsArgs),
+}
+
+#[derive(Debug, Args)]
+struct BenchTenantsArgs {
+    /// Runs per round.
+    #[arg(long, default_value_t = 2000)]
+    runs: usize,
+    /// HTTP clients triggering at once.
+    #[arg(long, default_value_t = 16)]
+    clients: usize,
+    /// Rounds per mode (interleaved).
+    #[arg(long, default_value_t = 5)]
+    rounds: usize,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -209,6 +227,12 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Bench(BenchCommand::Trigger(args)) => block_on(async move {
             print_stats(
                 &crate::bench::trigger_throughput(args.runs, args.concurrency).await?,
+                args.json,
+            )
+        }),
+        Command::Bench(BenchCommand::Tenants(args)) => block_on(async move {
+            print_stats(
+                &crate::bench::tenant_overhead(args.runs, args.clients, args.rounds).await?,
                 args.json,
             )
         }),
