@@ -203,16 +203,17 @@ function runsTable(runs) {
 const RUN_STATUSES = ["", "queued", "running", "succeeded", "failed", "cancelled"];
 
 export async function runsPage(ctx, params) {
-  const filter = { task: params.get("task") || "", status: params.get("status") || "" };
+  // `limit` stays in the URL with the filters, so paging keeps the page size.
+  const filter = { task: params.get("task") || "", status: params.get("status") || "", limit: params.get("limit") || "" };
   const cursor = params.get("cursor") || "";
   const [page, { tasks }] = await Promise.all([
-    get(`/v1/runs${qs({ ...filter, cursor, limit: 50 })}`),
+    get(`/v1/runs${qs({ ...filter, cursor, limit: filter.limit || 50 })}`),
     get("/v1/tasks"),
   ]);
   const taskSelect = h("select", { name: "task", "aria-label": "task" }, h("option", { value: "" }, "all tasks"), tasks.map((t) => h("option", { value: t.name, selected: t.name === filter.task }, t.name)));
   const statusSelect = h("select", { name: "status", "aria-label": "status" }, RUN_STATUSES.map((x) => h("option", { value: x, selected: x === filter.status }, x || "any status")));
   const apply = () => {
-    location.hash = "#/runs" + qs({ task: taskSelect.value, status: statusSelect.value });
+    location.hash = "#/runs" + qs({ task: taskSelect.value, status: statusSelect.value, limit: filter.limit });
   };
   taskSelect.addEventListener("change", apply);
   statusSelect.addEventListener("change", apply);

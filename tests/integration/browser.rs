@@ -428,6 +428,22 @@ fn dashboard_signs_in_runs_a_task_and_shows_its_logs() {
             .await;
             b.shot("10-dead-letters").await;
 
+            // Cursor paging, one run a page: greet's run is older than flaky's.
+            b.goto(&format!("{}/#/runs?limit=1", ax.url)).await;
+            b.wait_for(
+                "the newest run, flaky's",
+                "document.querySelectorAll('table.runs tbody tr').length === 1 && document.querySelector('table.runs').textContent.includes('flaky')",
+                long,
+            )
+            .await;
+            b.click(".pager a").await;
+            b.wait_for(
+                "the next page, greet's run",
+                "location.hash.includes('cursor=') && document.querySelectorAll('table.runs tbody tr').length === 1 && document.querySelector('table.runs').textContent.includes('greet')",
+                long,
+            )
+            .await;
+
             b.goto(&format!("{}/#/tasks/greet", ax.url)).await;
             b.wait_for("the task page's chart", "document.querySelector('svg.chart')", long).await;
             b.shot("06-task").await;
