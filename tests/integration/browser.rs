@@ -280,6 +280,16 @@ fn dashboard_signs_in_runs_a_task_and_shows_its_logs() {
             b.goto(&format!("{}/", ax.url)).await;
             b.wait_for("the sign-in form", "document.querySelector('#signin')", long).await;
             b.shot("01-sign-in").await;
+            // The stylesheet loaded under the CSP (the module script evidently did).
+            let header = b
+                .client
+                .execute(
+                    "return getComputedStyle(document.querySelector('.top')).backgroundColor;",
+                    vec![],
+                )
+                .await
+                .unwrap();
+            assert_eq!(header, json!("rgb(31, 78, 121)"));
             b.client.find(Locator::Css("#token")).await.unwrap().send_keys(TOKEN).await.unwrap();
             b.click("#signin button[type=submit]").await;
             b.wait_for(

@@ -30,7 +30,7 @@ use super::error::ApiError;
 /// frames, no plugins. Plugin output and logs are untrusted text: the pages
 /// never parse them as HTML, and this policy is the second line of defence.
 pub(super) const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
-img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'none'; \
+img-src 'self'; connect-src 'self'; base-uri 'none'; form-action 'none'; \
 frame-ancestors 'none'";
 
 /// One embedded file.
