@@ -103,7 +103,7 @@ export async function tasksPage(ctx) {
       link(route("tasks", t.name), t.name),
       h("code", {}, triggerText(t.spec)),
       t.paused ? badge("paused") : t.next_fire ? h("span", { title: t.next_fire }, relative(t.next_fire)) : "-",
-      r ? h("span", { class: "last", dataset: { task: t.name } }, link(route("runs", r.id), badge(r.status)), " ", relative(r.created_at)) : "-",
+      r ? h("span", { class: "last", dataset: { task: t.name } }, link(route("runs", r.id), badge(r.status)), " ", relative(r.created_at), r.reason ? h("span", { class: "muted clip", title: r.reason }, " · " + r.reason) : null) : "-",
       h(
         "span",
         { class: "actions" },
@@ -190,7 +190,8 @@ function runsTable(runs) {
     runs.map((r) => [
       link(route("runs", r.id), h("code", {}, r.id)),
       link(route("tasks", r.task), r.task),
-      badge(r.status),
+      // Why a run failed, or why it still waits (a tenant's quota, a paused pool).
+      r.reason ? h("span", { title: r.reason }, badge(r.status), " ", h("span", { class: "muted clip" }, r.reason)) : badge(r.status),
       r.trigger,
       when(r.scheduled_for),
       when(r.started_at),
