@@ -106,6 +106,9 @@ fn status_summarises_health_backlog_success_and_next_fires() {
     assert_eq!(s["tasks"], 3);
     assert_eq!(s["next_fires"].as_array().unwrap().len(), 1);
     assert_eq!(s["next_fires"][0]["task"], "tick");
+    assert_eq!(s["fuel_window"]["tenant"], "default");
+    assert!(s["fuel_window"]["fuel_budget"].is_null(), "{s}");
+    assert!(s["fuel_window"]["held"].is_null(), "{s}");
 
     let human = ok(&ax(url, &["status"], &[]));
     assert!(human.contains("healthy, ready"), "{human}");
@@ -115,6 +118,10 @@ fn status_summarises_health_backlog_success_and_next_fires() {
     );
     assert!(human.contains("1 open dead letters"), "{human}");
     assert!(human.lines().any(|l| l.starts_with("tick ")), "{human}");
+    assert!(
+        human.contains("(no budget) used by tenant default until "),
+        "{human}"
+    );
 
     // Nobody listening: a connection error, exit 2.
     drop(server);

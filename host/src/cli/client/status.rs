@@ -1,7 +1,9 @@
 //! `ax status`: the health of a server at a glance, from existing routes —
 //! the signals the seed articles run a scheduler by: is it up and ready,
 //! the backlog (queued runs), what is running, the recent success rate,
-//! start lateness of scheduled runs, open dead letters, and what fires next.
+//! start lateness of scheduled runs, open dead letters, the tenant's fuel
+//! window (with the admin token; a tenant token may not read it), and what
+//! fires next.
 //!
 //! Counts of queued and running runs stop at [`COUNT_CAP`] (one page of the
 //! run listing); beyond that `ax status` says `1000+`. The success rate and
@@ -70,6 +72,19 @@ fn gather(client: &Client) -> Result<Value, Failure> {
         })
         .collect();
     lateness.sort_unstable();
+    // The tenant's fuel window, where the token may read it (the admin's).
+    let tenant = client.tenant.as_deref().unwrap_or("default");
+    let window = match client.get(&format!("/v1/tenants/{}/usage", super::enc(tenant))) {
+        Ok(usage) => json!({
+            "tenant": tenant,
+            "fuel_used": usage["window"]["fuel_used"],
+            "fuel_budget": usage["window"]["fuel_budget"],
+            "end": usage["window"]["end"],
+            "held": usage["window"]["held"],
+        }),
+        Err(f) if f.code == "forbidden" => Value::Null,
+        Err(f) => return Err(f),
+    };
     let dead = client.get("/v1/dead-letters")?;
     let tasks = client.get("/v1/tasks")?;
     let mut next: Vec<(String, String)> = items(&tasks["tasks"])
@@ -93,6 +108,7 @@ fn gather(client: &Client) -> Result<Value, Failure> {
             "lateness_p95_ms": quantile(&lateness, 0.95),
         },
         "dead_letters_open": items(&dead["dead_letters"]).count(),
+        "fuel_window": window,
         "tasks": items(&tasks["tasks"]).count(),
         "next_fires": next.iter().map(|(at, task)| json!({"task": task, "at": at})).collect::<Vec<_>>(),
     }))
@@ -130,6 +146,25 @@ fn print_human(url: &str, s: &Value) {
         ),
         _ => "- (no recent scheduled runs)".into(),
     };
+    let w = &s["fuel_window"];
+    let fuel = if w.is_null() {
+        "- (a tenant token cannot read it)".to_string()
+    } else {
+        let budget = match w["fuel_budget"].as_u64() {
+            Some(b) => format!(" of {b}"),
+            None => " (no budget)".into(),
+        };
+        let held = match w["held"].as_str() {
+            Some(why) => format!("; HELD: {why}"),
+            None => String::new(),
+        };
+        format!(
+            "{}{budget} used by tenant {} until {}{held}",
+            cell(&w["fuel_used"]),
+            cell(&w["tenant"]),
+            cell(&w["end"])
+        )
+    };
     let lines = [
         ("server", format!("{url}  {up}")),
         ("queued", counted(&s["queued"], &s["queued_more"])),
@@ -140,6 +175,7 @@ fn print_human(url: &str, s: &Value) {
             "dead",
             format!("{} open dead letters", cell(&s["dead_letters_open"])),
         ),
+        ("fuel", fuel),
         ("tasks", cell(&s["tasks"])),
     ];
     for (k, v) in lines {
