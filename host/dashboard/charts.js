@@ -9,6 +9,7 @@ const NODE_H = 46;
 const GAP_X = 70;
 const GAP_Y = 22;
 const PAD = 12;
+const MAX_DRAWN = 300;
 
 function clip(text, max) {
   const t = String(text ?? "");
@@ -21,6 +22,11 @@ function clip(text, max) {
  */
 export function dag(graph) {
   const nodes = graph.nodes || [];
+  // Past a few hundred steps a drawing is a wall of boxes (and slow); the
+  // step table below it still lists every step.
+  if (nodes.length > MAX_DRAWN) {
+    return h("p", { class: "muted" }, `${nodes.length} steps: too many to draw here; \`ax graph ${graph.task} --format dot\` draws them with Graphviz.`);
+  }
   const columns = [];
   for (const n of nodes) (columns[n.layer] ||= []).push(n);
   const pos = new Map();
