@@ -22,8 +22,8 @@ function clip(text, max) {
  */
 export function dag(graph) {
   const nodes = graph.nodes || [];
-  // Past a few hundred steps a drawing is a wall of boxes (and slow); the
-  // step table below it still lists every step.
+  // Past a few hundred steps a drawing is a wall of boxes (and slow); the run
+  // page's step table and the task's definition still list every step.
   if (nodes.length > MAX_DRAWN) {
     return h("p", { class: "muted" }, `${nodes.length} steps: too many to draw here; \`ax graph ${graph.task} --format dot\` draws them with Graphviz.`);
   }
