@@ -20,6 +20,8 @@
 //! - [`scheduler`]: when things run — timers, dispatch queue, retries, recovery.
 //! - [`service`]: the operations of ax as one facade over store, runtime, scheduler.
 //! - [`api`]: the HTTP API — the only place naming axum.
+//! - [`metrics`]: counters, histograms and the Prometheus text encoder
+//!   behind `GET /metrics` (hand-rolled atomics; the why is in its docs).
 //! - [`config`], [`server`]: `ax serve` settings and wiring.
 //! - [`cli`]: the `ax` command line. [`bench`]: measurement loops.
 //!
@@ -33,6 +35,7 @@ pub mod cond;
 pub mod config;
 pub mod dag;
 pub mod graph;
+pub mod metrics;
 pub mod model;
 pub mod runtime;
 pub mod schedule;

@@ -7,6 +7,8 @@ mod cli;
 mod common;
 mod crash;
 mod dag;
+mod live;
+mod metrics;
 mod sandbox;
 mod serve_cli;
 mod validation;

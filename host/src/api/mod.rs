@@ -13,16 +13,18 @@
 pub mod auth;
 pub mod error;
 mod extract;
+mod metrics;
 mod ops;
 mod plugins;
 mod runs;
 mod tasks;
 pub mod views;
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, Request};
+use axum::extract::{DefaultBodyLimit, Extension, MatchedPath, Request, State};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -46,6 +48,7 @@ pub struct ApiState {
 
 /// The whole HTTP app: `/v1` routes (bearer token), `/healthz`, `/readyz`.
 pub fn router(state: ApiState) -> Router {
+    let http_metrics = Arc::new(crate::metrics::HttpMetrics::default());
     let plugin_limit = state.ax.max_plugin_bytes.saturating_add(MULTIPART_OVERHEAD);
     Router::new()
         .route(
@@ -82,10 +85,15 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/cron/next", get(ops::cron_next))
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
+        .route("/metrics", get(metrics::scrape))
         .fallback(ops::not_found)
         .method_not_allowed_fallback(ops::method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
-        .layer(middleware::from_fn(observe))
+        .layer(middleware::from_fn_with_state(
+            http_metrics.clone(),
+            observe,
+        ))
+        .layer(Extension(http_metrics))
         .with_state(state)
 }
 
@@ -104,9 +112,19 @@ pub async fn serve(
 /// Logs every request, and runs its handler as a task of its own: a panic in
 /// a handler becomes a 500 in the error shape rather than a dropped
 /// connection, and a client hanging up does not abort a write half-way.
-async fn observe(req: Request, next: Next) -> Response {
+async fn observe(
+    State(http): State<Arc<crate::metrics::HttpMetrics>>,
+    req: Request,
+    next: Next,
+) -> Response {
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
+    // The template (`/v1/runs/{id}`), so metric labels stay bounded.
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or("unmatched", MatchedPath::as_str)
+        .to_owned();
     let started = Instant::now();
     let response = match tokio::spawn(next.run(req)).await {
         Ok(response) => response,
@@ -114,6 +132,7 @@ async fn observe(req: Request, next: Next) -> Response {
             .into_response(),
     };
     let status = response.status().as_u16();
+    http.count(method.as_str(), &route, status);
     // Microsecond precision is plenty for a log line.
     let ms = (started.elapsed().as_secs_f64() * 1e6).round() / 1e3;
     if response.status().is_server_error() {

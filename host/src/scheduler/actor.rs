@@ -243,6 +243,8 @@ pub(super) struct Actor {
     done_tx: mpsc::UnboundedSender<AttemptDone>,
     done_rx: Option<mpsc::UnboundedReceiver<AttemptDone>>,
     rng: rand::rngs::StdRng,
+    /// Per-tenant metrics, looked up without a lock (see `crate::metrics`).
+    tenant_metrics: crate::metrics::TenantCache,
 }
 
 /// One event; `step` names the step and attempt for step-level changes.
@@ -361,7 +363,7 @@ impl Actor {
             runner,
             clock,
             config,
-            stats,
+            stats: stats.clone(),
             runs: HashMap::new(),
             timers: BTreeSet::new(),
             fire_timers: HashMap::new(),
@@ -376,6 +378,7 @@ impl Actor {
             done_tx,
             done_rx: Some(done_rx),
             rng: rand::rngs::StdRng::from_os_rng(),
+            tenant_metrics: crate::metrics::TenantCache::new(stats.tenants.clone()),
         }
     }
 
@@ -472,6 +475,7 @@ impl Actor {
         for i in lost {
             self.stats.count_attempt(Outcome::Lost);
             let run = self.runs.get_mut(id).expect("present");
+            self.tenant_metrics.of(&run.rec.tenant).count(Outcome::Lost);
             let step = &run.rec.steps[i];
             let attempt = step.attempts.last().map_or(0, |a| a.number);
             if step.lost_attempts <= max_lost {
@@ -615,6 +619,9 @@ impl Actor {
         };
         match cmd {
             Command::AfterWrites(inner) => self.handle(*inner),
+            Command::Snapshot(reply) => {
+                let _ = reply.send(self.snapshot());
+            }
             // The new run itself was written at once (`insert_run`); what
             // follows (its first steps queued) may be written behind.
             Command::Trigger(req, reply) => {
@@ -680,6 +687,33 @@ impl Actor {
                 let r = self.on_rerun_step(&run_id, &step, &actor);
                 answer(self, reply, r);
             }
+        }
+    }
+
+    /// Queue gauges per tenant for a metrics scrape: O(active runs).
+    fn snapshot(&self) -> super::Snapshot {
+        let now = self.clock.now_ms();
+        let mut tenants: std::collections::BTreeMap<&str, super::TenantQueue> = Default::default();
+        for run in self.runs.values() {
+            if run.rec.status == RunStatus::Queued {
+                let t = tenants.entry(&run.rec.tenant).or_default();
+                t.queued_runs += 1;
+                let age = (now - run.rec.created_at).max(0) as u64;
+                t.oldest_queued_ms = t.oldest_queued_ms.max(age);
+            }
+        }
+        for (tenant, steps) in self.queue.queued_by_tenant() {
+            tenants.entry(tenant).or_default().queued_steps = steps;
+        }
+        super::Snapshot {
+            tenants: tenants
+                .into_iter()
+                .map(|(name, t)| super::TenantQueue {
+                    tenant: name.to_string(),
+                    ..t
+                })
+                .collect(),
+            active_runs: self.runs.len(),
         }
     }
 
@@ -845,6 +879,7 @@ impl Actor {
         self.stats.runs_created.fetch_add(1, Ordering::Relaxed);
         if shed.is_some() {
             self.stats.shed.fetch_add(1, Ordering::Relaxed);
+            self.tenant_metrics.of(&rec.tenant).run_finished(rec.status);
             return Ok((rec, true));
         }
         let key = (rec.tenant.clone(), rec.task.clone());
@@ -1375,6 +1410,9 @@ impl Actor {
             return Ok(());
         };
         let key = (run.rec.tenant.clone(), run.rec.task.clone());
+        self.tenant_metrics
+            .of(&run.rec.tenant)
+            .run_finished(run.rec.status);
         self.fire_after(&run.rec, now);
         let was_held = run.held;
         self.finished.insert(id.to_string(), run.rec);
@@ -1455,6 +1493,7 @@ impl Actor {
             if run.rec.trigger != TriggerKind::Manual {
                 let late = (now - run.rec.scheduled_for).max(0) as f64;
                 self.stats.record_lateness(late);
+                self.tenant_metrics.of(&run.rec.tenant).fire_late(late);
             }
         }
         let (input, plugin) = match prepared {
@@ -1588,6 +1627,11 @@ impl Actor {
             progress: None,
         });
         self.stats.count_attempt(report.outcome);
+        self.tenant_metrics.of(&done.tenant).attempt_done(
+            report.outcome,
+            report.fuel_consumed,
+            report.duration_ms,
+        );
         let step = &mut run.rec.steps[i];
         if let Some(a) = step.attempts.iter_mut().find(|a| a.number == done.attempt) {
             a.outcome = Some(report.outcome);

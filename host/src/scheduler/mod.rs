@@ -130,6 +130,9 @@ pub struct Stats {
     /// since the last [`Stats::take_lateness`]; at most [`MAX_LATENESS_SAMPLES`]
     /// are kept (later ones are dropped) so a server nobody reads stays bounded.
     pub lateness: std::sync::Mutex<Vec<f64>>,
+    /// Per-tenant counters and histograms (`GET /metrics`); the actor
+    /// updates them through its own lock-free [`crate::metrics::TenantCache`].
+    pub tenants: Arc<crate::metrics::TenantRegistry>,
 }
 
 /// Bound on the lateness samples kept between two reads.
@@ -207,6 +210,30 @@ enum Command {
     },
     /// A command taken up again once the writer stored every earlier change.
     AfterWrites(Box<Command>),
+    /// Gauges computed from the actor's state, for a metrics scrape.
+    Snapshot(oneshot::Sender<Snapshot>),
+}
+
+/// Queue gauges of one tenant at one instant (for `GET /metrics`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TenantQueue {
+    /// The tenant.
+    pub tenant: String,
+    /// Runs in state `queued` (the backlog `max_queued_per_tenant` bounds).
+    pub queued_runs: usize,
+    /// Steps waiting in the dispatch queue for a slot.
+    pub queued_steps: usize,
+    /// Age of the oldest run in state `queued`, ms (0 without one).
+    pub oldest_queued_ms: u64,
+}
+
+/// What the scheduler reports of its in-memory state to a metrics scrape.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Snapshot {
+    /// Per tenant with queued work, by name.
+    pub tenants: Vec<TenantQueue>,
+    /// Active (queued or running) runs held in memory.
+    pub active_runs: usize,
 }
 
 /// A handle to the scheduler actor. Cheap to clone.
@@ -237,6 +264,16 @@ impl Scheduler {
     /// Counters for metrics.
     pub fn stats(&self) -> &Arc<Stats> {
         &self.stats
+    }
+
+    /// Queue depth and oldest queued age per tenant, computed by the actor
+    /// (O(active runs), once per scrape; never on the hot path).
+    pub async fn snapshot(&self) -> Result<Snapshot> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Command::Snapshot(reply))
+            .map_err(|_| Error::Stopped)?;
+        rx.await.map_err(|_| Error::Stopped)
     }
 
     async fn ask<T>(&self, make: impl FnOnce(oneshot::Sender<Result<T>>) -> Command) -> Result<T> {
