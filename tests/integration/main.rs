@@ -9,6 +9,7 @@ mod crash;
 mod dag;
 mod live;
 mod metrics;
+mod openapi;
 mod sandbox;
 mod serve_cli;
 mod validation;

@@ -27,6 +27,9 @@ use crate::model::Outcome;
 const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// `GET /metrics`.
+#[utoipa::path(get, path = "/metrics", tag = "operations", security(()),
+    responses((status = 200, description = "Prometheus text format 0.0.4 (docs/OPERATIONS.md)", content_type = "text/plain; version=0.0.4", body = String),
+        (status = 503, description = "The scheduler does not answer", body = super::error::ErrorBody)))]
 pub(super) async fn scrape(
     State(state): State<ApiState>,
     Extension(http): Extension<Arc<HttpMetrics>>,

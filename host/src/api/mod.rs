@@ -7,6 +7,7 @@
 //! - [`auth`]: the bearer-token check and the tenant a request acts on.
 //! - [`error`]: one error enum, one status/code table.
 //! - [`views`]: the JSON shapes of the answers.
+//! - [`openapi`]: the OpenAPI document, generated from the handlers' annotations.
 //!
 //! Route reference with examples: docs/API.md.
 
@@ -14,6 +15,7 @@ pub mod auth;
 pub mod error;
 mod extract;
 mod metrics;
+pub mod openapi;
 mod ops;
 mod plugins;
 mod runs;
@@ -27,7 +29,7 @@ use axum::Router;
 use axum::extract::{DefaultBodyLimit, Extension, MatchedPath, Request, State};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{MethodRouter, get, post};
 use tokio_util::sync::CancellationToken;
 
 pub use self::error::ApiError;
@@ -46,46 +48,67 @@ pub struct ApiState {
     pub admin_token_sha256: [u8; 32],
 }
 
-/// The whole HTTP app: `/v1` routes (bearer token), `/healthz`, `/readyz`.
-pub fn router(state: ApiState) -> Router {
-    let http_metrics = Arc::new(crate::metrics::HttpMetrics::default());
-    let plugin_limit = state.ax.max_plugin_bytes.saturating_add(MULTIPART_OVERHEAD);
-    Router::new()
-        .route(
+/// Every route of the API: its path template and its handlers. The one
+/// table [`router`] is built from, and which the OpenAPI sync test reads
+/// ([`route_paths`]): add routes here, each with its `#[utoipa::path]` and
+/// its entry in `openapi::ApiDoc`.
+fn routes(plugin_limit: usize) -> Vec<(&'static str, MethodRouter<ApiState>)> {
+    vec![
+        (
             "/v1/plugins",
             get(plugins::list)
                 .post(plugins::upload)
                 .layer(DefaultBodyLimit::max(plugin_limit)),
-        )
-        .route("/v1/plugins/{name}", get(plugins::versions))
-        .route(
+        ),
+        ("/v1/plugins/{name}", get(plugins::versions)),
+        (
             "/v1/plugins/{name}/{version}",
             get(plugins::show).delete(plugins::delete),
-        )
-        .route("/v1/tasks", get(tasks::list))
-        .route(
+        ),
+        ("/v1/tasks", get(tasks::list)),
+        (
             "/v1/tasks/{name}",
             get(tasks::show).put(tasks::put).delete(tasks::delete),
-        )
-        .route("/v1/tasks/{name}/pause", post(tasks::pause))
-        .route("/v1/tasks/{name}/resume", post(tasks::resume))
-        .route("/v1/tasks/{name}/next", get(tasks::next))
-        .route("/v1/tasks/{name}/graph", get(tasks::graph))
-        .route("/v1/tasks/{name}/runs", post(runs::trigger))
-        .route("/v1/runs", get(runs::list))
-        .route("/v1/runs/{id}", get(runs::show))
-        .route("/v1/runs/{id}/logs", get(runs::logs))
-        .route("/v1/runs/{id}/events", get(runs::events))
-        .route("/v1/runs/{id}/cancel", post(runs::cancel))
-        .route("/v1/runs/{id}/retry", post(runs::retry))
-        .route("/v1/runs/{id}/steps/{step}/rerun", post(runs::rerun_step))
-        .route("/v1/dead-letters", get(runs::dead_letters))
-        .route("/v1/dead-letters/{id}/resolve", post(runs::resolve))
-        .route("/v1/dead-letters/{id}/requeue", post(runs::requeue))
-        .route("/v1/cron/next", get(ops::cron_next))
-        .route("/healthz", get(ops::healthz))
-        .route("/readyz", get(ops::readyz))
-        .route("/metrics", get(metrics::scrape))
+        ),
+        ("/v1/tasks/{name}/pause", post(tasks::pause)),
+        ("/v1/tasks/{name}/resume", post(tasks::resume)),
+        ("/v1/tasks/{name}/next", get(tasks::next)),
+        ("/v1/tasks/{name}/graph", get(tasks::graph)),
+        ("/v1/tasks/{name}/runs", post(runs::trigger)),
+        ("/v1/runs", get(runs::list)),
+        ("/v1/runs/{id}", get(runs::show)),
+        ("/v1/runs/{id}/logs", get(runs::logs)),
+        ("/v1/runs/{id}/events", get(runs::events)),
+        ("/v1/runs/{id}/cancel", post(runs::cancel)),
+        ("/v1/runs/{id}/retry", post(runs::retry)),
+        ("/v1/runs/{id}/steps/{step}/rerun", post(runs::rerun_step)),
+        ("/v1/dead-letters", get(runs::dead_letters)),
+        ("/v1/dead-letters/{id}/resolve", post(runs::resolve)),
+        ("/v1/dead-letters/{id}/requeue", post(runs::requeue)),
+        ("/v1/cron/next", get(ops::cron_next)),
+        (openapi::OPENAPI_PATH, get(openapi::document)),
+        ("/healthz", get(ops::healthz)),
+        ("/readyz", get(ops::readyz)),
+        ("/metrics", get(metrics::scrape)),
+    ]
+}
+
+/// The path templates of every route, in table order (for tests and tools
+/// that must list what the router serves).
+pub fn route_paths() -> Vec<&'static str> {
+    routes(0).into_iter().map(|(path, _)| path).collect()
+}
+
+/// The whole HTTP app: `/v1` routes (bearer token), `/healthz`, `/readyz`,
+/// `/metrics`, `/v1/openapi.json`.
+pub fn router(state: ApiState) -> Router {
+    let http_metrics = Arc::new(crate::metrics::HttpMetrics::default());
+    let plugin_limit = state.ax.max_plugin_bytes.saturating_add(MULTIPART_OVERHEAD);
+    routes(plugin_limit)
+        .into_iter()
+        .fold(Router::new(), |router, (path, handlers)| {
+            router.route(path, handlers)
+        })
         .fallback(ops::not_found)
         .method_not_allowed_fallback(ops::method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))

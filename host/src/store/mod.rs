@@ -95,7 +95,7 @@ pub struct RunPage {
 }
 
 /// Captured output of one attempt (kept apart from the run record: it can be large).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct AttemptLogs {
     /// The step.
     pub step: String,
