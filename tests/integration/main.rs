@@ -8,6 +8,7 @@ mod common;
 mod crash;
 mod dag;
 mod live;
+mod logs;
 mod metrics;
 mod openapi;
 mod sandbox;

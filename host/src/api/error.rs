@@ -36,6 +36,9 @@ pub struct ErrorDetail {
     /// `{"retry_after": 5}` for `queue_full`; else `null`.
     #[schema(value_type = Object, nullable)]
     pub details: Value,
+    /// The request's id (also in the `x-request-id` header and the host log).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
 }
 
 /// Result type of the handlers.
@@ -163,6 +166,7 @@ impl IntoResponse for ApiError {
                 code: code.to_string(),
                 message: self.public_message(),
                 details,
+                request_id: super::request_id::current(),
             },
         };
         let mut response = (status, axum::Json(body)).into_response();

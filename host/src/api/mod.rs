@@ -18,6 +18,7 @@ mod metrics;
 pub mod openapi;
 mod ops;
 mod plugins;
+pub mod request_id;
 mod runs;
 mod tasks;
 pub mod views;
@@ -148,23 +149,35 @@ async fn observe(
         .get::<MatchedPath>()
         .map_or("unmatched", MatchedPath::as_str)
         .to_owned();
+    let id = request_id::of(req.headers());
+    // Every line logged while answering carries the request id.
+    let span = tracing::info_span!("request", request_id = %id, %method, %route);
     let started = Instant::now();
-    let response = match tokio::spawn(next.run(req)).await {
+    let handler = request_id::scope(
+        id.clone(),
+        tracing::Instrument::instrument(next.run(req), span),
+    );
+    let mut response = match tokio::spawn(handler).await {
         Ok(response) => response,
-        Err(e) => ApiError::Internal(format!("the handler of {method} {path} failed: {e}"))
-            .into_response(),
+        Err(e) => request_id::sync_scope(id.clone(), || {
+            ApiError::Internal(format!("the handler of {method} {path} failed: {e}"))
+                .into_response()
+        }),
     };
+    if let Ok(value) = axum::http::HeaderValue::from_str(&id) {
+        response.headers_mut().insert(request_id::HEADER, value);
+    }
     let status = response.status().as_u16();
     http.count(method.as_str(), &route, status);
     // Microsecond precision is plenty for a log line.
     let ms = (started.elapsed().as_secs_f64() * 1e6).round() / 1e3;
     if response.status().is_server_error() {
-        tracing::warn!(%method, %path, status, ms, "request");
+        tracing::warn!(request_id = %id, %method, %path, status, ms, "request");
     } else if method == axum::http::Method::GET && response.status().is_success() {
         // Polling clients (`ax trigger --wait`) would flood the log at info.
-        tracing::debug!(%method, %path, status, ms, "request");
+        tracing::debug!(request_id = %id, %method, %path, status, ms, "request");
     } else {
-        tracing::info!(%method, %path, status, ms, "request");
+        tracing::info!(request_id = %id, %method, %path, status, ms, "request");
     }
     response
 }

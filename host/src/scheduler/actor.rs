@@ -1413,6 +1413,13 @@ impl Actor {
         self.tenant_metrics
             .of(&run.rec.tenant)
             .run_finished(run.rec.status);
+        let r = &run.rec;
+        if r.status == RunStatus::Succeeded {
+            tracing::debug!(run = %r.id, tenant = %r.tenant, task = %r.task, "run succeeded");
+        } else {
+            tracing::info!(run = %r.id, tenant = %r.tenant, task = %r.task, status = r.status.as_str(),
+                reason = r.reason.as_deref().unwrap_or(""), "run ended without success");
+        }
         self.fire_after(&run.rec, now);
         let was_held = run.held;
         self.finished.insert(id.to_string(), run.rec);
@@ -1562,17 +1569,29 @@ impl Actor {
             entry.tenant.clone(),
             entry.pool.clone(),
         );
-        tokio::spawn(async move {
-            let result = fut.await;
-            let _ = done_tx.send(AttemptDone {
-                run_id,
-                step: i,
-                attempt: number,
-                tenant,
-                pool,
-                result,
-            });
-        });
+        // Log lines of the attempt (runtime, plugin loading) carry its ids.
+        let span = tracing::info_span!("attempt", run = %run.rec.id, tenant = %run.rec.tenant,
+            task = %run.rec.task, step = %spec.name, attempt = number);
+        tokio::spawn(tracing::Instrument::instrument(
+            async move {
+                let result = fut.await;
+                match &result {
+                    Ok(r) => {
+                        tracing::debug!(outcome = %r.outcome, duration_ms = r.duration_ms, fuel = r.fuel_consumed, "attempt finished")
+                    }
+                    Err(e) => tracing::warn!(error = %e, "attempt could not run (host fault)"),
+                }
+                let _ = done_tx.send(AttemptDone {
+                    run_id,
+                    step: i,
+                    attempt: number,
+                    tenant,
+                    pool,
+                    result,
+                });
+            },
+            span,
+        ));
         Ok(())
     }
 
@@ -1665,6 +1684,11 @@ impl Actor {
             Some(e) => format!("attempt {}: {} ({e})", done.attempt, report.outcome),
             None => format!("attempt {}: {}", done.attempt, report.outcome),
         };
+        if report.outcome != Outcome::Succeeded {
+            tracing::info!(run = %done.run_id, tenant = %done.tenant, task = %run.rec.task,
+                step = %step.name, attempt = done.attempt, outcome = %report.outcome,
+                error = report.error.as_deref().unwrap_or(""), "attempt did not succeed");
+        }
         if step.status != StepStatus::Running {
             // Cancelled while running: the step was already settled.
             return self.advance(&done.run_id, now, "scheduler", &mut events);
@@ -1778,6 +1802,8 @@ impl Actor {
                 tracing::error!(error = %e, "recording a dead letter failed");
             }
             self.stats.dead_letters.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(run = %run_id, tenant = %dead.tenant, task = %dead.task, step = %dead.step,
+                attempts = dead.attempts, dead_letter = %dead.id, %outcome, "step dead-lettered");
             set_step(
                 &mut run.rec,
                 i,
