@@ -22,6 +22,8 @@
 //! - [`api`]: the HTTP API — the only place naming axum.
 //! - [`metrics`]: counters, histograms and the Prometheus text encoder
 //!   behind `GET /metrics` (hand-rolled atomics; the why is in its docs).
+//! - [`tenant`]: tenants, quotas, tokens and usage buckets; the registry
+//!   the API authenticates against.
 //! - [`config`], [`server`]: `ax serve` settings and wiring.
 //! - [`cli`]: the `ax` command line. [`bench`]: measurement loops.
 //!
@@ -45,3 +47,4 @@ pub mod service;
 pub mod store;
 pub mod task;
 pub mod template;
+pub mod tenant;

@@ -192,7 +192,12 @@ pub async fn start(config: Config, demo: bool) -> anyhow::Result<Server> {
         shutdown.clone(),
     )
     .await?;
+    let tenants = crate::service::load_registry(
+        store.as_ref(),
+        crate::scheduler::Clock::now_ms(clock.as_ref()),
+    )?;
     let ax = Ax {
+        tenants,
         store: store.clone(),
         runtime,
         scheduler,

@@ -70,7 +70,9 @@ async fn host() -> Host {
     )
     .await
     .expect("scheduler starts");
+    let tenants = ax::service::load_registry(store.as_ref(), 0).expect("tenants load");
     let ax = Ax {
+        tenants,
         store,
         runtime,
         scheduler,
@@ -1046,6 +1048,15 @@ async fn another_tenant_sees_none_of_the_first_tenants_objects() {
         .await;
     let id = run.body["id"].as_str().unwrap().to_string();
     h.wait_run(&id).await;
+    // An admin header naming a tenant nobody created is refused.
+    let unknown = request("GET", "/v1/tasks", Some("other-team"))
+        .body(Body::empty())
+        .unwrap();
+    assert_eq!(h.send(unknown).await.status, StatusCode::NOT_FOUND);
+    let create = request("POST", "/v1/tenants", None)
+        .body(Body::from(r#"{"name": "other-team"}"#))
+        .unwrap();
+    assert_eq!(h.send(create).await.status, StatusCode::CREATED);
 
     let as_other = |method: &str, path: &str| {
         request(method, path, Some("other-team"))

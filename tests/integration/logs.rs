@@ -65,7 +65,13 @@ fn json_logs_carry_request_and_run_ids() {
         .expect("ax serve");
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let url = loop {
-        let line = lines.next().expect("ax serve printed its address").unwrap();
+        let Some(Ok(line)) = lines.next() else {
+            let _ = child.wait();
+            panic!(
+                "ax serve exited before listening: {}",
+                std::fs::read_to_string(&log_path).unwrap_or_default()
+            );
+        };
         if let Some(url) = line.strip_prefix("ax listening on ") {
             break url.to_string();
         }

@@ -21,6 +21,7 @@ mod plugins;
 pub mod request_id;
 mod runs;
 mod tasks;
+pub mod tenants;
 pub mod views;
 
 use std::sync::Arc;
@@ -30,7 +31,7 @@ use axum::Router;
 use axum::extract::{DefaultBodyLimit, Extension, MatchedPath, Request, State};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{MethodRouter, get, post};
+use axum::routing::{MethodRouter, delete, get, post, put};
 use tokio_util::sync::CancellationToken;
 
 pub use self::error::ApiError;
@@ -87,6 +88,23 @@ fn routes(plugin_limit: usize) -> Vec<(&'static str, MethodRouter<ApiState>)> {
         ("/v1/dead-letters/{id}/resolve", post(runs::resolve)),
         ("/v1/dead-letters/{id}/requeue", post(runs::requeue)),
         ("/v1/cron/next", get(ops::cron_next)),
+        ("/v1/tenants", get(tenants::list).post(tenants::create)),
+        (
+            "/v1/tenants/{tenant}",
+            get(tenants::show).put(tenants::update),
+        ),
+        ("/v1/tenants/{tenant}/quota", put(tenants::quota)),
+        ("/v1/tenants/{tenant}/disable", post(tenants::disable)),
+        ("/v1/tenants/{tenant}/enable", post(tenants::enable)),
+        (
+            "/v1/tenants/{tenant}/tokens",
+            get(tenants::list_tokens).post(tenants::create_token),
+        ),
+        (
+            "/v1/tenants/{tenant}/tokens/{id}",
+            delete(tenants::revoke_token),
+        ),
+        ("/v1/tenants/{tenant}/usage", get(tenants::usage)),
         (openapi::OPENAPI_PATH, get(openapi::document)),
         ("/healthz", get(ops::healthz)),
         ("/readyz", get(ops::readyz)),

@@ -27,7 +27,7 @@ use utoipa::openapi::path::{ParameterBuilder, ParameterIn};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{ObjectBuilder, Required, Type};
 
-use super::{metrics, ops, plugins, runs, tasks};
+use super::{metrics, ops, plugins, runs, tasks, tenants};
 
 /// The document, built once.
 #[derive(OpenApi)]
@@ -63,6 +63,17 @@ use super::{metrics, ops, plugins, runs, tasks};
         runs::resolve,
         runs::requeue,
         ops::cron_next,
+        tenants::create,
+        tenants::list,
+        tenants::show,
+        tenants::update,
+        tenants::quota,
+        tenants::disable,
+        tenants::enable,
+        tenants::create_token,
+        tenants::list_tokens,
+        tenants::revoke_token,
+        tenants::usage,
         ops::healthz,
         ops::readyz,
         metrics::scrape,
@@ -75,6 +86,7 @@ use super::{metrics, ops, plugins, runs, tasks};
         (name = "tasks", description = "Task definitions and their triggers"),
         (name = "runs", description = "Runs: trigger, inspect, control"),
         (name = "dead letters", description = "Steps that exhausted their retries"),
+        (name = "tenants", description = "Admin only: tenants, quotas, tokens, usage"),
         (name = "operations", description = "Health, metrics, cron preview, this document"),
     )
 )]
