@@ -77,6 +77,8 @@ pub struct Config {
     pub max_plugin_mb: usize,
     /// Wasm instances that may exist at once (pooling allocator slots).
     pub max_instances: u32,
+    /// History kept by default and how often the sweeper runs (docs/TASKS.md).
+    pub retention: crate::retention::RetentionConfig,
 }
 
 impl Default for Config {
@@ -93,6 +95,7 @@ impl Default for Config {
             caps: CapsFile::default(),
             max_plugin_mb: 32,
             max_instances: crate::runtime::DEFAULT_MAX_INSTANCES,
+            retention: crate::retention::RetentionConfig::default(),
         }
     }
 }

@@ -24,6 +24,7 @@
 //!   behind `GET /metrics` (hand-rolled atomics; the why is in its docs).
 //! - [`tenant`]: tenants, quotas, tokens and usage buckets; the registry
 //!   the API authenticates against.
+//! - [`retention`]: how much finished history is kept, and the sweeper.
 //! - [`config`], [`server`]: `ax serve` settings and wiring.
 //! - [`cli`]: the `ax` command line. [`bench`]: measurement loops.
 //!
@@ -39,6 +40,7 @@ pub mod dag;
 pub mod graph;
 pub mod metrics;
 pub mod model;
+pub mod retention;
 pub mod runtime;
 pub mod schedule;
 pub mod scheduler;

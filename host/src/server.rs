@@ -223,6 +223,14 @@ pub async fn start(config: Config, demo: bool) -> anyhow::Result<Server> {
         admin_token_sha256: token_hash,
     };
     let http = tokio::spawn(api::serve(listener, state, shutdown.clone()));
+    // Retention: stops with everything else; its deletions go through the scheduler.
+    crate::retention::spawn_sweeper(
+        ax.store.clone(),
+        ax.scheduler.clone(),
+        ax.clock.clone(),
+        config.retention.clone(),
+        shutdown.clone(),
+    );
     tracing::info!(%addr, data_dir = %config.data_dir.display(), "ax is serving");
     Ok(Server {
         ax,

@@ -11,6 +11,7 @@ mod live;
 mod logs;
 mod metrics;
 mod openapi;
+mod retention;
 mod sandbox;
 mod serve_cli;
 mod validation;

@@ -205,6 +205,12 @@ fn render(
     );
     counter(
         &mut e,
+        "ax_runs_deleted_total",
+        "Finished runs deleted by retention.",
+        stats.runs_deleted.load(Ordering::Relaxed),
+    );
+    counter(
+        &mut e,
         "ax_runs_shed_total",
         "Runs shed past the high-water mark.",
         stats.shed.load(Ordering::Relaxed),

@@ -656,6 +656,19 @@ impl Actor {
             Command::Snapshot(reply) => {
                 let _ = reply.send(self.snapshot());
             }
+            Command::Purge { mut ids, reply } => {
+                // Runs held in memory or not yet written are not history.
+                ids.retain(|id| {
+                    !self.runs.contains_key(id)
+                        && !self.dirty.contains_key(id)
+                        && !self.finished.contains_key(id)
+                });
+                let job =
+                    crate::retention::purge_job(self.store.clone(), self.stats.clone(), ids, reply);
+                if let Err(e) = self.flush_then(Some(job)) {
+                    tracing::error!(error = %e, "cannot queue a retention purge");
+                }
+            }
             // The new run itself was written at once (`insert_run`); what
             // follows (its first steps queued) may be written behind.
             Command::Trigger(req, reply) => {

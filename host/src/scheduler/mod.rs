@@ -144,6 +144,8 @@ pub struct Stats {
     /// Per-tenant counters and histograms (`GET /metrics`); the actor
     /// updates them through its own lock-free [`crate::metrics::TenantCache`].
     pub tenants: Arc<crate::metrics::TenantRegistry>,
+    /// Finished runs deleted by retention.
+    pub runs_deleted: AtomicU64,
     /// Why each held tenant's runs wait (fuel used up, disabled).
     pub holds: std::sync::Mutex<std::collections::HashMap<String, String>>,
 }
@@ -249,6 +251,11 @@ enum Command {
     AfterWrites(Box<Command>),
     /// Gauges computed from the actor's state, for a metrics scrape.
     Snapshot(oneshot::Sender<Snapshot>),
+    /// Deletes finished runs (retention), ordered after queued writes.
+    Purge {
+        ids: Vec<String>,
+        reply: oneshot::Sender<Result<u64>>,
+    },
 }
 
 /// Queue gauges of one tenant at one instant (for `GET /metrics`).
@@ -311,6 +318,13 @@ impl Scheduler {
     /// Counters for metrics.
     pub fn stats(&self) -> &Arc<Stats> {
         &self.stats
+    }
+
+    /// Deletes finished runs by id (retention). Runs the scheduler holds in
+    /// memory or has not written yet are skipped; the deletion is queued on
+    /// the run writer after every write before it. Answers how many went.
+    pub async fn purge(&self, ids: Vec<String>) -> Result<u64> {
+        self.ask(|reply| Command::Purge { ids, reply }).await
     }
 
     /// Queue depth and oldest queued age per tenant, computed by the actor
