@@ -79,6 +79,8 @@ pub struct Config {
     pub max_instances: u32,
     /// History kept by default and how often the sweeper runs (docs/TASKS.md).
     pub retention: crate::retention::RetentionConfig,
+    /// Webhook alert delivery and per-tenant alerts (`crate::alerts`).
+    pub alerts: crate::alerts::AlertsConfig,
 }
 
 impl Default for Config {
@@ -96,6 +98,7 @@ impl Default for Config {
             max_plugin_mb: 32,
             max_instances: crate::runtime::DEFAULT_MAX_INSTANCES,
             retention: crate::retention::RetentionConfig::default(),
+            alerts: crate::alerts::AlertsConfig::default(),
         }
     }
 }

@@ -25,12 +25,15 @@
 //! - [`tenant`]: tenants, quotas, tokens and usage buckets; the registry
 //!   the API authenticates against.
 //! - [`retention`]: how much finished history is kept, and the sweeper.
+//! - [`alerts`]: webhook alerts on failures, dead letters and late starts,
+//!   delivered by a worker off the scheduler's path.
 //! - [`config`], [`server`]: `ax serve` settings and wiring.
 //! - [`cli`]: the `ax` command line. [`bench`]: measurement loops.
 //!
 //! Dependency direction: `api`/`cli` → `service` → `scheduler` → (`store`,
 //! `runtime` through traits) → `model`. Nothing imports `api`.
 
+pub mod alerts;
 pub mod api;
 pub mod bench;
 pub mod cli;

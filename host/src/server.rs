@@ -182,6 +182,11 @@ pub async fn start(config: Config, demo: bool) -> anyhow::Result<Server> {
         ..SchedulerConfig::default()
     };
     let shutdown = CancellationToken::new();
+    crate::alerts::validate_config(&config.alerts).map_err(|e| anyhow::anyhow!("config: {e}"))?;
+    let scheduler_config = SchedulerConfig {
+        alerts: crate::alerts::Alerter::start(config.alerts.clone(), shutdown.clone()),
+        ..scheduler_config
+    };
     let clock = Arc::new(SystemClock);
     let runner = Arc::new(WasmRunner::new(runtime.clone(), store.clone()));
     let (scheduler, scheduler_task) = Scheduler::start(

@@ -91,6 +91,10 @@ pub struct TaskSpec {
     /// server defaults.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retention: Option<crate::retention::RetentionSpec>,
+    /// Where failures, dead letters and late starts are reported
+    /// (`crate::alerts`); `None`: only the tenant's alerts, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub alerts: Option<crate::alerts::AlertSpec>,
 }
 
 /// One node of a task's DAG.
@@ -1021,7 +1025,7 @@ impl<'v> Obj<'v> {
     }
 }
 
-const TASK_FIELDS: [&str; 13] = [
+const TASK_FIELDS: [&str; 14] = [
     "name",
     "description",
     "trigger",
@@ -1030,6 +1034,7 @@ const TASK_FIELDS: [&str; 13] = [
     "priority",
     "steps",
     "retention",
+    "alerts",
     // The one-step shorthand.
     "plugin",
     "input",
@@ -1096,6 +1101,7 @@ fn task_from_value(value: &Value) -> Result<(TaskSpec, bool)> {
         })?
         .unwrap_or(DEFAULT_PRIORITY);
     let retention = task.opt("retention", crate::retention::RetentionSpec::from_value)?;
+    let alerts = task.opt("alerts", crate::alerts::AlertSpec::from_value)?;
 
     let shorthand_keys: Vec<&str> = SHORTHAND_FIELDS
         .into_iter()
@@ -1152,6 +1158,7 @@ fn task_from_value(value: &Value) -> Result<(TaskSpec, bool)> {
         priority,
         steps,
         retention,
+        alerts,
     };
     Ok((spec, shorthand))
 }
@@ -1979,6 +1986,7 @@ pool: small
                 overlap: Overlap::Skip,
                 priority: DEFAULT_PRIORITY,
                 retention: None,
+                alerts: None,
                 steps: vec![StepSpec {
                     name: "t".into(),
                     plugin: plugin("p@1.0.0"),

@@ -2,6 +2,7 @@
 //! wasmtime layout). They use real plugins built from `plugins/` by
 //! host/build.rs, the real wasmtime runtime and the real `ax` binary.
 
+mod alerts;
 mod api;
 mod cli;
 mod common;

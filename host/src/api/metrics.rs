@@ -221,6 +221,37 @@ fn render(
         "Fires skipped because a previous run was still active (overlap).",
         stats.overlap_skips.load(Ordering::Relaxed),
     );
+    let alerts = stats.alerts.stats();
+    counter(
+        &mut e,
+        "ax_alerts_sent_total",
+        "Webhook alerts delivered.",
+        alerts.sent.load(Ordering::Relaxed),
+    );
+    counter(
+        &mut e,
+        "ax_alerts_failed_total",
+        "Webhook alerts given up (refused, or retries exhausted).",
+        alerts.failed.load(Ordering::Relaxed),
+    );
+    counter(
+        &mut e,
+        "ax_alerts_retries_total",
+        "Webhook deliveries retried.",
+        alerts.retries.load(Ordering::Relaxed),
+    );
+    counter(
+        &mut e,
+        "ax_alerts_dropped_total",
+        "Webhook alerts dropped because the queue was full (oldest first).",
+        alerts.dropped.load(Ordering::Relaxed),
+    );
+    gauge(
+        &mut e,
+        "ax_alerts_queued",
+        "Webhook alerts waiting (fresh and retrying).",
+        stats.alerts.queued() as f64,
+    );
     gauge(
         &mut e,
         "ax_store_size_bytes",

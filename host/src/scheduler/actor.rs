@@ -1556,6 +1556,7 @@ impl Actor {
         self.tenant_metrics
             .of(&run.rec.tenant)
             .run_finished(run.rec.status);
+        self.config.alerts.run_ended(&run.rec, &run.spec, now);
         let r = &run.rec;
         if r.status == RunStatus::Succeeded {
             tracing::debug!(run = %r.id, tenant = %r.tenant, task = %r.task, "run succeeded");
@@ -1668,6 +1669,9 @@ impl Actor {
             if run.rec.trigger != TriggerKind::Manual {
                 let late = (now - run.rec.scheduled_for).max(0) as f64;
                 self.stats.record_lateness(late);
+                self.config
+                    .alerts
+                    .started_late(&run.rec, &run.spec, late as i64, now);
                 self.tenant_metrics.of(&run.rec.tenant).fire_late(late);
             }
         }
@@ -1994,6 +1998,7 @@ impl Actor {
                 tracing::error!(error = %e, "recording a dead letter failed");
             }
             self.stats.dead_letters.fetch_add(1, Ordering::Relaxed);
+            self.config.alerts.dead_letter(&run.rec, &run.spec, &dead);
             tracing::warn!(run = %run_id, tenant = %dead.tenant, task = %dead.task, step = %dead.step,
                 attempts = dead.attempts, dead_letter = %dead.id, %outcome, "step dead-lettered");
             set_step(

@@ -86,6 +86,8 @@ pub struct SchedulerConfig {
     pub shed_below_priority: u8,
     /// Attempts lost to host crashes that do not count against a step's retries.
     pub max_lost_attempts: u32,
+    /// Where webhook alerts go (inert by default: no worker, no webhooks).
+    pub alerts: crate::alerts::Alerter,
 }
 
 impl Default for SchedulerConfig {
@@ -97,6 +99,7 @@ impl Default for SchedulerConfig {
             high_water: 50_000,
             shed_below_priority: 3,
             max_lost_attempts: 3,
+            alerts: crate::alerts::Alerter::default(),
         }
     }
 }
@@ -146,6 +149,8 @@ pub struct Stats {
     pub tenants: Arc<crate::metrics::TenantRegistry>,
     /// Finished runs deleted by retention.
     pub runs_deleted: AtomicU64,
+    /// The alert handle (its delivery counters are metrics).
+    pub alerts: crate::alerts::Alerter,
     /// Why each held tenant's runs wait (fuel used up, disabled).
     pub holds: std::sync::Mutex<std::collections::HashMap<String, String>>,
 }
@@ -297,7 +302,10 @@ impl Scheduler {
         config: SchedulerConfig,
         shutdown: CancellationToken,
     ) -> Result<(Self, tokio::task::JoinHandle<()>)> {
-        let stats = Arc::new(Stats::default());
+        let stats = Arc::new(Stats {
+            alerts: config.alerts.clone(),
+            ..Stats::default()
+        });
         let (tx, rx) = mpsc::unbounded_channel();
         let mut actor = actor::Actor::new(store, runner, clock, config, stats.clone());
         actor.recover()?;
