@@ -77,6 +77,10 @@ pub struct Config {
     pub max_plugin_mb: usize,
     /// Wasm instances that may exist at once (pooling allocator slots).
     pub max_instances: u32,
+    /// History kept by default and how often the sweeper runs (docs/TASKS.md).
+    pub retention: crate::retention::RetentionConfig,
+    /// Webhook alert delivery and per-tenant alerts (`crate::alerts`).
+    pub alerts: crate::alerts::AlertsConfig,
 }
 
 impl Default for Config {
@@ -93,6 +97,8 @@ impl Default for Config {
             caps: CapsFile::default(),
             max_plugin_mb: 32,
             max_instances: crate::runtime::DEFAULT_MAX_INSTANCES,
+            retention: crate::retention::RetentionConfig::default(),
+            alerts: crate::alerts::AlertsConfig::default(),
         }
     }
 }

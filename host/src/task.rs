@@ -87,6 +87,14 @@ pub struct TaskSpec {
     pub priority: u8,
     /// The DAG, in declaration order (at least one step).
     pub steps: Vec<StepSpec>,
+    /// How much finished history to keep (`crate::retention`); `None`: the
+    /// server defaults.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retention: Option<crate::retention::RetentionSpec>,
+    /// Where failures, dead letters and late starts are reported
+    /// (`crate::alerts`); `None`: only the tenant's alerts, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub alerts: Option<crate::alerts::AlertSpec>,
 }
 
 /// One node of a task's DAG.
@@ -259,7 +267,7 @@ fn path_prefix(path: &str) -> String {
 }
 
 impl SpecError {
-    fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
+    pub(crate) fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
         Self {
             path: path.into(),
             message: message.into(),
@@ -1017,7 +1025,7 @@ impl<'v> Obj<'v> {
     }
 }
 
-const TASK_FIELDS: [&str; 12] = [
+const TASK_FIELDS: [&str; 14] = [
     "name",
     "description",
     "trigger",
@@ -1025,6 +1033,8 @@ const TASK_FIELDS: [&str; 12] = [
     "overlap",
     "priority",
     "steps",
+    "retention",
+    "alerts",
     // The one-step shorthand.
     "plugin",
     "input",
@@ -1090,6 +1100,8 @@ fn task_from_value(value: &Value) -> Result<(TaskSpec, bool)> {
                 .ok_or_else(|| SpecError::new(p, format!("{n} is outside 0..={MAX_PRIORITY}")))
         })?
         .unwrap_or(DEFAULT_PRIORITY);
+    let retention = task.opt("retention", crate::retention::RetentionSpec::from_value)?;
+    let alerts = task.opt("alerts", crate::alerts::AlertSpec::from_value)?;
 
     let shorthand_keys: Vec<&str> = SHORTHAND_FIELDS
         .into_iter()
@@ -1145,6 +1157,8 @@ fn task_from_value(value: &Value) -> Result<(TaskSpec, bool)> {
         overlap,
         priority,
         steps,
+        retention,
+        alerts,
     };
     Ok((spec, shorthand))
 }
@@ -1971,6 +1985,8 @@ pool: small
                 catch_up: CatchUp::Latest,
                 overlap: Overlap::Skip,
                 priority: DEFAULT_PRIORITY,
+                retention: None,
+                alerts: None,
                 steps: vec![StepSpec {
                     name: "t".into(),
                     plugin: plugin("p@1.0.0"),

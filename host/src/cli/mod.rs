@@ -20,11 +20,33 @@ use crate::model::Limits;
 #[derive(Debug, Parser)]
 #[command(name = "ax", version, about, propagate_version = true)]
 pub struct Cli {
-    /// Log as JSON lines instead of human-readable text (logs go to stderr).
+    /// Log as JSON lines instead of human-readable text (logs go to stderr);
+    /// the same as `--log-format json`.
     #[arg(long, global = true, env = "AX_LOG_JSON")]
     pub log_json: bool,
+    /// Log format on stderr: `text` (default) or `json` (one object per line,
+    /// with the fields of the enclosing spans: request id, run, task, step,
+    /// attempt, tenant).
+    #[arg(long, global = true, env = "AX_LOG_FORMAT", value_enum)]
+    pub log_format: Option<LogFormat>,
     #[command(subcommand)]
     command: Command,
+}
+
+/// How log lines are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+impl Cli {
+    /// Whether logs are JSON lines (`--log-format json` or `--log-json`).
+    pub fn json_logs(&self) -> bool {
+        self.log_format == Some(LogFormat::Json) || (self.log_json && self.log_format.is_none())
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -195,7 +217,12 @@ pub fn init_tracing(json: bool) {
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
     if json {
-        builder.json().init();
+        // Span fields (request id; run, tenant, task, step, attempt) go with every line.
+        builder
+            .json()
+            .with_current_span(true)
+            .with_span_list(true)
+            .init();
     } else {
         builder.init();
     }
