@@ -16,9 +16,12 @@
 //! - [`schedule`]: triggers and cron → fire instants, time zones, DST. Pure.
 //! - [`store`]: the `Store` trait and its sled and in-memory implementations;
 //!   the only place naming sled.
+//! - [`capability`]: what a step may be granted (HTTP allow-lists, KV,
+//!   config, secrets) and secret redaction, in ax terms. Pure.
 //! - [`runtime`]: the sandbox — the only place naming wasmtime.
 //! - [`scheduler`]: when things run — timers, dispatch queue, retries, recovery.
-//! - [`service`]: the operations of ax as one facade over store, runtime, scheduler.
+//! - [`service`]: the operations of ax as one facade over store, runtime, scheduler;
+//!   [`secrets`]: its secret operations, kept in one auditable place.
 //! - [`api`]: the HTTP API — the only place naming axum.
 //! - [`config`], [`server`]: `ax serve` settings and wiring.
 //! - [`cli`]: the `ax` command line. [`bench`]: measurement loops.
@@ -28,6 +31,7 @@
 
 pub mod api;
 pub mod bench;
+pub mod capability;
 pub mod cli;
 pub mod cond;
 pub mod config;
@@ -37,6 +41,7 @@ pub mod model;
 pub mod runtime;
 pub mod schedule;
 pub mod scheduler;
+pub mod secrets;
 pub mod server;
 pub mod service;
 pub mod store;

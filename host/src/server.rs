@@ -183,7 +183,12 @@ pub async fn start(config: Config, demo: bool) -> anyhow::Result<Server> {
     };
     let shutdown = CancellationToken::new();
     let clock = Arc::new(SystemClock);
-    let runner = Arc::new(WasmRunner::new(runtime.clone(), store.clone()));
+    let kv_limits = crate::capability::KvLimits {
+        quota_bytes: config.kv_quota_kb.saturating_mul(1 << 10),
+        ..Default::default()
+    };
+    let runner =
+        Arc::new(WasmRunner::new(runtime.clone(), store.clone()).with_kv_limits(kv_limits));
     let (scheduler, scheduler_task) = Scheduler::start(
         store.clone(),
         runner,

@@ -3,6 +3,7 @@
 //! host/build.rs, the real wasmtime runtime and the real `ax` binary.
 
 mod api;
+mod capabilities;
 mod cli;
 mod common;
 mod crash;

@@ -16,6 +16,7 @@ mod extract;
 mod ops;
 mod plugins;
 mod runs;
+mod secrets;
 mod tasks;
 pub mod views;
 
@@ -79,6 +80,11 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/dead-letters", get(runs::dead_letters))
         .route("/v1/dead-letters/{id}/resolve", post(runs::resolve))
         .route("/v1/dead-letters/{id}/requeue", post(runs::requeue))
+        .route("/v1/secrets", get(secrets::list))
+        .route(
+            "/v1/secrets/{name}",
+            axum::routing::put(secrets::put).delete(secrets::delete),
+        )
         .route("/v1/cron/next", get(ops::cron_next))
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))

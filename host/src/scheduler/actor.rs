@@ -1428,6 +1428,7 @@ impl Actor {
         let mut events = Vec::new();
         let number = run.rec.steps[i].attempts.len() as u32 + 1;
         let spec = run.spec.steps[i].clone();
+        let grants = run.spec.step_grants(i);
         // Resolve the input and the plugin; either failing fails the step for good.
         let input = self.resolve_input(&entry.run_id, i, number);
         let run = self.runs.get_mut(&entry.run_id).expect("present");
@@ -1514,6 +1515,7 @@ impl Actor {
             },
             input: input.to_string(),
             limits: spec.limits_or_default(),
+            grants,
             cancel,
         };
         let fut = self.runner.run(request);

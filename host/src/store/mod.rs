@@ -12,7 +12,9 @@
 //! [`SyncTicket`] after writing and awaits it (group commit: one flusher
 //! thread, many waiters).
 
+pub mod kv;
 pub mod memory;
+pub mod secrets;
 pub mod sled_store;
 
 #[cfg(test)]
@@ -20,6 +22,7 @@ mod conformance;
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -215,6 +218,12 @@ pub trait Store: Send + Sync + 'static {
     fn get_dead_letter(&self, id: &str) -> Result<Option<DeadLetter>>;
     /// A tenant's dead letters, newest first (`open_only`: unresolved ones).
     fn list_dead_letters(&self, tenant: &str, open_only: bool) -> Result<Vec<DeadLetter>>;
+
+    // --- capabilities: traits of their own, reached from here -----------
+    /// The plugins' key-value store (see [`kv`]).
+    fn kv(&self) -> Arc<dyn kv::KvStore>;
+    /// Tenants' secrets (see [`secrets`]).
+    fn secrets(&self) -> Arc<dyn secrets::SecretStore>;
 
     // --- operations -------------------------------------------------------
     /// Bytes the store occupies on disk (0 in memory).
