@@ -20,9 +20,10 @@
 //!   config, secrets) and secret redaction, in ax terms. Pure.
 //! - [`runtime`]: the sandbox — the only place naming wasmtime.
 //! - [`scheduler`]: when things run — timers, dispatch queue, retries, recovery.
-//! - [`service`]: the operations of ax as one facade over store, runtime, scheduler;
-//!   [`secrets`]: its secret operations, kept in one auditable place.
+//! - [`service`]: the operations of ax as one facade over store, runtime, scheduler.
 //! - [`api`]: the HTTP API — the only place naming axum.
+//! - [`tenant`]: tenants, quotas, tokens and usage buckets; the registry
+//!   the API authenticates against.
 //! - [`config`], [`server`]: `ax serve` settings and wiring.
 //! - [`cli`]: the `ax` command line. [`bench`]: measurement loops.
 //!
@@ -41,9 +42,9 @@ pub mod model;
 pub mod runtime;
 pub mod schedule;
 pub mod scheduler;
-pub mod secrets;
 pub mod server;
 pub mod service;
 pub mod store;
 pub mod task;
 pub mod template;
+pub mod tenant;

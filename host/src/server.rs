@@ -187,8 +187,15 @@ pub async fn start(config: Config, demo: bool) -> anyhow::Result<Server> {
         quota_bytes: config.kv_quota_kb.saturating_mul(1 << 10),
         ..Default::default()
     };
-    let runner =
-        Arc::new(WasmRunner::new(runtime.clone(), store.clone()).with_kv_limits(kv_limits));
+    let tenants = crate::service::load_registry(
+        store.as_ref(),
+        crate::scheduler::Clock::now_ms(clock.as_ref()),
+    )?;
+    let runner = Arc::new(
+        WasmRunner::new(runtime.clone(), store.clone())
+            .with_kv_limits(kv_limits)
+            .with_tenants(tenants.clone()),
+    );
     let (scheduler, scheduler_task) = Scheduler::start(
         store.clone(),
         runner,
@@ -198,6 +205,7 @@ pub async fn start(config: Config, demo: bool) -> anyhow::Result<Server> {
     )
     .await?;
     let ax = Ax {
+        tenants,
         store: store.clone(),
         runtime,
         scheduler,

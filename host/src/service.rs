@@ -5,6 +5,9 @@
 //! Write paths that answer a client wait for the store's sync ticket, so a
 //! 2xx means the change is on disk.
 
+mod capabilities;
+mod tenants;
+
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
@@ -58,6 +61,18 @@ pub enum Error {
         /// Seconds to wait.
         retry_after: u64,
     },
+    /// A tenant quota refuses the request for now.
+    #[error("{message}")]
+    Quota {
+        /// Which limit, and until when.
+        message: String,
+        /// Seconds to wait.
+        retry_after: u64,
+    },
+    /// The caller may not do this (a tenant token on an admin route, a
+    /// disabled tenant).
+    #[error("{0}")]
+    Forbidden(String),
     /// A fault of the host (store, scheduler stopped).
     #[error("internal error: {0}")]
     Internal(String),
@@ -79,6 +94,13 @@ impl From<scheduler::Error> for Error {
             scheduler::Error::QueueFull { retry_after, .. } => Error::QueueFull {
                 message: e.to_string(),
                 retry_after: retry_after.as_secs().max(1),
+            },
+            scheduler::Error::Quota {
+                message,
+                retry_after,
+            } => Error::Quota {
+                message,
+                retry_after: retry_after.as_secs_f64().ceil().max(1.0) as u64,
             },
             scheduler::Error::Conflict(m) => Error::Conflict(m),
             other => Error::Internal(other.to_string()),
@@ -115,7 +137,11 @@ pub struct Ax {
     pub concurrency: usize,
     /// Largest plugin accepted.
     pub max_plugin_bytes: usize,
+    /// Tenants and tokens (see [`load_registry`]).
+    pub tenants: crate::tenant::Registry,
 }
+
+pub use self::tenants::{TenantSpec, UsageReport, UsageTotals, WindowUsage, load_registry};
 
 fn valid_name(name: &str) -> bool {
     let mut chars = name.chars();
@@ -293,7 +319,8 @@ impl Ax {
                 spec.name
             )));
         }
-        task::validate(&spec, &self.caps)?;
+        task::validate(&spec, &self.caps_for(tenant))?;
+        self.check_http_ceiling(tenant, &spec)?;
         for (i, step) in spec.steps.iter().enumerate() {
             if self
                 .store
@@ -460,6 +487,16 @@ impl Ax {
             return Err(Error::BadRequest(
                 "idempotency_key must be 1 to 256 characters".into(),
             ));
+        }
+        if self
+            .tenants
+            .tenant(&request.tenant)
+            .is_some_and(|t| t.disabled)
+        {
+            return Err(Error::Forbidden(format!(
+                "tenant `{}` is disabled; enable it to trigger runs",
+                request.tenant
+            )));
         }
         let result = self.scheduler.trigger(request).await?;
         self.sync().await?;

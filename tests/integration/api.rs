@@ -22,10 +22,10 @@ use tower::ServiceExt as _;
 
 use crate::common::{RUNTIME, plugin_bytes};
 
-const TOKEN: &str = "api-test-token";
+pub(crate) const TOKEN: &str = "api-test-token";
 
 /// An in-process host: store, scheduler, runtime and the router over them.
-struct Host {
+pub(crate) struct Host {
     app: Router,
     state: ApiState,
     shutdown: CancellationToken,
@@ -38,14 +38,14 @@ impl Drop for Host {
 }
 
 /// What a call answered.
-struct Answer {
-    status: StatusCode,
-    headers: axum::http::HeaderMap,
-    body: Value,
+pub(crate) struct Answer {
+    pub(crate) status: StatusCode,
+    pub(crate) headers: axum::http::HeaderMap,
+    pub(crate) body: Value,
 }
 
 impl Answer {
-    fn code(&self) -> &str {
+    pub(crate) fn code(&self) -> &str {
         self.body["error"]["code"].as_str().unwrap_or("")
     }
 
@@ -54,7 +54,7 @@ impl Answer {
     }
 }
 
-async fn host() -> Host {
+pub(crate) async fn host() -> Host {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     // One runtime (engine, pool, compiled plugins) for the whole test binary.
     let runtime = RUNTIME.clone();
@@ -70,7 +70,9 @@ async fn host() -> Host {
     )
     .await
     .expect("scheduler starts");
+    let tenants = ax::service::load_registry(store.as_ref(), 0).expect("tenants load");
     let ax = Ax {
+        tenants,
         store,
         runtime,
         scheduler,
@@ -107,7 +109,7 @@ fn request(method: &str, path: &str, tenant: Option<&str>) -> axum::http::reques
 }
 
 impl Host {
-    async fn send(&self, req: Request<Body>) -> Answer {
+    pub(crate) async fn send(&self, req: Request<Body>) -> Answer {
         let response = self
             .app
             .clone()
@@ -156,7 +158,7 @@ impl Host {
         self.send(req).await
     }
 
-    async fn upload_bytes(&self, name: &str, version: &str, bytes: Vec<u8>) -> Answer {
+    pub(crate) async fn upload_bytes(&self, name: &str, version: &str, bytes: Vec<u8>) -> Answer {
         let req = request(
             "POST",
             &format!("/v1/plugins?name={name}&version={version}"),
@@ -186,7 +188,7 @@ impl Host {
     }
 
     /// Polls a run until `done` says so (20 s at most).
-    async fn wait_until(&self, id: &str, done: impl Fn(&Value) -> bool) -> Value {
+    pub(crate) async fn wait_until(&self, id: &str, done: impl Fn(&Value) -> bool) -> Value {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             let answer = self.get(&format!("/v1/runs/{id}")).await;
@@ -1046,6 +1048,15 @@ async fn another_tenant_sees_none_of_the_first_tenants_objects() {
         .await;
     let id = run.body["id"].as_str().unwrap().to_string();
     h.wait_run(&id).await;
+    // An admin header naming a tenant nobody created is refused.
+    let unknown = request("GET", "/v1/tasks", Some("other-team"))
+        .body(Body::empty())
+        .unwrap();
+    assert_eq!(h.send(unknown).await.status, StatusCode::NOT_FOUND);
+    let create = request("POST", "/v1/tenants", None)
+        .body(Body::from(r#"{"name": "other-team"}"#))
+        .unwrap();
+    assert_eq!(h.send(create).await.status, StatusCode::CREATED);
 
     let as_other = |method: &str, path: &str| {
         request(method, path, Some("other-team"))

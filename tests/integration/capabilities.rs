@@ -594,6 +594,13 @@ impl Server {
         )
     }
 
+    /// Creates `tenant` (as the admin) with an HTTP ceiling.
+    fn tenant(&self, tenant: &str, allow_http: &[&str]) {
+        let body = json!({ "name": tenant, "allow_http": allow_http }).to_string();
+        let (status, body) = self.call("POST", "/v1/tenants", "default", Some(body.as_bytes()));
+        assert_eq!(status, 201, "{body}");
+    }
+
     fn upload(&self, tenant: &str, plugin: &str) {
         let (status, body) = self.call_as(
             "POST",
@@ -653,6 +660,7 @@ fn kv_is_isolated_across_tenants_and_survives_a_restart() {
     let task = "name: cursor\nplugin: cursor@1.0.0\nkv: tenant\ninput: { batch: 10 }\n";
     let server = Server::start(&data, None, &log);
     for tenant in ["a", "b"] {
+        server.tenant(tenant, &[]);
         server.upload(tenant, "cursor");
         let (status, body) = server.put_task(tenant, "cursor", task);
         assert_eq!(status, 201, "{body}");
@@ -701,7 +709,7 @@ fn kv_is_isolated_across_tenants_and_survives_a_restart() {
 }
 
 #[test]
-fn the_kv_quota_of_the_server_config_is_enforced() {
+fn the_kv_quota_of_the_server_config_or_the_tenant_is_enforced() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("ax.yaml");
     std::fs::write(&config, "kv_quota_kb: 8\n").unwrap();
@@ -710,6 +718,7 @@ fn the_kv_quota_of_the_server_config_is_enforced() {
         Some(&config),
         &dir.path().join("ax.log"),
     );
+    server.tenant("a", &[]);
     server.upload("a", "probe");
     let task = json!({
         "name": "fill", "plugin": "probe@1.0.0", "kv": "tenant",
@@ -730,6 +739,20 @@ fn the_kv_quota_of_the_server_config_is_enforced() {
             .contains("quota of 8192 bytes would be exceeded"),
         "{run}"
     );
+    // A tenant's own `kv_bytes` quota overrides the server's default.
+    let body = json!({ "name": "big", "quota": { "kv_bytes": 20_000 } }).to_string();
+    let (status, body) = server.call("POST", "/v1/tenants", "default", Some(body.as_bytes()));
+    assert_eq!(status, 201, "{body}");
+    server.upload("big", "probe");
+    let (status, body) = server.put_task("big", "fill", &task.to_string());
+    assert_eq!(status, 201, "{body}");
+    let run = server.run("big", "fill", json!({}));
+    let r = &output(&run)["results"];
+    assert_eq!(
+        (&r[0]["ok"], &r[1]["ok"]),
+        (&Value::Null, &Value::Null),
+        "{run}"
+    );
     server.kill();
 }
 
@@ -737,6 +760,7 @@ fn the_kv_quota_of_the_server_config_is_enforced() {
 fn steps_must_declare_capabilities_valid_on_save() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(&dir.path().join("data"), None, &dir.path().join("ax.log"));
+    server.tenant("a", &["https://*.example.com", "http://127.0.0.1:*"]);
     server.upload("a", "probe");
     for (yaml, path, message) in [
         (
@@ -748,6 +772,16 @@ fn steps_must_declare_capabilities_valid_on_save() {
             "name: t\nplugin: probe@1.0.0\nkv: forever\n",
             "kv",
             "expected `tenant` or `task`",
+        ),
+        (
+            "name: t\nplugin: probe@1.0.0\nallow_http: [\"https://api.example.com\", \"https://example.com\"]\n",
+            "steps[0].allow_http",
+            "`https://example.com` is outside the tenant's allow-list: the tenant allows only `https://*.example.com`, `http://127.0.0.1:*`",
+        ),
+        (
+            "name: t\nplugin: probe@1.0.0\nallow_http: [\"https://127.0.0.1:8080\"]\n",
+            "steps[0].allow_http",
+            "`https://127.0.0.1:8080` is outside",
         ),
         (
             "name: t\nplugin: probe@1.0.0\nsecrets: [\"a b\"]\n",
@@ -762,13 +796,27 @@ fn steps_must_declare_capabilities_valid_on_save() {
     ] {
         let (status, body) = server.put_task("a", "t", yaml);
         assert_eq!(status, 422, "{yaml}: {body}");
-        let body: Value = serde_json::from_str(&body).unwrap();
-        let text = body.to_string();
         assert!(
-            text.contains(path) && text.contains(message),
-            "{yaml}: {text}"
+            body.contains(path) && body.contains(message),
+            "{yaml}: {body}"
         );
     }
+    // Narrower than the ceiling: accepted.
+    let (status, body) = server.put_task(
+        "a",
+        "t",
+        "name: t\nplugin: probe@1.0.0\nallow_http: [\"https://api.eu.example.com\", \"http://127.0.0.1:8080\"]\n",
+    );
+    assert_eq!(status, 201, "{body}");
+    // The admin's patterns follow the same grammar.
+    let bad =
+        json!({ "name": "c", "allow_http": ["https://ok.example.com", "ftp://x"] }).to_string();
+    let (status, body) = server.call("POST", "/v1/tenants", "default", Some(bad.as_bytes()));
+    assert_eq!(status, 422, "{body}");
+    assert!(
+        body.contains("allow_http[1]") && body.contains("`http` or `https`"),
+        "{body}"
+    );
     server.kill();
 }
 
@@ -778,6 +826,8 @@ fn a_secret_never_appears_in_an_answer_a_log_line_or_an_event() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("ax.log");
     let server = Server::start(&dir.path().join("data"), None, &log);
+    server.tenant("a", &[]);
+    server.tenant("b", &[]);
     server.upload("a", "probe");
 
     let (status, body) = server.call("PUT", "/v1/secrets/api_token", "a", Some(SECRET.as_bytes()));

@@ -10,4 +10,5 @@ mod crash;
 mod dag;
 mod sandbox;
 mod serve_cli;
+mod tenants;
 mod validation;

@@ -1,8 +1,15 @@
 //! Who is calling and for which tenant: the one extractor every `/v1` handler
-//! takes first. Today there is one admin token (its sha256 is in
-//! [`ApiState`]); the admin acts on the tenant named by `X-Ax-Tenant`
-//! (`default` when absent). Per-tenant tokens will grow here, behind the same
-//! [`Caller`] type, without touching the handlers.
+//! takes first (SPEC §7).
+//!
+//! - The admin token (its sha256 is in [`ApiState`]) acts on the tenant named
+//!   by `X-Ax-Tenant` (`default` when absent); that tenant must exist (404).
+//! - A tenant token (`axt_<id>_<secret>`, see [`crate::tenant`]) acts on its
+//!   own tenant only: an `X-Ax-Tenant` naming another is 403, as are
+//!   admin-only routes ([`Caller::require_admin`]) and a disabled tenant.
+//! - No token, a malformed, unknown or revoked one: 401.
+//!
+//! Another tenant's *objects* answer 404 — that is the handlers' business,
+//! since every service call is scoped to `Caller::tenant`.
 
 use axum::extract::FromRequestParts;
 use axum::http::header::AUTHORIZATION;
@@ -11,19 +18,35 @@ use sha2::{Digest, Sha256};
 
 use super::ApiState;
 use super::error::ApiError;
+use crate::tenant::TokenCheck;
 
 /// The header naming the tenant an admin acts on.
 pub const TENANT_HEADER: &str = "x-ax-tenant";
 /// The tenant acted on when no header names one.
-pub const DEFAULT_TENANT: &str = "default";
+pub const DEFAULT_TENANT: &str = crate::tenant::DEFAULT_TENANT;
 
 /// An authenticated caller.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Caller {
     /// The tenant the request acts on.
     pub tenant: String,
-    /// Who, as recorded in events (`api:admin`).
+    /// Who, as recorded in events (`api:admin`, `api:token:<id>`).
     pub actor: String,
+    /// Whether this is the admin token.
+    pub admin: bool,
+}
+
+impl Caller {
+    /// 403 unless the caller is the admin.
+    pub fn require_admin(&self) -> Result<(), ApiError> {
+        if self.admin {
+            Ok(())
+        } else {
+            Err(ApiError::Forbidden(
+                "this route needs the admin token; a tenant token cannot use it".into(),
+            ))
+        }
+    }
 }
 
 /// sha256 of a token: what the host keeps instead of the token itself.
@@ -71,10 +94,32 @@ impl FromRequestParts<ApiState> for Caller {
                 "missing `Authorization: Bearer TOKEN` header".into(),
             ));
         };
+        let named = parts.headers.get(TENANT_HEADER);
+        if let Some((id, secret)) = crate::tenant::parse_token(token) {
+            return match state.ax.tenants.check_token(id, secret) {
+                TokenCheck::Tenant(tenant) => {
+                    if named.is_some_and(|h| h.as_bytes() != tenant.as_bytes()) {
+                        return Err(ApiError::Forbidden(
+                            "a tenant token acts only on its own tenant; drop the X-Ax-Tenant header"
+                                .into(),
+                        ));
+                    }
+                    Ok(Caller {
+                        tenant,
+                        actor: format!("api:token:{id}"),
+                        admin: false,
+                    })
+                }
+                TokenCheck::Disabled(tenant) => Err(ApiError::Forbidden(format!(
+                    "tenant `{tenant}` is disabled"
+                ))),
+                TokenCheck::Invalid => Err(ApiError::Unauthorized("the token is not valid".into())),
+            };
+        }
         if !constant_time_eq(&hash_token(token), &state.admin_token_sha256) {
             return Err(ApiError::Unauthorized("the token is not valid".into()));
         }
-        let tenant = match parts.headers.get(TENANT_HEADER) {
+        let tenant = match named {
             None => DEFAULT_TENANT.to_string(),
             Some(value) => {
                 let name = value.to_str().unwrap_or_default();
@@ -89,9 +134,15 @@ impl FromRequestParts<ApiState> for Caller {
                 name.to_string()
             }
         };
+        if !state.ax.tenant_exists(&tenant) {
+            return Err(ApiError::NotFound(format!(
+                "tenant `{tenant}` not found; create it with POST /v1/tenants"
+            )));
+        }
         Ok(Caller {
             tenant,
             actor: "api:admin".into(),
+            admin: true,
         })
     }
 }

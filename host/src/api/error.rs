@@ -62,6 +62,14 @@ pub enum ApiError {
         /// Seconds to wait (sent as `Retry-After`).
         retry_after: u64,
     },
+    /// 429: a tenant quota refuses the request for now (trigger rate, fuel
+    /// budget set to refuse, queued-run cap).
+    QuotaExceeded {
+        /// Which limit, and until when.
+        message: String,
+        /// Seconds to wait (sent as `Retry-After`).
+        retry_after: u64,
+    },
     /// 503: the host cannot serve right now.
     Unavailable(String),
     /// 500: a fault of the host. The text is logged, never sent.
@@ -92,6 +100,7 @@ impl ApiError {
             }
             ApiError::Invalid { code, .. } => (StatusCode::UNPROCESSABLE_ENTITY, code),
             ApiError::QueueFull { .. } => (StatusCode::TOO_MANY_REQUESTS, "queue_full"),
+            ApiError::QuotaExceeded { .. } => (StatusCode::TOO_MANY_REQUESTS, "quota_exceeded"),
             ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
@@ -109,6 +118,7 @@ impl ApiError {
             | ApiError::UnsupportedMediaType(message)
             | ApiError::Invalid { message, .. }
             | ApiError::QueueFull { message, .. }
+            | ApiError::QuotaExceeded { message, .. }
             | ApiError::Unavailable(message) => message.clone(),
             ApiError::MethodNotAllowed => "this route does not accept this method".into(),
             ApiError::Internal(_) => "internal error; the host logged the details".into(),
@@ -134,7 +144,8 @@ impl IntoResponse for ApiError {
         }
         let details = match &self {
             ApiError::Invalid { details, .. } => details.clone().unwrap_or(Value::Null),
-            ApiError::QueueFull { retry_after, .. } => json!({ "retry_after": retry_after }),
+            ApiError::QueueFull { retry_after, .. }
+            | ApiError::QuotaExceeded { retry_after, .. } => json!({ "retry_after": retry_after }),
             _ => Value::Null,
         };
         let body = json!({ "error": { "code": code, "message": self.public_message(), "details": details } });
@@ -144,7 +155,8 @@ impl IntoResponse for ApiError {
             ApiError::Unauthorized(_) => {
                 headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
             }
-            ApiError::QueueFull { retry_after, .. } => {
+            ApiError::QueueFull { retry_after, .. }
+            | ApiError::QuotaExceeded { retry_after, .. } => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from(*retry_after));
             }
             _ => {}
@@ -197,6 +209,14 @@ impl From<service::Error> for ApiError {
             service::Error::NotFound(what) => ApiError::NotFound(format!("{what} not found")),
             service::Error::Conflict(message) => ApiError::Conflict(message),
             service::Error::TooLarge(message) => ApiError::TooLarge(message),
+            service::Error::Quota {
+                message,
+                retry_after,
+            } => ApiError::QuotaExceeded {
+                message,
+                retry_after,
+            },
+            service::Error::Forbidden(message) => ApiError::Forbidden(message),
             service::Error::QueueFull {
                 message,
                 retry_after,

@@ -18,6 +18,7 @@ mod plugins;
 mod runs;
 mod secrets;
 mod tasks;
+pub mod tenants;
 pub mod views;
 
 use std::time::Instant;
@@ -26,7 +27,7 @@ use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post, put};
 use tokio_util::sync::CancellationToken;
 
 pub use self::error::ApiError;
@@ -86,6 +87,23 @@ pub fn router(state: ApiState) -> Router {
             axum::routing::put(secrets::put).delete(secrets::delete),
         )
         .route("/v1/cron/next", get(ops::cron_next))
+        .route("/v1/tenants", get(tenants::list).post(tenants::create))
+        .route(
+            "/v1/tenants/{tenant}",
+            get(tenants::show).put(tenants::update),
+        )
+        .route("/v1/tenants/{tenant}/quota", put(tenants::quota))
+        .route("/v1/tenants/{tenant}/disable", post(tenants::disable))
+        .route("/v1/tenants/{tenant}/enable", post(tenants::enable))
+        .route(
+            "/v1/tenants/{tenant}/tokens",
+            get(tenants::list_tokens).post(tenants::create_token),
+        )
+        .route(
+            "/v1/tenants/{tenant}/tokens/{id}",
+            delete(tenants::revoke_token),
+        )
+        .route("/v1/tenants/{tenant}/usage", get(tenants::usage))
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
         .fallback(ops::not_found)

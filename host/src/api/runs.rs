@@ -86,7 +86,12 @@ pub(super) async fn list(
         limit: query.limit.unwrap_or(DEFAULT_PAGE),
         cursor: query.cursor.filter(|c| !c.is_empty()),
     })?;
-    let runs: Vec<RunView> = page.runs.into_iter().map(RunView::from).collect();
+    let stats = state.ax.scheduler.stats();
+    let runs: Vec<RunView> = page
+        .runs
+        .into_iter()
+        .map(|r| RunView::with_hold(r, stats))
+        .collect();
     Ok(Json(json!({ "runs": runs, "next_cursor": page.next })))
 }
 
@@ -96,7 +101,8 @@ pub(super) async fn show(
     caller: Caller,
     ApiPath(id): ApiPath<String>,
 ) -> ApiResult<Json<RunView>> {
-    Ok(Json(state.ax.get_run(&caller.tenant, &id)?.into()))
+    let run = state.ax.get_run(&caller.tenant, &id)?;
+    Ok(Json(RunView::with_hold(run, state.ax.scheduler.stats())))
 }
 
 /// `GET /v1/runs/{id}/logs`: `{"attempts": [...]}`.

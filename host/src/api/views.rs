@@ -191,6 +191,23 @@ pub struct RunView {
     pub idempotency_key: Option<String>,
     /// Its steps, in the task's order.
     pub steps: Vec<StepView>,
+    /// Why its waiting steps do not start (the tenant's fuel is used up, the
+    /// tenant is disabled); absent when nothing holds it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held: Option<String>,
+}
+
+impl RunView {
+    /// The view of `r`, with the hold of its tenant if it is still waiting.
+    pub fn with_hold(r: RunRecord, stats: &crate::scheduler::Stats) -> Self {
+        let held = (!r.status.is_terminal())
+            .then(|| stats.hold_reason(&r.tenant))
+            .flatten();
+        Self {
+            held,
+            ..Self::from(r)
+        }
+    }
 }
 
 impl From<RunRecord> for RunView {
@@ -210,6 +227,7 @@ impl From<RunRecord> for RunView {
             input: r.input,
             idempotency_key: r.idempotency_key,
             steps: r.steps.into_iter().map(StepView::from).collect(),
+            held: None,
         }
     }
 }

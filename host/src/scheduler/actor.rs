@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::clock::{Clock, from_ms, rfc3339};
 use super::queue::{DispatchQueue, Entry};
+use super::quota::{Admit, TenantQuota};
 use super::readiness::{Decision, Graph, Readiness};
 use super::runner::{AttemptRequest, Runner};
 use super::{Command, Error, Result, SchedulerConfig, Stats, TriggerRequest};
@@ -24,6 +25,7 @@ use crate::schedule::{self, AfterOn, Overlap, Trigger};
 use crate::store::{AttemptLogs, Insert, Store, new_id};
 use crate::task::TaskSpec;
 use crate::template;
+use crate::tenant::{HOUR_MS, TenantRecord, UsageBucket};
 
 /// Commands drained per wake-up before dispatching (amortises the dispatch scan).
 const BATCH: usize = 256;
@@ -37,8 +39,18 @@ const FLUSH_MAX: std::time::Duration = std::time::Duration::from_millis(250);
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Timer {
-    Fire { tenant: String, task: String },
-    Retry { run_id: String, step: usize },
+    Fire {
+        tenant: String,
+        task: String,
+    },
+    Retry {
+        run_id: String,
+        step: usize,
+    },
+    /// A tenant's fuel window ends: count from zero, release held runs.
+    Window {
+        tenant: String,
+    },
 }
 
 struct AttemptDone {
@@ -47,6 +59,8 @@ struct AttemptDone {
     attempt: u32,
     tenant: String,
     pool: String,
+    /// Fuel reserved from the tenant's budget for the attempt.
+    fuel_given: u64,
     result: std::result::Result<AttemptReport, String>,
 }
 
@@ -62,6 +76,7 @@ struct TaskRuns {
 /// Runs to write, in order, and what to do once they are written.
 struct WriteJob {
     runs: Vec<(RunRecord, Vec<Event>)>,
+    usage: Vec<UsageBucket>,
     then: Option<Box<dyn FnOnce(Result<()>) + Send>>,
 }
 
@@ -73,8 +88,8 @@ struct WriteJob {
 fn spawn_writer(store: Arc<dyn Store>) -> mpsc::UnboundedSender<WriteJob> {
     let (tx, mut rx) = mpsc::unbounded_channel::<WriteJob>();
     tokio::spawn(async move {
-        while let Some(WriteJob { runs, then }) = rx.recv().await {
-            let result = if runs.is_empty() {
+        while let Some(WriteJob { runs, usage, then }) = rx.recv().await {
+            let result = if runs.is_empty() && usage.is_empty() {
                 Ok(())
             } else {
                 let store = store.clone();
@@ -82,6 +97,7 @@ fn spawn_writer(store: Arc<dyn Store>) -> mpsc::UnboundedSender<WriteJob> {
                     for (run, events) in &runs {
                         store.update_run(run, events)?;
                     }
+                    store.add_usage(&usage)?;
                     Ok(())
                 })
                 .await
@@ -243,6 +259,10 @@ pub(super) struct Actor {
     done_tx: mpsc::UnboundedSender<AttemptDone>,
     done_rx: Option<mpsc::UnboundedReceiver<AttemptDone>>,
     rng: rand::rngs::StdRng,
+    /// Quota state of every tenant with a record.
+    quotas: HashMap<String, TenantQuota>,
+    /// Usage of finished attempts not yet written, by (tenant, task, hour).
+    usage: HashMap<(String, String, Millis), UsageBucket>,
 }
 
 /// One event; `step` names the step and attempt for step-level changes.
@@ -376,6 +396,8 @@ impl Actor {
             done_tx,
             done_rx: Some(done_rx),
             rng: rand::rngs::StdRng::from_os_rng(),
+            quotas: HashMap::new(),
+            usage: HashMap::new(),
         }
     }
 
@@ -389,6 +411,18 @@ impl Actor {
     /// when their timers fire, immediately).
     pub(super) fn recover(&mut self) -> Result<()> {
         let now = self.clock.now_ms();
+        for tenant in self.store.list_tenants()? {
+            let start = tenant.quota.window_start(now);
+            let used = self
+                .store
+                .usage(&tenant.name, start, now + HOUR_MS)?
+                .iter()
+                .map(|b| b.fuel)
+                .fold(0u64, u64::saturating_add);
+            self.quotas
+                .insert(tenant.name.clone(), TenantQuota::new(&tenant, used, now));
+            self.apply_quota(&tenant.name);
+        }
         let mut active = self.store.active_runs()?;
         active.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
         for rec in active {
@@ -623,6 +657,10 @@ impl Actor {
             Command::TaskChanged { tenant, task } => {
                 self.guard(|a| a.on_task_changed(&tenant, &task))
             }
+            Command::TenantChanged { record, reply } => {
+                self.on_tenant_changed(&record);
+                let _ = reply.send(Ok(()));
+            }
             Command::PutTask { record, reply } => {
                 let r = self.on_put_task(*record);
                 answer(self, reply, r);
@@ -770,16 +808,95 @@ impl Actor {
         })
     }
 
+    /// Why a new run of `tenant` is recorded as cancelled instead of queued:
+    /// the tenant is disabled, or out of fuel and set to refuse.
+    fn tenant_refusal(&mut self, tenant: &str, now: Millis) -> Option<String> {
+        let q = self.quotas.get_mut(tenant)?;
+        if q.disabled {
+            return Some(format!("refused: tenant `{tenant}` is disabled"));
+        }
+        q.roll(now);
+        (q.exhausted() && q.refuses_when_exhausted()).then(|| {
+            format!(
+                "refused: tenant `{tenant}` used its fuel budget for the window ending {}",
+                rfc3339(q.window_end())
+            )
+        })
+    }
+
+    /// Applies a created or changed tenant: limits, weight, holds.
+    fn on_tenant_changed(&mut self, record: &TenantRecord) {
+        let now = self.clock.now_ms();
+        match self.quotas.get_mut(&record.name) {
+            Some(q) => q.update(record, now),
+            None => {
+                self.quotas
+                    .insert(record.name.clone(), TenantQuota::new(record, 0, now));
+            }
+        }
+        self.apply_quota(&record.name);
+    }
+
+    /// Pushes a tenant's quota state to the queue (cap, weight, hold), the
+    /// visible hold reason, and the timer of its window's end.
+    fn apply_quota(&mut self, tenant: &str) {
+        let Some(q) = self.quotas.get(tenant) else {
+            return;
+        };
+        let limit = q.quota.max_concurrent_attempts.map(|n| n as usize);
+        self.queue.set_tenant(tenant, limit, q.quota.weight);
+        self.queue.set_held(tenant, q.held());
+        self.stats.set_hold(tenant, q.hold_reason(tenant));
+        if q.quota.fuel_per_window.is_some() {
+            let end = q.window_end();
+            self.timers.insert((
+                end,
+                Timer::Window {
+                    tenant: tenant.to_string(),
+                },
+            ));
+        }
+    }
+
     fn on_trigger(&mut self, req: TriggerRequest) -> Result<(RunRecord, bool)> {
         let now = self.clock.now_ms();
         let (task, spec) = self.load_task(&req.tenant, &req.task)?;
         let queued = self.queued_runs.get(&req.tenant).copied().unwrap_or(0);
-        if queued >= self.config.max_queued_per_tenant {
+        let tenant_cap = self
+            .quotas
+            .get(&req.tenant)
+            .and_then(|q| q.quota.max_queued_runs)
+            .map_or(usize::MAX, |n| n as usize);
+        if queued >= self.config.max_queued_per_tenant.min(tenant_cap) {
             return Err(Error::QueueFull {
                 tenant: req.tenant.clone(),
                 queued,
                 retry_after: std::time::Duration::from_secs(5),
             });
+        }
+        if let Some(q) = self.quotas.get_mut(&req.tenant) {
+            q.roll(now);
+            if q.exhausted() && q.refuses_when_exhausted() {
+                let wait = (q.window_end() - now).max(1000);
+                return Err(Error::Quota {
+                    message: format!(
+                        "tenant `{}` used its fuel budget for the window ending {}; runs are refused until then",
+                        req.tenant,
+                        rfc3339(q.window_end())
+                    ),
+                    retry_after: std::time::Duration::from_millis(wait as u64),
+                });
+            }
+            if let Err(wait) = q.take_trigger(now) {
+                return Err(Error::Quota {
+                    message: format!(
+                        "tenant `{}` is over its trigger rate of {}/s",
+                        req.tenant,
+                        q.quota.trigger_rate_per_sec.unwrap_or_default()
+                    ),
+                    retry_after: wait,
+                });
+            }
         }
         let priority = req.priority.unwrap_or(spec.priority).min(9);
         let input = req.input.clone().unwrap_or_else(|| serde_json::json!({}));
@@ -804,7 +921,9 @@ impl Actor {
         actor: &str,
         now: Millis,
     ) -> Result<(RunRecord, bool)> {
-        let shed = self.shed_reason(rec.priority);
+        let shed = self
+            .tenant_refusal(&rec.tenant, now)
+            .or_else(|| self.shed_reason(rec.priority));
         let mut events = vec![event(
             &rec,
             None,
@@ -1010,6 +1129,14 @@ impl Actor {
                     if let Err(e) = self.retry_due(&run_id, step, now) {
                         tracing::error!(run = %run_id, error = %e, "requeueing a retry failed");
                     }
+                }
+                Timer::Window { tenant } => {
+                    if let Some(q) = self.quotas.get_mut(&tenant)
+                        && q.roll(now)
+                    {
+                        tracing::info!(%tenant, "fuel window reset");
+                    }
+                    self.apply_quota(&tenant);
                 }
             }
         }
@@ -1241,12 +1368,15 @@ impl Actor {
             }
         }
         self.finished.clear();
+        let usage: Vec<UsageBucket> = self.usage.drain().map(|(_, b)| b).collect();
         match &self.writer {
             Some(writer) => {
-                if runs.is_empty() && then.is_none() {
+                if runs.is_empty() && usage.is_empty() && then.is_none() {
                     return Ok(());
                 }
-                if let Err(mpsc::error::SendError(job)) = writer.send(WriteJob { runs, then }) {
+                if let Err(mpsc::error::SendError(job)) =
+                    writer.send(WriteJob { runs, usage, then })
+                {
                     if let Some(then) = job.then {
                         then(Err(Error::Stopped));
                     }
@@ -1255,7 +1385,7 @@ impl Actor {
                 Ok(())
             }
             None => {
-                let mut result = Ok(());
+                let mut result = self.store.add_usage(&usage).map_err(Error::from);
                 for (run, events) in &runs {
                     if let Err(e) = self.store.update_run(run, events) {
                         result = Err(Error::from(e));
@@ -1425,9 +1555,34 @@ impl Actor {
             self.queue.finish(&entry.tenant, &entry.pool);
             return Ok(());
         }
+        let spec = run.spec.steps[i].clone();
+        let mut limits = spec.limits_or_default();
+        let mut fuel_given = 0;
+        if let Some(q) = self.quotas.get_mut(&entry.tenant) {
+            limits = q.cap(limits);
+            q.roll(now);
+            match q.admit(limits.fuel) {
+                Admit::Go(fuel) => {
+                    if q.quota.fuel_per_window.is_some() {
+                        limits.fuel = fuel;
+                        fuel_given = fuel;
+                    }
+                }
+                Admit::Wait | Admit::Exhausted => {
+                    // Back in line, behind nothing: it keeps its place.
+                    self.queue.finish(&entry.tenant, &entry.pool);
+                    self.queue.push(entry.clone());
+                    self.apply_quota(&entry.tenant);
+                    return Ok(());
+                }
+            }
+            if q.held() {
+                self.apply_quota(&entry.tenant);
+            }
+        }
+        let run = self.runs.get_mut(&entry.run_id).expect("checked above");
         let mut events = Vec::new();
         let number = run.rec.steps[i].attempts.len() as u32 + 1;
-        let spec = run.spec.steps[i].clone();
         let grants = run.spec.step_grants(i);
         // Resolve the input and the plugin; either failing fails the step for good.
         let input = self.resolve_input(&entry.run_id, i, number);
@@ -1461,6 +1616,10 @@ impl Actor {
         let (input, plugin) = match prepared {
             Ok(p) => p,
             Err(reason) => {
+                if let Some(q) = self.quotas.get_mut(&entry.tenant) {
+                    q.settle(fuel_given, 0, now);
+                }
+                let run = self.runs.get_mut(&entry.run_id).expect("present");
                 run.rec.steps[i].error = Some(reason.clone());
                 set_step(
                     &mut run.rec,
@@ -1514,7 +1673,7 @@ impl Actor {
                 trigger: run.rec.trigger,
             },
             input: input.to_string(),
-            limits: spec.limits_or_default(),
+            limits,
             grants,
             cancel,
         };
@@ -1533,6 +1692,7 @@ impl Actor {
                 attempt: number,
                 tenant,
                 pool,
+                fuel_given,
                 result,
             });
         });
@@ -1590,6 +1750,25 @@ impl Actor {
             progress: None,
         });
         self.stats.count_attempt(report.outcome);
+        let usage = UsageBucket::attempt(
+            &done.tenant,
+            &run.rec.task,
+            now,
+            report.fuel_consumed,
+            report.duration_ms,
+            report.outcome,
+        );
+        self.usage
+            .entry((usage.tenant.clone(), usage.task.clone(), usage.hour))
+            .and_modify(|b| b.add(&usage))
+            .or_insert(usage);
+        if let Some(q) = self.quotas.get_mut(&done.tenant) {
+            q.settle(done.fuel_given, report.fuel_consumed, now);
+            self.apply_quota(&done.tenant);
+        }
+        let Some(run) = self.runs.get_mut(&done.run_id) else {
+            return Ok(());
+        };
         let step = &mut run.rec.steps[i];
         if let Some(a) = step.attempts.iter_mut().find(|a| a.number == done.attempt) {
             a.outcome = Some(report.outcome);

@@ -15,6 +15,7 @@
 mod actor;
 pub mod clock;
 pub mod queue;
+mod quota;
 mod readiness;
 pub mod runner;
 
@@ -27,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::model::{Outcome, RunRecord, ScheduleState, TaskRecord};
 use crate::store::{self, Store};
+use crate::tenant::TenantRecord;
 
 pub use self::clock::{Clock, SystemClock, TokioClock};
 pub use self::queue::{PoolConfig, QueueConfig};
@@ -45,6 +47,15 @@ pub enum Error {
         tenant: String,
         /// Runs waiting.
         queued: usize,
+        /// A hint for `Retry-After`.
+        retry_after: Duration,
+    },
+    /// A tenant quota refuses the request for now (trigger rate, fuel
+    /// budget with `out_of_fuel: refuse`).
+    #[error("{message}")]
+    Quota {
+        /// What limit, and until when.
+        message: String,
         /// A hint for `Retry-After`.
         retry_after: Duration,
     },
@@ -130,6 +141,8 @@ pub struct Stats {
     /// since the last [`Stats::take_lateness`]; at most [`MAX_LATENESS_SAMPLES`]
     /// are kept (later ones are dropped) so a server nobody reads stays bounded.
     pub lateness: std::sync::Mutex<Vec<f64>>,
+    /// Why each held tenant's runs wait (fuel used up, disabled).
+    pub holds: std::sync::Mutex<std::collections::HashMap<String, String>>,
 }
 
 /// Bound on the lateness samples kept between two reads.
@@ -152,6 +165,26 @@ impl Stats {
         }
     }
 
+    pub(crate) fn set_hold(&self, tenant: &str, reason: Option<String>) {
+        let mut holds = self
+            .holds
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match reason {
+            Some(r) => holds.insert(tenant.to_string(), r),
+            None => holds.remove(tenant),
+        };
+    }
+
+    /// Why `tenant`'s runs are held, if they are.
+    pub fn hold_reason(&self, tenant: &str) -> Option<String> {
+        self.holds
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(tenant)
+            .cloned()
+    }
+
     /// Takes the lateness samples recorded since the last call.
     pub fn take_lateness(&self) -> Vec<f64> {
         std::mem::take(
@@ -168,6 +201,10 @@ enum Command {
     TaskChanged {
         tenant: String,
         task: String,
+    },
+    TenantChanged {
+        record: Box<TenantRecord>,
+        reply: oneshot::Sender<Result<()>>,
     },
     PutTask {
         record: Box<TaskRecord>,
@@ -232,6 +269,16 @@ impl Scheduler {
         actor.recover()?;
         let handle = tokio::spawn(actor.run(rx, tx.downgrade(), shutdown));
         Ok((Self { tx, stats }, handle))
+    }
+
+    /// Applies a created or changed tenant (quota, disabled) to the next
+    /// attempts; held runs are released at once if the change allows.
+    pub async fn tenant_changed(&self, record: TenantRecord) -> Result<()> {
+        self.ask(|reply| Command::TenantChanged {
+            record: Box::new(record),
+            reply,
+        })
+        .await
     }
 
     /// Counters for metrics.

@@ -13,9 +13,24 @@
 //! Queues are kept per (tenant, pool), so a full pool or a tenant at its cap
 //! never blocks the others (no head-of-line blocking); the dispatcher looks at
 //! the head of each queue, which is cheap since there are few of them.
+//!
+//! # Fair sharing across tenants
+//! Tenants are served by weighted fair queuing on *starts*: each tenant has a
+//! virtual time that grows by `1 / weight` per attempt started, and the next
+//! start goes to the startable tenant with the smallest virtual time; the
+//! priority/aging key only orders a tenant's own steps (and breaks ties).
+//! A tenant that had nothing queued or running joins at the smallest virtual
+//! time among the busy tenants, so idleness earns no credit and a newcomer
+//! does not wait behind anyone's backlog: with one busy tenant, a second
+//! tenant's step is the first or second start after it becomes ready, however
+//! many steps the first has queued. The reserved high-priority share still
+//! applies across all tenants.
+//!
+//! A tenant can be *held* (fuel used up, disabled, waiting for reserved fuel
+//! to settle): its steps stay queued and are skipped.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
 
 use crate::model::Millis;
 
@@ -167,6 +182,14 @@ pub struct DispatchQueue {
     queued_by_tenant: HashMap<String, usize>,
     queued_total: usize,
     seq: u64,
+    /// Per-tenant running caps overriding `config.tenant_limit`.
+    tenant_limits: HashMap<String, usize>,
+    /// Tenant weights (default 1).
+    weights: HashMap<String, u32>,
+    /// Virtual time of each tenant seen (fair sharing).
+    vtime: HashMap<String, f64>,
+    /// Tenants whose steps must not start now.
+    held: HashSet<String>,
 }
 
 impl DispatchQueue {
@@ -195,6 +218,56 @@ impl DispatchQueue {
             queued_by_tenant: HashMap::new(),
             queued_total: 0,
             seq: 0,
+            tenant_limits: HashMap::new(),
+            weights: HashMap::new(),
+            vtime: HashMap::new(),
+            held: HashSet::new(),
+        }
+    }
+
+    /// Sets a tenant's running cap (`None`: the configured default) and
+    /// weight under contention.
+    pub fn set_tenant(&mut self, tenant: &str, limit: Option<usize>, weight: u32) {
+        match limit {
+            Some(n) => self.tenant_limits.insert(tenant.to_string(), n),
+            None => self.tenant_limits.remove(tenant),
+        };
+        self.weights.insert(tenant.to_string(), weight.max(1));
+    }
+
+    /// Holds (or releases) a tenant's queued steps.
+    pub fn set_held(&mut self, tenant: &str, held: bool) {
+        if held {
+            self.held.insert(tenant.to_string());
+        } else {
+            self.held.remove(tenant);
+        }
+    }
+
+    /// Whether a tenant's steps are held.
+    pub fn is_held(&self, tenant: &str) -> bool {
+        self.held.contains(tenant)
+    }
+
+    /// Attempts of `tenant` running.
+    pub fn running_for(&self, tenant: &str) -> usize {
+        self.running_by_tenant.get(tenant).copied().unwrap_or(0)
+    }
+
+    /// A tenant becoming busy joins at the smallest virtual time among the
+    /// busy tenants (no credit for having been idle).
+    fn join(&mut self, tenant: &str) {
+        let floor = self
+            .queued_by_tenant
+            .keys()
+            .chain(self.running_by_tenant.keys())
+            .filter(|t| t.as_str() != tenant)
+            .filter_map(|t| self.vtime.get(t))
+            .copied()
+            .fold(f64::INFINITY, f64::min);
+        let vt = self.vtime.entry(tenant.to_string()).or_insert(0.0);
+        if floor.is_finite() && *vt < floor {
+            *vt = floor;
         }
     }
 
@@ -213,6 +286,9 @@ impl DispatchQueue {
 
     /// Adds a ready step.
     pub fn push(&mut self, entry: Entry) {
+        if self.queued_for(&entry.tenant) == 0 && self.running_for(&entry.tenant) == 0 {
+            self.join(&entry.tenant);
+        }
         self.seq += 1;
         *self
             .queued_by_tenant
@@ -283,8 +359,9 @@ impl DispatchQueue {
         for pool in self.pools.values_mut() {
             pool.refill(now);
         }
-        // (order key, tie-break sequence, queue) of the best startable head.
-        type Best = ((Millis, Millis), u64, (String, String));
+        // (tenant virtual time, order key, tie-break sequence, queue) of the
+        // best startable head.
+        type Best = (f64, (Millis, Millis), u64, (String, String));
         let mut best: Option<Best> = None;
         for (qkey, heap) in &self.queues {
             let Some(Reverse(head)) = heap.peek() else {
@@ -294,7 +371,15 @@ impl DispatchQueue {
             if !low_may_start && entry.priority < HIGH_PRIORITY {
                 continue;
             }
-            if let Some(limit) = self.config.tenant_limit
+            if self.held.contains(&entry.tenant) {
+                continue;
+            }
+            let limit = self
+                .tenant_limits
+                .get(&entry.tenant)
+                .copied()
+                .or(self.config.tenant_limit);
+            if let Some(limit) = limit
                 && self
                     .running_by_tenant
                     .get(&entry.tenant)
@@ -311,14 +396,14 @@ impl DispatchQueue {
             {
                 continue;
             }
-            if best
-                .as_ref()
-                .is_none_or(|(k, s, _)| (head.key, head.seq) < (*k, *s))
-            {
-                best = Some((head.key, head.seq, qkey.clone()));
+            let vt = self.vtime.get(&entry.tenant).copied().unwrap_or(0.0);
+            if best.as_ref().is_none_or(|(bv, k, s, _)| {
+                vt < *bv || (vt == *bv && (head.key, head.seq) < (*k, *s))
+            }) {
+                best = Some((vt, head.key, head.seq, qkey.clone()));
             }
         }
-        let (_, _, qkey) = best?;
+        let (_, _, _, qkey) = best?;
         let heap = self.queues.get_mut(&qkey)?;
         let Reverse(queued) = heap.pop()?;
         if heap.is_empty() {
@@ -333,6 +418,8 @@ impl DispatchQueue {
             }
         }
         self.running_total += 1;
+        let weight = self.weights.get(&entry.tenant).copied().unwrap_or(1);
+        *self.vtime.entry(entry.tenant.clone()).or_insert(0.0) += 1.0 / f64::from(weight);
         *self
             .running_by_tenant
             .entry(entry.tenant.clone())
@@ -498,6 +585,62 @@ mod tests {
         assert_eq!(q.pop(0).unwrap().run_id, "b1");
         assert!(q.pop(0).is_none());
         assert_eq!(q.queued_for("a"), 1);
+    }
+
+    #[test]
+    fn a_newcomer_tenant_starts_next_however_long_the_backlog() {
+        let mut q = DispatchQueue::new(config(1, 0), 0);
+        for i in 0..10_000 {
+            q.push(entry(&format!("a{i}"), "a", DEFAULT_POOL, 5, i));
+        }
+        for _ in 0..5 {
+            let e = q.pop(0).unwrap();
+            q.finish(&e.tenant, &e.pool);
+        }
+        q.push(entry("b0", "b", DEFAULT_POOL, 0, 20_000));
+        let mut a_before_b = 0;
+        loop {
+            let e = q.pop(0).unwrap();
+            q.finish(&e.tenant, &e.pool);
+            if e.tenant == "b" {
+                break;
+            }
+            a_before_b += 1;
+        }
+        assert!(a_before_b <= 1, "{a_before_b} of a's steps went first");
+    }
+
+    #[test]
+    fn weights_share_starts_in_proportion() {
+        let mut q = DispatchQueue::new(config(1, 0), 0);
+        q.set_tenant("a", None, 3);
+        for i in 0..400 {
+            q.push(entry(&format!("a{i}"), "a", DEFAULT_POOL, 5, i));
+            q.push(entry(&format!("b{i}"), "b", DEFAULT_POOL, 5, i));
+        }
+        let mut a = 0;
+        for _ in 0..400 {
+            let e = q.pop(0).unwrap();
+            q.finish(&e.tenant, &e.pool);
+            a += usize::from(e.tenant == "a");
+        }
+        assert!((295..=305).contains(&a), "a got {a} of 400 starts");
+    }
+
+    #[test]
+    fn held_tenants_and_per_tenant_limits_are_skipped() {
+        let mut q = DispatchQueue::new(config(10, 0), 0);
+        q.set_tenant("a", Some(1), 1);
+        q.push(entry("a1", "a", DEFAULT_POOL, 5, 0));
+        q.push(entry("a2", "a", DEFAULT_POOL, 5, 1));
+        q.push(entry("b1", "b", DEFAULT_POOL, 5, 2));
+        q.set_held("b", true);
+        assert_eq!(q.pop(0).unwrap().run_id, "a1");
+        assert!(q.pop(0).is_none(), "a at its cap, b held");
+        q.set_held("b", false);
+        assert_eq!(q.pop(0).unwrap().run_id, "b1");
+        q.finish("a", DEFAULT_POOL);
+        assert_eq!(q.pop(0).unwrap().run_id, "a2");
     }
 
     #[test]

@@ -14,10 +14,11 @@ use tokio_util::sync::CancellationToken;
 
 use std::collections::BTreeMap;
 
-use crate::capability::{Grants, KvGrant, KvLimits, KvNamespace, StepGrants};
+use crate::capability::{Grants, KvGrant, KvLimits, KvNamespace, StepGrants, http};
 use crate::model::{AttemptContext, AttemptReport, Limits};
 use crate::runtime::Runtime;
 use crate::store::Store;
+use crate::tenant::{Registry, TenantRecord};
 
 /// Everything needed to run one attempt.
 #[derive(Clone, Debug)]
@@ -52,6 +53,8 @@ pub struct WasmRunner {
     runtime: Runtime,
     store: Arc<dyn Store>,
     kv_limits: KvLimits,
+    /// Live tenant records: their KV quota and HTTP ceiling apply per attempt.
+    tenants: Option<Registry>,
 }
 
 impl WasmRunner {
@@ -61,7 +64,17 @@ impl WasmRunner {
             runtime,
             store,
             kv_limits: KvLimits::default(),
+            tenants: None,
         }
+    }
+
+    /// Applies each tenant's current record to its attempts: its `kv_bytes`
+    /// quota, and its HTTP ceiling (a step keeps only the patterns its tenant
+    /// still allows, should the admin have narrowed the list since the task
+    /// was saved).
+    pub fn with_tenants(mut self, tenants: Registry) -> Self {
+        self.tenants = Some(tenants);
+        self
     }
 
     /// Sets the key-value caps and the default per-tenant quota.
@@ -72,14 +85,26 @@ impl WasmRunner {
 }
 
 /// Resolves a step's declarations for one attempt: reads the listed secrets
-/// of the tenant (a listed secret the tenant has not set reads as absent) and
-/// attaches the key-value store in the step's scope.
+/// of the tenant (a listed secret the tenant has not set reads as absent),
+/// attaches the key-value store in the step's scope, and applies the tenant's
+/// record when there is one (its KV quota; its HTTP ceiling).
 pub fn resolve_grants(
     store: &dyn Store,
     ctx: &AttemptContext,
     declared: &StepGrants,
-    kv_limits: KvLimits,
+    mut kv_limits: KvLimits,
+    tenant: Option<&TenantRecord>,
 ) -> Result<Grants, String> {
+    let mut allow_http = declared.allow_http.clone();
+    if let Some(tenant) = tenant {
+        if let Some(bytes) = tenant.quota.kv_bytes {
+            kv_limits.quota_bytes = bytes;
+        }
+        if !allow_http.is_empty() {
+            let ceiling = http::parse_list(&tenant.allow_http).unwrap_or_default();
+            allow_http.retain(|p| http::within_ceiling(&ceiling, std::slice::from_ref(p)).is_ok());
+        }
+    }
     let secrets_store = store.secrets();
     let mut secrets = BTreeMap::new();
     for name in &declared.secrets {
@@ -94,7 +119,7 @@ pub fn resolve_grants(
         limits: kv_limits,
     });
     Ok(Grants {
-        allow_http: declared.allow_http.clone(),
+        allow_http,
         http_limits: declared.http_limits,
         config: declared.config.clone(),
         secrets,
@@ -106,8 +131,18 @@ impl Runner for WasmRunner {
     fn run(&self, request: AttemptRequest) -> RunFuture {
         let (runtime, store) = (self.runtime.clone(), self.store.clone());
         let kv_limits = self.kv_limits;
+        let tenant = self
+            .tenants
+            .as_ref()
+            .and_then(|t| t.tenant(&request.ctx.tenant));
         Box::pin(async move {
-            let grants = resolve_grants(&*store, &request.ctx, &request.grants, kv_limits)?;
+            let grants = resolve_grants(
+                &*store,
+                &request.ctx,
+                &request.grants,
+                kv_limits,
+                tenant.as_ref(),
+            )?;
             let plugin = match runtime.get(&request.digest) {
                 Some(plugin) => plugin,
                 None => {

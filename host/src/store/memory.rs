@@ -15,6 +15,7 @@ use super::{AttemptLogs, Error, Insert, Result, RunPage, RunQuery, Store, SyncTi
 use crate::model::{
     DeadLetter, Event, Millis, PluginRecord, RunRecord, RunStatus, ScheduleState, TaskRecord,
 };
+use crate::tenant::{TenantRecord, TokenRecord, UsageBucket};
 
 /// Most index entries one `list_runs` call examines before it returns a
 /// (possibly short, possibly empty) page with a cursor. A status filter on a
@@ -91,6 +92,12 @@ struct State {
     logs: HashMap<String, BTreeMap<(String, u32), AttemptLogs>>,
     /// Keyed by id; ids sort by creation time.
     dead: BTreeMap<String, DeadLetter>,
+    /// Keyed by name.
+    tenants: BTreeMap<String, TenantRecord>,
+    /// Keyed by id.
+    tokens: BTreeMap<String, TokenRecord>,
+    /// Keyed by (tenant, hour, task).
+    usage: BTreeMap<(String, Millis, String), UsageBucket>,
 }
 
 /// A [`Store`] in memory: maps under one mutex. For tests.
@@ -401,6 +408,53 @@ impl Store for MemoryStore {
         let selected =
             newest_first.filter(|d| d.tenant == tenant && (!open_only || d.resolution.is_none()));
         Ok(selected.cloned().collect())
+    }
+
+    fn put_tenant(&self, tenant: &TenantRecord) -> Result<()> {
+        self.state()
+            .tenants
+            .insert(tenant.name.clone(), tenant.clone());
+        Ok(())
+    }
+
+    fn list_tenants(&self) -> Result<Vec<TenantRecord>> {
+        Ok(self.state().tenants.values().cloned().collect())
+    }
+
+    fn put_token(&self, token: &TokenRecord) -> Result<()> {
+        self.state().tokens.insert(token.id.clone(), token.clone());
+        Ok(())
+    }
+
+    fn list_tokens(&self) -> Result<Vec<TokenRecord>> {
+        Ok(self.state().tokens.values().cloned().collect())
+    }
+
+    fn add_usage(&self, usage: &[UsageBucket]) -> Result<()> {
+        let mut state = self.state();
+        for u in usage {
+            let key = (u.tenant.clone(), u.hour, u.task.clone());
+            state
+                .usage
+                .entry(key)
+                .and_modify(|b| b.add(u))
+                .or_insert_with(|| u.clone());
+        }
+        Ok(())
+    }
+
+    fn usage(&self, tenant: &str, from: Millis, to: Millis) -> Result<Vec<UsageBucket>> {
+        if from >= to {
+            return Ok(Vec::new());
+        }
+        let lo = (tenant.to_owned(), from, String::new());
+        let hi = (tenant.to_owned(), to, String::new());
+        Ok(self
+            .state()
+            .usage
+            .range(lo..hi)
+            .map(|(_, b)| b.clone())
+            .collect())
     }
 
     fn size_on_disk(&self) -> u64 {

@@ -30,6 +30,7 @@ use crate::model::{
     DeadLetter, Event, LogRecord, Millis, PluginRecord, Progress, RunRecord, RunStatus,
     ScheduleState, TaskRecord,
 };
+use crate::tenant::{TenantRecord, TokenRecord, UsageBucket};
 
 /// Errors of the store.
 #[derive(Debug, thiserror::Error)]
@@ -218,6 +219,21 @@ pub trait Store: Send + Sync + 'static {
     fn get_dead_letter(&self, id: &str) -> Result<Option<DeadLetter>>;
     /// A tenant's dead letters, newest first (`open_only`: unresolved ones).
     fn list_dead_letters(&self, tenant: &str, open_only: bool) -> Result<Vec<DeadLetter>>;
+
+    // --- tenants ----------------------------------------------------------
+    /// Creates or replaces a tenant.
+    fn put_tenant(&self, tenant: &TenantRecord) -> Result<()>;
+    /// Every tenant, by name.
+    fn list_tenants(&self) -> Result<Vec<TenantRecord>>;
+    /// Creates or replaces a tenant token record.
+    fn put_token(&self, token: &TokenRecord) -> Result<()>;
+    /// Every token record (revoked ones included), by id.
+    fn list_tokens(&self) -> Result<Vec<TokenRecord>>;
+    /// Adds usage to the hourly buckets `(tenant, hour, task)`, creating them
+    /// as needed (counters add up; nothing is replaced).
+    fn add_usage(&self, usage: &[UsageBucket]) -> Result<()>;
+    /// A tenant's usage buckets with `from <= hour < to`, by hour then task.
+    fn usage(&self, tenant: &str, from: Millis, to: Millis) -> Result<Vec<UsageBucket>>;
 
     // --- capabilities: traits of their own, reached from here -----------
     /// The plugins' key-value store (see [`kv`]).

@@ -32,6 +32,9 @@
 //! | `log/{run}/{step}/{attempt:010}` | attempt logs, inline or a blob reference |
 //! | `lref/{digest}/{run}/{step}/{attempt:010}` | a log blob's references |
 //! | `dead/{id}`, `dt/{tenant}/{id}` | [`DeadLetter`], and its tenant index |
+//! | `ten/{name}` | [`TenantRecord`] |
+//! | `tok/{id}` | [`TokenRecord`] (a digest of the secret, never the token) |
+//! | `use/{tenant}/{hour:020}/{task}` | [`UsageBucket`]: one hour of a task's usage |
 //!
 //! Run ids and dead-letter ids sort by creation time, so iterating an index
 //! backwards lists newest first.
@@ -66,8 +69,10 @@ use tokio::sync::watch;
 use super::memory::{MAX_SCAN, digest_of, missing_run, select_page};
 use super::{AttemptLogs, Error, Insert, Result, RunPage, RunQuery, Store, SyncTicket};
 use crate::model::{
-    DeadLetter, Event, PluginRecord, RECORD_FORMAT, RunRecord, RunStatus, ScheduleState, TaskRecord,
+    DeadLetter, Event, Millis, PluginRecord, RECORD_FORMAT, RunRecord, RunStatus, ScheduleState,
+    TaskRecord,
 };
+use crate::tenant::{TenantRecord, TokenRecord, UsageBucket};
 
 /// Format of the store as a whole (key layout, value encoding). A store
 /// written by a newer ax is refused rather than misread.
@@ -859,6 +864,67 @@ impl Store for SledStore {
         Ok(found)
     }
 
+    fn put_tenant(&self, tenant: &TenantRecord) -> Result<()> {
+        self.put(key("ten", &[&tenant.name]), tenant)
+    }
+
+    fn list_tenants(&self) -> Result<Vec<TenantRecord>> {
+        self.values(&key("ten", &[]))
+    }
+
+    fn put_token(&self, token: &TokenRecord) -> Result<()> {
+        self.put(key("tok", &[&token.id]), token)
+    }
+
+    fn list_tokens(&self) -> Result<Vec<TokenRecord>> {
+        self.values(&key("tok", &[]))
+    }
+
+    fn add_usage(&self, usage: &[UsageBucket]) -> Result<()> {
+        if usage.is_empty() {
+            return Ok(());
+        }
+        // Read-add-write: serialised with the other read-then-write paths.
+        let _guard = lock(&self.run_lock);
+        let mut merged: std::collections::BTreeMap<Vec<u8>, UsageBucket> = Default::default();
+        for u in usage {
+            let k = usage_key(&u.tenant, u.hour, &u.task);
+            if let Some(b) = merged.get_mut(&k) {
+                b.add(u);
+                continue;
+            }
+            let mut bucket = self.get::<UsageBucket>(&k)?.unwrap_or_else(|| UsageBucket {
+                outcomes: Default::default(),
+                fuel: 0,
+                attempts: 0,
+                wall_ms: 0.0,
+                ..u.clone()
+            });
+            bucket.add(u);
+            merged.insert(k, bucket);
+        }
+        let mut batch = sled::Batch::default();
+        for (k, bucket) in merged {
+            batch.insert(k, encode(&bucket)?);
+        }
+        self.apply(batch)
+    }
+
+    fn usage(&self, tenant: &str, from: Millis, to: Millis) -> Result<Vec<UsageBucket>> {
+        if from >= to {
+            return Ok(Vec::new());
+        }
+        let lo = usage_key(tenant, from, "");
+        let hi = key("use", &[tenant, &hour_part(to)]);
+        self.db
+            .range(lo..hi)
+            .map(|item| {
+                let (k, v) = item.map_err(sled_error)?;
+                decode(&k, &v)
+            })
+            .collect()
+    }
+
     fn kv(&self) -> Arc<dyn super::kv::KvStore> {
         self.kv.clone()
     }
@@ -906,6 +972,16 @@ fn key(kind: &str, parts: &[&str]) -> Vec<u8> {
         push_part(&mut out, part);
     }
     out
+}
+
+/// Hours as fixed-width text so keys sort by time (instants before 1970
+/// are clamped: usage is never recorded for them).
+fn hour_part(hour: Millis) -> String {
+    format!("{:020}", hour.max(0))
+}
+
+fn usage_key(tenant: &str, hour: Millis, task: &str) -> Vec<u8> {
+    key("use", &[tenant, &hour_part(hour), task])
 }
 
 fn push_part(out: &mut Vec<u8>, part: &str) {

@@ -1,13 +1,46 @@
-//! Tenants' secrets as operations of the facade ([`Ax`]): set, list (names
-//! only), delete. Kept out of `service.rs` so the secret paths are easy to
-//! audit in one place: no value is ever returned, logged or put in an event.
-//! Values reach plugins only through the runner, for steps listing them.
+//! Capability operations of the facade ([`Ax`]): tenants' secrets (set,
+//! list names only, delete) and the tenant ceiling on outbound HTTP, checked
+//! when a task is saved.
+//!
+//! The secret paths sit in one place so they are easy to audit: no value is
+//! ever returned, logged or put in an event. Values reach plugins only
+//! through the runner, for steps listing them.
 
 use crate::capability::{self, MAX_SECRET_BYTES};
 use crate::service::{Ax, Error, Result};
 use crate::store::secrets::SecretInfo;
+use crate::task::TaskSpec;
 
 impl Ax {
+    /// A task may only narrow its tenant's HTTP allow-list: every step's
+    /// `allow_http` must be covered by the tenant's (`allow_http` of the
+    /// tenant record, set by the admin; empty means no outbound HTTP). The
+    /// error names the step, the pattern and what the tenant allows.
+    pub(crate) fn check_http_ceiling(&self, tenant: &str, spec: &TaskSpec) -> Result<()> {
+        if spec.steps.iter().all(|s| s.allow_http.is_empty()) {
+            return Ok(());
+        }
+        let listed = self
+            .tenants
+            .tenant(tenant)
+            .map(|t| t.allow_http)
+            .unwrap_or_default();
+        let ceiling = capability::http::parse_list(&listed).map_err(|(i, e)| {
+            Error::Internal(format!(
+                "tenant `{tenant}` allow_http[{i}] is unreadable: {e}"
+            ))
+        })?;
+        for (i, step) in spec.steps.iter().enumerate() {
+            capability::http::within_ceiling(&ceiling, &step.allow_http).map_err(|message| {
+                Error::Invalid {
+                    path: Some(format!("steps[{i}].allow_http")),
+                    message,
+                }
+            })?;
+        }
+        Ok(())
+    }
+
     /// Sets a secret of `tenant`; says whether it was created. The value is
     /// durable when this returns.
     pub async fn put_secret(&self, tenant: &str, name: &str, value: &str) -> Result<bool> {

@@ -1,0 +1,274 @@
+//! `/v1/tenants`: admin only (a tenant token gets 403). Create, list, show,
+//! change, quota, disable/enable, tokens (shown once at creation, revocable)
+//! and usage reports. The rules live in `service::tenants` and `tenant`.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use super::ApiState;
+use super::auth::Caller;
+use super::error::{ApiError, ApiResult, parse_json};
+use super::extract::{ApiBody, ApiPath, ApiQuery};
+use crate::scheduler::clock::rfc3339;
+use crate::service::TenantSpec;
+use crate::tenant::{Quota, TenantRecord, TokenRecord};
+
+/// A tenant as answered.
+#[derive(Debug, Serialize)]
+pub struct TenantView {
+    /// Name.
+    pub name: String,
+    /// A note for people.
+    pub description: Option<String>,
+    /// What it may use.
+    pub quota: Quota,
+    /// Outbound HTTP ceiling.
+    pub allow_http: Vec<String>,
+    /// Whether it is disabled.
+    pub disabled: bool,
+    /// Why its runs are held now, if they are.
+    pub held: Option<String>,
+    /// When created.
+    pub created_at: String,
+    /// When last changed.
+    pub updated_at: String,
+}
+
+impl TenantView {
+    fn new(t: TenantRecord, held: Option<String>) -> Self {
+        Self {
+            name: t.name,
+            description: t.description,
+            quota: t.quota,
+            allow_http: t.allow_http,
+            disabled: t.disabled,
+            held,
+            created_at: rfc3339(t.created_at),
+            updated_at: rfc3339(t.updated_at),
+        }
+    }
+}
+
+/// A token as listed: never the secret.
+#[derive(Debug, Serialize)]
+pub struct TokenView {
+    /// Public id.
+    pub id: String,
+    /// Tenant.
+    pub tenant: String,
+    /// Label.
+    pub label: Option<String>,
+    /// When created.
+    pub created_at: String,
+    /// When revoked.
+    pub revoked_at: Option<String>,
+}
+
+impl From<TokenRecord> for TokenView {
+    fn from(t: TokenRecord) -> Self {
+        Self {
+            id: t.id,
+            tenant: t.tenant,
+            label: t.label,
+            created_at: rfc3339(t.created_at),
+            revoked_at: t.revoked_at.map(rfc3339),
+        }
+    }
+}
+
+fn view(state: &ApiState, t: TenantRecord) -> TenantView {
+    let held = state.ax.scheduler.stats().hold_reason(&t.name);
+    TenantView::new(t, held)
+}
+
+/// `POST /v1/tenants` `{name, description?, quota?, allow_http?}`: 201.
+pub(super) async fn create(
+    State(state): State<ApiState>,
+    caller: Caller,
+    ApiBody(body): ApiBody,
+) -> ApiResult<Response> {
+    caller.require_admin()?;
+    let spec: TenantSpec = parse_json(&body)?;
+    let t = state.ax.create_tenant(spec).await?;
+    tracing::info!(tenant = %t.name, "tenant created");
+    Ok((StatusCode::CREATED, Json(view(&state, t))).into_response())
+}
+
+/// `GET /v1/tenants`.
+pub(super) async fn list(
+    State(state): State<ApiState>,
+    caller: Caller,
+) -> ApiResult<Json<serde_json::Value>> {
+    caller.require_admin()?;
+    let tenants: Vec<TenantView> = state
+        .ax
+        .list_tenants()
+        .into_iter()
+        .map(|t| view(&state, t))
+        .collect();
+    Ok(Json(json!({ "tenants": tenants })))
+}
+
+/// `GET /v1/tenants/{t}`.
+pub(super) async fn show(
+    State(state): State<ApiState>,
+    caller: Caller,
+    ApiPath(name): ApiPath<String>,
+) -> ApiResult<Json<TenantView>> {
+    caller.require_admin()?;
+    Ok(Json(view(&state, state.ax.get_tenant(&name)?)))
+}
+
+/// `PUT /v1/tenants/{t}` `{description?, quota?, allow_http?}`: fields left out stay.
+pub(super) async fn update(
+    State(state): State<ApiState>,
+    caller: Caller,
+    ApiPath(name): ApiPath<String>,
+    ApiBody(body): ApiBody,
+) -> ApiResult<Json<TenantView>> {
+    caller.require_admin()?;
+    let spec: TenantSpec = parse_json(&body)?;
+    Ok(Json(view(
+        &state,
+        state.ax.update_tenant(&name, spec).await?,
+    )))
+}
+
+/// `PUT /v1/tenants/{t}/quota` (a whole [`Quota`]; absent fields mean no limit).
+pub(super) async fn quota(
+    State(state): State<ApiState>,
+    caller: Caller,
+    ApiPath(name): ApiPath<String>,
+    ApiBody(body): ApiBody,
+) -> ApiResult<Json<TenantView>> {
+    caller.require_admin()?;
+    let quota: Quota = parse_json(&body)?;
+    let t = state.ax.set_quota(&name, quota).await?;
+    tracing::info!(tenant = %t.name, "tenant quota changed");
+    Ok(Json(view(&state, t)))
+}
+
+/// `POST /v1/tenants/{t}/disable`.
+pub(super) async fn disable(
+    State(state): State<ApiState>,
+    caller: Caller,
+    ApiPath(name): ApiPath<String>,
+) -> ApiResult<Json<TenantView>> {
+    caller.require_admin()?;
+    Ok(Json(view(
+        &state,
+        state.ax.set_disabled(&name, true).await?,
+    )))
+}
+
+/// `POST /v1/tenants/{t}/enable`.
+pub(super) async fn enable(
+    State(state): State<ApiState>,
+    caller: Caller,
+    ApiPath(name): ApiPath<String>,
+) -> ApiResult<Json<TenantView>> {
+    caller.require_admin()?;
+    Ok(Json(view(
+        &state,
+        state.ax.set_disabled(&name, false).await?,
+    )))
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TokenRequest {
+    #[serde(default)]
+    label: Option<String>,
+}
+
+/// `POST /v1/tenants/{t}/tokens` `{label?}`: 201 with the token, shown this once.
+pub(super) async fn create_token(
+    State(state): State<ApiState>,
+    caller: Caller,
+    ApiPath(name): ApiPath<String>,
+    ApiBody(body): ApiBody,
+) -> ApiResult<Response> {
+    caller.require_admin()?;
+    let request: TokenRequest = if body.iter().all(u8::is_ascii_whitespace) {
+        TokenRequest::default()
+    } else {
+        parse_json(&body)?
+    };
+    let (token, record) = state.ax.create_token(&name, request.label).await?;
+    tracing::info!(tenant = %name, token_id = %record.id, "tenant token created");
+    let mut body = serde_json::to_value(TokenView::from(record))
+        .map_err(|e| ApiError::Internal(e.to_string()))?;
+    body["token"] = json!(token);
+    Ok((StatusCode::CREATED, Json(body)).into_response())
+}
+
+/// `GET /v1/tenants/{t}/tokens`: ids and labels, never secrets.
+pub(super) async fn list_tokens(
+    State(state): State<ApiState>,
+    caller: Caller,
+    ApiPath(name): ApiPath<String>,
+) -> ApiResult<Json<serde_json::Value>> {
+    caller.require_admin()?;
+    let tokens: Vec<TokenView> = state
+        .ax
+        .list_tokens(&name)?
+        .into_iter()
+        .map(TokenView::from)
+        .collect();
+    Ok(Json(json!({ "tokens": tokens })))
+}
+
+/// `DELETE /v1/tenants/{t}/tokens/{id}`: 204; the token is refused from now on.
+pub(super) async fn revoke_token(
+    State(state): State<ApiState>,
+    caller: Caller,
+    ApiPath((name, id)): ApiPath<(String, String)>,
+) -> ApiResult<StatusCode> {
+    caller.require_admin()?;
+    state.ax.revoke_token(&name, &id).await?;
+    tracing::info!(tenant = %name, token_id = %id, "tenant token revoked");
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct UsageQuery {
+    from: Option<String>,
+    to: Option<String>,
+}
+
+fn instant(field: &str, text: Option<String>) -> ApiResult<Option<DateTime<Utc>>> {
+    text.filter(|t| !t.is_empty())
+        .map(|t| {
+            DateTime::parse_from_rfc3339(&t)
+                .map(|d| d.with_timezone(&Utc))
+                .or_else(|_| {
+                    chrono::NaiveDate::parse_from_str(&t, "%Y-%m-%d")
+                        .map(|d| d.and_hms_opt(0, 0, 0).expect("midnight").and_utc())
+                })
+                .map_err(|_| {
+                    ApiError::bad_request(format!(
+                        "`{field}` must be an RFC 3339 instant or a date (YYYY-MM-DD), not `{t}`"
+                    ))
+                })
+        })
+        .transpose()
+}
+
+/// `GET /v1/tenants/{t}/usage?from=&to=`: totals, per task and per day
+/// (default range: the current fuel window).
+pub(super) async fn usage(
+    State(state): State<ApiState>,
+    caller: Caller,
+    ApiPath(name): ApiPath<String>,
+    ApiQuery(query): ApiQuery<UsageQuery>,
+) -> ApiResult<Json<crate::service::UsageReport>> {
+    caller.require_admin()?;
+    let from = instant("from", query.from)?;
+    let to = instant("to", query.to)?;
+    Ok(Json(state.ax.usage(&name, from, to)?))
+}

@@ -1,0 +1,374 @@
+//! Tenant administration (SPEC §6): create, change quotas, disable, tokens,
+//! usage reports. The store is written first, then the in-memory registry
+//! the API authenticates against, then the scheduler (so a quota change
+//! applies to the next attempts without a restart).
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+use super::{Ax, Error, Result};
+use crate::api::auth::valid_tenant;
+use crate::model::Millis;
+use crate::store::Store;
+use crate::task::Caps;
+use crate::tenant::{
+    DEFAULT_TENANT, HOUR_MS, MAX_TOKENS_PER_TENANT, MAX_USAGE_HOURS, Quota, Registry, TenantRecord,
+    TokenRecord, UsageBucket, new_token,
+};
+
+/// Longest tenant description accepted.
+const MAX_DESCRIPTION: usize = 1024;
+/// Longest token label accepted.
+const MAX_LABEL: usize = 128;
+
+/// Loads the registry, creating the `default` tenant on first start.
+pub fn load_registry(store: &dyn Store, now: Millis) -> Result<Registry> {
+    let mut tenants = store.list_tenants()?;
+    if !tenants.iter().any(|t| t.name == DEFAULT_TENANT) {
+        let default = TenantRecord::new(DEFAULT_TENANT, Quota::default(), now);
+        store.put_tenant(&default)?;
+        tenants.push(default);
+    }
+    Ok(Registry::new(tenants, store.list_tokens()?))
+}
+
+/// Usage counters summed over some buckets.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct UsageTotals {
+    /// Fuel consumed.
+    pub fuel: u64,
+    /// Attempts finished.
+    pub attempts: u64,
+    /// Their wall time (ms).
+    pub wall_ms: f64,
+    /// Attempts by outcome.
+    pub outcomes: BTreeMap<String, u64>,
+}
+
+impl UsageTotals {
+    fn add(&mut self, b: &UsageBucket) {
+        self.fuel = self.fuel.saturating_add(b.fuel);
+        self.attempts += b.attempts;
+        self.wall_ms += b.wall_ms;
+        for (k, v) in &b.outcomes {
+            *self.outcomes.entry(k.clone()).or_default() += v;
+        }
+    }
+}
+
+/// A usage report over `[from, to)`.
+#[derive(Clone, Debug, Serialize)]
+pub struct UsageReport {
+    /// Tenant.
+    pub tenant: String,
+    /// Start (inclusive, rounded down to the hour).
+    pub from: DateTime<Utc>,
+    /// End (exclusive, rounded up to the hour).
+    pub to: DateTime<Utc>,
+    /// Everything in the range.
+    pub total: UsageTotals,
+    /// Per task, by name.
+    pub by_task: BTreeMap<String, UsageTotals>,
+    /// Per UTC day (`YYYY-MM-DD`).
+    pub by_day: BTreeMap<String, UsageTotals>,
+    /// The current fuel window: its start, end, the budget and what is used.
+    pub window: WindowUsage,
+}
+
+/// Fuel in the current window.
+#[derive(Clone, Debug, Serialize)]
+pub struct WindowUsage {
+    /// Window start.
+    pub start: DateTime<Utc>,
+    /// Window end.
+    pub end: DateTime<Utc>,
+    /// The budget (`None`: no limit).
+    pub fuel_budget: Option<u64>,
+    /// Fuel consumed by attempts finished in the window (written behind,
+    /// so up to a fraction of a second late).
+    pub fuel_used: u64,
+    /// Why the tenant's runs are held now, if they are.
+    pub held: Option<String>,
+}
+
+/// What an admin may set when creating or changing a tenant.
+#[derive(Clone, Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TenantSpec {
+    /// Name (create only; must match the path on change).
+    #[serde(default)]
+    pub name: Option<String>,
+    /// A note for people.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// Quota (default: no limits).
+    #[serde(default)]
+    pub quota: Option<Quota>,
+    /// Outbound HTTP ceiling.
+    #[serde(default)]
+    pub allow_http: Option<Vec<String>>,
+}
+
+fn ms_to_utc(ms: Millis) -> DateTime<Utc> {
+    crate::scheduler::clock::from_ms(ms)
+}
+
+impl Ax {
+    /// The tenant an admin request acts on must exist.
+    pub fn tenant_exists(&self, name: &str) -> bool {
+        self.tenants.exists(name)
+    }
+
+    /// Per-attempt caps for `tenant`: the host caps cut by the tenant's quota.
+    pub fn caps_for(&self, tenant: &str) -> Caps {
+        let mut caps = self.caps.clone();
+        if let Some(t) = self.tenants.tenant(tenant) {
+            let q = &t.quota;
+            if let Some(f) = q.max_fuel_per_attempt {
+                caps.max_fuel = caps.max_fuel.min(f);
+            }
+            if let Some(mb) = q.max_memory_mb {
+                caps.max_memory_mb = caps.max_memory_mb.min(mb);
+            }
+            if let Some(t) = q.max_timeout {
+                caps.max_timeout = caps.max_timeout.min(t);
+            }
+        }
+        caps
+    }
+
+    fn check_spec(spec: &TenantSpec) -> Result<()> {
+        if let Some(d) = &spec.description
+            && d.len() > MAX_DESCRIPTION
+        {
+            return Err(Error::Invalid {
+                path: Some("description".into()),
+                message: format!("longer than {MAX_DESCRIPTION} bytes"),
+            });
+        }
+        if let Some(q) = &spec.quota {
+            q.validate().map_err(|m| Error::Invalid {
+                path: Some("quota".into()),
+                message: m,
+            })?;
+        }
+        if let Some(list) = &spec.allow_http {
+            // The grammar of docs/CAPABILITIES.md; the error names the pattern.
+            crate::capability::http::parse_list(list).map_err(|(i, message)| Error::Invalid {
+                path: Some(format!("allow_http[{i}]")),
+                message,
+            })?;
+        }
+        Ok(())
+    }
+
+    async fn store_tenant(&self, record: TenantRecord) -> Result<TenantRecord> {
+        self.store.put_tenant(&record)?;
+        self.sync().await?;
+        self.tenants.put_tenant(record.clone());
+        self.scheduler.tenant_changed(record.clone()).await?;
+        Ok(record)
+    }
+
+    fn tenant_record(&self, name: &str) -> Result<TenantRecord> {
+        self.tenants
+            .tenant(name)
+            .ok_or_else(|| Error::NotFound(format!("tenant `{name}`")))
+    }
+
+    /// Creates a tenant.
+    pub async fn create_tenant(&self, spec: TenantSpec) -> Result<TenantRecord> {
+        let name = spec.name.clone().ok_or_else(|| Error::Invalid {
+            path: Some("name".into()),
+            message: "a tenant needs a name".into(),
+        })?;
+        if !valid_tenant(&name) {
+            return Err(Error::Invalid {
+                path: Some("name".into()),
+                message: format!("`{name}` must match [A-Za-z0-9][A-Za-z0-9_.-]{{0,63}}"),
+            });
+        }
+        Self::check_spec(&spec)?;
+        if self.tenants.exists(&name) {
+            return Err(Error::Conflict(format!("tenant `{name}` already exists")));
+        }
+        let mut record =
+            TenantRecord::new(&name, spec.quota.unwrap_or_default(), self.clock.now_ms());
+        record.description = spec.description;
+        record.allow_http = spec.allow_http.unwrap_or_default();
+        self.store_tenant(record).await
+    }
+
+    /// Every tenant.
+    pub fn list_tenants(&self) -> Vec<TenantRecord> {
+        self.tenants.tenants()
+    }
+
+    /// One tenant.
+    pub fn get_tenant(&self, name: &str) -> Result<TenantRecord> {
+        self.tenant_record(name)
+    }
+
+    /// Changes a tenant's description or HTTP ceiling (fields left out stay).
+    pub async fn update_tenant(&self, name: &str, spec: TenantSpec) -> Result<TenantRecord> {
+        if spec.name.as_deref().is_some_and(|n| n != name) {
+            return Err(Error::BadRequest(format!(
+                "the body names another tenant than `{name}`"
+            )));
+        }
+        Self::check_spec(&spec)?;
+        let mut record = self.tenant_record(name)?;
+        if let Some(d) = spec.description {
+            record.description = Some(d);
+        }
+        if let Some(q) = spec.quota {
+            record.quota = q;
+        }
+        if let Some(list) = spec.allow_http {
+            record.allow_http = list;
+        }
+        record.updated_at = self.clock.now_ms();
+        self.store_tenant(record).await
+    }
+
+    /// Replaces a tenant's quota; applies to the next attempts and releases
+    /// held runs if it allows.
+    pub async fn set_quota(&self, name: &str, quota: Quota) -> Result<TenantRecord> {
+        quota.validate().map_err(|m| Error::Invalid {
+            path: Some("quota".into()),
+            message: m,
+        })?;
+        let mut record = self.tenant_record(name)?;
+        record.quota = quota;
+        record.updated_at = self.clock.now_ms();
+        self.store_tenant(record).await
+    }
+
+    /// Disables or enables a tenant.
+    pub async fn set_disabled(&self, name: &str, disabled: bool) -> Result<TenantRecord> {
+        if name == DEFAULT_TENANT && disabled {
+            return Err(Error::Conflict(
+                "the `default` tenant cannot be disabled".into(),
+            ));
+        }
+        let mut record = self.tenant_record(name)?;
+        record.disabled = disabled;
+        record.updated_at = self.clock.now_ms();
+        self.store_tenant(record).await
+    }
+
+    /// Creates a token: (the token text, shown once; its record).
+    pub async fn create_token(
+        &self,
+        tenant: &str,
+        label: Option<String>,
+    ) -> Result<(String, TokenRecord)> {
+        self.tenant_record(tenant)?;
+        if let Some(l) = &label
+            && (l.is_empty() || l.len() > MAX_LABEL)
+        {
+            return Err(Error::Invalid {
+                path: Some("label".into()),
+                message: format!("a label is 1 to {MAX_LABEL} bytes"),
+            });
+        }
+        if self.tenants.tokens(tenant).len() >= MAX_TOKENS_PER_TENANT {
+            return Err(Error::Conflict(format!(
+                "tenant `{tenant}` has {MAX_TOKENS_PER_TENANT} tokens; revoked ones count too"
+            )));
+        }
+        let (text, record) = new_token(tenant, label, self.clock.now_ms());
+        self.store.put_token(&record)?;
+        self.sync().await?;
+        self.tenants.put_token(record.clone());
+        Ok((text, record))
+    }
+
+    /// A tenant's tokens (records only, never secrets).
+    pub fn list_tokens(&self, tenant: &str) -> Result<Vec<TokenRecord>> {
+        self.tenant_record(tenant)?;
+        Ok(self.tenants.tokens(tenant))
+    }
+
+    /// Revokes a token; its next request is refused.
+    pub async fn revoke_token(&self, tenant: &str, id: &str) -> Result<TokenRecord> {
+        let mut record = self
+            .tenants
+            .tokens(tenant)
+            .into_iter()
+            .find(|t| t.id == id)
+            .ok_or_else(|| Error::NotFound(format!("token `{id}` of tenant `{tenant}`")))?;
+        if record.revoked_at.is_none() {
+            record.revoked_at = Some(self.clock.now_ms());
+            self.store.put_token(&record)?;
+            self.sync().await?;
+            self.tenants.put_token(record.clone());
+        }
+        Ok(record)
+    }
+
+    /// Usage over `[from, to)` (default: the current window), totals, per
+    /// task and per day.
+    pub fn usage(
+        &self,
+        tenant: &str,
+        from: Option<DateTime<Utc>>,
+        to: Option<DateTime<Utc>>,
+    ) -> Result<UsageReport> {
+        let record = self.tenant_record(tenant)?;
+        let now = self.clock.now_ms();
+        let window_start = record.quota.window_start(now);
+        let window_end = window_start + record.quota.window_ms();
+        let from = from.map_or(window_start, |d| d.timestamp_millis());
+        let to = to.map_or(window_end, |d| d.timestamp_millis());
+        let from = from.div_euclid(HOUR_MS) * HOUR_MS;
+        let to = (to + HOUR_MS - 1).div_euclid(HOUR_MS) * HOUR_MS;
+        if to <= from {
+            return Err(Error::BadRequest(format!(
+                "`to` ({}) must be after `from` ({})",
+                ms_to_utc(to),
+                ms_to_utc(from)
+            )));
+        }
+        if (to - from) / HOUR_MS > MAX_USAGE_HOURS {
+            return Err(Error::BadRequest(format!(
+                "a usage report covers at most {} days",
+                MAX_USAGE_HOURS / 24
+            )));
+        }
+        let buckets = self.store.usage(tenant, from, to)?;
+        let mut report = UsageReport {
+            tenant: tenant.to_string(),
+            from: ms_to_utc(from),
+            to: ms_to_utc(to),
+            total: UsageTotals::default(),
+            by_task: BTreeMap::new(),
+            by_day: BTreeMap::new(),
+            window: WindowUsage {
+                start: ms_to_utc(window_start),
+                end: ms_to_utc(window_end),
+                fuel_budget: record.quota.fuel_per_window,
+                fuel_used: 0,
+                held: self.scheduler.stats().hold_reason(tenant),
+            },
+        };
+        for b in &buckets {
+            report.total.add(b);
+            report.by_task.entry(b.task.clone()).or_default().add(b);
+            let day = ms_to_utc(b.hour).format("%Y-%m-%d").to_string();
+            report.by_day.entry(day).or_default().add(b);
+        }
+        report.window.fuel_used = if from == window_start && to == window_end {
+            report.total.fuel
+        } else {
+            self.store
+                .usage(tenant, window_start, window_end)?
+                .iter()
+                .map(|b| b.fuel)
+                .fold(0, u64::saturating_add)
+        };
+        Ok(report)
+    }
+}
