@@ -2215,6 +2215,122 @@ pool: small
         assert_eq!(a.steps[0].name, "hourly");
     }
 
+    // --- capabilities ------------------------------------------------------------
+
+    const CAPS_TASK: &str = "name: t\nconfig: { endpoint: \"http://x\", retries: 3, verbose: true }\nsteps:\n  - name: a\n    plugin: p@1.0.0\n    allow_http: [\"https://*.example.com\", \"http://127.0.0.1:*\"]\n    secrets: [token]\n    kv: task\n    config: { retries: 5 }\n    limits: { http_requests: 7, http_timeout: 2s, http_response_kb: 64 }\n  - name: b\n    plugin: p@1.0.0\n    kv: true\n";
+
+    #[test]
+    fn capability_fields_are_read_and_merged_into_step_grants() {
+        let spec = load(CAPS_TASK, &CAPS).unwrap();
+        let a = spec.step_grants(0);
+        assert_eq!(
+            a.allow_http
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>(),
+            ["https://*.example.com", "http://127.0.0.1:*"]
+        );
+        assert_eq!(a.secrets, ["token"]);
+        assert_eq!(a.kv, Some(KvScope::Task));
+        assert_eq!(a.config["retries"], "5", "the step overrides the task");
+        assert_eq!(a.config["endpoint"], "http://x");
+        assert_eq!(a.config["verbose"], "true");
+        assert_eq!(a.http_limits.max_requests, 7);
+        assert_eq!(a.http_limits.timeout, secs(2));
+        assert_eq!(a.http_limits.max_response_bytes, 64 << 10);
+        let b = spec.step_grants(1);
+        assert_eq!(b.kv, Some(KvScope::Tenant));
+        assert!(b.allow_http.is_empty() && b.secrets.is_empty());
+        assert_eq!(b.config["retries"], "3");
+        assert_eq!(b.http_limits, capability::HttpLimits::default());
+    }
+
+    #[test]
+    fn capability_fields_survive_storing() {
+        let spec = load(CAPS_TASK, &CAPS).unwrap();
+        let stored = serde_json::to_value(&spec).unwrap();
+        let back: TaskSpec = serde_json::from_value(stored).unwrap();
+        assert_eq!(back, spec);
+    }
+
+    #[test]
+    fn a_step_declaring_nothing_is_granted_nothing() {
+        let spec = load("name: t\nplugin: p@1.0.0\n", &CAPS).unwrap();
+        let g = spec.step_grants(0);
+        assert!(g.allow_http.is_empty() && g.secrets.is_empty() && g.config.is_empty());
+        assert_eq!(g.kv, None);
+        let spec = load("name: t\nplugin: p@1.0.0\nkv: false\n", &CAPS).unwrap();
+        assert_eq!(spec.step_grants(0).kv, None);
+    }
+
+    #[test]
+    fn shorthand_takes_capability_fields_at_the_top() {
+        let spec = load(
+            "name: t\nplugin: p@1.0.0\nallow_http: [\"https://a.example.com\"]\nsecrets: [s]\nkv: tenant\nconfig: { k: v }\n",
+            &CAPS,
+        )
+        .unwrap();
+        let g = spec.step_grants(0);
+        assert_eq!(g.allow_http.len(), 1);
+        assert_eq!((g.secrets.len(), g.kv), (1, Some(KvScope::Tenant)));
+        assert_eq!(spec.config["k"], "v", "a top-level config is the task's");
+    }
+
+    #[test]
+    fn bad_capability_fields_are_refused_where_they_are() {
+        for (yaml, path, message) in [
+            (
+                "name: t\nplugin: p@1.0.0\nallow_http: [\"https://ok.example.com\", \"nope\"]\n",
+                "allow_http[1]",
+                "scheme://host",
+            ),
+            (
+                "name: t\nplugin: p@1.0.0\nkv: 1\n",
+                "kv",
+                "expected `tenant` or `task`",
+            ),
+            (
+                "name: t\nplugin: p@1.0.0\nsecrets: [a, a]\n",
+                "secrets[1]",
+                "listed twice",
+            ),
+            (
+                "name: t\nplugin: p@1.0.0\nsecrets: [\"-x\"]\n",
+                "secrets[0]",
+                "not a valid secret name",
+            ),
+            (
+                "name: t\nplugin: p@1.0.0\nconfig: { \"a b\": 1 }\n",
+                "config.a b",
+                "not a valid config key name",
+            ),
+            (
+                "name: t\nplugin: p@1.0.0\nconfig: [1]\n",
+                "config",
+                "mapping of keys to values",
+            ),
+            (
+                "name: t\nplugin: p@1.0.0\nlimits: { http_requests: 20000 }\n",
+                "limits.http_requests",
+                "above the limit",
+            ),
+            (
+                "name: t\nplugin: p@1.0.0\nlimits: { http_timeout: 0s }\n",
+                "limits.http_timeout",
+                "longer than 0s",
+            ),
+            (
+                "name: t\nplugin: p@1.0.0\nlimits: { http_response_kb: 0 }\n",
+                "limits.http_response_kb",
+                "outside 1..=",
+            ),
+        ] {
+            let e = load(yaml, &CAPS).unwrap_err();
+            assert_eq!(e.path, path, "{yaml}: {e:?}");
+            assert!(e.message.contains(message), "{yaml}: {}", e.message);
+        }
+    }
+
     #[test]
     fn minimal_shorthand_takes_every_default() {
         let spec = load("name: t\nplugin: p@1.0.0\n", &CAPS).unwrap();

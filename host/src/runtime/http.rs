@@ -34,6 +34,7 @@ use http_body_util::BodyExt;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use wasmtime_wasi_http::io::TokioIo;
+use wasmtime_wasi_http::p2::bindings::http::types::ErrorCode as P2ErrorCode;
 use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpHooks};
 
 use super::capture::LogSink;
@@ -133,6 +134,25 @@ fn shown_url(request: &http::Request<WasiBody>) -> String {
 }
 
 impl WasiHttpHooks for HttpHooks {
+    // The default hooks also log these at `warn` in the host's log; a
+    // plugin's failed connection is the plugin's business, recorded in the
+    // attempt's log (see `send_request`), not the operator's.
+    fn p2_error_from_connect(&mut self, err: &std::io::Error) -> P2ErrorCode {
+        if err.kind() == std::io::ErrorKind::TimedOut {
+            P2ErrorCode::ConnectionTimeout
+        } else {
+            P2ErrorCode::ConnectionRefused
+        }
+    }
+
+    fn p2_error_from_hyper(&mut self, _err: &hyper::Error) -> P2ErrorCode {
+        P2ErrorCode::HttpProtocolError
+    }
+
+    fn p2_error_from_tls(&mut self, _err: &std::io::Error) -> P2ErrorCode {
+        P2ErrorCode::TlsProtocolError
+    }
+
     fn send_request(
         &mut self,
         request: http::Request<WasiBody>,
