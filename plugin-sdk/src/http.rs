@@ -449,16 +449,16 @@ fn send_once(
     });
     let future = outgoing_handler::handle(request, options).map_err(from_code)?;
     // The body is written after `handle`: the host streams it as it comes.
-    if !body.is_empty() {
-        let stream = outgoing.write().map_err(|()| failed("no body stream"))?;
-        for chunk in body.chunks(WRITE_CHUNK) {
-            stream
-                .blocking_write_and_flush(chunk)
-                .map_err(|e| stream_error(e, "writing the request body"))?;
-        }
-    }
-    OutgoingBody::finish(outgoing, None).map_err(from_code)?;
+    // If the host refused the request, the body stream is closed: the
+    // response future then says why, which is the error worth reporting.
+    let written = write_body(outgoing, body);
     future.subscribe().block();
+    if let Err(write_error) = written {
+        return Err(match future.get() {
+            Some(Ok(Err(code))) => from_code(code),
+            _ => write_error,
+        });
+    }
     let incoming = match future.get() {
         Some(Ok(Ok(response))) => response,
         Some(Ok(Err(code))) => return Err(from_code(code)),
@@ -482,6 +482,18 @@ fn send_once(
         body,
         url: url.to_string(),
     })
+}
+
+fn write_body(outgoing: OutgoingBody, body: &[u8]) -> Result<(), HttpError> {
+    if !body.is_empty() {
+        let stream = outgoing.write().map_err(|()| failed("no body stream"))?;
+        for chunk in body.chunks(WRITE_CHUNK) {
+            stream
+                .blocking_write_and_flush(chunk)
+                .map_err(|e| stream_error(e, "writing the request body"))?;
+        }
+    }
+    OutgoingBody::finish(outgoing, None).map_err(from_code)
 }
 
 fn stream_error(e: StreamError, what: &str) -> HttpError {

@@ -363,6 +363,49 @@ async fn the_request_cap_is_enforced() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notify_posts_to_its_configured_webhook_only_when_granted() {
+    let up = upstream().await;
+    let plugin = load("notify");
+    let input = r##"{"text": "report ready", "channel": "#ops"}"##;
+    let run = |grants: Grants| {
+        let plugin = plugin.clone();
+        async move {
+            RUNTIME
+                .run_with(
+                    &plugin,
+                    &context("notify"),
+                    input,
+                    &limits(10_000),
+                    &grants,
+                    None,
+                )
+                .await
+                .unwrap()
+        }
+    };
+    // The demo: no webhook configured, no network, same output as before.
+    let report = run(Grants::default()).await;
+    assert_eq!(report.outcome, Outcome::Succeeded, "{report:?}");
+    assert_eq!(report.output.as_ref().unwrap().get("webhook_status"), None);
+    // Configured and allowed: posted.
+    let mut grants = allow(&[up.pattern()]);
+    grants.config = [("webhook_url".to_string(), up.url("/echo"))].into();
+    let report = run(grants.clone()).await;
+    assert_eq!(report.outcome, Outcome::Succeeded, "{report:?}");
+    assert_eq!(report.output.as_ref().unwrap()["webhook_status"], 200);
+    assert_eq!(up.hits(), 1);
+    // Configured but not allowed: a fatal error saying the host denied it.
+    grants.allow_http.clear();
+    let report = run(grants).await;
+    assert_eq!(report.outcome, Outcome::Failed, "{report:?}");
+    assert!(
+        report.error.as_deref().unwrap().contains("denied"),
+        "{report:?}"
+    );
+    assert_eq!(up.hits(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plugins_without_wasi_http_are_unaffected() {
     let report = crate::common::run("echo", r#"{"n": 1}"#, &limits(5_000)).await;
     assert_eq!(report.outcome, Outcome::Succeeded, "{report:?}");
