@@ -880,6 +880,13 @@ fn a_secret_never_appears_in_an_answer_a_log_line_or_an_event() {
     let (_, listed) = server.call("GET", "/v1/secrets", "a", None);
     let listed: Value = serde_json::from_str(&listed).unwrap();
     assert_eq!(listed["secrets"][0]["name"], "api_token", "{listed}");
+    for (path, body, status) in [
+        ("/v1/secrets/bad%20name", "x", 422),
+        ("/v1/secrets/empty", "", 400),
+    ] {
+        let (got, answer) = server.call("PUT", path, "a", Some(body.as_bytes()));
+        assert_eq!(got, status, "{path}: {answer}");
+    }
     let (_, other) = server.call("GET", "/v1/secrets", "b", None);
     assert_eq!(other, r#"{"secrets":[]}"#, "tenant b sees no secret of a");
 
