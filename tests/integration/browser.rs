@@ -273,237 +273,247 @@ fn dashboard_signs_in_runs_a_task_and_shows_its_logs() {
                 .connect(&driver.url)
                 .await
                 .expect("a WebDriver session with headless chromium");
-            let b = Browser { client, shots };
-            let long = Duration::from_secs(60);
+            let session = client.clone();
+            let url = ax.url.clone();
+            // The steps run as a task of their own, so that when one fails the
+            // browser is still closed: a panicking test must not leave Chromium running.
+            let steps = tokio::spawn(async move {
+                let b = Browser { client, shots };
+                let long = Duration::from_secs(60);
 
-            // Sign in.
-            b.goto(&format!("{}/", ax.url)).await;
-            b.wait_for("the sign-in form", "document.querySelector('#signin')", long).await;
-            b.shot("01-sign-in").await;
-            // The stylesheet loaded under the CSP (the module script evidently did).
-            let header = b
-                .client
-                .execute(
-                    "return getComputedStyle(document.querySelector('.top')).backgroundColor;",
-                    vec![],
-                )
-                .await
-                .unwrap();
-            assert_eq!(header, json!("rgb(31, 78, 121)"));
-            b.client.find(Locator::Css("#token")).await.unwrap().send_keys(TOKEN).await.unwrap();
-            b.click("#signin button[type=submit]").await;
-            b.wait_for(
-                "the task list with greet",
-                "document.querySelector('button[data-action=run][data-task=greet]')",
-                long,
-            )
-            .await;
-
-            // Run now, then watch the task's last run turn `succeeded`.
-            b.click("button[data-action=run][data-task=greet]").await;
-            b.wait_for(
-                "greet's last run to succeed",
-                "[...document.querySelectorAll('.last[data-task=greet] .badge')].some(e => e.textContent === 'succeeded')",
-                long,
-            )
-            .await;
-            b.shot("02-tasks").await;
-
-            // Open the run page from the task list and read the logs.
-            b.click(".last[data-task=greet] a").await;
-            b.wait_for(
-                "the run page of a succeeded run",
-                "document.querySelector('#run-status .badge')?.textContent === 'succeeded'",
-                long,
-            )
-            .await;
-            let logs = b
-                .wait_for(
-                    "hello's log line on the run page",
-                    "document.querySelector('#logs')?.textContent.includes('greeting <b>browser</b> (attempt 1)') && document.querySelector('#logs').textContent",
+                // Sign in.
+                b.goto(&format!("{}/", url)).await;
+                b.wait_for("the sign-in form", "document.querySelector('#signin')", long).await;
+                b.shot("01-sign-in").await;
+                // The stylesheet loaded under the CSP (the module script evidently did).
+                let header = b
+                    .client
+                    .execute(
+                        "return getComputedStyle(document.querySelector('.top')).backgroundColor;",
+                        vec![],
+                    )
+                    .await
+                    .unwrap();
+                assert_eq!(header, json!("rgb(31, 78, 121)"));
+                b.client.find(Locator::Css("#token")).await.unwrap().send_keys(TOKEN).await.unwrap();
+                b.click("#signin button[type=submit]").await;
+                b.wait_for(
+                    "the task list with greet",
+                    "document.querySelector('button[data-action=run][data-task=greet]')",
                     long,
                 )
                 .await;
-            assert!(logs.as_str().unwrap().contains("hello · attempt 1"), "{logs}");
-            // Untrusted text stays text: the `<b>` from the input is not an element anywhere.
-            let injected = b
-                .client
-                .execute("return document.querySelectorAll('main b, main i').length;", vec![])
-                .await
-                .unwrap();
-            assert_eq!(injected, json!(0), "plugin output became markup");
-            let dag_states = b
-                .client
-                .execute(
-                    "return [...document.querySelectorAll('svg.dag g.node')].map(g => g.dataset.step + '=' + g.getAttribute('class'));",
-                    vec![],
+
+                // Run now, then watch the task's last run turn `succeeded`.
+                b.click("button[data-action=run][data-task=greet]").await;
+                b.wait_for(
+                    "greet's last run to succeed",
+                    "[...document.querySelectorAll('.last[data-task=greet] .badge')].some(e => e.textContent === 'succeeded')",
+                    long,
                 )
-                .await
-                .unwrap();
-            assert_eq!(
-                dag_states,
-                json!([
-                    "hello=node st-succeeded",
-                    "shout=node st-succeeded",
-                    "whisper=node st-skipped"
-                ])
-            );
-            let attempts = b
-                .client
-                .execute("return document.querySelectorAll('#attempts tbody tr').length;", vec![])
-                .await
-                .unwrap();
-            assert_eq!(attempts, json!(2));
-            // The run page is long: a tall window shows all of it.
-            b.client.set_window_size(1280, 2400).await.unwrap();
-            b.shot("04-run").await;
-            b.client.set_window_size(1280, 1000).await.unwrap();
-
-            // The other main pages.
-            b.goto(&format!("{}/#/runs", ax.url)).await;
-            b.wait_for("the run list", "document.querySelectorAll('table.runs tbody tr a').length > 0", long)
                 .await;
-            b.shot("03-runs").await;
-            // Filters go into the URL and the listing.
-            b.goto(&format!("{}/#/runs?task=greet&status=failed", ax.url)).await;
-            b.wait_for(
-                "an empty list of greet's failed runs",
-                "document.querySelector('table.runs td.empty') && document.querySelector('select[name=status]').value === 'failed'",
-                long,
-            )
-            .await;
-            b.goto(&format!("{}/#/plugins", ax.url)).await;
-            b.wait_for(
-                "the plugin list",
-                "document.querySelector('#plugins')?.textContent.includes('echo')",
-                long,
-            )
-            .await;
-            b.shot("05-plugins").await;
-            // Pause and resume from the task list.
-            b.goto(&format!("{}/#/tasks", ax.url)).await;
-            b.click("button[data-action=pause][data-task=greet]").await;
-            b.wait_for(
-                "greet paused",
-                "document.querySelector('button[data-action=resume][data-task=greet]')",
-                long,
-            )
-            .await;
-            b.click("button[data-action=resume][data-task=greet]").await;
-            b.wait_for(
-                "greet resumed",
-                "document.querySelector('button[data-action=pause][data-task=greet]')",
-                long,
-            )
-            .await;
+                b.shot("02-tasks").await;
 
-            // A run that fails three times: its page, then its dead letter.
-            b.click("button[data-action=run][data-task=flaky]").await;
-            b.wait_for(
-                "flaky's last run to fail",
-                "[...document.querySelectorAll('.last[data-task=flaky] .badge')].some(e => e.textContent === 'failed')",
-                long,
-            )
-            .await;
-            b.click(".last[data-task=flaky] a").await;
-            b.wait_for(
-                "the failed run's three attempts",
-                "document.querySelector('#run-status .badge')?.textContent === 'failed' && document.querySelectorAll('#attempts tbody tr').length === 3",
-                long,
-            )
-            .await;
-            let page = b
-                .client
-                .execute("return document.querySelector('main').textContent;", vec![])
-                .await
-                .unwrap();
-            let page = page.as_str().unwrap();
-            assert!(page.contains("Retry failed steps"), "{page}");
-            assert!(page.contains("upstream <i>down</i>"), "{page}");
-            let injected = b
-                .client
-                .execute("return document.querySelectorAll('main i').length;", vec![])
-                .await
-                .unwrap();
-            assert_eq!(injected, json!(0), "an error message became markup");
-            b.client.set_window_size(1280, 2400).await.unwrap();
-            b.shot("09-failed-run").await;
-            b.client.set_window_size(1280, 1000).await.unwrap();
-            b.goto(&format!("{}/#/dead-letters", ax.url)).await;
-            b.wait_for(
-                "flaky's dead letter",
-                "document.querySelector('main table')?.textContent.includes('flaky') && [...document.querySelectorAll('main button')].some(x => x.textContent === 'Requeue')",
-                long,
-            )
-            .await;
-            b.shot("10-dead-letters").await;
-
-            // Cursor paging, one run a page: greet's run is older than flaky's.
-            b.goto(&format!("{}/#/runs?limit=1", ax.url)).await;
-            b.wait_for(
-                "the newest run, flaky's",
-                "document.querySelectorAll('table.runs tbody tr').length === 1 && document.querySelector('table.runs').textContent.includes('flaky')",
-                long,
-            )
-            .await;
-            b.click(".pager a").await;
-            b.wait_for(
-                "the next page, greet's run",
-                "location.hash.includes('cursor=') && document.querySelectorAll('table.runs tbody tr').length === 1 && document.querySelector('table.runs').textContent.includes('greet')",
-                long,
-            )
-            .await;
-
-            b.goto(&format!("{}/#/tasks/greet", ax.url)).await;
-            b.wait_for("the task page's chart", "document.querySelector('svg.chart')", long).await;
-            b.shot("06-task").await;
-
-            // The admin's tenant pages; acting as another tenant.
-            b.goto(&format!("{}/#/tenants/default", ax.url)).await;
-            b.wait_for("default's usage", "document.querySelector('#usage-by-task')?.textContent.includes('greet')", long)
+                // Open the run page from the task list and read the logs.
+                b.click(".last[data-task=greet] a").await;
+                b.wait_for(
+                    "the run page of a succeeded run",
+                    "document.querySelector('#run-status .badge')?.textContent === 'succeeded'",
+                    long,
+                )
                 .await;
-            b.shot("08-tenant-usage").await;
-            b.goto(&format!("{}/#/tenants", ax.url)).await;
-            b.wait_for(
-                "the tenant list",
-                "document.querySelector('button[data-tenant=acme]') && document.querySelector('#tenants').textContent.includes('default')",
-                long,
-            )
-            .await;
-            b.shot("07-tenants").await;
-            b.click("button[data-tenant=acme]").await;
-            b.wait_for(
-                "acme's (empty) task list",
-                "document.querySelector('#tasks td.empty') && document.querySelector('#who').textContent.includes('tenant acme')",
-                long,
-            )
-            .await;
+                let logs = b
+                    .wait_for(
+                        "hello's log line on the run page",
+                        "document.querySelector('#logs')?.textContent.includes('greeting <b>browser</b> (attempt 1)') && document.querySelector('#logs').textContent",
+                        long,
+                    )
+                    .await;
+                assert!(logs.as_str().unwrap().contains("hello · attempt 1"), "{logs}");
+                // Untrusted text stays text: the `<b>` from the input is not an element anywhere.
+                let injected = b
+                    .client
+                    .execute("return document.querySelectorAll('main b, main i').length;", vec![])
+                    .await
+                    .unwrap();
+                assert_eq!(injected, json!(0), "plugin output became markup");
+                let dag_states = b
+                    .client
+                    .execute(
+                        "return [...document.querySelectorAll('svg.dag g.node')].map(g => g.dataset.step + '=' + g.getAttribute('class'));",
+                        vec![],
+                    )
+                    .await
+                    .unwrap();
+                assert_eq!(
+                    dag_states,
+                    json!([
+                        "hello=node st-succeeded",
+                        "shout=node st-succeeded",
+                        "whisper=node st-skipped"
+                    ])
+                );
+                let attempts = b
+                    .client
+                    .execute("return document.querySelectorAll('#attempts tbody tr').length;", vec![])
+                    .await
+                    .unwrap();
+                assert_eq!(attempts, json!(2));
+                // The run page is long: a tall window shows all of it.
+                b.client.set_window_size(1280, 2400).await.unwrap();
+                b.shot("04-run").await;
+                b.client.set_window_size(1280, 1000).await.unwrap();
 
-            // Signing out forgets the token.
-            b.click("#signout").await;
-            b.wait_for("the sign-in form again", "document.querySelector('#signin')", long).await;
-            let stored = b
-                .client
-                .execute("return sessionStorage.length;", vec![])
-                .await
-                .unwrap();
-            assert_eq!(stored, json!(0));
+                // The other main pages.
+                b.goto(&format!("{}/#/runs", url)).await;
+                b.wait_for("the run list", "document.querySelectorAll('table.runs tbody tr a').length > 0", long)
+                    .await;
+                b.shot("03-runs").await;
+                // Filters go into the URL and the listing.
+                b.goto(&format!("{}/#/runs?task=greet&status=failed", url)).await;
+                b.wait_for(
+                    "an empty list of greet's failed runs",
+                    "document.querySelector('table.runs td.empty') && document.querySelector('select[name=status]').value === 'failed'",
+                    long,
+                )
+                .await;
+                b.goto(&format!("{}/#/plugins", url)).await;
+                b.wait_for(
+                    "the plugin list",
+                    "document.querySelector('#plugins')?.textContent.includes('echo')",
+                    long,
+                )
+                .await;
+                b.shot("05-plugins").await;
+                // Pause and resume from the task list.
+                b.goto(&format!("{}/#/tasks", url)).await;
+                b.click("button[data-action=pause][data-task=greet]").await;
+                b.wait_for(
+                    "greet paused",
+                    "document.querySelector('button[data-action=resume][data-task=greet]')",
+                    long,
+                )
+                .await;
+                b.click("button[data-action=resume][data-task=greet]").await;
+                b.wait_for(
+                    "greet resumed",
+                    "document.querySelector('button[data-action=pause][data-task=greet]')",
+                    long,
+                )
+                .await;
 
-            // A tenant token sees its own tenant and no admin pages.
-            b.client.find(Locator::Css("#token")).await.unwrap().send_keys(&acme_token).await.unwrap();
-            b.click("#signin button[type=submit]").await;
-            b.wait_for(
-                "the tenant's task list",
-                "document.querySelector('#tasks') && document.querySelector('#who').textContent.includes('tenant token')",
-                long,
-            )
+                // A run that fails three times: its page, then its dead letter.
+                b.click("button[data-action=run][data-task=flaky]").await;
+                b.wait_for(
+                    "flaky's last run to fail",
+                    "[...document.querySelectorAll('.last[data-task=flaky] .badge')].some(e => e.textContent === 'failed')",
+                    long,
+                )
+                .await;
+                b.click(".last[data-task=flaky] a").await;
+                b.wait_for(
+                    "the failed run's three attempts",
+                    "document.querySelector('#run-status .badge')?.textContent === 'failed' && document.querySelectorAll('#attempts tbody tr').length === 3",
+                    long,
+                )
+                .await;
+                let page = b
+                    .client
+                    .execute("return document.querySelector('main').textContent;", vec![])
+                    .await
+                    .unwrap();
+                let page = page.as_str().unwrap();
+                assert!(page.contains("Retry failed steps"), "{page}");
+                assert!(page.contains("upstream <i>down</i>"), "{page}");
+                let injected = b
+                    .client
+                    .execute("return document.querySelectorAll('main i').length;", vec![])
+                    .await
+                    .unwrap();
+                assert_eq!(injected, json!(0), "an error message became markup");
+                b.client.set_window_size(1280, 2400).await.unwrap();
+                b.shot("09-failed-run").await;
+                b.client.set_window_size(1280, 1000).await.unwrap();
+                b.goto(&format!("{}/#/dead-letters", url)).await;
+                b.wait_for(
+                    "flaky's dead letter",
+                    "document.querySelector('main table')?.textContent.includes('flaky') && [...document.querySelectorAll('main button')].some(x => x.textContent === 'Requeue')",
+                    long,
+                )
+                .await;
+                b.shot("10-dead-letters").await;
+
+                // Cursor paging, one run a page: greet's run is older than flaky's.
+                b.goto(&format!("{}/#/runs?limit=1", url)).await;
+                b.wait_for(
+                    "the newest run, flaky's",
+                    "document.querySelectorAll('table.runs tbody tr').length === 1 && document.querySelector('table.runs').textContent.includes('flaky')",
+                    long,
+                )
+                .await;
+                b.click(".pager a").await;
+                b.wait_for(
+                    "the next page, greet's run",
+                    "location.hash.includes('cursor=') && document.querySelectorAll('table.runs tbody tr').length === 1 && document.querySelector('table.runs').textContent.includes('greet')",
+                    long,
+                )
+                .await;
+
+                b.goto(&format!("{}/#/tasks/greet", url)).await;
+                b.wait_for("the task page's chart", "document.querySelector('svg.chart')", long).await;
+                b.shot("06-task").await;
+
+                // The admin's tenant pages; acting as another tenant.
+                b.goto(&format!("{}/#/tenants/default", url)).await;
+                b.wait_for("default's usage", "document.querySelector('#usage-by-task')?.textContent.includes('greet')", long)
+                    .await;
+                b.shot("08-tenant-usage").await;
+                b.goto(&format!("{}/#/tenants", url)).await;
+                b.wait_for(
+                    "the tenant list",
+                    "document.querySelector('button[data-tenant=acme]') && document.querySelector('#tenants').textContent.includes('default')",
+                    long,
+                )
+                .await;
+                b.shot("07-tenants").await;
+                b.click("button[data-tenant=acme]").await;
+                b.wait_for(
+                    "acme's (empty) task list",
+                    "document.querySelector('#tasks td.empty') && document.querySelector('#who').textContent.includes('tenant acme')",
+                    long,
+                )
+                .await;
+
+                // Signing out forgets the token.
+                b.click("#signout").await;
+                b.wait_for("the sign-in form again", "document.querySelector('#signin')", long).await;
+                let stored = b
+                    .client
+                    .execute("return sessionStorage.length;", vec![])
+                    .await
+                    .unwrap();
+                assert_eq!(stored, json!(0));
+
+                // A tenant token sees its own tenant and no admin pages.
+                b.client.find(Locator::Css("#token")).await.unwrap().send_keys(&acme_token).await.unwrap();
+                b.click("#signin button[type=submit]").await;
+                b.wait_for(
+                    "the tenant's task list",
+                    "document.querySelector('#tasks') && document.querySelector('#who').textContent.includes('tenant token')",
+                    long,
+                )
+                .await;
+                let admin_link = b
+                    .client
+                    .execute("return document.querySelector('#nav-tenants').hidden;", vec![])
+                    .await
+                    .unwrap();
+                assert_eq!(admin_link, json!(true), "a tenant token sees no Tenants page");
+            })
             .await;
-            let admin_link = b
-                .client
-                .execute("return document.querySelector('#nav-tenants').hidden;", vec![])
-                .await
-                .unwrap();
-            assert_eq!(admin_link, json!(true), "a tenant token sees no Tenants page");
-            b.client.close().await.expect("closing the browser");
+            let _ = session.close().await;
+            if let Err(failed) = steps {
+                std::panic::resume_unwind(failed.into_panic());
+            }
         });
 }
