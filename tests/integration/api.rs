@@ -22,10 +22,10 @@ use tower::ServiceExt as _;
 
 use crate::common::{RUNTIME, plugin_bytes};
 
-const TOKEN: &str = "api-test-token";
+pub(crate) const TOKEN: &str = "api-test-token";
 
 /// An in-process host: store, scheduler, runtime and the router over them.
-struct Host {
+pub(crate) struct Host {
     app: Router,
     state: ApiState,
     shutdown: CancellationToken,
@@ -38,14 +38,14 @@ impl Drop for Host {
 }
 
 /// What a call answered.
-struct Answer {
-    status: StatusCode,
-    headers: axum::http::HeaderMap,
-    body: Value,
+pub(crate) struct Answer {
+    pub(crate) status: StatusCode,
+    pub(crate) headers: axum::http::HeaderMap,
+    pub(crate) body: Value,
 }
 
 impl Answer {
-    fn code(&self) -> &str {
+    pub(crate) fn code(&self) -> &str {
         self.body["error"]["code"].as_str().unwrap_or("")
     }
 
@@ -54,7 +54,7 @@ impl Answer {
     }
 }
 
-async fn host() -> Host {
+pub(crate) async fn host() -> Host {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     // One runtime (engine, pool, compiled plugins) for the whole test binary.
     let runtime = RUNTIME.clone();
@@ -109,7 +109,7 @@ fn request(method: &str, path: &str, tenant: Option<&str>) -> axum::http::reques
 }
 
 impl Host {
-    async fn send(&self, req: Request<Body>) -> Answer {
+    pub(crate) async fn send(&self, req: Request<Body>) -> Answer {
         let response = self
             .app
             .clone()
@@ -158,7 +158,7 @@ impl Host {
         self.send(req).await
     }
 
-    async fn upload_bytes(&self, name: &str, version: &str, bytes: Vec<u8>) -> Answer {
+    pub(crate) async fn upload_bytes(&self, name: &str, version: &str, bytes: Vec<u8>) -> Answer {
         let req = request(
             "POST",
             &format!("/v1/plugins?name={name}&version={version}"),
@@ -188,7 +188,7 @@ impl Host {
     }
 
     /// Polls a run until `done` says so (20 s at most).
-    async fn wait_until(&self, id: &str, done: impl Fn(&Value) -> bool) -> Value {
+    pub(crate) async fn wait_until(&self, id: &str, done: impl Fn(&Value) -> bool) -> Value {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             let answer = self.get(&format!("/v1/runs/{id}")).await;
@@ -1528,4 +1528,57 @@ async fn ax_graph_prints_the_servers_drawing() {
     })
     .await
     .unwrap();
+}
+
+/// The dashboard's files need no token, carry a strict CSP and revalidate
+/// with their ETag; an unknown `/ui/` path is a 404 in the error shape.
+#[tokio::test]
+async fn the_dashboard_is_served_from_the_binary_with_a_csp() {
+    let host = host().await;
+    let fetch = |path: &str, etag: Option<&str>| {
+        let mut req = Request::builder().uri(path);
+        if let Some(tag) = etag {
+            req = req.header(header::IF_NONE_MATCH, tag);
+        }
+        host.app.clone().oneshot(req.body(Body::empty()).unwrap())
+    };
+    let page = fetch("/", None).await.unwrap();
+    assert_eq!(page.status(), StatusCode::OK);
+    let h = page.headers().clone();
+    assert_eq!(h[header::CONTENT_TYPE], "text/html; charset=utf-8");
+    let csp = h[header::CONTENT_SECURITY_POLICY].to_str().unwrap();
+    assert!(
+        csp.contains("default-src 'none'") && csp.contains("script-src 'self'"),
+        "{csp}"
+    );
+    assert_eq!(h[header::X_CONTENT_TYPE_OPTIONS], "nosniff");
+    let html = page.into_body().collect().await.unwrap().to_bytes();
+    assert!(String::from_utf8_lossy(&html).contains(r#"<script type="module" src="/ui/app.js">"#));
+
+    let js = fetch("/ui/app.js", None).await.unwrap();
+    assert_eq!(js.status(), StatusCode::OK);
+    assert_eq!(
+        js.headers()[header::CONTENT_TYPE],
+        "text/javascript; charset=utf-8"
+    );
+    let etag = js.headers()[header::ETAG].to_str().unwrap().to_string();
+    let again = fetch("/ui/app.js", Some(&etag)).await.unwrap();
+    assert_eq!(again.status(), StatusCode::NOT_MODIFIED);
+    assert!(
+        again
+            .headers()
+            .contains_key(header::CONTENT_SECURITY_POLICY)
+    );
+    let other = fetch("/ui/style.css", Some(&etag)).await.unwrap();
+    assert_eq!(
+        other.status(),
+        StatusCode::OK,
+        "another file's ETag does not match"
+    );
+
+    let missing = fetch("/ui/nope.js", None).await.unwrap();
+    assert_eq!(missing.status(), StatusCode::NOT_FOUND);
+    let body = missing.into_body().collect().await.unwrap().to_bytes();
+    let body: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(body["error"]["code"], "not_found");
 }

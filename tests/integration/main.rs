@@ -4,7 +4,9 @@
 
 mod alerts;
 mod api;
+mod browser;
 mod cli;
+mod cli_polish;
 mod common;
 mod crash;
 mod dag;
@@ -15,4 +17,5 @@ mod openapi;
 mod retention;
 mod sandbox;
 mod serve_cli;
+mod tenants;
 mod validation;

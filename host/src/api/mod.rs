@@ -8,10 +8,12 @@
 //! - [`error`]: one error enum, one status/code table.
 //! - [`views`]: the JSON shapes of the answers.
 //! - [`openapi`]: the OpenAPI document, generated from the handlers' annotations.
+//! - `dashboard`: the web dashboard's embedded files (`GET /`).
 //!
 //! Route reference with examples: docs/API.md.
 
 pub mod auth;
+mod dashboard;
 pub mod error;
 mod extract;
 mod metrics;
@@ -119,7 +121,7 @@ pub fn route_paths() -> Vec<&'static str> {
 }
 
 /// The whole HTTP app: `/v1` routes (bearer token), `/healthz`, `/readyz`,
-/// `/metrics`, `/v1/openapi.json`.
+/// `/metrics`, `/v1/openapi.json`, the dashboard (`/`, `/ui/*`).
 pub fn router(state: ApiState) -> Router {
     let http_metrics = Arc::new(crate::metrics::HttpMetrics::default());
     let plugin_limit = state.ax.max_plugin_bytes.saturating_add(MULTIPART_OVERHEAD);
@@ -128,6 +130,8 @@ pub fn router(state: ApiState) -> Router {
         .fold(Router::new(), |router, (path, handlers)| {
             router.route(path, handlers)
         })
+        // The dashboard's files: not API routes, not in the OpenAPI document.
+        .merge(dashboard::routes())
         .fallback(ops::not_found)
         .method_not_allowed_fallback(ops::method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))

@@ -1,10 +1,12 @@
 //! The `ax` command line. `ax exec` runs a plugin locally in the sandbox (no
 //! server); `ax bench` measures the runtime; the client commands (`ax plugin`,
 //! `ax task`, `ax trigger`, `ax runs`, …, see [`client`]) talk to a server
-//! over HTTP and need no async runtime.
+//! over HTTP and need no async runtime; `ax completions SHELL` prints a
+//! completion script (clap_complete), `ax status` a health summary.
 
 mod client;
 mod exec;
+mod term;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -59,6 +61,11 @@ enum Command {
     /// Client commands talking to a server (`AX_URL`, `AX_TOKEN`).
     #[command(flatten)]
     Client(client::ClientCommand),
+    /// Print a shell completion script (e.g. `ax completions bash > /etc/bash_completion.d/ax`).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -76,6 +83,8 @@ enum BenchCommand {
     /// "One hour compressed": many tasks firing every second with retention
     /// on; shows the store size on disk over time.
     Soak(BenchSoakArgs),
+    /// Cost of tenant tokens and quotas per trigger, against the same path without tenants.
+    Tenants(BenchTenantsArgs),
 }
 
 #[derive(Debug, Args)]
@@ -95,6 +104,22 @@ struct BenchSoakArgs {
     /// How often the store size is sampled.
     #[arg(long, default_value = "15s", value_parser = parse_duration)]
     sample_every: Duration,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+struct BenchTenantsArgs {
+    /// Runs per round.
+    #[arg(long, default_value_t = 2000)]
+    runs: usize,
+    /// HTTP clients triggering at once.
+    #[arg(long, default_value_t = 16)]
+    clients: usize,
+    /// Rounds per mode (interleaved).
+    #[arg(long, default_value_t = 5)]
+    rounds: usize,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -267,11 +292,29 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 args.json,
             )
         }),
+        Command::Bench(BenchCommand::Tenants(args)) => block_on(async move {
+            print_stats(
+                &crate::bench::tenant_overhead(args.runs, args.clients, args.rounds).await?,
+                args.json,
+            )
+        }),
         Command::Exec(args) => block_on(exec::exec(args)),
         Command::Bench(BenchCommand::Exec(args)) => block_on(exec::bench_exec(args)),
         Command::Bench(BenchCommand::Load(args)) => block_on(exec::bench_load(args)),
         // Blocking HTTP: no runtime needed.
         Command::Client(command) => Ok(client::run(command)),
+        Command::Completions { shell } => {
+            use clap::CommandFactory as _;
+            use std::io::Write as _;
+            // Generated into memory: clap_complete panics on a write error,
+            // and `ax completions bash | head` is a closed pipe, not a bug.
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "ax", &mut script);
+            match std::io::stdout().write_all(&script) {
+                Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+                _ => Ok(ExitCode::SUCCESS),
+            }
+        }
     }
 }
 

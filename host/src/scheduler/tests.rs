@@ -55,6 +55,11 @@ impl Runner for FakeRunner {
         ));
         Box::pin(async move {
             let input: serde_json::Value = serde_json::from_str(&req.input).unwrap();
+            if req.limits.fuel < 100 {
+                let mut r = report(Outcome::FuelExhausted, None, Some("out of fuel"), None);
+                r.fuel_consumed = req.limits.fuel;
+                return Ok(r);
+            }
             Ok(match req.digest.as_str() {
                 "ok" => report(
                     Outcome::Succeeded,
@@ -116,10 +121,13 @@ impl Harness {
         clock: Arc<TokioClock>,
         config: SchedulerConfig,
     ) -> Self {
-        for digest in ["ok", "fail", "fatal", "slow", "block"] {
+        for (digest, tenant) in ["ok", "fail", "fatal", "slow", "block"]
+            .into_iter()
+            .flat_map(|d| ["t", "a", "b"].map(|t| (d, t)))
+        {
             store
                 .put_plugin(&PluginRecord {
-                    tenant: "t".into(),
+                    tenant: tenant.into(),
                     name: digest.into(),
                     version: "1.0.0".into(),
                     digest: digest.into(),
@@ -153,12 +161,16 @@ impl Harness {
 
     /// Stores a task as the service would (validated, then through the scheduler).
     async fn put_task(&self, yaml: &str) -> TaskSpec {
+        self.put_task_for("t", yaml).await
+    }
+
+    async fn put_task_for(&self, tenant: &str, yaml: &str) -> TaskSpec {
         let spec = task::parse(yaml).unwrap();
         let now = self.clock.now();
         Trigger::compile(spec.trigger.as_ref(), now).unwrap();
         let record = TaskRecord {
             format: RECORD_FORMAT,
-            tenant: "t".into(),
+            tenant: tenant.into(),
             name: spec.name.clone(),
             spec: serde_json::to_value(&spec).unwrap(),
             source: yaml.into(),
@@ -171,9 +183,13 @@ impl Harness {
     }
 
     async fn trigger(&self, task: &str, input: serde_json::Value) -> RunRecord {
+        self.trigger_for("t", task, input).await
+    }
+
+    async fn trigger_for(&self, tenant: &str, task: &str, input: serde_json::Value) -> RunRecord {
         self.scheduler
             .trigger(TriggerRequest {
-                tenant: "t".into(),
+                tenant: tenant.into(),
                 task: task.into(),
                 input: Some(input),
                 actor: "test".into(),
@@ -663,4 +679,136 @@ async fn a_one_success_join_runs_when_one_branch_failed() {
         RunStatus::Succeeded,
         "the failure was handled by the join"
     );
+}
+
+// --- tenants ----------------------------------------------------------------
+
+fn tenant_record(name: &str, quota: crate::tenant::Quota) -> crate::tenant::TenantRecord {
+    crate::tenant::TenantRecord::new(name, quota, 0)
+}
+
+/// The fairness bound of the dispatch queue, end to end: tenant `a` floods
+/// 10,000 runs; tenant `b`'s one run is among the next 2 attempts started
+/// after its trigger (we assert at most 2 of `a`'s attempts start between
+/// `b`'s trigger and `b`'s start), however deep `a`'s backlog.
+#[tokio::test(start_paused = true)]
+async fn one_tenant_flooding_does_not_delay_another_tenants_run() {
+    let config = SchedulerConfig {
+        queue: QueueConfig::for_cores(2),
+        ..SchedulerConfig::default()
+    };
+    let h = Harness::start_with(Arc::new(MemoryStore::new()), config).await;
+    h.put_task_for("a", "name: flood\nplugin: slow@1.0.0\ninput: { ms: 10 }\n")
+        .await;
+    h.put_task_for("b", "name: one\nplugin: slow@1.0.0\ninput: { ms: 10 }\n")
+        .await;
+    for _ in 0..10_000 {
+        h.trigger_for("a", "flood", serde_json::json!({})).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let before = h.runner.calls.lock().unwrap().len();
+    assert!(
+        before < 100,
+        "a's backlog is still there ({before} started)"
+    );
+    let b = h.trigger_for("b", "one", serde_json::json!({})).await;
+    h.wait_terminal(&b.id).await;
+    let calls = h.runner.calls.lock().unwrap().clone();
+    let b_at = calls
+        .iter()
+        .position(|(run, _, _)| *run == b.id)
+        .expect("b's run started");
+    let a_between = b_at - before;
+    assert!(
+        a_between <= 2,
+        "{a_between} of a's attempts started between b's trigger and b's start"
+    );
+    h.shutdown.cancel();
+}
+
+/// Fuel is reserved before an attempt and never exceeds the window's
+/// budget; an exhausted tenant is held with a reason until the window
+/// resets, then its runs go on; usage buckets add up to the fuel used.
+#[tokio::test(start_paused = true)]
+async fn a_tenant_out_of_fuel_waits_for_the_next_window() {
+    let quota = crate::tenant::Quota {
+        fuel_per_window: Some(250),
+        window: Duration::from_secs(3600),
+        ..Default::default()
+    };
+    let store = Arc::new(MemoryStore::new());
+    store.put_tenant(&tenant_record("a", quota)).unwrap();
+    let h = Harness::start_with(store, test_config()).await;
+    h.put_task_for("a", "name: job\nplugin: ok@1.0.0\n").await;
+    let mut runs = Vec::new();
+    for _ in 0..3 {
+        let run = h.trigger_for("a", "job", serde_json::json!({})).await;
+        runs.push(h.wait_terminal(&run.id).await);
+    }
+    let fuel: Vec<u64> = runs
+        .iter()
+        .map(|r| r.steps[0].attempts[0].fuel_consumed)
+        .collect();
+    assert_eq!(fuel, [100, 100, 50], "the third got only what was left");
+    assert_eq!(
+        runs[2].steps[0].attempts[0].outcome,
+        Some(Outcome::FuelExhausted)
+    );
+    let held = h.trigger_for("a", "job", serde_json::json!({})).await;
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(
+        h.store.get_run(&held.id).unwrap().unwrap().status,
+        RunStatus::Queued
+    );
+    let reason = h.scheduler.stats().hold_reason("a").expect("held");
+    assert!(reason.contains("250 of 250"), "{reason}");
+    // The window is an hour aligned to the epoch; t0 is on the hour.
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+    let run = h.wait_terminal(&held.id).await;
+    assert_eq!(run.status, RunStatus::Succeeded);
+    assert_eq!(h.scheduler.stats().hold_reason("a"), None);
+    let used: u64 = h
+        .store
+        .usage("a", 0, i64::MAX)
+        .unwrap()
+        .iter()
+        .map(|b| b.fuel)
+        .sum();
+    assert_eq!(used, 350);
+    h.shutdown.cancel();
+}
+
+/// After a restart the window's use is recomputed from the usage buckets,
+/// so a tenant out of fuel stays held.
+#[tokio::test(start_paused = true)]
+async fn the_fuel_used_in_a_window_survives_a_restart() {
+    let quota = crate::tenant::Quota {
+        fuel_per_window: Some(100),
+        window: Duration::from_secs(3600),
+        ..Default::default()
+    };
+    let store = Arc::new(MemoryStore::new());
+    store.put_tenant(&tenant_record("a", quota)).unwrap();
+    let h = Harness::start_with(store.clone(), test_config()).await;
+    h.put_task_for("a", "name: job\nplugin: ok@1.0.0\n").await;
+    let run = h.trigger_for("a", "job", serde_json::json!({})).await;
+    h.wait_terminal(&run.id).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    h.shutdown.cancel();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let h = Harness::start_at(
+        store,
+        Arc::new(FakeRunner::default()),
+        h.clock.clone(),
+        test_config(),
+    )
+    .await;
+    let held = h.trigger_for("a", "job", serde_json::json!({})).await;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(
+        h.store.get_run(&held.id).unwrap().unwrap().status,
+        RunStatus::Queued
+    );
+    assert!(h.scheduler.stats().hold_reason("a").is_some());
+    h.shutdown.cancel();
 }
