@@ -201,6 +201,12 @@ pub async fn start(config: Config, demo: bool) -> anyhow::Result<Server> {
         store.as_ref(),
         crate::scheduler::Clock::now_ms(clock.as_ref()),
     )?;
+    for t in tenants.tenants() {
+        scheduler
+            .stats()
+            .alerts
+            .set_tenant(&t.name, t.alerts.clone());
+    }
     let ax = Ax {
         tenants,
         store: store.clone(),
