@@ -7,8 +7,8 @@
 //! - [`auth`]: the bearer-token check and the tenant a request acts on.
 //! - [`error`]: one error enum, one status/code table.
 //! - [`views`]: the JSON shapes of the answers.
-//! - [`openapi`]: the OpenAPI document, generated from the handlers' annotations.
 //! - `dashboard`: the web dashboard's embedded files (`GET /`).
+//! - [`openapi`]: the OpenAPI document, generated from the handlers' annotations.
 //!
 //! Route reference with examples: docs/API.md.
 
@@ -121,7 +121,8 @@ pub fn route_paths() -> Vec<&'static str> {
 }
 
 /// The whole HTTP app: `/v1` routes (bearer token), `/healthz`, `/readyz`,
-/// `/metrics`, `/v1/openapi.json`, the dashboard (`/`, `/ui/*`).
+/// `/metrics`, `/v1/openapi.json`, and the dashboard (`/`, `/ui/*`; HTML
+/// and assets, outside the API document).
 pub fn router(state: ApiState) -> Router {
     let http_metrics = Arc::new(crate::metrics::HttpMetrics::default());
     let plugin_limit = state.ax.max_plugin_bytes.saturating_add(MULTIPART_OVERHEAD);
@@ -130,7 +131,6 @@ pub fn router(state: ApiState) -> Router {
         .fold(Router::new(), |router, (path, handlers)| {
             router.route(path, handlers)
         })
-        // The dashboard's files: not API routes, not in the OpenAPI document.
         .merge(dashboard::routes())
         .fallback(ops::not_found)
         .method_not_allowed_fallback(ops::method_not_allowed)
