@@ -81,6 +81,8 @@ pub struct Config {
     pub retention: crate::retention::RetentionConfig,
     /// Webhook alert delivery and per-tenant alerts (`crate::alerts`).
     pub alerts: crate::alerts::AlertsConfig,
+    /// Key-value bytes (keys + values) each tenant may keep, KiB (16 MiB by default).
+    pub kv_quota_kb: u64,
 }
 
 impl Default for Config {
@@ -99,6 +101,7 @@ impl Default for Config {
             max_instances: crate::runtime::DEFAULT_MAX_INSTANCES,
             retention: crate::retention::RetentionConfig::default(),
             alerts: crate::alerts::AlertsConfig::default(),
+            kv_quota_kb: crate::capability::kv::DEFAULT_QUOTA_BYTES >> 10,
         }
     }
 }

@@ -16,6 +16,8 @@
 //! - [`schedule`]: triggers and cron → fire instants, time zones, DST. Pure.
 //! - [`store`]: the `Store` trait and its sled and in-memory implementations;
 //!   the only place naming sled.
+//! - [`capability`]: what a step may be granted (HTTP allow-lists, KV,
+//!   config, secrets) and secret redaction, in ax terms. Pure.
 //! - [`runtime`]: the sandbox — the only place naming wasmtime.
 //! - [`scheduler`]: when things run — timers, dispatch queue, retries, recovery.
 //! - [`service`]: the operations of ax as one facade over store, runtime, scheduler.
@@ -36,6 +38,7 @@
 pub mod alerts;
 pub mod api;
 pub mod bench;
+pub mod capability;
 pub mod cli;
 pub mod cond;
 pub mod config;

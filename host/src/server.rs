@@ -188,7 +188,19 @@ pub async fn start(config: Config, demo: bool) -> anyhow::Result<Server> {
         ..scheduler_config
     };
     let clock = Arc::new(SystemClock);
-    let runner = Arc::new(WasmRunner::new(runtime.clone(), store.clone()));
+    let kv_limits = crate::capability::KvLimits {
+        quota_bytes: config.kv_quota_kb.saturating_mul(1 << 10),
+        ..Default::default()
+    };
+    let tenants = crate::service::load_registry(
+        store.as_ref(),
+        crate::scheduler::Clock::now_ms(clock.as_ref()),
+    )?;
+    let runner = Arc::new(
+        WasmRunner::new(runtime.clone(), store.clone())
+            .with_kv_limits(kv_limits)
+            .with_tenants(tenants.clone()),
+    );
     let (scheduler, scheduler_task) = Scheduler::start(
         store.clone(),
         runner,
@@ -197,10 +209,6 @@ pub async fn start(config: Config, demo: bool) -> anyhow::Result<Server> {
         shutdown.clone(),
     )
     .await?;
-    let tenants = crate::service::load_registry(
-        store.as_ref(),
-        crate::scheduler::Clock::now_ms(clock.as_ref()),
-    )?;
     for t in tenants.tenants() {
         scheduler
             .stats()

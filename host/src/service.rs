@@ -5,6 +5,7 @@
 //! Write paths that answer a client wait for the store's sync ticket, so a
 //! 2xx means the change is on disk.
 
+mod capabilities;
 mod tenants;
 
 use std::sync::Arc;
@@ -319,6 +320,7 @@ impl Ax {
             )));
         }
         task::validate(&spec, &self.caps_for(tenant))?;
+        self.check_http_ceiling(tenant, &spec)?;
         for (i, step) in spec.steps.iter().enumerate() {
             if self
                 .store

@@ -16,6 +16,7 @@
 //! submitted ones.
 
 use std::cell::Cell;
+use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
@@ -24,6 +25,7 @@ use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
+use crate::capability::{self, HttpPattern, KvScope, StepGrants};
 use crate::cond::{self, Condition};
 use crate::model::{ErrorKind, Limits, Outcome, StepStatus};
 use crate::schedule::{CatchUp, Overlap, TriggerSpec};
@@ -95,6 +97,10 @@ pub struct TaskSpec {
     /// (`crate::alerts`); `None`: only the tenant's alerts, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub alerts: Option<crate::alerts::AlertSpec>,
+    /// Config values every step can read (`config.get`); a step's own
+    /// `config` overrides single keys.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub config: BTreeMap<String, String>,
 }
 
 /// One node of a task's DAG.
@@ -122,6 +128,18 @@ pub struct StepSpec {
     pub when: Option<String>,
     /// How upstream results decide whether this step runs.
     pub trigger_rule: TriggerRule,
+    /// Destinations this step may send HTTP requests to (none by default).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub allow_http: Vec<HttpPattern>,
+    /// Names of the tenant's secrets this step may read (none by default).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<String>,
+    /// The key-value store this step sees, if any (none by default).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kv: Option<KvScope>,
+    /// Config values for this step, over the task's.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub config: BTreeMap<String, String>,
 }
 
 /// A plugin version, written `name@version` (semver).
@@ -149,6 +167,18 @@ pub struct StepLimits {
         serialize_with = "duration_text::option"
     )]
     pub timeout: Option<Duration>,
+    /// Outbound HTTP requests per attempt.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub http_requests: Option<u32>,
+    /// Per-request HTTP timeout, written `10s`.
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "duration_text::option"
+    )]
+    pub http_timeout: Option<Duration>,
+    /// Largest HTTP response body, in KiB.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub http_response_kb: Option<u64>,
 }
 
 /// How a step's failed attempts are retried.
@@ -478,7 +508,39 @@ impl StepSpec {
     }
 }
 
+impl StepSpec {
+    /// The HTTP limits an attempt of this step gets (defaults where unset).
+    pub fn http_limits(&self) -> capability::HttpLimits {
+        let mut http = capability::HttpLimits::default();
+        if let Some(n) = self.limits.http_requests {
+            http.max_requests = n;
+        }
+        if let Some(t) = self.limits.http_timeout {
+            http.timeout = t;
+        }
+        if let Some(kb) = self.limits.http_response_kb {
+            http.max_response_bytes = kb.saturating_mul(1 << 10);
+        }
+        http
+    }
+}
+
 impl TaskSpec {
+    /// What step `i` declares: its allow-list, HTTP limits, secret names, KV
+    /// scope and config (the task's, overridden by the step's).
+    pub fn step_grants(&self, i: usize) -> StepGrants {
+        let step = &self.steps[i];
+        let mut config = self.config.clone();
+        config.extend(step.config.iter().map(|(k, v)| (k.clone(), v.clone())));
+        StepGrants {
+            allow_http: step.allow_http.clone(),
+            http_limits: step.http_limits(),
+            secrets: step.secrets.clone(),
+            kv: step.kv,
+            config,
+        }
+    }
+
     /// The steps as `(name, needs)` pairs, the shape [`crate::dag`] takes.
     pub fn graph(&self) -> Vec<(&str, &[String])> {
         self.steps
@@ -1025,7 +1087,7 @@ impl<'v> Obj<'v> {
     }
 }
 
-const TASK_FIELDS: [&str; 14] = [
+const TASK_FIELDS: [&str; 18] = [
     "name",
     "description",
     "trigger",
@@ -1035,15 +1097,28 @@ const TASK_FIELDS: [&str; 14] = [
     "steps",
     "retention",
     "alerts",
+    "config",
     // The one-step shorthand.
     "plugin",
     "input",
     "limits",
     "retry",
     "pool",
+    "allow_http",
+    "secrets",
+    "kv",
 ];
-const SHORTHAND_FIELDS: [&str; 5] = ["plugin", "input", "limits", "retry", "pool"];
-const STEP_FIELDS: [&str; 9] = [
+const SHORTHAND_FIELDS: [&str; 8] = [
+    "plugin",
+    "input",
+    "limits",
+    "retry",
+    "pool",
+    "allow_http",
+    "secrets",
+    "kv",
+];
+const STEP_FIELDS: [&str; 13] = [
     "name",
     "plugin",
     "input",
@@ -1053,6 +1128,10 @@ const STEP_FIELDS: [&str; 9] = [
     "needs",
     "when",
     "trigger_rule",
+    "allow_http",
+    "secrets",
+    "kv",
+    "config",
 ];
 const TRIGGER_FIELDS: [&str; 7] = ["cron", "timezone", "at", "delay", "every", "after", "on"];
 
@@ -1159,6 +1238,7 @@ fn task_from_value(value: &Value) -> Result<(TaskSpec, bool)> {
         steps,
         retention,
         alerts,
+        config: task.opt("config", config_from_value)?.unwrap_or_default(),
     };
     Ok((spec, shorthand))
 }
@@ -1201,6 +1281,20 @@ fn step_from_value(value: &Value, path: &str, shorthand_name: Option<&str>) -> R
     let needs = obj.opt("needs", as_string_list)?.unwrap_or_default();
     let when = obj.opt("when", as_string)?;
     let trigger_rule = obj.opt("trigger_rule", as_keyword)?.unwrap_or_default();
+    let allow_http = obj
+        .opt("allow_http", |v, p| {
+            let items = as_string_list(v, p)?;
+            capability::http::parse_list(&items)
+                .map_err(|(i, e)| SpecError::new(format!("{p}[{i}]"), e))
+        })?
+        .unwrap_or_default();
+    let secrets = obj.opt("secrets", as_string_list)?.unwrap_or_default();
+    let kv = obj.opt("kv", kv_from_value)?.flatten();
+    // In the shorthand, a top-level `config` is the task's, not the step's.
+    let config = match shorthand_name {
+        Some(_) => BTreeMap::new(),
+        None => obj.opt("config", config_from_value)?.unwrap_or_default(),
+    };
     Ok(StepSpec {
         name,
         plugin,
@@ -1211,15 +1305,87 @@ fn step_from_value(value: &Value, path: &str, shorthand_name: Option<&str>) -> R
         needs,
         when,
         trigger_rule,
+        allow_http,
+        secrets,
+        kv,
+        config,
     })
 }
 
+/// `kv: tenant | task | true | false` (`true` is `tenant`, `false` none).
+fn kv_from_value(value: &Value, path: &str) -> Result<Option<KvScope>> {
+    match value {
+        Value::Bool(true) => Ok(Some(KvScope::Tenant)),
+        Value::Bool(false) => Ok(None),
+        Value::String(s) if s == "tenant" => Ok(Some(KvScope::Tenant)),
+        Value::String(s) if s == "task" => Ok(Some(KvScope::Task)),
+        other => Err(SpecError::new(
+            path,
+            format!(
+                "expected `tenant` or `task` (or `true` for tenant), found {}",
+                describe(other)
+            ),
+        )),
+    }
+}
+
+/// `config: {key: value}`; scalar values are kept as their text.
+fn config_from_value(value: &Value, path: &str) -> Result<BTreeMap<String, String>> {
+    let Value::Object(map) = value else {
+        return Err(SpecError::new(
+            path,
+            format!(
+                "expected a mapping of keys to values, found {}",
+                describe(value)
+            ),
+        ));
+    };
+    map.iter()
+        .map(|(k, v)| {
+            let at = join(path, k);
+            let text = match v {
+                Value::String(s) => s.clone(),
+                Value::Number(n) => n.to_string(),
+                Value::Bool(b) => b.to_string(),
+                other => {
+                    return Err(SpecError::new(
+                        at,
+                        format!(
+                            "a config value is text, a number or a boolean, found {}",
+                            describe(other)
+                        ),
+                    ));
+                }
+            };
+            Ok((k.clone(), text))
+        })
+        .collect()
+}
+
 fn limits_from_value(value: &Value, path: &str) -> Result<StepLimits> {
-    let obj = Obj::new(value, path, "`limits`", &["fuel", "memory_mb", "timeout"])?;
+    let obj = Obj::new(
+        value,
+        path,
+        "`limits`",
+        &[
+            "fuel",
+            "memory_mb",
+            "timeout",
+            "http_requests",
+            "http_timeout",
+            "http_response_kb",
+        ],
+    )?;
     Ok(StepLimits {
         fuel: obj.opt("fuel", as_u64)?,
         memory_mb: obj.opt("memory_mb", as_u64)?,
         timeout: obj.opt("timeout", as_duration)?,
+        http_requests: obj.opt("http_requests", |v, p| {
+            let n = as_u64(v, p)?;
+            u32::try_from(n).map_err(|_| SpecError::new(p, format!("{n} is too large")))
+        })?,
+        http_timeout: obj.opt("http_timeout", as_duration)?,
+        http_response_kb: obj.opt("http_response_kb", as_u64)?,
     })
 }
 
@@ -1388,6 +1554,7 @@ pub fn validate(spec: &TaskSpec, caps: &Caps) -> Result<(), SpecError> {
             format!("{} steps; the limit is {MAX_STEPS}", spec.steps.len()),
         ));
     }
+    validate_config(&spec.config, "config")?;
     let mut conditions = Vec::with_capacity(spec.steps.len());
     for (i, step) in spec.steps.iter().enumerate() {
         validate_step(step, &format!("steps[{i}]"), caps)?;
@@ -1618,6 +1785,94 @@ fn validate_step(step: &StepSpec, path: &str, caps: &Caps) -> Result<()> {
             return Err(SpecError::new(
                 format!("{}[{i}]", at("needs")),
                 format!("`{need}` is listed twice"),
+            ));
+        }
+    }
+    validate_capabilities(step, path)
+}
+
+/// The capability fields of a step: patterns (already parsed), secret names,
+/// config entries, HTTP limits.
+fn validate_capabilities(step: &StepSpec, path: &str) -> Result<()> {
+    let at = |field: &str| join(path, field);
+    if step.allow_http.len() > capability::http::MAX_PATTERNS {
+        return Err(SpecError::new(
+            at("allow_http"),
+            format!(
+                "at most {} patterns may be listed",
+                capability::http::MAX_PATTERNS
+            ),
+        ));
+    }
+    for (i, name) in step.secrets.iter().enumerate() {
+        let here = format!("{}[{i}]", at("secrets"));
+        if !capability::valid_name(name) {
+            return Err(name_error(&here, "secret", name));
+        }
+        if step.secrets[..i].contains(name) {
+            return Err(SpecError::new(here, format!("`{name}` is listed twice")));
+        }
+    }
+    validate_config(&step.config, &at("config"))?;
+    let limits = &step.limits;
+    let lat = |field: &str| join(&at("limits"), field);
+    if let Some(n) = limits.http_requests
+        && n > capability::MAX_HTTP_REQUESTS
+    {
+        return Err(SpecError::new(
+            lat("http_requests"),
+            format!(
+                "{n} is above the limit of {}",
+                capability::MAX_HTTP_REQUESTS
+            ),
+        ));
+    }
+    if let Some(t) = limits.http_timeout
+        && t.is_zero()
+    {
+        return Err(SpecError::new(
+            lat("http_timeout"),
+            "http_timeout must be longer than 0s",
+        ));
+    }
+    if let Some(kb) = limits.http_response_kb
+        && (kb == 0 || kb.saturating_mul(1 << 10) > capability::MAX_HTTP_RESPONSE_BYTES)
+    {
+        return Err(SpecError::new(
+            lat("http_response_kb"),
+            format!(
+                "{kb} is outside 1..={} KiB",
+                capability::MAX_HTTP_RESPONSE_BYTES >> 10
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Config keys are names (`[A-Za-z0-9][A-Za-z0-9_.-]{0,63}`), values bounded.
+fn validate_config(config: &BTreeMap<String, String>, path: &str) -> Result<()> {
+    if config.len() > capability::MAX_CONFIG_ENTRIES {
+        return Err(SpecError::new(
+            path,
+            format!(
+                "{} entries; the limit is {}",
+                config.len(),
+                capability::MAX_CONFIG_ENTRIES
+            ),
+        ));
+    }
+    for (key, value) in config {
+        if !capability::valid_name(key) {
+            return Err(name_error(&join(path, key), "config key", key));
+        }
+        if value.len() > capability::MAX_CONFIG_VALUE {
+            return Err(SpecError::new(
+                join(path, key),
+                format!(
+                    "is {} bytes; the limit is {}",
+                    value.len(),
+                    capability::MAX_CONFIG_VALUE
+                ),
             ));
         }
     }
@@ -1869,7 +2124,8 @@ steps:
             StepLimits {
                 fuel: Some(50_000_000),
                 memory_mb: Some(64),
-                timeout: Some(secs(30))
+                timeout: Some(secs(30)),
+                ..StepLimits::default()
             }
         );
         assert_eq!(extract.pool.as_deref(), Some("warehouse"));
@@ -1973,6 +2229,122 @@ pool: small
         assert_eq!(a.steps[0].name, "hourly");
     }
 
+    // --- capabilities ------------------------------------------------------------
+
+    const CAPS_TASK: &str = "name: t\nconfig: { endpoint: \"http://x\", retries: 3, verbose: true }\nsteps:\n  - name: a\n    plugin: p@1.0.0\n    allow_http: [\"https://*.example.com\", \"http://127.0.0.1:*\"]\n    secrets: [token]\n    kv: task\n    config: { retries: 5 }\n    limits: { http_requests: 7, http_timeout: 2s, http_response_kb: 64 }\n  - name: b\n    plugin: p@1.0.0\n    kv: true\n";
+
+    #[test]
+    fn capability_fields_are_read_and_merged_into_step_grants() {
+        let spec = load(CAPS_TASK, &CAPS).unwrap();
+        let a = spec.step_grants(0);
+        assert_eq!(
+            a.allow_http
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>(),
+            ["https://*.example.com", "http://127.0.0.1:*"]
+        );
+        assert_eq!(a.secrets, ["token"]);
+        assert_eq!(a.kv, Some(KvScope::Task));
+        assert_eq!(a.config["retries"], "5", "the step overrides the task");
+        assert_eq!(a.config["endpoint"], "http://x");
+        assert_eq!(a.config["verbose"], "true");
+        assert_eq!(a.http_limits.max_requests, 7);
+        assert_eq!(a.http_limits.timeout, secs(2));
+        assert_eq!(a.http_limits.max_response_bytes, 64 << 10);
+        let b = spec.step_grants(1);
+        assert_eq!(b.kv, Some(KvScope::Tenant));
+        assert!(b.allow_http.is_empty() && b.secrets.is_empty());
+        assert_eq!(b.config["retries"], "3");
+        assert_eq!(b.http_limits, capability::HttpLimits::default());
+    }
+
+    #[test]
+    fn capability_fields_survive_storing() {
+        let spec = load(CAPS_TASK, &CAPS).unwrap();
+        let stored = serde_json::to_value(&spec).unwrap();
+        let back: TaskSpec = serde_json::from_value(stored).unwrap();
+        assert_eq!(back, spec);
+    }
+
+    #[test]
+    fn a_step_declaring_nothing_is_granted_nothing() {
+        let spec = load("name: t\nplugin: p@1.0.0\n", &CAPS).unwrap();
+        let g = spec.step_grants(0);
+        assert!(g.allow_http.is_empty() && g.secrets.is_empty() && g.config.is_empty());
+        assert_eq!(g.kv, None);
+        let spec = load("name: t\nplugin: p@1.0.0\nkv: false\n", &CAPS).unwrap();
+        assert_eq!(spec.step_grants(0).kv, None);
+    }
+
+    #[test]
+    fn shorthand_takes_capability_fields_at_the_top() {
+        let spec = load(
+            "name: t\nplugin: p@1.0.0\nallow_http: [\"https://a.example.com\"]\nsecrets: [s]\nkv: tenant\nconfig: { k: v }\n",
+            &CAPS,
+        )
+        .unwrap();
+        let g = spec.step_grants(0);
+        assert_eq!(g.allow_http.len(), 1);
+        assert_eq!((g.secrets.len(), g.kv), (1, Some(KvScope::Tenant)));
+        assert_eq!(spec.config["k"], "v", "a top-level config is the task's");
+    }
+
+    #[test]
+    fn bad_capability_fields_are_refused_where_they_are() {
+        for (yaml, path, message) in [
+            (
+                "name: t\nplugin: p@1.0.0\nallow_http: [\"https://ok.example.com\", \"nope\"]\n",
+                "allow_http[1]",
+                "scheme://host",
+            ),
+            (
+                "name: t\nplugin: p@1.0.0\nkv: 1\n",
+                "kv",
+                "expected `tenant` or `task`",
+            ),
+            (
+                "name: t\nplugin: p@1.0.0\nsecrets: [a, a]\n",
+                "secrets[1]",
+                "listed twice",
+            ),
+            (
+                "name: t\nplugin: p@1.0.0\nsecrets: [\"-x\"]\n",
+                "secrets[0]",
+                "not a valid secret name",
+            ),
+            (
+                "name: t\nplugin: p@1.0.0\nconfig: { \"a b\": 1 }\n",
+                "config.a b",
+                "not a valid config key name",
+            ),
+            (
+                "name: t\nplugin: p@1.0.0\nconfig: [1]\n",
+                "config",
+                "mapping of keys to values",
+            ),
+            (
+                "name: t\nplugin: p@1.0.0\nlimits: { http_requests: 20000 }\n",
+                "limits.http_requests",
+                "above the limit",
+            ),
+            (
+                "name: t\nplugin: p@1.0.0\nlimits: { http_timeout: 0s }\n",
+                "limits.http_timeout",
+                "longer than 0s",
+            ),
+            (
+                "name: t\nplugin: p@1.0.0\nlimits: { http_response_kb: 0 }\n",
+                "limits.http_response_kb",
+                "outside 1..=",
+            ),
+        ] {
+            let e = load(yaml, &CAPS).unwrap_err();
+            assert_eq!(e.path, path, "{yaml}: {e:?}");
+            assert!(e.message.contains(message), "{yaml}: {}", e.message);
+        }
+    }
+
     #[test]
     fn minimal_shorthand_takes_every_default() {
         let spec = load("name: t\nplugin: p@1.0.0\n", &CAPS).unwrap();
@@ -1997,7 +2369,12 @@ pool: small
                     needs: vec![],
                     when: None,
                     trigger_rule: TriggerRule::AllSuccess,
+                    allow_http: vec![],
+                    secrets: vec![],
+                    kv: None,
+                    config: BTreeMap::new(),
                 }],
+                config: BTreeMap::new(),
             }
         );
     }
@@ -2177,7 +2554,7 @@ plugin: p@1.0.0
             (
                 "name: t\nsteps:\n- {name: a, plugin: p@1.0.0}\n- {name: b, plugin: p@1.0.0, limits: {fuel: 1, cpu: 2}}\n",
                 "steps[1].limits",
-                "unknown field `cpu`; expected one of: fuel, memory_mb, timeout",
+                "unknown field `cpu`; expected one of: fuel, memory_mb, timeout, http_requests, http_timeout, http_response_kb",
             ),
             (
                 "name: t\nstpes: []\n",

@@ -32,7 +32,36 @@
 //! deserialize into your type is a fatal error, reported with serde's message.
 //!
 //! What a plugin may do is deliberately small: compute on its input, log, report
-//! progress. It has no files, no environment variables and no network.
+//! progress. It has no files, no environment variables and no network —
+//! unless its step grants a capability (docs/CAPABILITIES.md), deny by default:
+//!
+//! - [`http`]: a client over `wasi:http` for destinations in `allow_http`
+//!   (redirects followed, each hop checked by the host);
+//! - [`kv`]: a key-value store scoped to the tenant or the task (`kv:`), with
+//!   typed JSON values and TTLs;
+//! - [`config`]: the task's and step's `config:` values;
+//! - [`secrets`]: the tenant's secrets the step lists (`secrets:`), redacted
+//!   from everything the host records.
+//!
+//! ```no_run
+//! use ax_plugin_sdk::{config, export_plugin, http, kv, secrets, Context, Result};
+//! use serde_json::{json, Value};
+//!
+//! fn run(_ctx: Context, _input: Value) -> Result<Value> {
+//!     let since: u64 = kv::get("cursor")?.unwrap_or(0);
+//!     let url = config::get("endpoint").unwrap_or_default();
+//!     let token = secrets::require("api_token")?;
+//!     let page: Value = http::Request::get(&format!("{url}?since={since}"))
+//!         .header("authorization", &format!("Bearer {token}"))
+//!         .send()?
+//!         .error_for_status()?
+//!         .json()?;
+//!     kv::set("cursor", &(since + 1))?;
+//!     Ok(json!({ "page": page }))
+//! }
+//! export_plugin!(run);
+//! # fn main() {}
+//! ```
 
 /// The bindings generated from the ax WIT world. Plugin code rarely needs them
 /// directly; they are public so the export macro can reach them.
@@ -47,6 +76,11 @@ pub mod bindings {
         export_macro_name: "__export_task",
     });
 }
+
+mod caps;
+pub mod http;
+
+pub use caps::{config, kv, secrets};
 
 use bindings::ax::plugin::types as wit;
 use serde::Serialize;

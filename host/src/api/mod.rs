@@ -22,6 +22,7 @@ mod ops;
 mod plugins;
 pub mod request_id;
 mod runs;
+mod secrets;
 mod tasks;
 pub mod tenants;
 pub mod views;
@@ -89,6 +90,11 @@ fn routes(plugin_limit: usize) -> Vec<(&'static str, MethodRouter<ApiState>)> {
         ("/v1/dead-letters", get(runs::dead_letters)),
         ("/v1/dead-letters/{id}/resolve", post(runs::resolve)),
         ("/v1/dead-letters/{id}/requeue", post(runs::requeue)),
+        ("/v1/secrets", get(secrets::list)),
+        (
+            "/v1/secrets/{name}",
+            put(secrets::put).delete(secrets::delete),
+        ),
         ("/v1/cron/next", get(ops::cron_next)),
         ("/v1/tenants", get(tenants::list).post(tenants::create)),
         (

@@ -27,7 +27,7 @@ use utoipa::openapi::path::{ParameterBuilder, ParameterIn};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{ObjectBuilder, Required, Type};
 
-use super::{metrics, ops, plugins, runs, tasks, tenants};
+use super::{metrics, ops, plugins, runs, secrets, tasks, tenants};
 
 /// The document, built once.
 #[derive(OpenApi)]
@@ -63,6 +63,9 @@ use super::{metrics, ops, plugins, runs, tasks, tenants};
         runs::resolve,
         runs::requeue,
         ops::cron_next,
+        secrets::put,
+        secrets::list,
+        secrets::delete,
         tenants::create,
         tenants::list,
         tenants::show,
@@ -86,6 +89,7 @@ use super::{metrics, ops, plugins, runs, tasks, tenants};
         (name = "tasks", description = "Task definitions and their triggers"),
         (name = "runs", description = "Runs: trigger, inspect, control"),
         (name = "dead letters", description = "Steps that exhausted their retries"),
+        (name = "secrets", description = "The tenant's write-only secrets, readable by plugins that list them"),
         (name = "tenants", description = "Admin only: tenants, quotas, tokens, usage"),
         (name = "operations", description = "Health, metrics, cron preview, this document"),
     )

@@ -1,16 +1,26 @@
 //! `ax exec` and the runtime benchmarks: everything that runs a plugin
 //! locally, without a server.
+//!
+//! `ax exec` takes the same capability grants a step can declare, so authors
+//! try them without a server: `--allow-http` (repeatable), `--config`,
+//! `--secret` (redacted from the report like on a server) and `--kv-dir`, a
+//! local key-value store (a sled database in that directory) that persists
+//! between invocations. The tenant is `local`, the task the file's name.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use anyhow::Context as _;
 use clap::Args;
 
 use super::{LimitArgs, default_cache_dir};
 use crate::bench;
+use crate::capability::{Grants, HttpLimits, KvGrant, KvLimits, KvNamespace, KvScope};
 use crate::model::{AttemptContext, AttemptReport, Outcome, TriggerKind};
 use crate::runtime::{Runtime, RuntimeConfig};
+use crate::store::kv::SledKv;
 
 #[derive(Debug, Args)]
 pub(super) struct ExecArgs {
@@ -27,6 +37,91 @@ pub(super) struct ExecArgs {
     /// Where compiled artifacts are cached.
     #[arg(long, env = "AX_CACHE_DIR")]
     cache_dir: Option<PathBuf>,
+    #[command(flatten)]
+    grants: GrantArgs,
+}
+
+/// The capabilities a local run is granted (deny by default, like a step).
+#[derive(Debug, Args)]
+struct GrantArgs {
+    /// Allow outbound HTTP to `scheme://host[:port|:*]` (repeatable), e.g.
+    /// `--allow-http http://127.0.0.1:*`.
+    #[arg(long = "allow-http", value_name = "PATTERN")]
+    allow_http: Vec<String>,
+    /// A config value the plugin reads with `config.get` (repeatable).
+    #[arg(long = "config", value_name = "KEY=VALUE")]
+    config: Vec<String>,
+    /// A secret the plugin may read (repeatable); `NAME` alone takes the value
+    /// of the environment variable NAME, keeping it out of shell history.
+    #[arg(long = "secret", value_name = "NAME=VALUE")]
+    secrets: Vec<String>,
+    /// A local key-value store for the plugin (created if missing; kept
+    /// between runs). Without it the plugin has no KV.
+    #[arg(long, value_name = "DIR")]
+    kv_dir: Option<PathBuf>,
+    /// Key-value quota of the local store, KiB.
+    #[arg(long, default_value_t = crate::capability::kv::DEFAULT_QUOTA_BYTES >> 10)]
+    kv_quota_kb: u64,
+}
+
+impl GrantArgs {
+    /// Parses the flags into the grants of one attempt.
+    fn grants(&self, ctx: &AttemptContext) -> anyhow::Result<Grants> {
+        let allow_http = crate::capability::http::parse_list(&self.allow_http)
+            .map_err(|(i, e)| anyhow::anyhow!("--allow-http {}: {e}", self.allow_http[i]))?;
+        let mut config = BTreeMap::new();
+        for entry in &self.config {
+            let (k, v) = entry
+                .split_once('=')
+                .with_context(|| format!("--config `{entry}`: write KEY=VALUE"))?;
+            anyhow::ensure!(
+                crate::capability::valid_name(k),
+                "--config `{k}`: a key is letters, digits, `_`, `.`, `-` (at most 64)"
+            );
+            config.insert(k.to_owned(), v.to_owned());
+        }
+        let mut secrets = BTreeMap::new();
+        for entry in &self.secrets {
+            let (name, value) = match entry.split_once('=') {
+                Some((n, v)) => (n, v.to_owned()),
+                None => (
+                    entry.as_str(),
+                    std::env::var(entry).with_context(|| {
+                        format!("--secret {entry}: no `=VALUE` and no environment variable {entry}")
+                    })?,
+                ),
+            };
+            anyhow::ensure!(
+                crate::capability::valid_name(name),
+                "--secret `{name}`: a name is letters, digits, `_`, `.`, `-` (at most 64)"
+            );
+            secrets.insert(name.to_owned(), Some(value));
+        }
+        let kv = match &self.kv_dir {
+            None => None,
+            Some(dir) => {
+                std::fs::create_dir_all(dir)
+                    .with_context(|| format!("creating --kv-dir {}", dir.display()))?;
+                let store = SledKv::open_dir(dir)
+                    .with_context(|| format!("opening --kv-dir {}", dir.display()))?;
+                Some(KvGrant {
+                    store: Arc::new(store),
+                    namespace: KvNamespace::new(&ctx.tenant, &ctx.task, KvScope::Tenant),
+                    limits: KvLimits {
+                        quota_bytes: self.kv_quota_kb.saturating_mul(1 << 10),
+                        ..KvLimits::default()
+                    },
+                })
+            }
+        };
+        Ok(Grants {
+            allow_http,
+            http_limits: HttpLimits::default(),
+            config,
+            secrets,
+            kv,
+        })
+    }
 }
 
 fn open_runtime(cache_dir: Option<PathBuf>) -> anyhow::Result<Runtime> {
@@ -73,9 +168,22 @@ pub(super) async fn exec(args: ExecArgs) -> anyhow::Result<ExitCode> {
     }
     .with_context(|| format!("loading {}", args.plugin.display()))?;
     let ctx = local_context(&args.plugin);
+    let grants = args.grants.grants(&ctx)?;
     let report = runtime
-        .run(&plugin, &ctx, &args.input, &args.limits.limits(), None)
+        .run_with(
+            &plugin,
+            &ctx,
+            &args.input,
+            &args.limits.limits(),
+            &grants,
+            None,
+        )
         .await?;
+    if let Some(kv) = &grants.kv {
+        kv.store
+            .flush()
+            .context("saving the local key-value store")?;
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

@@ -85,6 +85,10 @@ enum BenchCommand {
     Soak(BenchSoakArgs),
     /// Cost of tenant tokens and quotas per trigger, against the same path without tenants.
     Tenants(BenchTenantsArgs),
+    /// Key-value get/set round trips from a plugin (the `bench-caps` plugin).
+    Kv(BenchKvArgs),
+    /// Allowed HTTP requests from a plugin to a loopback server (`bench-caps`).
+    Http(BenchHttpArgs),
 }
 
 #[derive(Debug, Args)]
@@ -120,6 +124,44 @@ struct BenchTenantsArgs {
     /// Rounds per mode (interleaved).
     #[arg(long, default_value_t = 5)]
     rounds: usize,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+struct BenchKvArgs {
+    /// The `bench-caps` plugin (built from plugins/bench-caps).
+    #[arg(long)]
+    plugin: PathBuf,
+    /// KV calls per measured attempt.
+    #[arg(long, default_value_t = 10_000)]
+    ops: usize,
+    /// Bytes per value.
+    #[arg(long, default_value_t = 100)]
+    value_bytes: usize,
+    /// Attempts per measurement (the median is reported).
+    #[arg(long, default_value_t = 5)]
+    repeat: usize,
+    /// Use the in-memory store instead of sled on disk.
+    #[arg(long)]
+    memory: bool,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+struct BenchHttpArgs {
+    /// The `bench-caps` plugin (built from plugins/bench-caps).
+    #[arg(long)]
+    plugin: PathBuf,
+    /// Requests per measured attempt.
+    #[arg(long, default_value_t = 1_000)]
+    requests: usize,
+    /// Attempts per measurement (the median is reported).
+    #[arg(long, default_value_t = 5)]
+    repeat: usize,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -295,6 +337,29 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Bench(BenchCommand::Tenants(args)) => block_on(async move {
             print_stats(
                 &crate::bench::tenant_overhead(args.runs, args.clients, args.rounds).await?,
+                args.json,
+            )
+        }),
+        Command::Bench(BenchCommand::Kv(args)) => block_on(async move {
+            let bytes = std::fs::read(&args.plugin)
+                .map_err(|e| anyhow::anyhow!("reading {}: {e}", args.plugin.display()))?;
+            print_stats(
+                &crate::bench::kv_round_trips(
+                    &bytes,
+                    args.ops,
+                    args.value_bytes,
+                    args.repeat,
+                    args.memory,
+                )
+                .await?,
+                args.json,
+            )
+        }),
+        Command::Bench(BenchCommand::Http(args)) => block_on(async move {
+            let bytes = std::fs::read(&args.plugin)
+                .map_err(|e| anyhow::anyhow!("reading {}: {e}", args.plugin.display()))?;
+            print_stats(
+                &crate::bench::http_requests(&bytes, args.requests, args.repeat).await?,
                 args.json,
             )
         }),

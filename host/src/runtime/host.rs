@@ -1,16 +1,26 @@
 //! What lives inside one attempt's `Store`: the WASI context, the memory
-//! limiter, captured logs and progress, the deadline. Also the ax host imports
-//! (`log`, `progress`) that plugins call.
+//! limiter, captured logs and progress, the deadline, the attempt's grants.
+//! Also the ax host imports plugins call: `log`, `progress`, and the
+//! capabilities `config`, `secrets` and `kv` (outbound HTTP is in [`super::http`]).
+//!
+//! KV calls reach the store synchronously: a sled read or write takes
+//! microseconds, less than handing it to a blocking thread would.
 
+use std::collections::BTreeMap;
+use std::sync::PoisonError;
 use std::time::Instant;
 
 use wasmtime::ResourceLimiter;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
-use super::bindings::ax::plugin::{log, progress, types};
-use super::capture::LogSink;
+use super::bindings::ax::plugin::{config, kv, log, progress, secrets, types};
+use super::http::{HttpHooks, SharedLogs};
+use crate::capability::KvGrant;
+use crate::capability::kv::MAX_LIST;
 use crate::model::{LogLevel, LogRecord, Progress};
+use crate::store::kv::SetOutcome;
 
 /// Caps on the other instance resources a plugin could ask for. Generous for
 /// real components (a Rust plugin uses ~4 instances and a few tables), small
@@ -27,7 +37,14 @@ pub(crate) struct HostState {
     pub(crate) wasi: WasiCtx,
     pub(crate) table: ResourceTable,
     pub(crate) limiter: MemoryLimiter,
-    pub(crate) logs: LogSink,
+    /// Shared with HTTP request futures, which log denials and cuts.
+    pub(crate) logs: SharedLogs,
+    pub(crate) http: WasiHttpCtx,
+    pub(crate) hooks: HttpHooks,
+    pub(crate) config: BTreeMap<String, String>,
+    /// Listed secret names, with the value where the tenant set one.
+    pub(crate) secrets: BTreeMap<String, Option<String>>,
+    pub(crate) kv: Option<KvGrant>,
     pub(crate) progress: Option<Progress>,
     pub(crate) started: Instant,
     /// When the attempt's wall-clock budget ends; checked at every epoch tick.
@@ -47,6 +64,16 @@ impl WasiView for HostState {
         WasiCtxView {
             ctx: &mut self.wasi,
             table: &mut self.table,
+        }
+    }
+}
+
+impl WasiHttpView for HostState {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView {
+            ctx: &mut self.http,
+            table: &mut self.table,
+            hooks: &mut self.hooks,
         }
     }
 }
@@ -141,12 +168,121 @@ impl log::Host for HostState {
             log::Level::Error => LogLevel::Error,
         };
         let at_ms = self.elapsed_ms();
-        self.logs.push(LogRecord {
-            at_ms,
-            level,
-            message,
-            fields,
-        });
+        // A poisoned lock only means a logging call panicked; the sink is intact.
+        self.logs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(LogRecord {
+                at_ms,
+                level,
+                message,
+                fields,
+            });
+    }
+}
+
+impl config::Host for HostState {
+    fn get(&mut self, key: String) -> Option<String> {
+        self.config.get(&key).cloned()
+    }
+
+    fn get_all(&mut self) -> Vec<(String, String)> {
+        self.config
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+}
+
+impl secrets::Host for HostState {
+    fn get(&mut self, name: String) -> Result<Option<String>, String> {
+        match self.secrets.get(&name) {
+            Some(value) => Ok(value.clone()),
+            None => Err(format!(
+                "secret `{name}` is not granted to this step (list it in the step's `secrets`)"
+            )),
+        }
+    }
+}
+
+fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+impl HostState {
+    fn kv_grant(&self) -> Result<&KvGrant, kv::KvError> {
+        self.kv.as_ref().ok_or_else(|| {
+            kv::KvError::Denied(
+                "this step has no key-value store (declare `kv: tenant` or `kv: task`)".into(),
+            )
+        })
+    }
+}
+
+fn unavailable(e: crate::store::Error) -> kv::KvError {
+    kv::KvError::Unavailable(format!("the key-value store failed: {e}"))
+}
+
+impl kv::Host for HostState {
+    fn get(&mut self, key: String) -> Result<Option<Vec<u8>>, kv::KvError> {
+        let grant = self.kv_grant()?;
+        grant.limits.check_key(&key).map_err(kv::KvError::Invalid)?;
+        grant
+            .store
+            .get(&grant.namespace, &key, now_ms())
+            .map_err(unavailable)
+    }
+
+    fn set(&mut self, key: String, value: Vec<u8>, ttl_ms: Option<u64>) -> Result<(), kv::KvError> {
+        let grant = self.kv_grant()?;
+        grant.limits.check_key(&key).map_err(kv::KvError::Invalid)?;
+        grant
+            .limits
+            .check_value(&value)
+            .map_err(kv::KvError::Invalid)?;
+        let now = now_ms();
+        let expires_at = match ttl_ms {
+            None => None,
+            Some(0) => return Err(kv::KvError::Invalid("a TTL must be above zero".into())),
+            Some(ttl) => Some(now + ttl.min(crate::capability::kv::MAX_TTL_MS) as i64),
+        };
+        match grant
+            .store
+            .set(
+                &grant.namespace,
+                &key,
+                &value,
+                expires_at,
+                grant.limits.quota_bytes,
+                now,
+            )
+            .map_err(unavailable)?
+        {
+            SetOutcome::Stored => Ok(()),
+            SetOutcome::OverQuota(why) => Err(kv::KvError::QuotaExceeded(why)),
+        }
+    }
+
+    fn delete(&mut self, key: String) -> Result<bool, kv::KvError> {
+        let grant = self.kv_grant()?;
+        grant.limits.check_key(&key).map_err(kv::KvError::Invalid)?;
+        grant
+            .store
+            .delete(&grant.namespace, &key, now_ms())
+            .map_err(unavailable)
+    }
+
+    fn list_keys(&mut self, prefix: String) -> Result<Vec<String>, kv::KvError> {
+        let grant = self.kv_grant()?;
+        if prefix.len() > grant.limits.max_key_bytes {
+            return Err(kv::KvError::Invalid(
+                "the prefix is longer than a key may be".into(),
+            ));
+        }
+        grant
+            .store
+            .list(&grant.namespace, &prefix, MAX_LIST, now_ms())
+            .map_err(unavailable)
     }
 }
 

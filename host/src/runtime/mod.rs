@@ -7,7 +7,11 @@
 //! - the compiled-artifact cache, on disk and in memory ([`cache`]);
 //! - per-attempt execution: a fresh `Store` with a fuel budget, a memory limiter
 //!   that records denials, an epoch deadline driven by one ticker thread, an
-//!   outer timeout for time blocked in host calls, and bounded capture.
+//!   outer timeout for time blocked in host calls, and bounded capture;
+//! - the capabilities an attempt is granted ([`crate::capability::Grants`]):
+//!   `config`, `secrets` and `kv` imports ([`host`]) and outbound `wasi:http`
+//!   checked against the step's allow-list ([`http`]); secret values are
+//!   redacted from everything the attempt reports.
 //!
 //! It does not decide *when* or *whether* to run (the scheduler does), nor
 //! retry anything: it turns (plugin, context, input, limits) into an
@@ -16,6 +20,7 @@
 mod cache;
 mod capture;
 mod host;
+mod http;
 mod validate;
 
 use std::collections::HashMap;
@@ -32,10 +37,12 @@ use wasmtime::{
 };
 use wasmtime_wasi::WasiCtxBuilder;
 
+use crate::capability::{self, Grants};
 use crate::model::{AttemptContext, AttemptReport, ErrorKind, Limits, Outcome, TriggerKind};
 
 use self::capture::{CapturePipe, LogSink};
 use self::host::{HostState, MemoryLimiter};
+use self::http::HttpHooks;
 
 pub use self::validate::WORLD;
 
@@ -70,7 +77,7 @@ pub enum Error {
     WrongWorld(String),
     /// The component imports interfaces ax does not provide.
     #[error(
-        "the component imports {0}, which ax does not provide (allowed: ax:plugin log/progress and WASI 0.2 cli, clocks, filesystem, io, random, sockets)"
+        "the component imports {0}, which ax does not provide (allowed: ax:plugin types/log/progress/config/secrets/kv, wasi:http 0.2 outgoing-handler/types, and WASI 0.2 cli, clocks, filesystem, io, random, sockets)"
     )]
     UnsupportedImport(String),
     /// Limits outside what this host allows.
@@ -204,6 +211,8 @@ impl Runtime {
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)
             .map_err(|e| Error::Host(format!("linking WASI: {e}")))?;
+        wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)
+            .map_err(|e| Error::Host(format!("linking wasi:http: {e}")))?;
         bindings::Task::add_to_linker::<_, wasmtime::component::HasSelf<HostState>>(
             &mut linker,
             |state| state,
@@ -288,7 +297,7 @@ impl Runtime {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Runs one attempt in a fresh sandbox.
+    /// Runs one attempt in a fresh sandbox, granted nothing (see [`Runtime::run_with`]).
     ///
     /// Returns `Err` only for host faults and invalid limits; everything the
     /// plugin does, however hostile, ends in an [`AttemptReport`]. When `cancel`
@@ -299,6 +308,22 @@ impl Runtime {
         ctx: &AttemptContext,
         input: &str,
         limits: &Limits,
+        cancel: Option<&CancellationToken>,
+    ) -> Result<AttemptReport> {
+        self.run_with(plugin, ctx, input, limits, &Grants::default(), cancel)
+            .await
+    }
+
+    /// Runs one attempt with the capabilities in `grants`: HTTP to its
+    /// allow-list, its config, secrets and key-value store. Every secret value
+    /// in `grants` is redacted from the report.
+    pub async fn run_with(
+        &self,
+        plugin: &Plugin,
+        ctx: &AttemptContext,
+        input: &str,
+        limits: &Limits,
+        grants: &Grants,
         cancel: Option<&CancellationToken>,
     ) -> Result<AttemptReport> {
         self.check_limits(limits)?;
@@ -322,11 +347,22 @@ impl Runtime {
             .allow_udp(false)
             .allow_ip_name_lookup(false)
             .build();
+        let logs = Arc::new(Mutex::new(LogSink::new(limits.max_log_bytes)));
         let state = HostState {
             wasi,
             table: ResourceTable::new(),
             limiter: MemoryLimiter::new(limits.memory_bytes),
-            logs: LogSink::new(limits.max_log_bytes),
+            http: wasmtime_wasi_http::WasiHttpCtx::new(),
+            hooks: HttpHooks::new(
+                &grants.allow_http,
+                grants.http_limits,
+                logs.clone(),
+                started,
+            ),
+            logs,
+            config: grants.config.clone(),
+            secrets: grants.secrets.clone(),
+            kv: grants.kv.clone(),
             progress: None,
             started,
             deadline,
@@ -415,7 +451,13 @@ impl Runtime {
                 }
             }
         }
-        report.logs = state.logs.finish(at_ms);
+        // Request futures may still hold the sink; take its contents.
+        let sink = std::mem::replace(
+            &mut *state.logs.lock().unwrap_or_else(PoisonError::into_inner),
+            LogSink::new(0),
+        );
+        report.logs = sink.finish(at_ms);
+        capability::redact(&mut report, &grants.secret_values());
         Ok(report)
     }
 

@@ -13,13 +13,21 @@ use super::{Error, Result};
 /// The WIT world plugins must target.
 pub const WORLD: &str = "ax:plugin/task@0.1.0";
 
-/// Import names a plugin may use: the ax host interfaces and the WASI 0.2
-/// families wasmtime-wasi provides (whose dangerous parts are denied by the
-/// context: no preopens, no sockets, no environment).
+/// Import names a plugin may use: the ax host interfaces, outbound wasi:http
+/// (every request checked against the step's allow-list; a step without one
+/// gets every request denied) and the WASI 0.2 families wasmtime-wasi
+/// provides (whose dangerous parts are denied by the context: no preopens, no
+/// sockets, no environment). `wasi:http/incoming-handler` is not provided: a
+/// plugin is called through `run`, never served requests.
 const ALLOWED_IMPORTS: &[&str] = &[
     "ax:plugin/types@0.1.",
     "ax:plugin/log@0.1.",
     "ax:plugin/progress@0.1.",
+    "ax:plugin/config@0.1.",
+    "ax:plugin/secrets@0.1.",
+    "ax:plugin/kv@0.1.",
+    "wasi:http/outgoing-handler@0.2.",
+    "wasi:http/types@0.2.",
     "wasi:cli/",
     "wasi:clocks/",
     "wasi:filesystem/",

@@ -1642,6 +1642,7 @@ impl Actor {
         let run = self.runs.get_mut(&entry.run_id).expect("checked above");
         let mut events = Vec::new();
         let number = run.rec.steps[i].attempts.len() as u32 + 1;
+        let grants = run.spec.step_grants(i);
         // Resolve the input and the plugin; either failing fails the step for good.
         let input = self.resolve_input(&entry.run_id, i, number);
         let run = self.runs.get_mut(&entry.run_id).expect("present");
@@ -1736,6 +1737,7 @@ impl Actor {
             },
             input: input.to_string(),
             limits,
+            grants,
             cancel,
         };
         let fut = self.runner.run(request);

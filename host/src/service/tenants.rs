@@ -163,13 +163,12 @@ impl Ax {
                 message: e.message,
             })?;
         }
-        if let Some(list) = &spec.allow_http
-            && list.iter().any(|p| p.is_empty() || p.len() > 512)
-        {
-            return Err(Error::Invalid {
-                path: Some("allow_http".into()),
-                message: "patterns must be 1 to 512 characters".into(),
-            });
+        if let Some(list) = &spec.allow_http {
+            // The grammar of docs/CAPABILITIES.md; the error names the pattern.
+            crate::capability::http::parse_list(list).map_err(|(i, message)| Error::Invalid {
+                path: Some(format!("allow_http[{i}]")),
+                message,
+            })?;
         }
         Ok(())
     }

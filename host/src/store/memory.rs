@@ -104,6 +104,10 @@ struct State {
 pub struct MemoryStore {
     state: Mutex<State>,
     scan_limit: usize,
+    /// The plugins' key-value store.
+    kv: std::sync::Arc<super::kv::MemoryKv>,
+    /// Tenants' secrets.
+    secrets: std::sync::Arc<super::secrets::MemorySecrets>,
 }
 
 impl Default for MemoryStore {
@@ -118,6 +122,8 @@ impl MemoryStore {
         Self {
             state: Mutex::new(State::default()),
             scan_limit: MAX_SCAN,
+            kv: Default::default(),
+            secrets: Default::default(),
         }
     }
 
@@ -467,5 +473,13 @@ impl Store for MemoryStore {
 
     fn size_on_disk(&self) -> u64 {
         0
+    }
+
+    fn kv(&self) -> std::sync::Arc<dyn super::kv::KvStore> {
+        self.kv.clone()
+    }
+
+    fn secrets(&self) -> std::sync::Arc<dyn super::secrets::SecretStore> {
+        self.secrets.clone()
     }
 }

@@ -12,7 +12,9 @@
 //! [`SyncTicket`] after writing and awaits it (group commit: one flusher
 //! thread, many waiters).
 
+pub mod kv;
 pub mod memory;
+pub mod secrets;
 pub mod sled_store;
 
 #[cfg(test)]
@@ -20,6 +22,7 @@ mod conformance;
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -234,6 +237,12 @@ pub trait Store: Send + Sync + 'static {
     fn add_usage(&self, usage: &[UsageBucket]) -> Result<()>;
     /// A tenant's usage buckets with `from <= hour < to`, by hour then task.
     fn usage(&self, tenant: &str, from: Millis, to: Millis) -> Result<Vec<UsageBucket>>;
+
+    // --- capabilities: traits of their own, reached from here -----------
+    /// The plugins' key-value store (see [`kv`]).
+    fn kv(&self) -> Arc<dyn kv::KvStore>;
+    /// Tenants' secrets (see [`secrets`]).
+    fn secrets(&self) -> Arc<dyn secrets::SecretStore>;
 
     // --- operations -------------------------------------------------------
     /// Bytes the store occupies on disk (0 in memory).

@@ -118,6 +118,10 @@ pub struct SledStore {
     flusher: Option<JoinHandle<()>>,
     /// Bound on index entries one `list_runs` call examines.
     scan_limit: usize,
+    /// The plugins' key-value store (tree `kv` of the same database).
+    kv: Arc<super::kv::SledKv>,
+    /// Tenants' secrets (tree `secrets`).
+    secrets: Arc<super::secrets::SledSecrets>,
 }
 
 /// Group commit state shared by writers, tickets and the flusher thread.
@@ -238,7 +242,21 @@ impl SledStore {
                 .name("ax-store-flush".to_owned())
                 .spawn(move || run_flusher(&db, log.as_ref(), &sync))?
         };
+        // KV and secret writes count for group commit like the store's own.
+        let hook: super::kv::WriteHook = {
+            let sync = Arc::clone(&sync);
+            Arc::new(move || {
+                sync.written.fetch_add(1, Ordering::SeqCst);
+            })
+        };
+        let kv = super::kv::SledKv::in_db(&db, Some(hook.clone()))
+            .map_err(|e| unusable(e.to_string()))?;
+        let secrets = super::secrets::SledSecrets::in_db(&db, Some(hook))
+            .map_err(|e| unusable(e.to_string()))?;
+        let (kv, secrets) = (Arc::new(kv), Arc::new(secrets));
         Ok(SledStore {
+            kv,
+            secrets,
             db,
             dir: data_dir.to_owned(),
             blobs,
@@ -930,6 +948,14 @@ impl Store for SledStore {
                 decode(&k, &v)
             })
             .collect()
+    }
+
+    fn kv(&self) -> Arc<dyn super::kv::KvStore> {
+        self.kv.clone()
+    }
+
+    fn secrets(&self) -> Arc<dyn super::secrets::SecretStore> {
+        self.secrets.clone()
     }
 
     fn size_on_disk(&self) -> u64 {
