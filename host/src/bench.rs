@@ -2,6 +2,8 @@
 //! runtime the way the scheduler does; numbers are recorded in
 //! `docs/PERFORMANCE.md`.
 
+mod tenants;
+
 use std::fmt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -10,6 +12,8 @@ use serde::Serialize;
 
 use crate::model::{AttemptContext, Limits, Outcome, TriggerKind};
 use crate::runtime::{LoadSource, Plugin, Runtime, RuntimeConfig};
+
+pub use self::tenants::{TenantOverhead, tenant_overhead};
 
 /// Per-attempt cost at one concurrency.
 #[derive(Clone, Debug, Serialize)]

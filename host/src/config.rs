@@ -79,6 +79,10 @@ pub struct Config {
     pub max_instances: u32,
     /// Key-value bytes (keys + values) each tenant may keep, KiB (16 MiB by default).
     pub kv_quota_kb: u64,
+    /// History kept by default and how often the sweeper runs (docs/TASKS.md).
+    pub retention: crate::retention::RetentionConfig,
+    /// Webhook alert delivery and per-tenant alerts (`crate::alerts`).
+    pub alerts: crate::alerts::AlertsConfig,
 }
 
 impl Default for Config {
@@ -96,6 +100,8 @@ impl Default for Config {
             max_plugin_mb: 32,
             max_instances: crate::runtime::DEFAULT_MAX_INSTANCES,
             kv_quota_kb: crate::capability::kv::DEFAULT_QUOTA_BYTES >> 10,
+            retention: crate::retention::RetentionConfig::default(),
+            alerts: crate::alerts::AlertsConfig::default(),
         }
     }
 }

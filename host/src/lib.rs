@@ -22,14 +22,20 @@
 //! - [`scheduler`]: when things run — timers, dispatch queue, retries, recovery.
 //! - [`service`]: the operations of ax as one facade over store, runtime, scheduler.
 //! - [`api`]: the HTTP API — the only place naming axum.
+//! - [`metrics`]: counters, histograms and the Prometheus text encoder
+//!   behind `GET /metrics` (hand-rolled atomics; the why is in its docs).
 //! - [`tenant`]: tenants, quotas, tokens and usage buckets; the registry
 //!   the API authenticates against.
+//! - [`retention`]: how much finished history is kept, and the sweeper.
+//! - [`alerts`]: webhook alerts on failures, dead letters and late starts,
+//!   delivered by a worker off the scheduler's path.
 //! - [`config`], [`server`]: `ax serve` settings and wiring.
 //! - [`cli`]: the `ax` command line. [`bench`]: measurement loops.
 //!
 //! Dependency direction: `api`/`cli` → `service` → `scheduler` → (`store`,
 //! `runtime` through traits) → `model`. Nothing imports `api`.
 
+pub mod alerts;
 pub mod api;
 pub mod bench;
 pub mod capability;
@@ -38,7 +44,9 @@ pub mod cond;
 pub mod config;
 pub mod dag;
 pub mod graph;
+pub mod metrics;
 pub mod model;
+pub mod retention;
 pub mod runtime;
 pub mod schedule;
 pub mod scheduler;

@@ -4,7 +4,7 @@ use clap::Parser as _;
 
 fn main() -> std::process::ExitCode {
     let cli = ax::cli::Cli::parse();
-    ax::cli::init_tracing(cli.log_json);
+    ax::cli::init_tracing(cli.json_logs());
     match ax::cli::run(cli) {
         Ok(code) => code,
         Err(e) => {

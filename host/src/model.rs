@@ -73,7 +73,7 @@ mod humantime_serde_compat {
 }
 
 /// How an attempt ended. Distinct and machine-readable (SPEC §3).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {
     /// The plugin returned output within every limit.
@@ -133,7 +133,7 @@ impl fmt::Display for Outcome {
 }
 
 /// Whether another attempt can help, as the plugin said.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorKind {
     /// A transient failure: retry per policy.
@@ -143,7 +143,9 @@ pub enum ErrorKind {
 }
 
 /// What started a run (mirrors the WIT `trigger-kind`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum TriggerKind {
     /// The API, the CLI or `ax exec`.
@@ -181,7 +183,9 @@ pub struct AttemptContext {
 }
 
 /// Severity of a plugin log record.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, utoipa::ToSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum LogLevel {
     /// Very detailed tracing.
@@ -212,7 +216,7 @@ impl FromStr for LogLevel {
 }
 
 /// One structured log record from a plugin (or a truncation marker from ax).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct LogRecord {
     /// Milliseconds since the attempt started.
     pub at_ms: u64,
@@ -226,7 +230,7 @@ pub struct LogRecord {
 }
 
 /// The last progress a plugin reported.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Progress {
     /// Percent, 0 to 100.
     pub percent: u8,
@@ -277,7 +281,7 @@ pub const RECORD_FORMAT: u32 = 1;
 pub type Millis = i64;
 
 /// State of a run (SPEC §5).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RunStatus {
     /// Accepted, no step started yet (or held: see the run's `reason`).
@@ -329,7 +333,7 @@ impl FromStr for RunStatus {
 }
 
 /// State of a step run (SPEC §5).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum StepStatus {
     /// Waiting for its upstream steps.

@@ -182,6 +182,11 @@ pub async fn start(config: Config, demo: bool) -> anyhow::Result<Server> {
         ..SchedulerConfig::default()
     };
     let shutdown = CancellationToken::new();
+    crate::alerts::validate_config(&config.alerts).map_err(|e| anyhow::anyhow!("config: {e}"))?;
+    let scheduler_config = SchedulerConfig {
+        alerts: crate::alerts::Alerter::start(config.alerts.clone(), shutdown.clone()),
+        ..scheduler_config
+    };
     let clock = Arc::new(SystemClock);
     let kv_limits = crate::capability::KvLimits {
         quota_bytes: config.kv_quota_kb.saturating_mul(1 << 10),
@@ -231,6 +236,14 @@ pub async fn start(config: Config, demo: bool) -> anyhow::Result<Server> {
         admin_token_sha256: token_hash,
     };
     let http = tokio::spawn(api::serve(listener, state, shutdown.clone()));
+    // Retention: stops with everything else; its deletions go through the scheduler.
+    crate::retention::spawn_sweeper(
+        ax.store.clone(),
+        ax.scheduler.clone(),
+        ax.clock.clone(),
+        config.retention.clone(),
+        shutdown.clone(),
+    );
     tracing::info!(%addr, data_dir = %config.data_dir.display(), "ax is serving");
     Ok(Server {
         ax,

@@ -93,6 +93,14 @@ pub struct TaskSpec {
     /// `config` overrides single keys.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub config: BTreeMap<String, String>,
+    /// How much finished history to keep (`crate::retention`); `None`: the
+    /// server defaults.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retention: Option<crate::retention::RetentionSpec>,
+    /// Where failures, dead letters and late starts are reported
+    /// (`crate::alerts`); `None`: only the tenant's alerts, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub alerts: Option<crate::alerts::AlertSpec>,
 }
 
 /// One node of a task's DAG.
@@ -289,7 +297,7 @@ fn path_prefix(path: &str) -> String {
 }
 
 impl SpecError {
-    fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
+    pub(crate) fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
         Self {
             path: path.into(),
             message: message.into(),
@@ -1079,7 +1087,7 @@ impl<'v> Obj<'v> {
     }
 }
 
-const TASK_FIELDS: [&str; 16] = [
+const TASK_FIELDS: [&str; 18] = [
     "name",
     "description",
     "trigger",
@@ -1088,6 +1096,8 @@ const TASK_FIELDS: [&str; 16] = [
     "priority",
     "steps",
     "config",
+    "retention",
+    "alerts",
     // The one-step shorthand.
     "plugin",
     "input",
@@ -1169,6 +1179,8 @@ fn task_from_value(value: &Value) -> Result<(TaskSpec, bool)> {
                 .ok_or_else(|| SpecError::new(p, format!("{n} is outside 0..={MAX_PRIORITY}")))
         })?
         .unwrap_or(DEFAULT_PRIORITY);
+    let retention = task.opt("retention", crate::retention::RetentionSpec::from_value)?;
+    let alerts = task.opt("alerts", crate::alerts::AlertSpec::from_value)?;
 
     let shorthand_keys: Vec<&str> = SHORTHAND_FIELDS
         .into_iter()
@@ -1225,6 +1237,8 @@ fn task_from_value(value: &Value) -> Result<(TaskSpec, bool)> {
         priority,
         steps,
         config: task.opt("config", config_from_value)?.unwrap_or_default(),
+        retention,
+        alerts,
     };
     Ok((spec, shorthand))
 }
@@ -2343,6 +2357,8 @@ pool: small
                 catch_up: CatchUp::Latest,
                 overlap: Overlap::Skip,
                 priority: DEFAULT_PRIORITY,
+                retention: None,
+                alerts: None,
                 steps: vec![StepSpec {
                     name: "t".into(),
                     plugin: plugin("p@1.0.0"),

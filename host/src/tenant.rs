@@ -44,7 +44,7 @@ pub const MAX_TOKENS_PER_TENANT: usize = 100;
 pub const MAX_USAGE_HOURS: i64 = 400 * 24;
 
 /// What happens to a run of a tenant whose fuel for the window is used up.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum OutOfFuel {
     /// Accept it, keep it `queued` (reason visible) until the window resets.
@@ -56,13 +56,14 @@ pub enum OutOfFuel {
 }
 
 /// What a tenant may use. Absent fields: no tenant limit.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct Quota {
     /// Fuel all attempts together may consume per window.
     pub fuel_per_window: Option<u64>,
     /// The fuel window: whole hours, aligned to the Unix epoch.
     #[serde(with = "duration_text")]
+    #[schema(value_type = String, example = "24h")]
     pub window: Duration,
     /// Most fuel one attempt may get.
     pub max_fuel_per_attempt: Option<u64>,
@@ -70,6 +71,7 @@ pub struct Quota {
     pub max_memory_mb: Option<u64>,
     /// Longest wall-clock timeout of one attempt.
     #[serde(with = "opt_duration_text", skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>, example = "5m")]
     pub max_timeout: Option<Duration>,
     /// Attempts of this tenant running at once.
     pub max_concurrent_attempts: Option<u32>,

@@ -2,12 +2,20 @@
 //! wasmtime layout). They use real plugins built from `plugins/` by
 //! host/build.rs, the real wasmtime runtime and the real `ax` binary.
 
+mod alerts;
 mod api;
+mod browser;
 mod capabilities;
 mod cli;
+mod cli_polish;
 mod common;
 mod crash;
 mod dag;
+mod live;
+mod logs;
+mod metrics;
+mod openapi;
+mod retention;
 mod sandbox;
 mod serve_cli;
 mod tenants;

@@ -17,6 +17,30 @@ use serde_json::{Value, json};
 use crate::runtime;
 use crate::service;
 
+/// The body of every error answer.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    /// What went wrong.
+    pub error: ErrorDetail,
+}
+
+/// The error inside [`ErrorBody`].
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct ErrorDetail {
+    /// Stable machine-readable code (`not_found`, `invalid`, `queue_full`, …; docs/API.md).
+    #[schema(example = "invalid")]
+    pub code: String,
+    /// For people: what is wrong, naming the field or object.
+    pub message: String,
+    /// More, by code: `{"path": "steps[0].limits.fuel"}` for `invalid`,
+    /// `{"retry_after": 5}` for `queue_full`; else `null`.
+    #[schema(value_type = Object, nullable)]
+    pub details: Value,
+    /// The request's id (also in the `x-request-id` header and the host log).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
+}
+
 /// Result type of the handlers.
 pub type ApiResult<T, E = ApiError> = std::result::Result<T, E>;
 
@@ -148,7 +172,14 @@ impl IntoResponse for ApiError {
             | ApiError::QuotaExceeded { retry_after, .. } => json!({ "retry_after": retry_after }),
             _ => Value::Null,
         };
-        let body = json!({ "error": { "code": code, "message": self.public_message(), "details": details } });
+        let body = ErrorBody {
+            error: ErrorDetail {
+                code: code.to_string(),
+                message: self.public_message(),
+                details,
+                request_id: super::request_id::current(),
+            },
+        };
         let mut response = (status, axum::Json(body)).into_response();
         let headers = response.headers_mut();
         match &self {

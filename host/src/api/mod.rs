@@ -7,27 +7,34 @@
 //! - [`auth`]: the bearer-token check and the tenant a request acts on.
 //! - [`error`]: one error enum, one status/code table.
 //! - [`views`]: the JSON shapes of the answers.
+//! - `dashboard`: the web dashboard's embedded files (`GET /`).
+//! - [`openapi`]: the OpenAPI document, generated from the handlers' annotations.
 //!
 //! Route reference with examples: docs/API.md.
 
 pub mod auth;
+mod dashboard;
 pub mod error;
 mod extract;
+mod metrics;
+pub mod openapi;
 mod ops;
 mod plugins;
+pub mod request_id;
 mod runs;
 mod secrets;
 mod tasks;
 pub mod tenants;
 pub mod views;
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, Request};
+use axum::extract::{DefaultBodyLimit, Extension, MatchedPath, Request, State};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post, put};
+use axum::routing::{MethodRouter, delete, get, post, put};
 use tokio_util::sync::CancellationToken;
 
 pub use self::error::ApiError;
@@ -46,70 +53,99 @@ pub struct ApiState {
     pub admin_token_sha256: [u8; 32],
 }
 
-/// The whole HTTP app: `/v1` routes (bearer token), `/healthz`, `/readyz`.
-pub fn router(state: ApiState) -> Router {
-    let plugin_limit = state.ax.max_plugin_bytes.saturating_add(MULTIPART_OVERHEAD);
-    Router::new()
-        .route(
+/// Every route of the API: its path template and its handlers. The one
+/// table [`router`] is built from, and which the OpenAPI sync test reads
+/// ([`route_paths`]): add routes here, each with its `#[utoipa::path]` and
+/// its entry in `openapi::ApiDoc`.
+fn routes(plugin_limit: usize) -> Vec<(&'static str, MethodRouter<ApiState>)> {
+    vec![
+        (
             "/v1/plugins",
             get(plugins::list)
                 .post(plugins::upload)
                 .layer(DefaultBodyLimit::max(plugin_limit)),
-        )
-        .route("/v1/plugins/{name}", get(plugins::versions))
-        .route(
+        ),
+        ("/v1/plugins/{name}", get(plugins::versions)),
+        (
             "/v1/plugins/{name}/{version}",
             get(plugins::show).delete(plugins::delete),
-        )
-        .route("/v1/tasks", get(tasks::list))
-        .route(
+        ),
+        ("/v1/tasks", get(tasks::list)),
+        (
             "/v1/tasks/{name}",
             get(tasks::show).put(tasks::put).delete(tasks::delete),
-        )
-        .route("/v1/tasks/{name}/pause", post(tasks::pause))
-        .route("/v1/tasks/{name}/resume", post(tasks::resume))
-        .route("/v1/tasks/{name}/next", get(tasks::next))
-        .route("/v1/tasks/{name}/graph", get(tasks::graph))
-        .route("/v1/tasks/{name}/runs", post(runs::trigger))
-        .route("/v1/runs", get(runs::list))
-        .route("/v1/runs/{id}", get(runs::show))
-        .route("/v1/runs/{id}/logs", get(runs::logs))
-        .route("/v1/runs/{id}/events", get(runs::events))
-        .route("/v1/runs/{id}/cancel", post(runs::cancel))
-        .route("/v1/runs/{id}/retry", post(runs::retry))
-        .route("/v1/runs/{id}/steps/{step}/rerun", post(runs::rerun_step))
-        .route("/v1/dead-letters", get(runs::dead_letters))
-        .route("/v1/dead-letters/{id}/resolve", post(runs::resolve))
-        .route("/v1/dead-letters/{id}/requeue", post(runs::requeue))
-        .route("/v1/secrets", get(secrets::list))
-        .route(
+        ),
+        ("/v1/tasks/{name}/pause", post(tasks::pause)),
+        ("/v1/tasks/{name}/resume", post(tasks::resume)),
+        ("/v1/tasks/{name}/next", get(tasks::next)),
+        ("/v1/tasks/{name}/graph", get(tasks::graph)),
+        ("/v1/tasks/{name}/runs", post(runs::trigger)),
+        ("/v1/runs", get(runs::list)),
+        ("/v1/runs/{id}", get(runs::show)),
+        ("/v1/runs/{id}/logs", get(runs::logs)),
+        ("/v1/runs/{id}/events", get(runs::events)),
+        ("/v1/runs/{id}/cancel", post(runs::cancel)),
+        ("/v1/runs/{id}/retry", post(runs::retry)),
+        ("/v1/runs/{id}/steps/{step}/rerun", post(runs::rerun_step)),
+        ("/v1/dead-letters", get(runs::dead_letters)),
+        ("/v1/dead-letters/{id}/resolve", post(runs::resolve)),
+        ("/v1/dead-letters/{id}/requeue", post(runs::requeue)),
+        ("/v1/secrets", get(secrets::list)),
+        (
             "/v1/secrets/{name}",
-            axum::routing::put(secrets::put).delete(secrets::delete),
-        )
-        .route("/v1/cron/next", get(ops::cron_next))
-        .route("/v1/tenants", get(tenants::list).post(tenants::create))
-        .route(
+            put(secrets::put).delete(secrets::delete),
+        ),
+        ("/v1/cron/next", get(ops::cron_next)),
+        ("/v1/tenants", get(tenants::list).post(tenants::create)),
+        (
             "/v1/tenants/{tenant}",
             get(tenants::show).put(tenants::update),
-        )
-        .route("/v1/tenants/{tenant}/quota", put(tenants::quota))
-        .route("/v1/tenants/{tenant}/disable", post(tenants::disable))
-        .route("/v1/tenants/{tenant}/enable", post(tenants::enable))
-        .route(
+        ),
+        ("/v1/tenants/{tenant}/quota", put(tenants::quota)),
+        ("/v1/tenants/{tenant}/disable", post(tenants::disable)),
+        ("/v1/tenants/{tenant}/enable", post(tenants::enable)),
+        (
             "/v1/tenants/{tenant}/tokens",
             get(tenants::list_tokens).post(tenants::create_token),
-        )
-        .route(
+        ),
+        (
             "/v1/tenants/{tenant}/tokens/{id}",
             delete(tenants::revoke_token),
-        )
-        .route("/v1/tenants/{tenant}/usage", get(tenants::usage))
-        .route("/healthz", get(ops::healthz))
-        .route("/readyz", get(ops::readyz))
+        ),
+        ("/v1/tenants/{tenant}/usage", get(tenants::usage)),
+        (openapi::OPENAPI_PATH, get(openapi::document)),
+        ("/healthz", get(ops::healthz)),
+        ("/readyz", get(ops::readyz)),
+        ("/metrics", get(metrics::scrape)),
+    ]
+}
+
+/// The path templates of every route, in table order (for tests and tools
+/// that must list what the router serves).
+pub fn route_paths() -> Vec<&'static str> {
+    routes(0).into_iter().map(|(path, _)| path).collect()
+}
+
+/// The whole HTTP app: `/v1` routes (bearer token), `/healthz`, `/readyz`,
+/// `/metrics`, `/v1/openapi.json`, and the dashboard (`/`, `/ui/*`; HTML
+/// and assets, outside the API document).
+pub fn router(state: ApiState) -> Router {
+    let http_metrics = Arc::new(crate::metrics::HttpMetrics::default());
+    let plugin_limit = state.ax.max_plugin_bytes.saturating_add(MULTIPART_OVERHEAD);
+    routes(plugin_limit)
+        .into_iter()
+        .fold(Router::new(), |router, (path, handlers)| {
+            router.route(path, handlers)
+        })
+        .merge(dashboard::routes())
         .fallback(ops::not_found)
         .method_not_allowed_fallback(ops::method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
-        .layer(middleware::from_fn(observe))
+        .layer(middleware::from_fn_with_state(
+            http_metrics.clone(),
+            observe,
+        ))
+        .layer(Extension(http_metrics))
         .with_state(state)
 }
 
@@ -128,25 +164,48 @@ pub async fn serve(
 /// Logs every request, and runs its handler as a task of its own: a panic in
 /// a handler becomes a 500 in the error shape rather than a dropped
 /// connection, and a client hanging up does not abort a write half-way.
-async fn observe(req: Request, next: Next) -> Response {
+async fn observe(
+    State(http): State<Arc<crate::metrics::HttpMetrics>>,
+    req: Request,
+    next: Next,
+) -> Response {
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
+    // The template (`/v1/runs/{id}`), so metric labels stay bounded.
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or("unmatched", MatchedPath::as_str)
+        .to_owned();
+    let id = request_id::of(req.headers());
+    // Every line logged while answering carries the request id.
+    let span = tracing::info_span!("request", request_id = %id, %method, %route);
     let started = Instant::now();
-    let response = match tokio::spawn(next.run(req)).await {
+    let handler = request_id::scope(
+        id.clone(),
+        tracing::Instrument::instrument(next.run(req), span),
+    );
+    let mut response = match tokio::spawn(handler).await {
         Ok(response) => response,
-        Err(e) => ApiError::Internal(format!("the handler of {method} {path} failed: {e}"))
-            .into_response(),
+        Err(e) => request_id::sync_scope(id.clone(), || {
+            ApiError::Internal(format!("the handler of {method} {path} failed: {e}"))
+                .into_response()
+        }),
     };
+    if let Ok(value) = axum::http::HeaderValue::from_str(&id) {
+        response.headers_mut().insert(request_id::HEADER, value);
+    }
     let status = response.status().as_u16();
+    http.count(method.as_str(), &route, status);
     // Microsecond precision is plenty for a log line.
     let ms = (started.elapsed().as_secs_f64() * 1e6).round() / 1e3;
     if response.status().is_server_error() {
-        tracing::warn!(%method, %path, status, ms, "request");
+        tracing::warn!(request_id = %id, %method, %path, status, ms, "request");
     } else if method == axum::http::Method::GET && response.status().is_success() {
         // Polling clients (`ax trigger --wait`) would flood the log at info.
-        tracing::debug!(%method, %path, status, ms, "request");
+        tracing::debug!(request_id = %id, %method, %path, status, ms, "request");
     } else {
-        tracing::info!(%method, %path, status, ms, "request");
+        tracing::info!(request_id = %id, %method, %path, status, ms, "request");
     }
     response
 }

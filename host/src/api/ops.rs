@@ -6,23 +6,28 @@ use axum::extract::State;
 use axum::http::{Method, Uri};
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
-use serde_json::{Value, json};
 
 use super::ApiState;
 use super::auth::Caller;
-use super::error::{ApiError, ApiResult};
+use super::error::{ApiError, ApiResult, ErrorBody};
 use super::extract::ApiQuery;
+use super::views::{CronPreview, Health};
 use crate::scheduler::clock::rfc3339;
 
 /// Instants a cron preview shows when the client does not say.
 const DEFAULT_PREVIEW: usize = 5;
 
 /// `?expr=&tz=&from=&count=` of a cron preview.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub(super) struct CronQuery {
+    /// A 6- or 7-field Quartz-style cron expression (seconds first).
     expr: String,
+    /// IANA zone, default UTC.
     tz: Option<String>,
+    /// RFC 3339 instant to start from, default now.
     from: Option<String>,
+    /// Instants to show, default 5 (at most 100).
     count: Option<usize>,
 }
 
@@ -38,11 +43,14 @@ pub(super) fn parse_instant(text: &str) -> ApiResult<DateTime<Utc>> {
 }
 
 /// `GET /v1/cron/next`: `{"next": [RFC 3339 UTC], "described": [local time with weekday]}`.
+#[utoipa::path(get, path = "/v1/cron/next", tag = "operations", params(CronQuery),
+    responses((status = 200, body = CronPreview), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 422, description = "A bad expression (a 5-field one names the 6-field meant) or zone", body = ErrorBody)))]
 pub(super) async fn cron_next(
     State(state): State<ApiState>,
     _caller: Caller,
     ApiQuery(query): ApiQuery<CronQuery>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<CronPreview>> {
     let tz = query
         .tz
         .filter(|t| !t.is_empty())
@@ -72,18 +80,26 @@ pub(super) async fn cron_next(
         .iter()
         .map(|at| crate::service::describe(*at, zone))
         .collect();
-    Ok(Json(json!({ "next": next, "described": described })))
+    Ok(Json(CronPreview { next, described }))
 }
 
 /// `GET /healthz`: the process answers.
-pub(super) async fn healthz() -> Json<Value> {
-    Json(json!({ "status": "ok" }))
+#[utoipa::path(get, path = "/healthz", tag = "operations", security(()),
+    responses((status = 200, body = Health)))]
+pub(super) async fn healthz() -> Json<Health> {
+    Json(Health {
+        status: "ok".into(),
+    })
 }
 
 /// `GET /readyz`: 200 when the store answers, 503 otherwise.
-pub(super) async fn readyz(State(state): State<ApiState>) -> ApiResult<Json<Value>> {
+#[utoipa::path(get, path = "/readyz", tag = "operations", security(()),
+    responses((status = 200, body = Health), (status = 503, description = "`unavailable`", body = ErrorBody)))]
+pub(super) async fn readyz(State(state): State<ApiState>) -> ApiResult<Json<Health>> {
     match state.ax.store.get_meta("format") {
-        Ok(_) => Ok(Json(json!({ "status": "ready" }))),
+        Ok(_) => Ok(Json(Health {
+            status: "ready".into(),
+        })),
         Err(e) => {
             tracing::warn!(error = %e, "readiness check: the store does not answer");
             Err(ApiError::Unavailable("the store does not answer".into()))

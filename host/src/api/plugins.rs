@@ -9,23 +9,38 @@ use axum::extract::{FromRequest, Multipart, Request, State};
 use axum::http::{StatusCode, header::CONTENT_TYPE};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
-use serde_json::json;
 
 use super::ApiState;
 use super::auth::Caller;
+use super::error::ErrorBody;
 use super::error::{ApiError, ApiResult};
 use super::extract::{ApiPath, ApiQuery};
-use super::views::PluginView;
+use super::views::{PluginList, PluginVersions, PluginView};
 
 /// `?name=N&version=V` of an upload.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub(super) struct UploadQuery {
+    /// Plugin name (or the multipart field `name`).
     name: Option<String>,
+    /// Semver version (or the multipart field `version`).
     version: Option<String>,
 }
 
 /// `POST /v1/plugins?name=N&version=V`: 201 when stored, 200 when the same
 /// bytes were already uploaded under this name and version.
+#[utoipa::path(post, path = "/v1/plugins", tag = "plugins", params(UploadQuery),
+    request_body(description = "The component: `application/wasm` or `application/octet-stream` bytes, or `multipart/form-data` with fields `name`, `version`, `file`.",
+        content((Vec<u8> = "application/wasm"), (Vec<u8> = "application/octet-stream"), (Vec<u8> = "multipart/form-data"))),
+    responses(
+        (status = 201, description = "Stored", body = PluginView),
+        (status = 200, description = "These bytes were already uploaded as this version", body = PluginView),
+        (status = 400, description = "`bad_request`, `invalid_wasm`", body = ErrorBody),
+        (status = 401, body = ErrorBody),
+        (status = 409, description = "The version exists with other bytes", body = ErrorBody),
+        (status = 413, body = ErrorBody),
+        (status = 415, body = ErrorBody),
+        (status = 422, description = "`invalid_component`, `wrong_world`, `unsupported_import`", body = ErrorBody)))]
 pub(super) async fn upload(
     State(state): State<ApiState>,
     caller: Caller,
@@ -92,35 +107,42 @@ pub(super) async fn upload(
 }
 
 /// `GET /v1/plugins`.
+#[utoipa::path(get, path = "/v1/plugins", tag = "plugins",
+    responses((status = 200, body = PluginList), (status = 401, body = ErrorBody)))]
 pub(super) async fn list(
     State(state): State<ApiState>,
     caller: Caller,
-) -> ApiResult<Json<serde_json::Value>> {
+) -> ApiResult<Json<PluginList>> {
     let plugins: Vec<PluginView> = state
         .ax
         .list_plugins(&caller.tenant)?
         .into_iter()
         .map(PluginView::from)
         .collect();
-    Ok(Json(json!({ "plugins": plugins })))
+    Ok(Json(PluginList { plugins }))
 }
 
 /// `GET /v1/plugins/{name}`: its versions.
+#[utoipa::path(get, path = "/v1/plugins/{name}", tag = "plugins", params(("name" = String, Path)),
+    responses((status = 200, body = PluginVersions), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(super) async fn versions(
     State(state): State<ApiState>,
     caller: Caller,
     ApiPath(name): ApiPath<String>,
-) -> ApiResult<Json<serde_json::Value>> {
+) -> ApiResult<Json<PluginVersions>> {
     let versions: Vec<PluginView> = state
         .ax
         .plugin_versions(&caller.tenant, &name)?
         .into_iter()
         .map(PluginView::from)
         .collect();
-    Ok(Json(json!({ "name": name, "versions": versions })))
+    Ok(Json(PluginVersions { name, versions }))
 }
 
 /// `GET /v1/plugins/{name}/{version}`.
+#[utoipa::path(get, path = "/v1/plugins/{name}/{version}", tag = "plugins",
+    params(("name" = String, Path), ("version" = String, Path)),
+    responses((status = 200, body = PluginView), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(super) async fn show(
     State(state): State<ApiState>,
     caller: Caller,
@@ -132,6 +154,10 @@ pub(super) async fn show(
 }
 
 /// `DELETE /v1/plugins/{name}/{version}`: 204, or 409 while a task uses it.
+#[utoipa::path(delete, path = "/v1/plugins/{name}/{version}", tag = "plugins",
+    params(("name" = String, Path), ("version" = String, Path)),
+    responses((status = 204, description = "Deleted"), (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 409, description = "Tasks still use it (named)", body = ErrorBody)))]
 pub(super) async fn delete(
     State(state): State<ApiState>,
     caller: Caller,

@@ -6,13 +6,15 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
-use serde_json::json;
 
 use super::ApiState;
 use super::auth::Caller;
+use super::error::ErrorBody;
 use super::error::{ApiError, ApiResult, parse_json};
 use super::extract::{ApiBody, ApiPath, ApiQuery};
-use super::views::{DeadLetterView, EventView, RunView};
+use super::views::{
+    DeadLetterList, DeadLetterView, EventList, EventView, LogList, RunList, RunView,
+};
 use crate::model::RunStatus;
 use crate::scheduler::TriggerRequest;
 use crate::store::RunQuery;
@@ -21,16 +23,30 @@ use crate::store::RunQuery;
 const DEFAULT_PAGE: usize = 50;
 
 /// The optional body of a trigger.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct TriggerBody {
+    /// The trigger input (`${input.*}` in templates); default `{}`.
+    #[schema(value_type = Option<Object>)]
     input: Option<serde_json::Value>,
+    /// A key already used for this task returns the existing run (200).
     idempotency_key: Option<String>,
+    /// 0..=9, overrides the task's priority.
+    #[schema(maximum = 9)]
     priority: Option<u8>,
 }
 
 /// `POST /v1/tasks/{name}/runs`: 201 with the new run, 200 with the
 /// existing one for an idempotency key already seen.
+#[utoipa::path(post, path = "/v1/tasks/{name}/runs", tag = "runs", params(("name" = String, Path, description = "Task name")),
+    request_body(content = Option<TriggerBody>, description = "Optional; an empty body is `{}`"),
+    responses(
+        (status = 201, description = "A new run, stored durably", body = RunView),
+        (status = 200, description = "The existing run for this idempotency key", body = RunView),
+        (status = 400, description = "`invalid_json`, `bad_request` (priority)", body = ErrorBody),
+        (status = 401, body = ErrorBody), (status = 404, body = ErrorBody), (status = 413, body = ErrorBody),
+        (status = 429, description = "`queue_full`; `Retry-After` says when to try again", body = ErrorBody,
+            headers(("retry-after" = u64, description = "Seconds")))))]
 pub(super) async fn trigger(
     State(state): State<ApiState>,
     caller: Caller,
@@ -61,20 +77,27 @@ pub(super) async fn trigger(
 }
 
 /// `?task=&status=&limit=&cursor=` of a run listing.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub(super) struct ListQuery {
+    /// Only this task's runs.
     task: Option<String>,
+    /// Only runs in this state: queued, running, succeeded, failed, cancelled.
     status: Option<String>,
+    /// Page size, default 50 (1..1000).
     limit: Option<usize>,
+    /// The `next_cursor` of the previous page.
     cursor: Option<String>,
 }
 
 /// `GET /v1/runs`: `{"runs": [...], "next_cursor": ...}`.
+#[utoipa::path(get, path = "/v1/runs", tag = "runs", params(ListQuery),
+    responses((status = 200, body = RunList), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody)))]
 pub(super) async fn list(
     State(state): State<ApiState>,
     caller: Caller,
     ApiQuery(query): ApiQuery<ListQuery>,
-) -> ApiResult<Json<serde_json::Value>> {
+) -> ApiResult<Json<RunList>> {
     let status = match query.status.as_deref().filter(|s| !s.is_empty()) {
         Some(s) => Some(s.parse::<RunStatus>().map_err(ApiError::bad_request)?),
         None => None,
@@ -92,10 +115,15 @@ pub(super) async fn list(
         .into_iter()
         .map(|r| RunView::with_hold(r, stats))
         .collect();
-    Ok(Json(json!({ "runs": runs, "next_cursor": page.next })))
+    Ok(Json(RunList {
+        runs,
+        next_cursor: page.next,
+    }))
 }
 
 /// `GET /v1/runs/{id}`.
+#[utoipa::path(get, path = "/v1/runs/{id}", tag = "runs", params(("id" = String, Path, description = "Run id")),
+    responses((status = 200, body = RunView), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(super) async fn show(
     State(state): State<ApiState>,
     caller: Caller,
@@ -106,32 +134,38 @@ pub(super) async fn show(
 }
 
 /// `GET /v1/runs/{id}/logs`: `{"attempts": [...]}`.
+#[utoipa::path(get, path = "/v1/runs/{id}/logs", tag = "runs", params(("id" = String, Path, description = "Run id")),
+    responses((status = 200, body = LogList), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(super) async fn logs(
     State(state): State<ApiState>,
     caller: Caller,
     ApiPath(id): ApiPath<String>,
-) -> ApiResult<Json<serde_json::Value>> {
-    Ok(Json(
-        json!({ "attempts": state.ax.run_logs(&caller.tenant, &id)? }),
-    ))
+) -> ApiResult<Json<LogList>> {
+    Ok(Json(LogList {
+        attempts: state.ax.run_logs(&caller.tenant, &id)?,
+    }))
 }
 
 /// `GET /v1/runs/{id}/events`: `{"events": [...]}`, oldest first.
+#[utoipa::path(get, path = "/v1/runs/{id}/events", tag = "runs", params(("id" = String, Path, description = "Run id")),
+    responses((status = 200, body = EventList), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(super) async fn events(
     State(state): State<ApiState>,
     caller: Caller,
     ApiPath(id): ApiPath<String>,
-) -> ApiResult<Json<serde_json::Value>> {
+) -> ApiResult<Json<EventList>> {
     let events: Vec<EventView> = state
         .ax
         .run_events(&caller.tenant, &id)?
         .into_iter()
         .map(EventView::from)
         .collect();
-    Ok(Json(json!({ "events": events })))
+    Ok(Json(EventList { events }))
 }
 
 /// `POST /v1/runs/{id}/cancel`.
+#[utoipa::path(post, path = "/v1/runs/{id}/cancel", tag = "runs", params(("id" = String, Path, description = "Run id")),
+    responses((status = 200, body = RunView), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, description = "The run already ended", body = ErrorBody)))]
 pub(super) async fn cancel(
     State(state): State<ApiState>,
     caller: Caller,
@@ -147,6 +181,8 @@ pub(super) async fn cancel(
 }
 
 /// `POST /v1/runs/{id}/retry`.
+#[utoipa::path(post, path = "/v1/runs/{id}/retry", tag = "runs", params(("id" = String, Path, description = "Run id")),
+    responses((status = 200, body = RunView), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, description = "The run succeeded or is active", body = ErrorBody)))]
 pub(super) async fn retry(
     State(state): State<ApiState>,
     caller: Caller,
@@ -162,6 +198,8 @@ pub(super) async fn retry(
 }
 
 /// `POST /v1/runs/{id}/steps/{step}/rerun`: the step and everything downstream run again.
+#[utoipa::path(post, path = "/v1/runs/{id}/steps/{step}/rerun", tag = "runs", params(("id" = String, Path, description = "Run id"), ("step" = String, Path)),
+    responses((status = 200, body = RunView), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, description = "The run is still active", body = ErrorBody)))]
 pub(super) async fn rerun_step(
     State(state): State<ApiState>,
     caller: Caller,
@@ -177,34 +215,45 @@ pub(super) async fn rerun_step(
 }
 
 /// `?open=true|false` of a dead-letter listing (default: open ones only).
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub(super) struct DeadLetterQuery {
+    /// `true` (default): open ones only; `false`: all.
     open: Option<bool>,
 }
 
 /// `GET /v1/dead-letters`: `{"dead_letters": [...]}`, newest first.
+#[utoipa::path(get, path = "/v1/dead-letters", tag = "dead letters", params(DeadLetterQuery),
+    responses((status = 200, body = DeadLetterList), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody)))]
 pub(super) async fn dead_letters(
     State(state): State<ApiState>,
     caller: Caller,
     ApiQuery(query): ApiQuery<DeadLetterQuery>,
-) -> ApiResult<Json<serde_json::Value>> {
+) -> ApiResult<Json<DeadLetterList>> {
     let letters: Vec<DeadLetterView> = state
         .ax
         .list_dead_letters(&caller.tenant, query.open.unwrap_or(true))?
         .into_iter()
         .map(DeadLetterView::from)
         .collect();
-    Ok(Json(json!({ "dead_letters": letters })))
+    Ok(Json(DeadLetterList {
+        dead_letters: letters,
+    }))
 }
 
 /// The body of a resolve.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct ResolveBody {
+    /// What a person decided.
     resolution: String,
 }
 
 /// `POST /v1/dead-letters/{id}/resolve` `{resolution}`.
+#[utoipa::path(post, path = "/v1/dead-letters/{id}/resolve", tag = "dead letters",
+    params(("id" = String, Path, description = "Dead letter id")), request_body = ResolveBody,
+    responses((status = 200, body = DeadLetterView), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, description = "Already resolved", body = ErrorBody)))]
 pub(super) async fn resolve(
     State(state): State<ApiState>,
     caller: Caller,
@@ -222,6 +271,9 @@ pub(super) async fn resolve(
 }
 
 /// `POST /v1/dead-letters/{id}/requeue`: the run, with the step queued again.
+#[utoipa::path(post, path = "/v1/dead-letters/{id}/requeue", tag = "dead letters",
+    params(("id" = String, Path, description = "Dead letter id")),
+    responses((status = 200, body = RunView), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub(super) async fn requeue(
     State(state): State<ApiState>,
     caller: Caller,

@@ -8,18 +8,17 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 
 use super::ApiState;
 use super::auth::Caller;
-use super::error::{ApiError, ApiResult, parse_json};
+use super::error::{ApiError, ApiResult, ErrorBody, parse_json};
 use super::extract::{ApiBody, ApiPath, ApiQuery};
 use crate::scheduler::clock::rfc3339;
 use crate::service::TenantSpec;
 use crate::tenant::{Quota, TenantRecord, TokenRecord};
 
 /// A tenant as answered.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct TenantView {
     /// Name.
     pub name: String,
@@ -55,7 +54,7 @@ impl TenantView {
 }
 
 /// A token as listed: never the secret.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct TokenView {
     /// Public id.
     pub id: String,
@@ -81,12 +80,39 @@ impl From<TokenRecord> for TokenView {
     }
 }
 
+/// `GET /v1/tenants`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct TenantList {
+    /// Every tenant, by name.
+    pub tenants: Vec<TenantView>,
+}
+
+/// `GET /v1/tenants/{t}/tokens`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct TokenList {
+    /// The tenant's tokens (revoked ones too), never their secrets.
+    pub tokens: Vec<TokenView>,
+}
+
+/// A token just created: its record and, this once, the secret.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct NewToken {
+    /// The record.
+    #[serde(flatten)]
+    pub record: TokenView,
+    /// The bearer token; shown once, stored hashed.
+    pub token: String,
+}
+
 fn view(state: &ApiState, t: TenantRecord) -> TenantView {
     let held = state.ax.scheduler.stats().hold_reason(&t.name);
     TenantView::new(t, held)
 }
 
 /// `POST /v1/tenants` `{name, description?, quota?, allow_http?}`: 201.
+#[utoipa::path(post, path = "/v1/tenants", tag = "tenants", request_body = TenantSpec,
+    responses((status = 201, body = TenantView), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, description = "Not the admin token", body = ErrorBody),
+        (status = 409, description = "The tenant exists", body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub(super) async fn create(
     State(state): State<ApiState>,
     caller: Caller,
@@ -100,10 +126,12 @@ pub(super) async fn create(
 }
 
 /// `GET /v1/tenants`.
+#[utoipa::path(get, path = "/v1/tenants", tag = "tenants",
+    responses((status = 200, body = TenantList), (status = 401, body = ErrorBody), (status = 403, description = "Not the admin token", body = ErrorBody)))]
 pub(super) async fn list(
     State(state): State<ApiState>,
     caller: Caller,
-) -> ApiResult<Json<serde_json::Value>> {
+) -> ApiResult<Json<TenantList>> {
     caller.require_admin()?;
     let tenants: Vec<TenantView> = state
         .ax
@@ -111,10 +139,12 @@ pub(super) async fn list(
         .into_iter()
         .map(|t| view(&state, t))
         .collect();
-    Ok(Json(json!({ "tenants": tenants })))
+    Ok(Json(TenantList { tenants }))
 }
 
 /// `GET /v1/tenants/{t}`.
+#[utoipa::path(get, path = "/v1/tenants/{tenant}", tag = "tenants", params(("tenant" = String, Path)),
+    responses((status = 200, body = TenantView), (status = 401, body = ErrorBody), (status = 403, description = "Not the admin token", body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(super) async fn show(
     State(state): State<ApiState>,
     caller: Caller,
@@ -125,6 +155,8 @@ pub(super) async fn show(
 }
 
 /// `PUT /v1/tenants/{t}` `{description?, quota?, allow_http?}`: fields left out stay.
+#[utoipa::path(put, path = "/v1/tenants/{tenant}", tag = "tenants", params(("tenant" = String, Path)), request_body = TenantSpec,
+    responses((status = 200, body = TenantView), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, description = "Not the admin token", body = ErrorBody), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub(super) async fn update(
     State(state): State<ApiState>,
     caller: Caller,
@@ -140,6 +172,8 @@ pub(super) async fn update(
 }
 
 /// `PUT /v1/tenants/{t}/quota` (a whole [`Quota`]; absent fields mean no limit).
+#[utoipa::path(put, path = "/v1/tenants/{tenant}/quota", tag = "tenants", params(("tenant" = String, Path)), request_body = Quota,
+    responses((status = 200, body = TenantView), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, description = "Not the admin token", body = ErrorBody), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub(super) async fn quota(
     State(state): State<ApiState>,
     caller: Caller,
@@ -154,6 +188,8 @@ pub(super) async fn quota(
 }
 
 /// `POST /v1/tenants/{t}/disable`.
+#[utoipa::path(post, path = "/v1/tenants/{tenant}/disable", tag = "tenants", params(("tenant" = String, Path)),
+    responses((status = 200, body = TenantView), (status = 401, body = ErrorBody), (status = 403, description = "Not the admin token", body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(super) async fn disable(
     State(state): State<ApiState>,
     caller: Caller,
@@ -167,6 +203,8 @@ pub(super) async fn disable(
 }
 
 /// `POST /v1/tenants/{t}/enable`.
+#[utoipa::path(post, path = "/v1/tenants/{tenant}/enable", tag = "tenants", params(("tenant" = String, Path)),
+    responses((status = 200, body = TenantView), (status = 401, body = ErrorBody), (status = 403, description = "Not the admin token", body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(super) async fn enable(
     State(state): State<ApiState>,
     caller: Caller,
@@ -179,14 +217,18 @@ pub(super) async fn enable(
     )))
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct TokenRequest {
+pub(super) struct TokenRequest {
+    /// A note for people (which service holds the token).
     #[serde(default)]
     label: Option<String>,
 }
 
 /// `POST /v1/tenants/{t}/tokens` `{label?}`: 201 with the token, shown this once.
+#[utoipa::path(post, path = "/v1/tenants/{tenant}/tokens", tag = "tenants", params(("tenant" = String, Path)),
+    request_body(content = Option<TokenRequest>, description = "Optional"),
+    responses((status = 201, body = NewToken), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, description = "Not the admin token", body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, description = "Too many tokens", body = ErrorBody)))]
 pub(super) async fn create_token(
     State(state): State<ApiState>,
     caller: Caller,
@@ -201,18 +243,21 @@ pub(super) async fn create_token(
     };
     let (token, record) = state.ax.create_token(&name, request.label).await?;
     tracing::info!(tenant = %name, token_id = %record.id, "tenant token created");
-    let mut body = serde_json::to_value(TokenView::from(record))
-        .map_err(|e| ApiError::Internal(e.to_string()))?;
-    body["token"] = json!(token);
+    let body = NewToken {
+        record: TokenView::from(record),
+        token,
+    };
     Ok((StatusCode::CREATED, Json(body)).into_response())
 }
 
 /// `GET /v1/tenants/{t}/tokens`: ids and labels, never secrets.
+#[utoipa::path(get, path = "/v1/tenants/{tenant}/tokens", tag = "tenants", params(("tenant" = String, Path)),
+    responses((status = 200, body = TokenList), (status = 401, body = ErrorBody), (status = 403, description = "Not the admin token", body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(super) async fn list_tokens(
     State(state): State<ApiState>,
     caller: Caller,
     ApiPath(name): ApiPath<String>,
-) -> ApiResult<Json<serde_json::Value>> {
+) -> ApiResult<Json<TokenList>> {
     caller.require_admin()?;
     let tokens: Vec<TokenView> = state
         .ax
@@ -220,10 +265,12 @@ pub(super) async fn list_tokens(
         .into_iter()
         .map(TokenView::from)
         .collect();
-    Ok(Json(json!({ "tokens": tokens })))
+    Ok(Json(TokenList { tokens }))
 }
 
 /// `DELETE /v1/tenants/{t}/tokens/{id}`: 204; the token is refused from now on.
+#[utoipa::path(delete, path = "/v1/tenants/{tenant}/tokens/{id}", tag = "tenants", params(("tenant" = String, Path), ("id" = String, Path)),
+    responses((status = 204, description = "Revoked"), (status = 401, body = ErrorBody), (status = 403, description = "Not the admin token", body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(super) async fn revoke_token(
     State(state): State<ApiState>,
     caller: Caller,
@@ -235,9 +282,12 @@ pub(super) async fn revoke_token(
     Ok(StatusCode::NO_CONTENT)
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub(super) struct UsageQuery {
+    /// RFC 3339 instant or date (YYYY-MM-DD); default: the current fuel window's start.
     from: Option<String>,
+    /// RFC 3339 instant or date; default: the window's end.
     to: Option<String>,
 }
 
@@ -261,6 +311,8 @@ fn instant(field: &str, text: Option<String>) -> ApiResult<Option<DateTime<Utc>>
 
 /// `GET /v1/tenants/{t}/usage?from=&to=`: totals, per task and per day
 /// (default range: the current fuel window).
+#[utoipa::path(get, path = "/v1/tenants/{tenant}/usage", tag = "tenants", params(("tenant" = String, Path), UsageQuery),
+    responses((status = 200, body = crate::service::UsageReport), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, description = "Not the admin token", body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(super) async fn usage(
     State(state): State<ApiState>,
     caller: Caller,

@@ -5,6 +5,7 @@
 
 use serde::Serialize;
 use serde_json::Value;
+use utoipa::ToSchema;
 
 use crate::model::{
     AttemptRecord, DeadLetter, ErrorKind, Event, Millis, Outcome, PluginRecord, RunRecord,
@@ -21,7 +22,7 @@ fn opt_instant(ms: Option<Millis>) -> Option<String> {
 }
 
 /// A plugin version.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct PluginView {
     /// Plugin name.
     pub name: String,
@@ -48,7 +49,7 @@ impl From<PluginRecord> for PluginView {
 }
 
 /// A task with its trigger state.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct TaskView {
     /// Task name.
     pub name: String,
@@ -58,7 +59,8 @@ pub struct TaskView {
     pub created_at: String,
     /// When last replaced.
     pub updated_at: String,
-    /// The validated definition.
+    /// The validated definition (the document of docs/TASKS.md, normalised).
+    #[schema(value_type = Object)]
     pub spec: Value,
     /// Whether its trigger is paused.
     pub paused: bool,
@@ -89,7 +91,7 @@ impl TaskView {
 }
 
 /// One attempt of a step.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct AttemptView {
     /// From 1.
     pub number: u32,
@@ -128,7 +130,7 @@ impl From<AttemptRecord> for AttemptView {
 }
 
 /// One step of a run.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct StepView {
     /// Step name.
     pub name: String,
@@ -161,7 +163,7 @@ impl From<StepRunRecord> for StepView {
 }
 
 /// A run.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct RunView {
     /// Run id.
     pub id: String,
@@ -233,7 +235,7 @@ impl From<RunRecord> for RunView {
 }
 
 /// One state change of a run.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct EventView {
     /// The run.
     pub run_id: String,
@@ -269,7 +271,7 @@ impl From<Event> for EventView {
 }
 
 /// A dead letter.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct DeadLetterView {
     /// Id.
     pub id: String,
@@ -311,4 +313,84 @@ impl From<DeadLetter> for DeadLetterView {
             resolved_at: opt_instant(d.resolved_at),
         }
     }
+}
+
+// ---------------------------------------------------------------------------
+// Listings: the envelopes of the list answers.
+// ---------------------------------------------------------------------------
+
+/// `GET /v1/plugins`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PluginList {
+    /// The tenant's plugin versions, by name then version.
+    pub plugins: Vec<PluginView>,
+}
+
+/// `GET /v1/plugins/{name}`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PluginVersions {
+    /// The plugin name.
+    pub name: String,
+    /// Its versions.
+    pub versions: Vec<PluginView>,
+}
+
+/// `GET /v1/tasks`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TaskList {
+    /// The tenant's tasks, by name.
+    pub tasks: Vec<TaskView>,
+}
+
+/// `GET /v1/tasks/{name}/next`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct NextFires {
+    /// The next fire instants (RFC 3339 UTC); empty while paused.
+    pub next: Vec<String>,
+}
+
+/// `GET /v1/runs`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RunList {
+    /// Newest first.
+    pub runs: Vec<RunView>,
+    /// Pass back as `cursor` for the next page; `null` at the end.
+    pub next_cursor: Option<String>,
+}
+
+/// `GET /v1/runs/{id}/logs`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct LogList {
+    /// Captured output per attempt, by step then attempt.
+    pub attempts: Vec<crate::store::AttemptLogs>,
+}
+
+/// `GET /v1/runs/{id}/events`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct EventList {
+    /// Oldest first.
+    pub events: Vec<EventView>,
+}
+
+/// `GET /v1/dead-letters`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DeadLetterList {
+    /// Newest first.
+    pub dead_letters: Vec<DeadLetterView>,
+}
+
+/// `GET /v1/cron/next`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CronPreview {
+    /// The next instants, RFC 3339 UTC.
+    pub next: Vec<String>,
+    /// The same instants in the expression's zone, with the weekday.
+    pub described: Vec<String>,
+}
+
+/// `GET /healthz`, `GET /readyz`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Health {
+    /// `ok` (healthz) or `ready` (readyz).
+    pub status: String,
 }

@@ -1,6 +1,6 @@
 //! The client subcommands (`ax plugin`, `ax task`, `ax graph`, `ax trigger`,
-//! `ax runs`, `ax run`, `ax logs`, `ax events`, `ax dead-letters`, `ax cron`): thin
-//! wrappers over the HTTP API (docs/API.md) that print aligned tables, or the
+//! `ax runs`, `ax run`, `ax logs`, `ax events`, `ax dead-letters`, `ax cron`,
+//! `ax status`, `ax tenant`): thin wrappers over the HTTP API (docs/API.md) that print aligned tables, or the
 //! server's JSON with `--json`. They block on plain HTTP calls (ureq) and
 //! need no async runtime. `ax cron next` computes locally, without a server.
 //!
@@ -8,10 +8,13 @@
 //! (printed as `error: CODE: message`).
 
 use std::fmt::Write as _;
-use std::io::{IsTerminal as _, Read as _, Write as _};
+use std::io::Read as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
+
+mod status;
+mod tenant;
 
 use chrono::{DateTime, Utc};
 use clap::{Args, Subcommand};
@@ -68,6 +71,10 @@ pub(super) enum ClientCommand {
     /// Preview cron expressions (computed locally, no server needed).
     #[command(subcommand)]
     Cron(CronCommand),
+    /// Summarise a server's health: readiness, backlog, running, success rate, dead letters, next fires.
+    Status(status::StatusArgs),
+    /// Tenants, their quotas, tokens and usage (admin token).
+    Tenant(tenant::TenantArgs),
 }
 
 #[derive(Debug, Args)]
@@ -325,6 +332,8 @@ pub(super) fn run(command: ClientCommand) -> ExitCode {
         ClientCommand::Events(args) => events(args),
         ClientCommand::DeadLetters(args) => dead_letters(args),
         ClientCommand::Cron(CronCommand::Next(args)) => cron_next(args),
+        ClientCommand::Status(args) => status::status(args),
+        ClientCommand::Tenant(args) => tenant::tenant(args),
     };
     match result {
         Ok(code) => code,
@@ -354,6 +363,12 @@ enum Body {
     Raw {
         content_type: &'static str,
         bytes: Vec<u8>,
+    },
+    /// Raw bytes sent through a reader that moves an upload progress bar.
+    Upload {
+        content_type: &'static str,
+        bytes: Vec<u8>,
+        progress: super::term::UploadProgress,
     },
 }
 
@@ -390,6 +405,13 @@ impl Client {
         if let Some(tenant) = &self.tenant {
             builder = builder.header("x-ax-tenant", tenant);
         }
+        let unreachable = |e: ureq::Error| {
+            Failure::new(
+                "connection",
+                format!("cannot reach the ax server at {}: {e}", self.base),
+            )
+        };
+        let bad_url = |e: ureq::http::Error| Failure::new("bad_url", format!("`{url}`: {e}"));
         let (content_type, bytes) = match body {
             Body::None => (None, Vec::new()),
             Body::Json(v) => (Some("application/json"), v.to_string().into_bytes()),
@@ -397,19 +419,37 @@ impl Client {
                 content_type,
                 bytes,
             } => (Some(content_type), bytes),
+            Body::Upload {
+                content_type,
+                bytes,
+                progress,
+            } => {
+                // An explicit length keeps the upload a plain (not chunked) body.
+                let request = builder
+                    .header("content-type", content_type)
+                    .header("content-length", bytes.len())
+                    .body(ureq::SendBody::from_owned_reader(progress.reader(bytes)))
+                    .map_err(bad_url)?;
+                let response = self.agent.run(request);
+                progress.finish();
+                return self.answer(method, path, response.map_err(unreachable)?);
+            }
         };
         if let Some(ct) = content_type {
             builder = builder.header("content-type", ct);
         }
-        let request = builder
-            .body(bytes)
-            .map_err(|e| Failure::new("bad_url", format!("`{url}`: {e}")))?;
-        let mut response = self.agent.run(request).map_err(|e| {
-            Failure::new(
-                "connection",
-                format!("cannot reach the ax server at {}: {e}", self.base),
-            )
-        })?;
+        let request = builder.body(bytes).map_err(bad_url)?;
+        let response = self.agent.run(request).map_err(unreachable)?;
+        self.answer(method, path, response)
+    }
+
+    /// Reads an answer: 2xx gives `(status, JSON or null)`, others a [`Failure`].
+    fn answer(
+        &self,
+        method: &str,
+        path: &str,
+        mut response: ureq::http::Response<ureq::Body>,
+    ) -> Result<(u16, Value), Failure> {
         let status = response.status().as_u16();
         let text = response
             .body_mut()
@@ -497,36 +537,10 @@ fn cell(v: &Value) -> String {
     }
 }
 
-/// Columns padded to their widest cell, two spaces apart.
+/// Columns padded to their widest cell, two spaces apart, cut to the
+/// terminal's width (see [`super::term`]).
 fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
-    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
-    for row in rows {
-        for (i, c) in row.iter().enumerate() {
-            if let Some(w) = widths.get_mut(i) {
-                *w = (*w).max(c.chars().count());
-            }
-        }
-    }
-    let mut out = String::new();
-    let mut line = |cells: &mut dyn Iterator<Item = &str>| {
-        let mut text = String::new();
-        for (i, c) in cells.enumerate() {
-            let pad = widths
-                .get(i)
-                .copied()
-                .unwrap_or(0)
-                .saturating_sub(c.chars().count());
-            text.push_str(c);
-            text.push_str(&" ".repeat(pad + 2));
-        }
-        out.push_str(text.trim_end());
-        out.push('\n');
-    };
-    line(&mut headers.iter().copied());
-    for row in rows {
-        line(&mut row.iter().map(String::as_str));
-    }
-    out
+    super::term::table(headers, rows, super::term::table_width())
 }
 
 fn instant(v: &Value) -> Option<DateTime<Utc>> {
@@ -535,15 +549,17 @@ fn instant(v: &Value) -> Option<DateTime<Utc>> {
         .map(|t| t.with_timezone(&Utc))
 }
 
-/// `1.25s`, `340ms`, `2m05s`.
+/// `1.25s`, `340ms`, `2m05s`, `8h38m`.
 fn human_ms(ms: f64) -> String {
+    let secs = (ms / 1000.0).round() as u64;
     if ms < 1000.0 {
         format!("{ms:.0}ms")
     } else if ms < 60_000.0 {
         format!("{:.2}s", ms / 1000.0)
-    } else {
-        let secs = (ms / 1000.0).round() as u64;
+    } else if secs < 3600 {
         format!("{}m{:02}s", secs / 60, secs % 60)
+    } else {
+        format!("{}h{:02}m", secs / 3600, secs % 3600 / 60)
     }
 }
 
@@ -590,15 +606,18 @@ fn plugin(args: PluginArgs) -> Outcome {
                         )
                     })?,
             };
+            let progress =
+                super::term::UploadProgress::new(&format!("{name}@{version}"), bytes.len() as u64);
             let path = format!(
                 "/v1/plugins{}",
                 query(&[("name", Some(name)), ("version", Some(version))])
             );
             let (status, v) = client.post(
                 &path,
-                Body::Raw {
+                Body::Upload {
                     content_type: "application/wasm",
                     bytes,
+                    progress,
                 },
             )?;
             if args.conn.json {
@@ -835,23 +854,69 @@ fn is_terminal(status: &Value) -> bool {
     matches!(status.as_str(), Some("succeeded" | "failed" | "cancelled"))
 }
 
-/// Polls a run until it ends, with a spinner line on a terminal's stderr.
+/// Steps that ended (succeeded, skipped, failed, dead, cancelled) and all steps.
+fn steps_done(run: &Value) -> (u64, u64) {
+    let steps = run["steps"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let done = steps
+        .iter()
+        .filter(|s| {
+            matches!(
+                s["status"].as_str(),
+                Some("succeeded" | "skipped" | "failed" | "dead" | "cancelled")
+            )
+        })
+        .count();
+    (done as u64, steps.len() as u64)
+}
+
+/// `running · step extract running (attempt 2)`: the run's state and the
+/// first step at work.
+fn run_state(run: &Value) -> String {
+    let at_work = items(&run["steps"]).find(|s| {
+        matches!(
+            s["status"].as_str(),
+            Some("queued" | "running" | "retry_wait")
+        )
+    });
+    match at_work {
+        None => cell(&run["status"]),
+        Some(s) => {
+            let attempts = s["attempts"].as_array().map_or(0, Vec::len);
+            let attempt = match (s["status"].as_str(), attempts) {
+                (Some("retry_wait"), n) => format!(" after attempt {n}"),
+                (Some("running"), n) if n > 1 => format!(" (attempt {n})"),
+                (Some("queued"), n) if n > 0 => format!(" (attempt {})", n + 1),
+                _ => String::new(),
+            };
+            format!(
+                "{} · step {} {}{attempt}",
+                cell(&run["status"]),
+                cell(&s["name"]),
+                cell(&s["status"])
+            )
+        }
+    }
+}
+
+/// Polls a run until it ends, with a progress bar (steps done of all, the
+/// current state) on a terminal's stderr.
 fn wait_for(
     client: &Client,
     id: &str,
     mut run: Value,
     timeout: Duration,
 ) -> Result<Value, Failure> {
-    const FRAMES: [char; 10] = ['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏'];
-    let spinner = std::io::stderr().is_terminal();
+    let progress = super::term::RunProgress::new(id, steps_done(&run).1);
     let started = Instant::now();
     let mut delay = Duration::from_millis(50);
-    let mut frame = 0;
     while !is_terminal(&run["status"]) {
+        let (done, total) = steps_done(&run);
+        progress.update(done, total, &run_state(&run));
         if started.elapsed() >= timeout {
-            if spinner {
-                eprint!("\r\x1b[2K");
-            }
+            progress.finish();
             return Err(Failure::new(
                 "timeout",
                 format!(
@@ -861,36 +926,18 @@ fn wait_for(
                 ),
             ));
         }
-        if spinner {
-            let step = run["steps"]
-                .as_array()
-                .and_then(|s| {
-                    s.iter().find(|s| {
-                        !matches!(
-                            s["status"].as_str(),
-                            Some("succeeded" | "skipped" | "pending")
-                        )
-                    })
-                })
-                .map(|s| format!(" step {} {}", cell(&s["name"]), cell(&s["status"])))
-                .unwrap_or_default();
-            eprint!(
-                "\r\x1b[2K{} run {id} {}{step} ({:.1}s)",
-                FRAMES[frame % FRAMES.len()],
-                cell(&run["status"]),
-                started.elapsed().as_secs_f64()
-            );
-            let _ = std::io::stderr().flush();
-            frame += 1;
-        }
         std::thread::sleep(delay);
         // Quick runs answer quickly; long ones are polled about once a second.
         delay = (delay * 2).min(Duration::from_millis(1000));
-        run = client.get(&format!("/v1/runs/{}", enc(id)))?;
+        run = match client.get(&format!("/v1/runs/{}", enc(id))) {
+            Ok(run) => run,
+            Err(e) => {
+                progress.finish();
+                return Err(e);
+            }
+        };
     }
-    if spinner {
-        eprint!("\r\x1b[2K");
-    }
+    progress.finish();
     Ok(run)
 }
 
@@ -1252,18 +1299,6 @@ mod tests {
     }
 
     #[test]
-    fn tables_pad_every_column_but_the_last() {
-        let out = table(
-            &["A", "BB"],
-            &[
-                vec!["long".into(), "x".into()],
-                vec!["s".into(), "yy".into()],
-            ],
-        );
-        assert_eq!(out, "A     BB\nlong  x\ns     yy\n");
-    }
-
-    #[test]
     fn query_values_are_percent_encoded() {
         assert_eq!(
             query(&[("a", Some("x y/z".into())), ("b", None)]),
@@ -1274,9 +1309,33 @@ mod tests {
     }
 
     #[test]
+    fn the_wait_bar_counts_ended_steps_and_names_the_one_at_work() {
+        let run = json!({"status": "running", "steps": [
+            {"name": "extract", "status": "succeeded", "attempts": [{}]},
+            {"name": "full", "status": "skipped", "attempts": []},
+            {"name": "incremental", "status": "retry_wait", "attempts": [{}, {}]},
+            {"name": "notify", "status": "pending", "attempts": []},
+        ]});
+        assert_eq!(steps_done(&run), (2, 4));
+        assert_eq!(
+            run_state(&run),
+            "running · step incremental retry_wait after attempt 2"
+        );
+        let queued = json!({"status": "queued", "steps": [
+            {"name": "a", "status": "queued", "attempts": [{}]},
+        ]});
+        assert_eq!(run_state(&queued), "queued · step a queued (attempt 2)");
+        assert_eq!(
+            run_state(&json!({"status": "queued", "steps": []})),
+            "queued"
+        );
+    }
+
+    #[test]
     fn durations_read_well() {
         assert_eq!(human_ms(340.0), "340ms");
         assert_eq!(human_ms(1250.0), "1.25s");
         assert_eq!(human_ms(125_000.0), "2m05s");
+        assert_eq!(human_ms(31_125_000.0), "8h38m");
     }
 }

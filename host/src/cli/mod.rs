@@ -1,10 +1,12 @@
 //! The `ax` command line. `ax exec` runs a plugin locally in the sandbox (no
 //! server); `ax bench` measures the runtime; the client commands (`ax plugin`,
 //! `ax task`, `ax trigger`, `ax runs`, …, see [`client`]) talk to a server
-//! over HTTP and need no async runtime.
+//! over HTTP and need no async runtime; `ax completions SHELL` prints a
+//! completion script (clap_complete), `ax status` a health summary.
 
 mod client;
 mod exec;
+mod term;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -18,11 +20,33 @@ use crate::model::Limits;
 #[derive(Debug, Parser)]
 #[command(name = "ax", version, about, propagate_version = true)]
 pub struct Cli {
-    /// Log as JSON lines instead of human-readable text (logs go to stderr).
+    /// Log as JSON lines instead of human-readable text (logs go to stderr);
+    /// the same as `--log-format json`.
     #[arg(long, global = true, env = "AX_LOG_JSON")]
     pub log_json: bool,
+    /// Log format on stderr: `text` (default) or `json` (one object per line,
+    /// with the fields of the enclosing spans: request id, run, task, step,
+    /// attempt, tenant).
+    #[arg(long, global = true, env = "AX_LOG_FORMAT", value_enum)]
+    pub log_format: Option<LogFormat>,
     #[command(subcommand)]
     command: Command,
+}
+
+/// How log lines are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+impl Cli {
+    /// Whether logs are JSON lines (`--log-format json` or `--log-json`).
+    pub fn json_logs(&self) -> bool {
+        self.log_format == Some(LogFormat::Json) || (self.log_json && self.log_format.is_none())
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -37,6 +61,11 @@ enum Command {
     /// Client commands talking to a server (`AX_URL`, `AX_TOKEN`).
     #[command(flatten)]
     Client(client::ClientCommand),
+    /// Print a shell completion script (e.g. `ax completions bash > /etc/bash_completion.d/ax`).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -55,6 +84,8 @@ enum BenchCommand {
     Kv(BenchKvArgs),
     /// Allowed HTTP requests from a plugin to a loopback server (`bench-caps`).
     Http(BenchHttpArgs),
+    /// Cost of tenant tokens and quotas per trigger, against the same path without tenants.
+    Tenants(BenchTenantsArgs),
 }
 
 #[derive(Debug, Args)]
@@ -90,6 +121,22 @@ struct BenchHttpArgs {
     /// Attempts per measurement (the median is reported).
     #[arg(long, default_value_t = 5)]
     repeat: usize,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+struct BenchTenantsArgs {
+    /// Runs per round.
+    #[arg(long, default_value_t = 2000)]
+    runs: usize,
+    /// HTTP clients triggering at once.
+    #[arg(long, default_value_t = 16)]
+    clients: usize,
+    /// Rounds per mode (interleaved).
+    #[arg(long, default_value_t = 5)]
+    rounds: usize,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -212,7 +259,12 @@ pub fn init_tracing(json: bool) {
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
     if json {
-        builder.json().init();
+        // Span fields (request id; run, tenant, task, step, attempt) go with every line.
+        builder
+            .json()
+            .with_current_span(true)
+            .with_span_list(true)
+            .init();
     } else {
         builder.init();
     }
@@ -270,11 +322,29 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 args.json,
             )
         }),
+        Command::Bench(BenchCommand::Tenants(args)) => block_on(async move {
+            print_stats(
+                &crate::bench::tenant_overhead(args.runs, args.clients, args.rounds).await?,
+                args.json,
+            )
+        }),
         Command::Exec(args) => block_on(exec::exec(args)),
         Command::Bench(BenchCommand::Exec(args)) => block_on(exec::bench_exec(args)),
         Command::Bench(BenchCommand::Load(args)) => block_on(exec::bench_load(args)),
         // Blocking HTTP: no runtime needed.
         Command::Client(command) => Ok(client::run(command)),
+        Command::Completions { shell } => {
+            use clap::CommandFactory as _;
+            use std::io::Write as _;
+            // Generated into memory: clap_complete panics on a write error,
+            // and `ax completions bash | head` is a closed pipe, not a bug.
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "ax", &mut script);
+            match std::io::stdout().write_all(&script) {
+                Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+                _ => Ok(ExitCode::SUCCESS),
+            }
+        }
     }
 }
 

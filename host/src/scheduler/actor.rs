@@ -259,6 +259,8 @@ pub(super) struct Actor {
     done_tx: mpsc::UnboundedSender<AttemptDone>,
     done_rx: Option<mpsc::UnboundedReceiver<AttemptDone>>,
     rng: rand::rngs::StdRng,
+    /// Per-tenant metrics, looked up without a lock (see `crate::metrics`).
+    tenant_metrics: crate::metrics::TenantCache,
     /// Quota state of every tenant with a record.
     quotas: HashMap<String, TenantQuota>,
     /// Usage of finished attempts not yet written, by (tenant, task, hour).
@@ -381,7 +383,7 @@ impl Actor {
             runner,
             clock,
             config,
-            stats,
+            stats: stats.clone(),
             runs: HashMap::new(),
             timers: BTreeSet::new(),
             fire_timers: HashMap::new(),
@@ -396,6 +398,7 @@ impl Actor {
             done_tx,
             done_rx: Some(done_rx),
             rng: rand::rngs::StdRng::from_os_rng(),
+            tenant_metrics: crate::metrics::TenantCache::new(stats.tenants.clone()),
             quotas: HashMap::new(),
             usage: HashMap::new(),
         }
@@ -506,6 +509,7 @@ impl Actor {
         for i in lost {
             self.stats.count_attempt(Outcome::Lost);
             let run = self.runs.get_mut(id).expect("present");
+            self.tenant_metrics.of(&run.rec.tenant).count(Outcome::Lost);
             let step = &run.rec.steps[i];
             let attempt = step.attempts.last().map_or(0, |a| a.number);
             if step.lost_attempts <= max_lost {
@@ -649,6 +653,22 @@ impl Actor {
         };
         match cmd {
             Command::AfterWrites(inner) => self.handle(*inner),
+            Command::Snapshot(reply) => {
+                let _ = reply.send(self.snapshot());
+            }
+            Command::Purge { mut ids, reply } => {
+                // Runs held in memory or not yet written are not history.
+                ids.retain(|id| {
+                    !self.runs.contains_key(id)
+                        && !self.dirty.contains_key(id)
+                        && !self.finished.contains_key(id)
+                });
+                let job =
+                    crate::retention::purge_job(self.store.clone(), self.stats.clone(), ids, reply);
+                if let Err(e) = self.flush_then(Some(job)) {
+                    tracing::error!(error = %e, "cannot queue a retention purge");
+                }
+            }
             // The new run itself was written at once (`insert_run`); what
             // follows (its first steps queued) may be written behind.
             Command::Trigger(req, reply) => {
@@ -718,6 +738,33 @@ impl Actor {
                 let r = self.on_rerun_step(&run_id, &step, &actor);
                 answer(self, reply, r);
             }
+        }
+    }
+
+    /// Queue gauges per tenant for a metrics scrape: O(active runs).
+    fn snapshot(&self) -> super::Snapshot {
+        let now = self.clock.now_ms();
+        let mut tenants: std::collections::BTreeMap<&str, super::TenantQueue> = Default::default();
+        for run in self.runs.values() {
+            if run.rec.status == RunStatus::Queued {
+                let t = tenants.entry(&run.rec.tenant).or_default();
+                t.queued_runs += 1;
+                let age = (now - run.rec.created_at).max(0) as u64;
+                t.oldest_queued_ms = t.oldest_queued_ms.max(age);
+            }
+        }
+        for (tenant, steps) in self.queue.queued_by_tenant() {
+            tenants.entry(tenant).or_default().queued_steps = steps;
+        }
+        super::Snapshot {
+            tenants: tenants
+                .into_iter()
+                .map(|(name, t)| super::TenantQueue {
+                    tenant: name.to_string(),
+                    ..t
+                })
+                .collect(),
+            active_runs: self.runs.len(),
         }
     }
 
@@ -964,6 +1011,7 @@ impl Actor {
         self.stats.runs_created.fetch_add(1, Ordering::Relaxed);
         if shed.is_some() {
             self.stats.shed.fetch_add(1, Ordering::Relaxed);
+            self.tenant_metrics.of(&rec.tenant).run_finished(rec.status);
             return Ok((rec, true));
         }
         let key = (rec.tenant.clone(), rec.task.clone());
@@ -1505,6 +1553,17 @@ impl Actor {
             return Ok(());
         };
         let key = (run.rec.tenant.clone(), run.rec.task.clone());
+        self.tenant_metrics
+            .of(&run.rec.tenant)
+            .run_finished(run.rec.status);
+        self.config.alerts.run_ended(&run.rec, &run.spec, now);
+        let r = &run.rec;
+        if r.status == RunStatus::Succeeded {
+            tracing::debug!(run = %r.id, tenant = %r.tenant, task = %r.task, "run succeeded");
+        } else {
+            tracing::info!(run = %r.id, tenant = %r.tenant, task = %r.task, status = r.status.as_str(),
+                reason = r.reason.as_deref().unwrap_or(""), "run ended without success");
+        }
         self.fire_after(&run.rec, now);
         let was_held = run.held;
         self.finished.insert(id.to_string(), run.rec);
@@ -1611,6 +1670,10 @@ impl Actor {
             if run.rec.trigger != TriggerKind::Manual {
                 let late = (now - run.rec.scheduled_for).max(0) as f64;
                 self.stats.record_lateness(late);
+                self.config
+                    .alerts
+                    .started_late(&run.rec, &run.spec, late as i64, now);
+                self.tenant_metrics.of(&run.rec.tenant).fire_late(late);
             }
         }
         let (input, plugin) = match prepared {
@@ -1684,18 +1747,30 @@ impl Actor {
             entry.tenant.clone(),
             entry.pool.clone(),
         );
-        tokio::spawn(async move {
-            let result = fut.await;
-            let _ = done_tx.send(AttemptDone {
-                run_id,
-                step: i,
-                attempt: number,
-                tenant,
-                pool,
-                fuel_given,
-                result,
-            });
-        });
+        // Log lines of the attempt (runtime, plugin loading) carry its ids.
+        let span = tracing::info_span!("attempt", run = %run.rec.id, tenant = %run.rec.tenant,
+            task = %run.rec.task, step = %spec.name, attempt = number);
+        tokio::spawn(tracing::Instrument::instrument(
+            async move {
+                let result = fut.await;
+                match &result {
+                    Ok(r) => {
+                        tracing::debug!(outcome = %r.outcome, duration_ms = r.duration_ms, fuel = r.fuel_consumed, "attempt finished")
+                    }
+                    Err(e) => tracing::warn!(error = %e, "attempt could not run (host fault)"),
+                }
+                let _ = done_tx.send(AttemptDone {
+                    run_id,
+                    step: i,
+                    attempt: number,
+                    tenant,
+                    pool,
+                    fuel_given,
+                    result,
+                });
+            },
+            span,
+        ));
         Ok(())
     }
 
@@ -1750,6 +1825,11 @@ impl Actor {
             progress: None,
         });
         self.stats.count_attempt(report.outcome);
+        self.tenant_metrics.of(&done.tenant).attempt_done(
+            report.outcome,
+            report.fuel_consumed,
+            report.duration_ms,
+        );
         let usage = UsageBucket::attempt(
             &done.tenant,
             &run.rec.task,
@@ -1802,6 +1882,11 @@ impl Actor {
             Some(e) => format!("attempt {}: {} ({e})", done.attempt, report.outcome),
             None => format!("attempt {}: {}", done.attempt, report.outcome),
         };
+        if report.outcome != Outcome::Succeeded {
+            tracing::info!(run = %done.run_id, tenant = %done.tenant, task = %run.rec.task,
+                step = %step.name, attempt = done.attempt, outcome = %report.outcome,
+                error = report.error.as_deref().unwrap_or(""), "attempt did not succeed");
+        }
         if step.status != StepStatus::Running {
             // Cancelled while running: the step was already settled.
             return self.advance(&done.run_id, now, "scheduler", &mut events);
@@ -1915,6 +2000,9 @@ impl Actor {
                 tracing::error!(error = %e, "recording a dead letter failed");
             }
             self.stats.dead_letters.fetch_add(1, Ordering::Relaxed);
+            self.config.alerts.dead_letter(&run.rec, &run.spec, &dead);
+            tracing::warn!(run = %run_id, tenant = %dead.tenant, task = %dead.task, step = %dead.step,
+                attempts = dead.attempts, dead_letter = %dead.id, %outcome, "step dead-lettered");
             set_step(
                 &mut run.rec,
                 i,

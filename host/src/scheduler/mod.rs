@@ -86,6 +86,8 @@ pub struct SchedulerConfig {
     pub shed_below_priority: u8,
     /// Attempts lost to host crashes that do not count against a step's retries.
     pub max_lost_attempts: u32,
+    /// Where webhook alerts go (inert by default: no worker, no webhooks).
+    pub alerts: crate::alerts::Alerter,
 }
 
 impl Default for SchedulerConfig {
@@ -97,6 +99,7 @@ impl Default for SchedulerConfig {
             high_water: 50_000,
             shed_below_priority: 3,
             max_lost_attempts: 3,
+            alerts: crate::alerts::Alerter::default(),
         }
     }
 }
@@ -141,6 +144,13 @@ pub struct Stats {
     /// since the last [`Stats::take_lateness`]; at most [`MAX_LATENESS_SAMPLES`]
     /// are kept (later ones are dropped) so a server nobody reads stays bounded.
     pub lateness: std::sync::Mutex<Vec<f64>>,
+    /// Per-tenant counters and histograms (`GET /metrics`); the actor
+    /// updates them through its own lock-free [`crate::metrics::TenantCache`].
+    pub tenants: Arc<crate::metrics::TenantRegistry>,
+    /// Finished runs deleted by retention.
+    pub runs_deleted: AtomicU64,
+    /// The alert handle (its delivery counters are metrics).
+    pub alerts: crate::alerts::Alerter,
     /// Why each held tenant's runs wait (fuel used up, disabled).
     pub holds: std::sync::Mutex<std::collections::HashMap<String, String>>,
 }
@@ -244,6 +254,35 @@ enum Command {
     },
     /// A command taken up again once the writer stored every earlier change.
     AfterWrites(Box<Command>),
+    /// Gauges computed from the actor's state, for a metrics scrape.
+    Snapshot(oneshot::Sender<Snapshot>),
+    /// Deletes finished runs (retention), ordered after queued writes.
+    Purge {
+        ids: Vec<String>,
+        reply: oneshot::Sender<Result<u64>>,
+    },
+}
+
+/// Queue gauges of one tenant at one instant (for `GET /metrics`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TenantQueue {
+    /// The tenant.
+    pub tenant: String,
+    /// Runs in state `queued` (the backlog `max_queued_per_tenant` bounds).
+    pub queued_runs: usize,
+    /// Steps waiting in the dispatch queue for a slot.
+    pub queued_steps: usize,
+    /// Age of the oldest run in state `queued`, ms (0 without one).
+    pub oldest_queued_ms: u64,
+}
+
+/// What the scheduler reports of its in-memory state to a metrics scrape.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Snapshot {
+    /// Per tenant with queued work, by name.
+    pub tenants: Vec<TenantQueue>,
+    /// Active (queued or running) runs held in memory.
+    pub active_runs: usize,
 }
 
 /// A handle to the scheduler actor. Cheap to clone.
@@ -263,7 +302,10 @@ impl Scheduler {
         config: SchedulerConfig,
         shutdown: CancellationToken,
     ) -> Result<(Self, tokio::task::JoinHandle<()>)> {
-        let stats = Arc::new(Stats::default());
+        let stats = Arc::new(Stats {
+            alerts: config.alerts.clone(),
+            ..Stats::default()
+        });
         let (tx, rx) = mpsc::unbounded_channel();
         let mut actor = actor::Actor::new(store, runner, clock, config, stats.clone());
         actor.recover()?;
@@ -284,6 +326,23 @@ impl Scheduler {
     /// Counters for metrics.
     pub fn stats(&self) -> &Arc<Stats> {
         &self.stats
+    }
+
+    /// Deletes finished runs by id (retention). Runs the scheduler holds in
+    /// memory or has not written yet are skipped; the deletion is queued on
+    /// the run writer after every write before it. Answers how many went.
+    pub async fn purge(&self, ids: Vec<String>) -> Result<u64> {
+        self.ask(|reply| Command::Purge { ids, reply }).await
+    }
+
+    /// Queue depth and oldest queued age per tenant, computed by the actor
+    /// (O(active runs), once per scrape; never on the hot path).
+    pub async fn snapshot(&self) -> Result<Snapshot> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Command::Snapshot(reply))
+            .map_err(|_| Error::Stopped)?;
+        rx.await.map_err(|_| Error::Stopped)
     }
 
     async fn ask<T>(&self, make: impl FnOnce(oneshot::Sender<Result<T>>) -> Command) -> Result<T> {

@@ -124,12 +124,20 @@ impl TenantQuota {
             return Some(format!("held: tenant `{tenant}` is disabled"));
         }
         let cap = self.quota.fuel_per_window?;
+        let end = crate::scheduler::clock::rfc3339(self.window_end());
         (self.remaining() == Some(0)).then(|| {
-            format!(
-                "held: tenant `{tenant}` used its fuel budget ({} of {cap}) for the window ending {}",
-                self.used.min(cap),
-                crate::scheduler::clock::rfc3339(self.window_end())
-            )
+            if self.reserved == 0 {
+                format!(
+                    "held: tenant `{tenant}` used its fuel budget ({} of {cap}) for the window ending {end}",
+                    self.used.min(cap)
+                )
+            } else {
+                format!(
+                    "held: tenant `{tenant}`'s fuel budget for the window ending {end} is used or \
+                     reserved by running attempts ({} used, {} reserved, of {cap})",
+                    self.used, self.reserved
+                )
+            }
         })
     }
 

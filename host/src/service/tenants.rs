@@ -35,7 +35,7 @@ pub fn load_registry(store: &dyn Store, now: Millis) -> Result<Registry> {
 }
 
 /// Usage counters summed over some buckets.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct UsageTotals {
     /// Fuel consumed.
     pub fuel: u64,
@@ -59,7 +59,7 @@ impl UsageTotals {
 }
 
 /// A usage report over `[from, to)`.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct UsageReport {
     /// Tenant.
     pub tenant: String,
@@ -78,7 +78,7 @@ pub struct UsageReport {
 }
 
 /// Fuel in the current window.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct WindowUsage {
     /// Window start.
     pub start: DateTime<Utc>,
@@ -94,7 +94,7 @@ pub struct WindowUsage {
 }
 
 /// What an admin may set when creating or changing a tenant.
-#[derive(Clone, Debug, Default, serde::Deserialize)]
+#[derive(Clone, Debug, Default, serde::Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TenantSpec {
     /// Name (create only; must match the path on change).

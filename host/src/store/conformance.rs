@@ -58,6 +58,7 @@ macro_rules! conformance_suite {
                 status_filter_scan_is_bounded_and_resumable,
                 delete_run_refuses_an_active_run,
                 delete_run_removes_everything_and_frees_its_keys,
+                run_summaries_list_every_run_from_the_indexes,
                 logs_are_listed_by_step_then_attempt,
                 dead_letters_are_newest_first_and_filter_open_ones,
                 names_with_separator_bytes_do_not_collide,
@@ -785,6 +786,35 @@ fn delete_run_refuses_an_active_run<S: Store>(make: Make<S>) {
     assert_eq!(store.get_run(&r.id).unwrap(), Some(r.clone()));
     assert_eq!(store.events(&r.id).unwrap().len(), 1);
     assert!(!store.delete_run("r-unknown").unwrap());
+}
+
+fn run_summaries_list_every_run_from_the_indexes<S: Store>(make: Make<S>) {
+    let (store, _dir) = make(SCAN);
+    let runs = [
+        run(&run_id(1, 1), "t1", "a", RunStatus::Succeeded),
+        run(&run_id(2, 2), "t1", "b\u{0}x", RunStatus::Queued),
+        run(&run_id(3, 3), "t\u{1}2", "a", RunStatus::Failed),
+    ];
+    for r in &runs {
+        created(store.insert_run(r, false, None, &[]).unwrap());
+    }
+    // A status change reaches the summary; a deleted run leaves it.
+    let mut running = runs[1].clone();
+    running.status = RunStatus::Running;
+    store.update_run(&running, &[]).unwrap();
+    assert!(store.delete_run(&runs[0].id).unwrap());
+    let mut got = store.run_summaries().unwrap();
+    got.sort_by(|a, b| a.id.cmp(&b.id));
+    let want: Vec<super::RunSummary> = [&running, &runs[2]]
+        .iter()
+        .map(|r| super::RunSummary {
+            tenant: r.tenant.clone(),
+            task: r.task.clone(),
+            id: r.id.clone(),
+            status: r.status,
+        })
+        .collect();
+    assert_eq!(got, want);
 }
 
 fn delete_run_removes_everything_and_frees_its_keys<S: Store>(make: Make<S>) {

@@ -350,6 +350,20 @@ impl Store for MemoryStore {
         Ok(active.cloned().collect())
     }
 
+    fn run_summaries(&self) -> Result<Vec<super::RunSummary>> {
+        let state = self.state();
+        Ok(state
+            .runs
+            .values()
+            .map(|r| super::RunSummary {
+                tenant: r.tenant.clone(),
+                task: r.task.clone(),
+                id: r.id.clone(),
+                status: r.status,
+            })
+            .collect())
+    }
+
     fn delete_run(&self, id: &str) -> Result<bool> {
         let mut state = self.state();
         let Some(run) = state.runs.get(id) else {

@@ -99,7 +99,7 @@ pub struct RunPage {
 }
 
 /// Captured output of one attempt (kept apart from the run record: it can be large).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct AttemptLogs {
     /// The step.
     pub step: String,
@@ -205,6 +205,9 @@ pub trait Store: Send + Sync + 'static {
     fn active_runs(&self) -> Result<Vec<RunRecord>>;
     /// Deletes a terminal run with its events, logs and keys (retention).
     fn delete_run(&self, id: &str) -> Result<bool>;
+    /// Every run as its indexes know it, in no particular order. Reads no
+    /// run record, so a retention sweep over many runs stays cheap.
+    fn run_summaries(&self) -> Result<Vec<RunSummary>>;
     /// A run's events, oldest first.
     fn events(&self, run_id: &str) -> Result<Vec<Event>>;
     /// Stores an attempt's captured output.
@@ -244,6 +247,26 @@ pub trait Store: Send + Sync + 'static {
     // --- operations -------------------------------------------------------
     /// Bytes the store occupies on disk (0 in memory).
     fn size_on_disk(&self) -> u64;
+}
+
+/// A run as the indexes know it (see [`Store::run_summaries`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunSummary {
+    /// Owning tenant.
+    pub tenant: String,
+    /// Task name.
+    pub task: String,
+    /// Run id (sorts by creation; see [`new_id`]).
+    pub id: String,
+    /// Current state.
+    pub status: RunStatus,
+}
+
+/// The creation instant written into an id by [`new_id`] (`None` for ids
+/// of another shape).
+pub fn id_millis(id: &str) -> Option<Millis> {
+    let hex = id.get(1..13)?;
+    i64::from_str_radix(hex, 16).ok()
 }
 
 /// A fresh id: 12 hex digits of milliseconds, 6 of a per-process sequence

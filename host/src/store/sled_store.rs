@@ -753,6 +753,31 @@ impl Store for SledStore {
         Ok(runs)
     }
 
+    fn run_summaries(&self) -> Result<Vec<super::RunSummary>> {
+        // `rt/<tenant>/<id>` → status and task: every run once, no record read.
+        let prefix = key("rt", &[]);
+        self.scan(&prefix)
+            .map(|item| {
+                let (k, v) = item?;
+                let rest = &k[prefix.len()..];
+                // Parts end with an unescaped 0 (escapes are 1,1 and 1,2).
+                let split = rest
+                    .iter()
+                    .position(|b| *b == 0)
+                    .ok_or_else(|| corrupt_key(&k))?;
+                let tenant = decode_part(&rest[..=split]).ok_or_else(|| corrupt_key(&k))?;
+                let id = decode_part(&rest[split + 1..]).ok_or_else(|| corrupt_key(&k))?;
+                let (status, task) = decode_index(&k, &v)?;
+                Ok(super::RunSummary {
+                    tenant,
+                    task,
+                    id,
+                    status,
+                })
+            })
+            .collect()
+    }
+
     fn delete_run(&self, id: &str) -> Result<bool> {
         let _serial = lock(&self.run_lock);
         let Some(run) = self.get_run(id)? else {

@@ -1,0 +1,204 @@
+// Hand-drawn SVG: the DAG, the duration histogram, the outcome strip and the
+// attempt timeline. Small enough that a chart library would be the bigger
+// thing to maintain; colours come from style.css classes (`st-STATE`).
+
+import { s, h, human, route } from "./dom.js";
+
+const NODE_W = 170;
+const NODE_H = 46;
+const GAP_X = 70;
+const GAP_Y = 22;
+const PAD = 12;
+
+function clip(text, max) {
+  const t = String(text ?? "");
+  return t.length > max ? t.slice(0, max - 1) + "…" : t;
+}
+
+/**
+ * The DAG of `GET /v1/tasks/{name}/graph?format=json[&run=ID]`: one column per
+ * layer, steps coloured by state, dashed edges into conditional steps.
+ */
+export function dag(graph) {
+  const nodes = graph.nodes || [];
+  const columns = [];
+  for (const n of nodes) (columns[n.layer] ||= []).push(n);
+  const pos = new Map();
+  const rows = Math.max(1, ...columns.map((c) => (c ? c.length : 0)));
+  const height = PAD * 2 + rows * NODE_H + (rows - 1) * GAP_Y;
+  columns.forEach((col, x) => {
+    const top = (height - (col.length * NODE_H + (col.length - 1) * GAP_Y)) / 2;
+    col.forEach((n, y) => {
+      pos.set(n.name, { x: PAD + x * (NODE_W + GAP_X), y: top + y * (NODE_H + GAP_Y), node: n });
+    });
+  });
+  const width = PAD * 2 + columns.length * NODE_W + Math.max(0, columns.length - 1) * GAP_X;
+  const svg = s("svg", {
+    class: "dag",
+    viewBox: `0 0 ${width} ${height}`,
+    width,
+    height,
+    role: "img",
+    "aria-label": `DAG of ${graph.task}`,
+  });
+  svg.append(
+    s(
+      "defs",
+      {},
+      s(
+        "marker",
+        { id: "arrow", viewBox: "0 0 10 10", refX: 10, refY: 5, markerWidth: 7, markerHeight: 7, orient: "auto" },
+        s("path", { d: "M0,0 L10,5 L0,10 z", class: "arrowhead" }),
+      ),
+    ),
+  );
+  for (const e of graph.edges || []) {
+    const a = pos.get(e.from);
+    const b = pos.get(e.to);
+    if (!a || !b) continue;
+    const x1 = a.x + NODE_W;
+    const y1 = a.y + NODE_H / 2;
+    const x2 = b.x;
+    const y2 = b.y + NODE_H / 2;
+    const mid = (x1 + x2) / 2;
+    svg.append(
+      s("path", {
+        d: `M${x1},${y1} C${mid},${y1} ${mid},${y2} ${x2},${y2}`,
+        class: ["edge", b.node.when ? "conditional" : ""],
+        "marker-end": "url(#arrow)",
+      }),
+    );
+  }
+  for (const { x, y, node } of pos.values()) {
+    const state = node.state === undefined ? "none" : node.state || "pending";
+    const title = [
+      `${node.name} — ${node.plugin}`,
+      node.state !== undefined ? `state: ${node.state ?? "not in this run"}` : null,
+      node.when ? `when: ${node.when}` : null,
+      node.trigger_rule && node.trigger_rule !== "all_success" ? `trigger rule: ${node.trigger_rule}` : null,
+    ]
+      .filter(Boolean)
+      .join("\n");
+    svg.append(
+      s(
+        "g",
+        { class: ["node", "st-" + state], transform: `translate(${x},${y})`, "data-step": node.name },
+        s("title", {}, title),
+        s("rect", { width: NODE_W, height: NODE_H, rx: 6 }),
+        s("text", { x: 10, y: 19, class: "name" }, clip(node.name, 20)),
+        s("text", { x: 10, y: 36, class: "sub" }, clip(node.state ? `${node.state} · ${node.plugin}` : node.plugin, 26)),
+      ),
+    );
+  }
+  return h("div", { class: "scroll" }, svg);
+}
+
+/**
+ * Histogram of run durations (ms): 16 bins up to the largest, p50 and p95
+ * marked. `runs` are finished runs with a duration.
+ */
+export function histogram(durations) {
+  const W = 520;
+  const H = 150;
+  const L = 40;
+  const B = 24;
+  if (!durations.length) return h("p", { class: "muted" }, "no finished runs yet");
+  const sorted = [...durations].sort((a, b) => a - b);
+  const q = (p) => sorted[Math.min(sorted.length - 1, Math.floor(p * sorted.length))];
+  const max = Math.max(sorted[sorted.length - 1], 1);
+  const bins = new Array(16).fill(0);
+  for (const d of sorted) bins[Math.min(15, Math.floor((d / max) * 16))]++;
+  const top = Math.max(...bins);
+  const bw = (W - L - 8) / bins.length;
+  const svg = s("svg", { class: "chart", viewBox: `0 0 ${W} ${H}`, width: W, height: H, role: "img", "aria-label": "run duration histogram" });
+  bins.forEach((n, i) => {
+    // The top 32 pixels hold the p50/p95 labels.
+    const bh = top ? ((H - B - 32) * n) / top : 0;
+    svg.append(
+      s(
+        "rect",
+        { x: L + i * bw + 1, y: H - B - bh, width: bw - 2, height: bh, class: "bar" },
+        s("title", {}, `${human((i * max) / 16)} – ${human(((i + 1) * max) / 16)}: ${n} runs`),
+      ),
+    );
+  });
+  [["p50", q(0.5)], ["p95", q(0.95)]].forEach(([label, v], i) => {
+    const x = L + (v / max) * (W - L - 8);
+    // Labels right of the middle hang to the left of their line, so none is cut.
+    const right = x > (L + W) / 2;
+    svg.append(s("line", { x1: x, x2: x, y1: 6, y2: H - B, class: "marker" }));
+    svg.append(s("text", { x: right ? x - 3 : x + 3, y: 14 + i * 13, class: "axis", "text-anchor": right ? "end" : "start" }, `${label} ${human(v)}`));
+  });
+  svg.append(s("line", { x1: L, x2: W - 8, y1: H - B, y2: H - B, class: "axis-line" }));
+  svg.append(s("text", { x: L, y: H - 6, class: "axis" }, "0"));
+  svg.append(s("text", { x: W - 8, y: H - 6, class: "axis", "text-anchor": "end" }, human(max)));
+  svg.append(s("text", { x: 4, y: H - B, class: "axis" }, "0"));
+  svg.append(s("text", { x: 4, y: 40, class: "axis" }, String(top)));
+  return svg;
+}
+
+/** One square per run, oldest left, coloured by status; each links to its run. */
+export function outcomeStrip(runs) {
+  const size = 10;
+  const list = [...runs].reverse();
+  const svg = s("svg", { class: "strip", width: Math.max(size, list.length * (size + 2)), height: size, role: "img", "aria-label": "recent outcomes" });
+  list.forEach((r, i) => {
+    svg.append(
+      s(
+        "a",
+        { href: route("runs", r.id) },
+        s("rect", { x: i * (size + 2), y: 0, width: size, height: size, rx: 2, class: "st-" + r.status }, s("title", {}, `${r.id}: ${r.status}`)),
+      ),
+    );
+  });
+  return svg;
+}
+
+/**
+ * The attempt timeline of one run: a row per attempt, from queued (when the
+ * step entered `queued` for that attempt, grey) through started to finished
+ * (coloured by outcome), then its retry backoff (amber) if one followed, on
+ * one time axis from the run's creation.
+ */
+export function attemptTimeline(rows, t0, t1) {
+  const W = 760;
+  const L = 150;
+  const R = 12;
+  const ROW = 22;
+  const H = 26 + rows.length * ROW;
+  const total = Math.max(1, t1 - t0);
+  const x = (t) => L + ((t - t0) / total) * (W - L - R);
+  const svg = s("svg", { class: "timeline", viewBox: `0 0 ${W} ${H}`, width: W, height: H, role: "img", "aria-label": "attempt timeline" });
+  for (let i = 0; i <= 4; i++) {
+    const t = t0 + (total * i) / 4;
+    svg.append(s("line", { x1: x(t), x2: x(t), y1: 14, y2: H, class: "grid" }));
+    const label = total < 100 ? `${(t - t0).toFixed(1)}ms` : human(t - t0);
+    svg.append(s("text", { x: x(t), y: 10, class: "axis", "text-anchor": i === 4 ? "end" : i ? "middle" : "start" }, "+" + label));
+  }
+  rows.forEach((r, i) => {
+    const y = 20 + i * ROW;
+    svg.append(s("text", { x: 4, y: y + 12, class: "label" }, clip(`${r.step} #${r.attempt}`, 22)));
+    if (r.queued !== null && r.started !== null && r.started > r.queued) {
+      svg.append(
+        s("rect", { x: x(r.queued), y: y + 5, width: Math.max(1, x(r.started) - x(r.queued)), height: 6, class: "wait" }, s("title", {}, `queued ${human(r.started - r.queued)}`)),
+      );
+    }
+    if (r.backoff) {
+      const [from, to] = [r.backoff[0], r.backoff[1] ?? t1];
+      svg.append(
+        s("rect", { x: x(from), y: y + 5, width: Math.max(1, x(to) - x(from)), height: 6, class: "backoff" }, s("title", {}, `retry backoff ${human(to - from)}`)),
+      );
+    }
+    if (r.started !== null) {
+      const end = r.finished ?? t1;
+      svg.append(
+        s(
+          "rect",
+          { x: x(r.started), y: y + 1, width: Math.max(2, x(end) - x(r.started)), height: 14, rx: 2, class: "st-" + (r.outcome || "running") },
+          s("title", {}, `${r.step} attempt ${r.attempt}: ${r.outcome || "running"} in ${human(end - r.started)}`),
+        ),
+      );
+    }
+  });
+  return h("div", { class: "scroll" }, svg);
+}

@@ -1,0 +1,157 @@
+// DOM helpers. Every page is built from nodes, never from HTML strings: text
+// (task names, plugin output, logs: all untrusted) always lands in text nodes
+// or attribute values, so nothing a plugin prints can become markup.
+
+const SVG_NS = "http://www.w3.org/2000/svg";
+
+function build(el, attrs, children) {
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k.startsWith("on") && typeof v === "function") {
+      el.addEventListener(k.slice(2), v);
+    } else if (k === "class") {
+      el.setAttribute("class", Array.isArray(v) ? v.filter(Boolean).join(" ") : v);
+    } else if (k === "dataset") {
+      Object.assign(el.dataset, v);
+    } else {
+      el.setAttribute(k, v === true ? "" : String(v));
+    }
+  }
+  append(el, children);
+  return el;
+}
+
+/** Appends children: nodes as they are, strings and numbers as text, arrays flattened. */
+export function append(el, children) {
+  for (const c of children.flat(Infinity)) {
+    if (c === null || c === undefined || c === false) continue;
+    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return el;
+}
+
+/** `h("a", {href: "#/x"}, "text", child)`: an HTML element. */
+export function h(tag, attrs, ...children) {
+  return build(document.createElement(tag), attrs, children);
+}
+
+/** An SVG element, same calling convention as `h`. */
+export function s(tag, attrs, ...children) {
+  return build(document.createElementNS(SVG_NS, tag), attrs, children);
+}
+
+/** Replaces everything inside `el`. */
+export function replace(el, ...children) {
+  el.replaceChildren();
+  return append(el, children);
+}
+
+/** A hash link inside the dashboard; path parts are URI-encoded by the caller's helpers. */
+export function link(href, ...children) {
+  return h("a", { href }, ...children);
+}
+
+/** `#/runs/ID` etc. with each segment encoded. */
+export function route(...segments) {
+  return "#/" + segments.map((x) => encodeURIComponent(x)).join("/");
+}
+
+/** `?a=1&b=2` from an object, skipping empty values. */
+export function qs(params) {
+  const p = new URLSearchParams();
+  for (const [k, v] of Object.entries(params)) {
+    if (v !== null && v !== undefined && v !== "") p.set(k, v);
+  }
+  const t = p.toString();
+  return t ? "?" + t : "";
+}
+
+/** A coloured state badge (`succeeded`, `failed`, …). */
+export function badge(state) {
+  const text = state ?? "-";
+  return h("span", { class: ["badge", "st-" + String(text).replace(/[^a-z_]/g, "")] }, text);
+}
+
+/** A table from headers and rows of cells (nodes or text). */
+export function table(headers, rows, attrs = {}) {
+  return h(
+    "table",
+    attrs,
+    h("thead", {}, h("tr", {}, headers.map((x) => h("th", {}, x)))),
+    h(
+      "tbody",
+      {},
+      rows.length
+        ? rows.map((r) => h("tr", {}, r.map((c) => h("td", {}, c))))
+        : h("tr", {}, h("td", { colspan: headers.length, class: "empty" }, "nothing yet")),
+    ),
+  );
+}
+
+/** `2026-11-30 08:30:00` in the browser's zone, the exact instant in a tooltip. */
+export function when(iso) {
+  if (!iso) return "-";
+  const d = new Date(iso);
+  if (isNaN(d)) return String(iso);
+  const pad = (n) => String(n).padStart(2, "0");
+  const text = `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
+  return h("time", { datetime: iso, title: iso }, text);
+}
+
+/** `in 5s`, `3m ago`. */
+export function relative(iso, now = Date.now()) {
+  if (!iso) return "-";
+  const ms = new Date(iso).getTime() - now;
+  const t = human(Math.abs(ms));
+  return ms >= 0 ? `in ${t}` : `${t} ago`;
+}
+
+/** `340ms`, `1.25s`, `2m05s`, `3h10m`. */
+export function human(ms) {
+  if (ms === null || ms === undefined || isNaN(ms)) return "-";
+  if (ms < 1000) return `${Math.round(ms)}ms`;
+  if (ms < 60000) return `${(ms / 1000).toFixed(2)}s`;
+  const sec = Math.round(ms / 1000);
+  if (sec < 3600) return `${Math.floor(sec / 60)}m${String(sec % 60).padStart(2, "0")}s`;
+  return `${Math.floor(sec / 3600)}h${String(Math.floor((sec % 3600) / 60)).padStart(2, "0")}m`;
+}
+
+/** Milliseconds between two instants, or null. */
+export function span(from, to) {
+  if (!from || !to) return null;
+  return new Date(to).getTime() - new Date(from).getTime();
+}
+
+/** `1.2 MiB`. */
+export function bytes(n) {
+  if (n === null || n === undefined) return "-";
+  if (n < 1024) return `${n} B`;
+  if (n < 1 << 20) return `${(n / 1024).toFixed(1)} KiB`;
+  return `${(n / (1 << 20)).toFixed(1)} MiB`;
+}
+
+/** `48,211`. */
+export function num(n) {
+  return n === null || n === undefined ? "-" : Number(n).toLocaleString("en-US");
+}
+
+/** JSON for people, in a `<pre>` (as text). */
+export function jsonBlock(value) {
+  return h("pre", { class: "json" }, JSON.stringify(value, null, 2));
+}
+
+/** A button that disables itself while its async action runs. */
+export function button(label, action, attrs = {}) {
+  const b = h("button", { type: "button", ...attrs }, label);
+  b.addEventListener("click", async () => {
+    b.disabled = true;
+    try {
+      await action();
+    } finally {
+      b.disabled = false;
+    }
+  });
+  return b;
+}
+
+export const TERMINAL = new Set(["succeeded", "failed", "cancelled"]);

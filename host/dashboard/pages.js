@@ -1,0 +1,282 @@
+// The list pages: overview strip, tasks, one task, runs, plugins, dead
+// letters, tenants. Each page is `async (ctx, params) => void`: it fills
+// `ctx.main` and may call `ctx.later(fn, ms)` to refresh itself while it is
+// still the page on screen.
+
+import { get, post, pool, ApiError } from "./api.js";
+import {
+  h, replace, link, route, qs, badge, table, when, relative, human, span, bytes, num, button, TERMINAL,
+} from "./dom.js";
+import { dag, histogram, outcomeStrip } from "./charts.js";
+
+/** `cron 0 30 1 * * ? (Asia/Shanghai)`, `every 10s`, `after a, b (success)`, `manual`. */
+export function triggerText(spec) {
+  const t = (spec && spec.trigger) || {};
+  if (t.cron) return `cron ${t.cron}${t.timezone ? ` (${t.timezone})` : ""}`;
+  if (t.every) return `every ${t.every}`;
+  if (t.at) return `at ${t.at}`;
+  if (t.delay) return `delay ${t.delay}`;
+  if (t.after && t.after.length) return `after ${t.after.join(", ")} (${t.on || "success"})`;
+  return "manual";
+}
+
+function errorBox(e) {
+  return h("p", { class: "error", role: "alert" }, e instanceof ApiError ? `${e.code}: ${e.message}` : String(e));
+}
+
+/** Shows a failed action above the page without leaving it. */
+export function flash(ctx, e) {
+  const box = errorBox(e);
+  ctx.main.prepend(box);
+  setTimeout(() => box.remove(), 8000);
+}
+
+function durationOf(r) {
+  return span(r.started_at, r.finished_at);
+}
+
+/** Success rate of finished runs, as `{ok, done, rate}`. */
+export function successRate(runs) {
+  const done = runs.filter((r) => TERMINAL.has(r.status) && r.status !== "cancelled");
+  const ok = done.filter((r) => r.status === "succeeded").length;
+  return { ok, done: done.length, rate: done.length ? ok / done.length : null };
+}
+
+function pct(rate) {
+  return rate === null ? "-" : `${(rate * 100).toFixed(1)}%`;
+}
+
+function stat(label, value, cls) {
+  return h("div", { class: ["stat", cls] }, h("div", { class: "value" }, value), h("div", { class: "label" }, label));
+}
+
+/**
+ * The four signals the seed articles run a scheduler by: backlog, running
+ * work, success rate, start lateness (scheduled → started, p95 over recent
+ * scheduled runs); plus readiness and open dead letters.
+ */
+async function overview() {
+  const [ready, queued, running, recent, dead] = await Promise.all([
+    fetch("/readyz", { cache: "no-store" }).then((r) => r.ok, () => false),
+    get("/v1/runs?status=queued&limit=1000"),
+    get("/v1/runs?status=running&limit=1000"),
+    get("/v1/runs?limit=200"),
+    get("/v1/dead-letters"),
+  ]);
+  const runs = recent.runs || [];
+  const sr = successRate(runs);
+  const late = runs
+    .filter((r) => r.trigger !== "manual" && r.started_at)
+    .map((r) => span(r.scheduled_for, r.started_at))
+    .sort((a, b) => a - b);
+  const p95 = late.length ? late[Math.min(late.length - 1, Math.floor(late.length * 0.95))] : null;
+  const count = (v) => (v.next_cursor ? `${v.runs.length}+` : String(v.runs.length));
+  const openDead = (dead.dead_letters || []).length;
+  return h(
+    "section",
+    { class: "overview", "aria-label": "health" },
+    stat("store", ready ? "ready" : "not ready", ready ? "good" : "bad"),
+    stat("queued", count(queued)),
+    stat("running", count(running)),
+    stat(`success (last ${sr.done})`, pct(sr.rate), sr.rate !== null && sr.rate < 0.95 ? "bad" : "good"),
+    stat("start lateness p95", p95 === null ? "-" : human(Math.max(0, p95)), p95 !== null && p95 > 5000 ? "bad" : ""),
+    stat("open dead letters", link("#/dead-letters", String(openDead)), openDead ? "bad" : ""),
+  );
+}
+
+export async function tasksPage(ctx) {
+  const [{ tasks }, strip] = await Promise.all([get("/v1/tasks"), overview()]);
+  // The last run of each task: one small query per task, six at a time.
+  const last = await pool(tasks, 6, (t) => get(`/v1/runs${qs({ task: t.name, limit: 1 })}`).then((v) => (v.runs || [])[0] || null));
+  const rows = tasks.map((t, i) => {
+    const r = last[i];
+    const act = async (what) => {
+      try {
+        if (what === "run") await post(`/v1/tasks/${encodeURIComponent(t.name)}/runs`, {});
+        else await post(`/v1/tasks/${encodeURIComponent(t.name)}/${what}`);
+      } catch (e) {
+        return flash(ctx, e);
+      }
+      await ctx.refresh();
+    };
+    return [
+      link(route("tasks", t.name), t.name),
+      h("code", {}, triggerText(t.spec)),
+      t.paused ? badge("paused") : t.next_fire ? h("span", { title: t.next_fire }, relative(t.next_fire)) : "-",
+      r ? h("span", { class: "last", dataset: { task: t.name } }, link(route("runs", r.id), badge(r.status)), " ", relative(r.created_at), r.reason ? h("span", { class: "muted clip", title: r.reason }, " · " + r.reason) : null) : "-",
+      h(
+        "span",
+        { class: "actions" },
+        button("Run now", () => act("run"), { class: "primary", "data-action": "run", "data-task": t.name }),
+        t.paused
+          ? button("Resume", () => act("resume"), { "data-action": "resume", "data-task": t.name })
+          : button("Pause", () => act("pause"), { "data-action": "pause", "data-task": t.name }),
+      ),
+    ];
+  });
+  replace(
+    ctx.main,
+    strip,
+    h("h1", {}, "Tasks"),
+    table(["task", "trigger", "next fire", "last run", ""], rows, { id: "tasks" }),
+  );
+  // Watch runs in flight (a "Run now" just clicked, a cron firing).
+  const active = last.some((r) => r && !TERMINAL.has(r.status));
+  ctx.later(() => ctx.refresh(), active ? 1000 : 5000);
+}
+
+export async function taskPage(ctx, name) {
+  const enc = encodeURIComponent(name);
+  const [task, graph, next, recent] = await Promise.all([
+    get(`/v1/tasks/${enc}`),
+    get(`/v1/tasks/${enc}/graph?format=json`),
+    get(`/v1/tasks/${enc}/next?count=5`),
+    get(`/v1/runs${qs({ task: name, limit: 200 })}`),
+  ]);
+  const runs = recent.runs || [];
+  const sr = successRate(runs);
+  const durations = runs.filter((r) => r.status === "succeeded" || r.status === "failed").map(durationOf).filter((d) => d !== null);
+  replace(
+    ctx.main,
+    h("h1", {}, "Task ", h("span", { class: "name" }, task.name), " ", task.paused ? badge("paused") : null),
+    h(
+      "p",
+      { class: "actions" },
+      button("Run now", async () => {
+        try {
+          const run = await post(`/v1/tasks/${enc}/runs`, {});
+          location.hash = route("runs", run.id);
+        } catch (e) {
+          flash(ctx, e);
+        }
+      }, { class: "primary" }),
+      button(task.paused ? "Resume" : "Pause", async () => {
+        try {
+          await post(`/v1/tasks/${enc}/${task.paused ? "resume" : "pause"}`);
+        } catch (e) {
+          flash(ctx, e);
+        }
+        await ctx.refresh();
+      }),
+      link(`#/runs${qs({ task: name })}`, "all runs →"),
+    ),
+    h(
+      "dl",
+      { class: "facts" },
+      h("dt", {}, "trigger"), h("dd", {}, h("code", {}, triggerText(task.spec))),
+      h("dt", {}, "version"), h("dd", {}, String(task.version)),
+      h("dt", {}, "updated"), h("dd", {}, when(task.updated_at)),
+      h("dt", {}, "next fires"), h("dd", {}, (next.next || []).length ? h("ul", { class: "plain" }, next.next.map((t) => h("li", {}, when(t), " ", h("span", { class: "muted" }, relative(t))))) : "-"),
+      task.spec.description ? [h("dt", {}, "description"), h("dd", {}, task.spec.description)] : null,
+    ),
+    h("h2", {}, "Steps"),
+    dag(graph),
+    h("h2", {}, `Recent runs (${runs.length})`),
+    h(
+      "div",
+      { class: "cards" },
+      h("div", { class: "card" }, h("h3", {}, "Success rate"), h("div", { class: "big" }, pct(sr.rate)), h("p", { class: "muted" }, `${sr.ok} of ${sr.done} finished runs succeeded`), outcomeStrip(runs.slice(0, 50))),
+      h("div", { class: "card" }, h("h3", {}, "Duration (succeeded and failed runs)"), histogram(durations)),
+    ),
+    runsTable(runs.slice(0, 20)),
+    h("h2", {}, "Definition"),
+    h("pre", { class: "source" }, task.source || JSON.stringify(task.spec, null, 2)),
+  );
+}
+
+function runsTable(runs) {
+  return table(
+    ["run", "task", "status", "trigger", "scheduled for", "started", "duration"],
+    runs.map((r) => [
+      link(route("runs", r.id), h("code", {}, r.id)),
+      link(route("tasks", r.task), r.task),
+      // Why a run failed, or why it still waits (a tenant's quota, a paused pool).
+      r.reason ? h("span", { title: r.reason }, badge(r.status), " ", h("span", { class: "muted clip" }, r.reason)) : badge(r.status),
+      r.trigger,
+      when(r.scheduled_for),
+      when(r.started_at),
+      human(durationOf(r)),
+    ]),
+    { class: "runs" },
+  );
+}
+
+const RUN_STATUSES = ["", "queued", "running", "succeeded", "failed", "cancelled"];
+
+export async function runsPage(ctx, params) {
+  // `limit` stays in the URL with the filters, so paging keeps the page size.
+  const filter = { task: params.get("task") || "", status: params.get("status") || "", limit: params.get("limit") || "" };
+  const cursor = params.get("cursor") || "";
+  const [page, { tasks }] = await Promise.all([
+    get(`/v1/runs${qs({ ...filter, cursor, limit: filter.limit || 50 })}`),
+    get("/v1/tasks"),
+  ]);
+  const taskSelect = h("select", { name: "task", "aria-label": "task" }, h("option", { value: "" }, "all tasks"), tasks.map((t) => h("option", { value: t.name, selected: t.name === filter.task }, t.name)));
+  const statusSelect = h("select", { name: "status", "aria-label": "status" }, RUN_STATUSES.map((x) => h("option", { value: x, selected: x === filter.status }, x || "any status")));
+  const apply = () => {
+    location.hash = "#/runs" + qs({ task: taskSelect.value, status: statusSelect.value, limit: filter.limit });
+  };
+  taskSelect.addEventListener("change", apply);
+  statusSelect.addEventListener("change", apply);
+  replace(
+    ctx.main,
+    h("h1", {}, "Runs"),
+    h("form", { class: "filters", onsubmit: (e) => e.preventDefault() }, taskSelect, statusSelect),
+    runsTable(page.runs || []),
+    h(
+      "p",
+      { class: "pager" },
+      cursor ? link("#/runs" + qs(filter), "← newest") : null,
+      page.next_cursor ? link("#/runs" + qs({ ...filter, cursor: page.next_cursor }), "older →") : null,
+    ),
+  );
+  // The first page follows new runs; older pages stay put.
+  if (!cursor) ctx.later(() => ctx.refresh(), 3000);
+}
+
+export async function pluginsPage(ctx) {
+  const { plugins } = await get("/v1/plugins");
+  replace(
+    ctx.main,
+    h("h1", {}, "Plugins"),
+    table(
+      ["name", "version", "digest (sha256)", "size", "uploaded"],
+      plugins.map((p) => [p.name, p.version, h("code", { title: p.digest }, String(p.digest).slice(0, 16) + "…"), bytes(p.size), when(p.created_at)]),
+      { id: "plugins" },
+    ),
+  );
+}
+
+export async function deadLettersPage(ctx, params) {
+  const all = params.get("all") === "1";
+  const { dead_letters } = await get(`/v1/dead-letters?open=${all ? "false" : "true"}`);
+  replace(
+    ctx.main,
+    h("h1", {}, all ? "Dead letters (all)" : "Open dead letters"),
+    h("p", {}, link(all ? "#/dead-letters" : "#/dead-letters?all=1", all ? "only open ones" : "include resolved ones")),
+    table(
+      ["task", "run", "step", "attempts", "outcome", "error", "recorded", ""],
+      dead_letters.map((d) => [
+        link(route("tasks", d.task), d.task),
+        link(route("runs", d.run_id), h("code", {}, d.run_id)),
+        d.step,
+        String(d.attempts),
+        badge(d.outcome),
+        h("span", { class: "clip", title: d.error || "" }, d.error || "-"),
+        when(d.created_at),
+        d.resolution
+          ? h("span", { class: "muted" }, `resolved: ${d.resolution}`)
+          : button("Requeue", async () => {
+            try {
+              const run = await post(`/v1/dead-letters/${encodeURIComponent(d.id)}/requeue`);
+              location.hash = route("runs", run.id);
+            } catch (e) {
+              flash(ctx, e);
+            }
+          }),
+      ]),
+    ),
+  );
+}
+
+export { errorBox, num };

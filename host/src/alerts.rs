@@ -1,0 +1,685 @@
+//! Webhook alerts: a JSON POST when a run fails, a step is dead-lettered, or
+//! a timed run starts later than a threshold — what the seed articles page
+//! their team chat robot with.
+//!
+//! # Who is alerted
+//!
+//! A task says where its alerts go:
+//!
+//! ```yaml
+//! alerts:
+//!   webhook: https://chat.example.com/hooks/abc
+//!   on: [failed, dead_letter, late]   # default: all three
+//!   late_after: 5s                    # default: 5s (the seeds' threshold)
+//! ```
+//!
+//! A tenant can have the same setting (server config, `alerts.tenants`),
+//! covering every task of the tenant; a task with its own `alerts` is sent
+//! there *as well* (the team's channel and the task owner's are both told).
+//!
+//! # Never blocking the scheduler
+//!
+//! The scheduler actor only calls [`Alerter`] methods, which decide from the
+//! run's own definition whether anything is due and, if so, push one small
+//! record onto a bounded in-memory queue (a mutex held for a push). A worker
+//! task delivers them one at a time, on a blocking thread (ureq), with a
+//! timeout. A delivery that fails with a connection error, a timeout, 408,
+//! 429 or 5xx is retried with exponential backoff (`initial_backoff`,
+//! doubling, capped at `max_backoff`, `max_attempts` in all); other 4xx are
+//! the receiver refusing the payload, not retried. When the queue is full the
+//! **oldest** alert is dropped and counted (`ax_alerts_dropped_total`): the
+//! newest news is the most useful, and memory stays bounded. Alerts are not
+//! persisted: a restart loses those not yet delivered (the run states they
+//! report are in the store and the metrics).
+//!
+//! # Payload
+//!
+//! ```json
+//! {"kind": "run_failed", "tenant": "default", "task": "order_report",
+//!  "run_id": "r…", "step": null, "status": "failed", "reason": "…",
+//!  "scheduled_for": "…", "late_by_ms": null, "dead_letter_id": null,
+//!  "at": "…", "text": "ax: run r… of order_report failed: …"}
+//! ```
+//! `kind` is `run_failed`, `dead_letter` or `late`; `text` is one line for
+//! chat robots that show a text field.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::model::{DeadLetter, Millis, RunRecord, RunStatus};
+use crate::scheduler::clock::rfc3339;
+use crate::task::{SpecError, TaskSpec};
+
+/// The seeds' lateness threshold.
+pub const DEFAULT_LATE_AFTER: Duration = Duration::from_secs(5);
+/// Longest webhook URL accepted.
+const MAX_URL_LEN: usize = 2048;
+
+/// What an alert is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AlertOn {
+    /// A run ended `failed`.
+    Failed,
+    /// A step exhausted its retries.
+    DeadLetter,
+    /// A timed run's first attempt started more than `late_after` after its instant.
+    Late,
+}
+
+/// `alerts:` of a task (or of a tenant in the server config).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AlertSpec {
+    /// Where to POST (http or https).
+    pub webhook: String,
+    /// Which events; default all.
+    #[serde(default = "all_events")]
+    pub on: Vec<AlertOn>,
+    /// Lateness past which `late` fires; default 5 s.
+    #[serde(
+        default,
+        with = "crate::schedule::spec::opt_duration",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub late_after: Option<Duration>,
+}
+
+fn all_events() -> Vec<AlertOn> {
+    vec![AlertOn::Failed, AlertOn::DeadLetter, AlertOn::Late]
+}
+
+impl AlertSpec {
+    /// Reads `alerts:` of a task definition; errors name the field.
+    pub fn from_value(value: &serde_json::Value, path: &str) -> Result<Self, SpecError> {
+        let spec: AlertSpec = serde_json::from_value(value.clone()).map_err(|e| {
+            SpecError::new(
+                path,
+                format!(
+                    "{e}; expected {{webhook: URL, on: [failed, dead_letter, late], late_after: DURATION}}"
+                ),
+            )
+        })?;
+        spec.validate(path)?;
+        Ok(spec)
+    }
+
+    /// An http(s) URL with a host; `on` not empty, no repeats; `late_after` ≥ 1 ms.
+    pub fn validate(&self, path: &str) -> Result<(), SpecError> {
+        let url = self.webhook.trim();
+        let rest = url
+            .strip_prefix("http://")
+            .or_else(|| url.strip_prefix("https://"));
+        let host = rest.map(|r| r.split(['/', '?', '#']).next().unwrap_or_default());
+        if url.len() > MAX_URL_LEN
+            || host.is_none_or(str::is_empty)
+            || url.chars().any(char::is_whitespace)
+        {
+            return Err(SpecError::new(
+                format!("{path}.webhook"),
+                format!(
+                    "`{}` is not an http:// or https:// URL with a host",
+                    self.webhook
+                ),
+            ));
+        }
+        if self.on.is_empty() {
+            return Err(SpecError::new(
+                format!("{path}.on"),
+                "list at least one of failed, dead_letter, late",
+            ));
+        }
+        for (i, e) in self.on.iter().enumerate() {
+            if self.on[..i].contains(e) {
+                return Err(SpecError::new(
+                    format!("{path}.on[{i}]"),
+                    "listed twice".to_string(),
+                ));
+            }
+        }
+        if self.late_after.is_some_and(|d| d.is_zero()) {
+            return Err(SpecError::new(
+                format!("{path}.late_after"),
+                "must be above 0",
+            ));
+        }
+        Ok(())
+    }
+
+    fn wants(&self, event: AlertOn) -> bool {
+        self.on.contains(&event)
+    }
+
+    fn late_after(&self) -> Duration {
+        self.late_after.unwrap_or(DEFAULT_LATE_AFTER)
+    }
+}
+
+/// Delivery settings (`alerts:` in the server config).
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AlertsConfig {
+    /// Alerts waiting (fresh and retrying) before the oldest is dropped.
+    pub queue: usize,
+    /// Delivery attempts per alert, the first included.
+    pub max_attempts: u32,
+    /// Wait before the first retry; doubles each time.
+    #[serde(with = "humantime_text")]
+    pub initial_backoff: Duration,
+    /// Longest wait between retries.
+    #[serde(with = "humantime_text")]
+    pub max_backoff: Duration,
+    /// Timeout of one POST.
+    #[serde(with = "humantime_text")]
+    pub timeout: Duration,
+    /// Per-tenant alerts, by tenant name.
+    pub tenants: BTreeMap<String, AlertSpec>,
+}
+
+impl Default for AlertsConfig {
+    fn default() -> Self {
+        Self {
+            queue: 1000,
+            max_attempts: 6,
+            initial_backoff: Duration::from_secs(1),
+            max_backoff: Duration::from_secs(60),
+            timeout: Duration::from_secs(10),
+            tenants: BTreeMap::new(),
+        }
+    }
+}
+
+mod humantime_text {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer};
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let text = String::deserialize(d)?;
+        humantime::parse_duration(&text).map_err(|e| {
+            serde::de::Error::custom(format!("`{text}` is not a duration ({e}); try 1s, 500ms"))
+        })
+    }
+}
+
+/// The JSON body POSTed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Alert {
+    /// `run_failed`, `dead_letter` or `late`.
+    pub kind: String,
+    /// Tenant.
+    pub tenant: String,
+    /// Task.
+    pub task: String,
+    /// The run.
+    pub run_id: String,
+    /// The step (dead letters).
+    pub step: Option<String>,
+    /// The run's status when the alert was raised.
+    pub status: String,
+    /// Why (the run's reason, the step's last error).
+    pub reason: Option<String>,
+    /// The instant the run was for.
+    pub scheduled_for: String,
+    /// How late the first attempt started (`late`).
+    pub late_by_ms: Option<i64>,
+    /// The dead letter (`dead_letter`).
+    pub dead_letter_id: Option<String>,
+    /// When the alert was raised.
+    pub at: String,
+    /// One line for chat robots.
+    pub text: String,
+}
+
+/// Counters of the delivery worker (for `GET /metrics`).
+#[derive(Debug, Default)]
+pub struct AlertStats {
+    /// Alerts delivered (2xx).
+    pub sent: AtomicU64,
+    /// Alerts given up (a non-retryable answer, or attempts exhausted).
+    pub failed: AtomicU64,
+    /// Retries scheduled.
+    pub retries: AtomicU64,
+    /// Alerts dropped because the queue was full (oldest first).
+    pub dropped: AtomicU64,
+}
+
+/// One alert on its way to one webhook.
+#[derive(Debug)]
+struct Pending {
+    url: String,
+    body: Arc<Alert>,
+    attempts: u32,
+}
+
+#[derive(Debug, Default)]
+struct Queue {
+    fresh: VecDeque<Pending>,
+    /// Waiting to be retried, by due instant (and a sequence for uniqueness).
+    retry: BTreeMap<(Instant, u64), Pending>,
+    seq: u64,
+}
+
+impl Queue {
+    fn len(&self) -> usize {
+        self.fresh.len() + self.retry.len()
+    }
+
+    /// Makes room for one more by dropping the oldest (fresh first: a retry
+    /// has been tried, a fresh one never, but the oldest news matters least).
+    fn drop_oldest(&mut self) -> bool {
+        if self.fresh.pop_front().is_some() {
+            return true;
+        }
+        let first = self.retry.keys().next().copied();
+        first.and_then(|k| self.retry.remove(&k)).is_some()
+    }
+}
+
+struct Inner {
+    config: AlertsConfig,
+    queue: Mutex<Queue>,
+    wake: tokio::sync::Notify,
+    stats: AlertStats,
+}
+
+/// The handle the scheduler raises alerts through. Cheap to clone.
+#[derive(Clone)]
+pub struct Alerter {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Alerter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Alerter")
+            .field("queued", &self.queued())
+            .finish()
+    }
+}
+
+impl Alerter {
+    /// Starts the delivery worker; it stops when `shutdown` fires.
+    pub fn start(config: AlertsConfig, shutdown: CancellationToken) -> Self {
+        let alerter = Self {
+            inner: Arc::new(Inner {
+                config,
+                queue: Mutex::new(Queue::default()),
+                wake: tokio::sync::Notify::new(),
+                stats: AlertStats::default(),
+            }),
+        };
+        tokio::spawn(worker(alerter.inner.clone(), shutdown));
+        alerter
+    }
+
+    /// Delivery counters.
+    pub fn stats(&self) -> &AlertStats {
+        &self.inner.stats
+    }
+
+    /// Alerts waiting (fresh and retrying).
+    pub fn queued(&self) -> usize {
+        self.lock().len()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.inner
+            .queue
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The settings an event of `tenant` / `spec` goes to.
+    fn targets<'a>(
+        &'a self,
+        tenant: &str,
+        spec: &'a TaskSpec,
+        event: AlertOn,
+    ) -> impl Iterator<Item = &'a AlertSpec> {
+        self.inner
+            .config
+            .tenants
+            .get(tenant)
+            .into_iter()
+            .chain(spec.alerts.as_ref())
+            .filter(move |a| a.wants(event))
+    }
+
+    /// Queues `alert` for every target; never blocks beyond a mutex push.
+    fn send(&self, targets: Vec<&AlertSpec>, alert: Alert) {
+        if targets.is_empty() {
+            return;
+        }
+        let body = Arc::new(alert);
+        let mut queue = self.lock();
+        for t in targets {
+            while queue.len() >= self.inner.config.queue.max(1) && queue.drop_oldest() {
+                self.inner.stats.dropped.fetch_add(1, Ordering::Relaxed);
+            }
+            queue.fresh.push_back(Pending {
+                url: t.webhook.clone(),
+                body: body.clone(),
+                attempts: 0,
+            });
+        }
+        drop(queue);
+        self.inner.wake.notify_one();
+    }
+
+    /// A run ended: alerts `failed` for a failed run.
+    pub fn run_ended(&self, run: &RunRecord, spec: &TaskSpec, now: Millis) {
+        if run.status != RunStatus::Failed {
+            return;
+        }
+        let targets: Vec<_> = self.targets(&run.tenant, spec, AlertOn::Failed).collect();
+        if targets.is_empty() {
+            return;
+        }
+        let reason = run.reason.clone();
+        let text = format!(
+            "ax: run {} of {}/{} failed{}",
+            run.id,
+            run.tenant,
+            run.task,
+            reason
+                .as_deref()
+                .map(|r| format!(": {r}"))
+                .unwrap_or_default()
+        );
+        self.send(targets, alert("run_failed", run, now, reason, text));
+    }
+
+    /// A step was dead-lettered.
+    pub fn dead_letter(&self, run: &RunRecord, spec: &TaskSpec, dead: &DeadLetter) {
+        let targets: Vec<_> = self
+            .targets(&run.tenant, spec, AlertOn::DeadLetter)
+            .collect();
+        if targets.is_empty() {
+            return;
+        }
+        let text = format!(
+            "ax: step {} of run {} ({}/{}) is dead after {} attempts: {}",
+            dead.step,
+            run.id,
+            run.tenant,
+            run.task,
+            dead.attempts,
+            dead.error.as_deref().unwrap_or("no error text")
+        );
+        let mut a = alert(
+            "dead_letter",
+            run,
+            dead.created_at,
+            dead.error.clone(),
+            text,
+        );
+        a.step = Some(dead.step.clone());
+        a.dead_letter_id = Some(dead.id.clone());
+        self.send(targets, a);
+    }
+
+    /// A timed run's first attempt started `late_ms` after its instant.
+    pub fn started_late(&self, run: &RunRecord, spec: &TaskSpec, late_ms: i64, now: Millis) {
+        let targets: Vec<_> = self
+            .targets(&run.tenant, spec, AlertOn::Late)
+            .filter(|a| late_ms > a.late_after().as_millis() as i64)
+            .collect();
+        if targets.is_empty() {
+            return;
+        }
+        let text = format!(
+            "ax: run {} of {}/{} started {:.1} s after its scheduled time {}",
+            run.id,
+            run.tenant,
+            run.task,
+            late_ms as f64 / 1e3,
+            rfc3339(run.scheduled_for)
+        );
+        let mut a = alert("late", run, now, None, text);
+        a.late_by_ms = Some(late_ms);
+        self.send(targets, a);
+    }
+}
+
+fn alert(kind: &str, run: &RunRecord, at: Millis, reason: Option<String>, text: String) -> Alert {
+    Alert {
+        kind: kind.into(),
+        tenant: run.tenant.clone(),
+        task: run.task.clone(),
+        run_id: run.id.clone(),
+        step: None,
+        status: run.status.as_str().into(),
+        reason,
+        scheduled_for: rfc3339(run.scheduled_for),
+        late_by_ms: None,
+        dead_letter_id: None,
+        at: rfc3339(at),
+        text,
+    }
+}
+
+/// How one delivery went.
+enum Delivery {
+    Sent,
+    Retry(String),
+    GiveUp(String),
+}
+
+fn deliver(agent: &ureq::Agent, p: &Pending) -> Delivery {
+    let result = agent
+        .post(&p.url)
+        .header("content-type", "application/json")
+        .header("user-agent", concat!("ax/", env!("CARGO_PKG_VERSION")))
+        .send(serde_json::to_vec(&*p.body).unwrap_or_default());
+    match result {
+        Ok(r) if r.status().is_success() => Delivery::Sent,
+        Ok(r) => {
+            let s = r.status().as_u16();
+            if s == 408 || s == 429 || s >= 500 {
+                Delivery::Retry(format!("answered {s}"))
+            } else {
+                Delivery::GiveUp(format!("answered {s}"))
+            }
+        }
+        Err(e) => Delivery::Retry(e.to_string()),
+    }
+}
+
+async fn worker(inner: Arc<Inner>, shutdown: CancellationToken) {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(inner.config.timeout))
+        .build()
+        .into();
+    loop {
+        let (next, wait) = {
+            let mut q = inner.queue.lock().unwrap_or_else(PoisonError::into_inner);
+            let now = Instant::now();
+            let due = q.retry.keys().next().copied().filter(|(at, _)| *at <= now);
+            match due {
+                Some(k) => (q.retry.remove(&k), None),
+                None => match q.fresh.pop_front() {
+                    Some(p) => (Some(p), None),
+                    None => (None, q.retry.keys().next().map(|(at, _)| *at)),
+                },
+            }
+        };
+        let Some(mut pending) = next else {
+            let sleep = async {
+                match wait {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = inner.wake.notified() => {}
+                _ = sleep => {}
+            }
+            continue;
+        };
+        pending.attempts += 1;
+        let a = agent.clone();
+        let (outcome, pending) = match tokio::task::spawn_blocking(move || {
+            let d = deliver(&a, &pending);
+            (d, pending)
+        })
+        .await
+        {
+            Ok(done) => done,
+            Err(e) => {
+                tracing::warn!(error = %e, "alert delivery panicked");
+                continue;
+            }
+        };
+        let stats = &inner.stats;
+        match outcome {
+            Delivery::Sent => {
+                stats.sent.fetch_add(1, Ordering::Relaxed);
+            }
+            Delivery::Retry(why) if pending.attempts < inner.config.max_attempts => {
+                let backoff = backoff(&inner.config, pending.attempts);
+                tracing::info!(url = %pending.url, kind = %pending.body.kind, run = %pending.body.run_id,
+                    attempt = pending.attempts, %why, retry_in_ms = backoff.as_millis() as u64, "alert not delivered; retrying");
+                stats.retries.fetch_add(1, Ordering::Relaxed);
+                let mut q = inner.queue.lock().unwrap_or_else(PoisonError::into_inner);
+                q.seq += 1;
+                let key = (Instant::now() + backoff, q.seq);
+                q.retry.insert(key, pending);
+            }
+            Delivery::Retry(why) | Delivery::GiveUp(why) => {
+                tracing::warn!(url = %pending.url, kind = %pending.body.kind, run = %pending.body.run_id,
+                    attempts = pending.attempts, %why, "alert given up");
+                stats.failed.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// The wait before retry number `attempts` (1 = after the first failure).
+fn backoff(config: &AlertsConfig, attempts: u32) -> Duration {
+    let factor = 2u32.saturating_pow(attempts.saturating_sub(1).min(20));
+    config
+        .initial_backoff
+        .saturating_mul(factor)
+        .min(config.max_backoff)
+}
+
+/// Per-tenant settings checked once at start (config file), like a task's.
+pub fn validate_config(config: &AlertsConfig) -> Result<(), String> {
+    for (tenant, spec) in &config.tenants {
+        spec.validate(&format!("alerts.tenants.{tenant}"))
+            .map_err(|e| format!("{}: {}", e.path, e.message))?;
+    }
+    Ok(())
+}
+
+/// Alerts a scheduler without webhooks raises nowhere: a handle whose
+/// worker is never started and whose every method returns at once.
+impl Default for Alerter {
+    fn default() -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                config: AlertsConfig::default(),
+                queue: Mutex::new(Queue::default()),
+                wake: tokio::sync::Notify::new(),
+                stats: AlertStats::default(),
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_and_is_capped() {
+        let c = AlertsConfig {
+            initial_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_millis(500),
+            ..AlertsConfig::default()
+        };
+        let got: Vec<u128> = (1..=5).map(|n| backoff(&c, n).as_millis()).collect();
+        assert_eq!(got, vec![100, 200, 400, 500, 500]);
+    }
+
+    #[test]
+    fn bad_alert_settings_name_their_field() {
+        let bad = |v: serde_json::Value| AlertSpec::from_value(&v, "alerts").unwrap_err().path;
+        assert_eq!(
+            bad(serde_json::json!({"webhook": "ftp://x"})),
+            "alerts.webhook"
+        );
+        assert_eq!(
+            bad(serde_json::json!({"webhook": "http://"})),
+            "alerts.webhook"
+        );
+        assert_eq!(
+            bad(serde_json::json!({"webhook": "http://h", "on": []})),
+            "alerts.on"
+        );
+        assert_eq!(
+            bad(serde_json::json!({"webhook": "http://h", "on": ["late", "late"]})),
+            "alerts.on[1]"
+        );
+        assert_eq!(
+            bad(serde_json::json!({"webhook": "http://h", "on": ["sometimes"]})),
+            "alerts"
+        );
+        let ok = AlertSpec::from_value(
+            &serde_json::json!({"webhook": "https://chat.example.com/hook?x=1"}),
+            "alerts",
+        )
+        .unwrap();
+        assert_eq!(ok.on.len(), 3);
+        assert_eq!(ok.late_after(), DEFAULT_LATE_AFTER);
+    }
+
+    #[test]
+    fn a_full_queue_drops_the_oldest() {
+        let alerter = Alerter {
+            inner: Arc::new(Inner {
+                config: AlertsConfig {
+                    queue: 2,
+                    ..AlertsConfig::default()
+                },
+                queue: Mutex::new(Queue::default()),
+                wake: tokio::sync::Notify::new(),
+                stats: AlertStats::default(),
+            }),
+        };
+        let target = AlertSpec {
+            webhook: "http://127.0.0.1:9/".into(),
+            on: all_events(),
+            late_after: None,
+        };
+        let mk = |n: &str| Alert {
+            kind: "late".into(),
+            tenant: "t".into(),
+            task: "x".into(),
+            run_id: n.into(),
+            step: None,
+            status: "running".into(),
+            reason: None,
+            scheduled_for: String::new(),
+            late_by_ms: None,
+            dead_letter_id: None,
+            at: String::new(),
+            text: String::new(),
+        };
+        for n in ["a", "b", "c"] {
+            alerter.send(vec![&target], mk(n));
+        }
+        let q = alerter.lock();
+        let ids: Vec<&str> = q.fresh.iter().map(|p| p.body.run_id.as_str()).collect();
+        assert_eq!(ids, vec!["b", "c"]);
+        assert_eq!(alerter.stats().dropped.load(Ordering::Relaxed), 1);
+    }
+}

@@ -1,0 +1,279 @@
+//! `GET /metrics`: the Prometheus text exposition of ax (SPEC §9).
+//!
+//! Counters and histograms are read from their atomics; queue depth and
+//! oldest queued age are asked from the scheduler actor at scrape time (one
+//! command, O(active runs)); the store size is read on a blocking thread.
+//! Every metric is described in docs/OPERATIONS.md.
+//!
+//! Like `/healthz`, the route needs no token: Prometheus scrapers are
+//! usually configured without one, and the numbers reveal tenant names and
+//! volumes but no object, payload or secret. Operators who must hide them
+//! bind ax to a private address or put the route behind their proxy
+//! (docs/OPERATIONS.md says so).
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use axum::extract::{Extension, State};
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+
+use super::ApiState;
+use super::error::{ApiError, ApiResult};
+use crate::metrics::{Encoder, FINISHED, HttpMetrics};
+use crate::model::Outcome;
+
+/// The content type of the text exposition format.
+const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// `GET /metrics`.
+#[utoipa::path(get, path = "/metrics", tag = "operations", security(()),
+    responses((status = 200, description = "Prometheus text format 0.0.4 (docs/OPERATIONS.md)", content_type = "text/plain; version=0.0.4", body = String),
+        (status = 503, description = "The scheduler does not answer", body = super::error::ErrorBody)))]
+pub(super) async fn scrape(
+    State(state): State<ApiState>,
+    Extension(http): Extension<Arc<HttpMetrics>>,
+) -> ApiResult<Response> {
+    let snapshot = state
+        .ax
+        .scheduler
+        .snapshot()
+        .await
+        .map_err(|e| ApiError::Unavailable(format!("the scheduler does not answer: {e}")))?;
+    let store = state.ax.store.clone();
+    let store_bytes = tokio::task::spawn_blocking(move || store.size_on_disk())
+        .await
+        .map_err(|e| ApiError::Internal(format!("measuring the store: {e}")))?;
+    let text = render(&state, &snapshot, store_bytes, &http);
+    Ok(([(header::CONTENT_TYPE, CONTENT_TYPE)], text).into_response())
+}
+
+fn render(
+    state: &ApiState,
+    snapshot: &crate::scheduler::Snapshot,
+    store_bytes: u64,
+    http: &HttpMetrics,
+) -> String {
+    let stats = state.ax.scheduler.stats();
+    let tenants = stats.tenants.all();
+    let mut e = Encoder::default();
+
+    e.family(
+        "ax_fire_lateness_seconds",
+        "histogram",
+        "Timed runs: scheduled instant to the start of their first attempt.",
+    );
+    for (tenant, m) in &tenants {
+        e.histogram(
+            "ax_fire_lateness_seconds",
+            &[("tenant", tenant)],
+            &m.lateness,
+        );
+    }
+    e.family(
+        "ax_attempt_duration_seconds",
+        "histogram",
+        "Wall time of finished attempts.",
+    );
+    for (tenant, m) in &tenants {
+        e.histogram(
+            "ax_attempt_duration_seconds",
+            &[("tenant", tenant)],
+            &m.duration,
+        );
+    }
+    e.family(
+        "ax_attempts_total",
+        "counter",
+        "Attempts finished, by outcome.",
+    );
+    for (tenant, m) in &tenants {
+        for outcome in Outcome::ALL {
+            e.sample(
+                "ax_attempts_total",
+                &[("tenant", tenant), ("outcome", outcome.as_str())],
+                m.attempts_with(outcome) as f64,
+            );
+        }
+    }
+    e.family(
+        "ax_runs_finished_total",
+        "counter",
+        "Runs that reached a terminal state, by status.",
+    );
+    for (tenant, m) in &tenants {
+        for (i, status) in FINISHED.iter().enumerate() {
+            e.sample(
+                "ax_runs_finished_total",
+                &[("tenant", tenant), ("status", status.as_str())],
+                m.runs_finished[i].load(Ordering::Relaxed) as f64,
+            );
+        }
+    }
+    e.family(
+        "ax_fuel_consumed_total",
+        "counter",
+        "Fuel consumed by finished attempts.",
+    );
+    for (tenant, m) in &tenants {
+        e.sample(
+            "ax_fuel_consumed_total",
+            &[("tenant", tenant)],
+            m.fuel.load(Ordering::Relaxed) as f64,
+        );
+    }
+
+    let queued: Vec<_> = snapshot.tenants.iter().collect();
+    e.family(
+        "ax_queued_runs",
+        "gauge",
+        "Runs in state queued (the backlog bounded by max_queued_per_tenant).",
+    );
+    for t in &queued {
+        e.sample(
+            "ax_queued_runs",
+            &[("tenant", &t.tenant)],
+            t.queued_runs as f64,
+        );
+    }
+    e.family(
+        "ax_queued_steps",
+        "gauge",
+        "Steps waiting in the dispatch queue for a slot.",
+    );
+    for t in &queued {
+        e.sample(
+            "ax_queued_steps",
+            &[("tenant", &t.tenant)],
+            t.queued_steps as f64,
+        );
+    }
+    e.family(
+        "ax_oldest_queued_run_age_seconds",
+        "gauge",
+        "Age of the oldest run in state queued.",
+    );
+    for t in &queued {
+        e.sample(
+            "ax_oldest_queued_run_age_seconds",
+            &[("tenant", &t.tenant)],
+            t.oldest_queued_ms as f64 / 1e3,
+        );
+    }
+
+    let gauge = |e: &mut Encoder, name: &str, help: &str, v: f64| {
+        e.family(name, "gauge", help).sample(name, &[], v);
+    };
+    let counter = |e: &mut Encoder, name: &str, help: &str, v: u64| {
+        e.family(name, "counter", help).sample(name, &[], v as f64);
+    };
+    gauge(
+        &mut e,
+        "ax_attempts_running",
+        "Attempts running now.",
+        stats.running.load(Ordering::Relaxed) as f64,
+    );
+    gauge(
+        &mut e,
+        "ax_attempt_slots",
+        "Attempts the scheduler may run at once (the global concurrency limit).",
+        state.ax.concurrency as f64,
+    );
+    gauge(
+        &mut e,
+        "ax_active_runs",
+        "Runs queued or running, held by the scheduler.",
+        snapshot.active_runs as f64,
+    );
+    counter(
+        &mut e,
+        "ax_runs_created_total",
+        "Runs created (fired, triggered, after-triggered, shed).",
+        stats.runs_created.load(Ordering::Relaxed),
+    );
+    counter(
+        &mut e,
+        "ax_retries_total",
+        "Retries scheduled after a failed attempt.",
+        stats.retries.load(Ordering::Relaxed),
+    );
+    counter(
+        &mut e,
+        "ax_dead_letters_total",
+        "Steps that exhausted their retries (dead letters recorded).",
+        stats.dead_letters.load(Ordering::Relaxed),
+    );
+    counter(
+        &mut e,
+        "ax_runs_deleted_total",
+        "Finished runs deleted by retention.",
+        stats.runs_deleted.load(Ordering::Relaxed),
+    );
+    counter(
+        &mut e,
+        "ax_runs_shed_total",
+        "Runs shed past the high-water mark.",
+        stats.shed.load(Ordering::Relaxed),
+    );
+    counter(
+        &mut e,
+        "ax_overlap_skips_total",
+        "Fires skipped because a previous run was still active (overlap).",
+        stats.overlap_skips.load(Ordering::Relaxed),
+    );
+    let alerts = stats.alerts.stats();
+    counter(
+        &mut e,
+        "ax_alerts_sent_total",
+        "Webhook alerts delivered.",
+        alerts.sent.load(Ordering::Relaxed),
+    );
+    counter(
+        &mut e,
+        "ax_alerts_failed_total",
+        "Webhook alerts given up (refused, or retries exhausted).",
+        alerts.failed.load(Ordering::Relaxed),
+    );
+    counter(
+        &mut e,
+        "ax_alerts_retries_total",
+        "Webhook deliveries retried.",
+        alerts.retries.load(Ordering::Relaxed),
+    );
+    counter(
+        &mut e,
+        "ax_alerts_dropped_total",
+        "Webhook alerts dropped because the queue was full (oldest first).",
+        alerts.dropped.load(Ordering::Relaxed),
+    );
+    gauge(
+        &mut e,
+        "ax_alerts_queued",
+        "Webhook alerts waiting (fresh and retrying).",
+        stats.alerts.queued() as f64,
+    );
+    gauge(
+        &mut e,
+        "ax_store_size_bytes",
+        "Bytes the store occupies on disk (database and blobs).",
+        store_bytes as f64,
+    );
+
+    e.family(
+        "ax_http_requests_total",
+        "counter",
+        "HTTP requests answered, by method, route template and status.",
+    );
+    for ((method, route, status), n) in http.snapshot() {
+        e.sample(
+            "ax_http_requests_total",
+            &[
+                ("method", &method),
+                ("route", &route),
+                ("status", &status.to_string()),
+            ],
+            n as f64,
+        );
+    }
+    e.finish()
+}

@@ -1,0 +1,384 @@
+//! History retention (SPEC §5 "history retention is bounded"): how many
+//! finished runs of a task are kept, and for how long, and the sweeper that
+//! deletes the rest — each run with its step runs, attempts, events, logs
+//! and index entries — so the store stays bounded under a long soak.
+//!
+//! # Policy
+//!
+//! A task may say `retention: {keep_runs: N, keep_for: 30d}`; a field it
+//! leaves out takes the server default (`retention:` in the config file,
+//! defaults [`DEFAULT_KEEP_RUNS`] and [`DEFAULT_KEEP_FOR`]). A finished run
+//! (succeeded, failed, cancelled) is deleted when it is not among its task's
+//! newest `keep_runs` finished runs, or when it was created more than
+//! `keep_for` ago (its id carries its creation instant, so the sweep reads
+//! no record to decide). Runs of deleted tasks follow the defaults.
+//!
+//! Never deleted:
+//! - an active run (queued or running) — the store refuses it, and the
+//!   scheduler filters out runs it holds in memory or has not written yet;
+//! - a run an **open** dead letter refers to: a person still has to look at
+//!   it (resolve or requeue). Once resolved it ages out like any other run;
+//!   the dead letter record itself stays (it is small: the audit trail).
+//!
+//! # Why deletion goes through the scheduler
+//!
+//! The scheduler actor is the only writer of runs and writes them behind.
+//! The sweeper decides from the store (in `spawn_blocking`), then hands the
+//! ids to the actor ([`Scheduler::purge`]), which drops any run it holds or
+//! still has to write and queues the deletion on its run writer, after every
+//! write already queued. So a deletion can never be followed by a stale
+//! write-behind of the same run, and a command reading a run back (retry,
+//! requeue) is ordered with the deletion. A deleted run's idempotency key
+//! and fire key are freed with it (as Temporal frees workflow ids after
+//! retention): reusing a key after its run aged out starts a new run.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+
+use crate::model::Millis;
+use crate::scheduler::{Clock, Scheduler};
+use crate::store::{RunSummary, Store, id_millis};
+use crate::task::{SpecError, TaskSpec};
+
+/// Finished runs kept per task unless the task or the config says otherwise.
+pub const DEFAULT_KEEP_RUNS: u64 = 1000;
+/// How long finished runs are kept unless the task or the config says otherwise.
+pub const DEFAULT_KEEP_FOR: Duration = Duration::from_secs(30 * 24 * 3600);
+/// How often the sweeper runs by default.
+pub const DEFAULT_SWEEP_EVERY: Duration = Duration::from_secs(60);
+/// Most `keep_runs` a task may ask for.
+pub const MAX_KEEP_RUNS: u64 = 1_000_000;
+/// Shortest `keep_for`.
+pub const MIN_KEEP_FOR: Duration = Duration::from_secs(1);
+/// Runs handed to the scheduler per deletion batch: the deletions run on the
+/// run writer, so a batch must stay short (a few ms) to not delay writes.
+pub const PURGE_BATCH: usize = 256;
+
+/// `retention:` of a task; absent fields take the server defaults.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetentionSpec {
+    /// Newest finished runs kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_runs: Option<u64>,
+    /// Finished runs created longer ago than this are deleted (`30d`, `12h`).
+    #[serde(
+        default,
+        with = "crate::schedule::spec::opt_duration",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub keep_for: Option<Duration>,
+}
+
+impl RetentionSpec {
+    /// Reads `retention:` of a task definition; errors name the field.
+    pub fn from_value(value: &serde_json::Value, path: &str) -> Result<Self, SpecError> {
+        let spec: RetentionSpec = serde_json::from_value(value.clone()).map_err(|e| {
+            SpecError::new(
+                path,
+                format!("{e}; expected {{keep_runs: N, keep_for: DURATION}}"),
+            )
+        })?;
+        spec.validate(path)?;
+        Ok(spec)
+    }
+
+    /// Bounds: `keep_runs` 1..=1,000,000, `keep_for` at least 1 s.
+    pub fn validate(&self, path: &str) -> Result<(), SpecError> {
+        if let Some(n) = self.keep_runs
+            && !(1..=MAX_KEEP_RUNS).contains(&n)
+        {
+            return Err(SpecError::new(
+                format!("{path}.keep_runs"),
+                format!("{n} is outside 1..={MAX_KEEP_RUNS}"),
+            ));
+        }
+        if let Some(d) = self.keep_for
+            && d < MIN_KEEP_FOR
+        {
+            return Err(SpecError::new(
+                format!("{path}.keep_for"),
+                format!(
+                    "{} is below the minimum of 1s",
+                    humantime::format_duration(d)
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The server's defaults and sweep interval (`retention:` in the config file).
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetentionConfig {
+    /// Finished runs kept per task.
+    pub keep_runs: u64,
+    /// Finished runs older than this are deleted.
+    #[serde(with = "humantime_text")]
+    pub keep_for: Duration,
+    /// How often the sweeper runs.
+    #[serde(with = "humantime_text")]
+    pub sweep_every: Duration,
+}
+
+impl Default for RetentionConfig {
+    fn default() -> Self {
+        Self {
+            keep_runs: DEFAULT_KEEP_RUNS,
+            keep_for: DEFAULT_KEEP_FOR,
+            sweep_every: DEFAULT_SWEEP_EVERY,
+        }
+    }
+}
+
+mod humantime_text {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer};
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let text = String::deserialize(d)?;
+        humantime::parse_duration(&text).map_err(|e| {
+            serde::de::Error::custom(format!(
+                "`{text}` is not a duration ({e}); try 30s, 5m, 30d"
+            ))
+        })
+    }
+}
+
+/// What one sweep did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SweepReport {
+    /// Runs looked at.
+    pub scanned: usize,
+    /// Runs the policies chose for deletion.
+    pub candidates: usize,
+    /// Of those, kept because an open dead letter refers to them.
+    pub kept_for_dead_letters: usize,
+    /// Runs deleted.
+    pub deleted: u64,
+}
+
+/// The effective limits of one task.
+fn policy(spec: Option<&RetentionSpec>, defaults: &RetentionConfig) -> (u64, Duration) {
+    let spec = spec.cloned().unwrap_or_default();
+    (
+        spec.keep_runs.unwrap_or(defaults.keep_runs),
+        spec.keep_for.unwrap_or(defaults.keep_for),
+    )
+}
+
+/// Chooses the runs to delete: per (tenant, task), the finished runs past
+/// the newest `keep_runs` or created before `now - keep_for`. Pure.
+pub fn choose(
+    mut runs: Vec<RunSummary>,
+    policies: &HashMap<(String, String), Option<RetentionSpec>>,
+    defaults: &RetentionConfig,
+    now: Millis,
+) -> Vec<RunSummary> {
+    // Newest first within each task: ids sort by creation.
+    runs.sort_by(|a, b| (&a.tenant, &a.task, &b.id).cmp(&(&b.tenant, &b.task, &a.id)));
+    let mut chosen = Vec::new();
+    let mut kept: BTreeMap<(String, String), u64> = BTreeMap::new();
+    for run in runs {
+        if !run.status.is_terminal() {
+            continue;
+        }
+        let key = (run.tenant.clone(), run.task.clone());
+        let (keep_runs, keep_for) = policy(policies.get(&key).and_then(Option::as_ref), defaults);
+        let n = kept.entry(key).or_default();
+        *n += 1;
+        let too_old = id_millis(&run.id)
+            .is_some_and(|created| now.saturating_sub(created) > keep_for.as_millis() as Millis);
+        if *n > keep_runs || too_old {
+            chosen.push(run);
+        }
+    }
+    chosen
+}
+
+/// One sweep: reads the run indexes, the task policies and the open dead
+/// letters, then has the scheduler delete what the policies allow.
+pub async fn sweep(
+    store: &Arc<dyn Store>,
+    scheduler: &Scheduler,
+    clock: &Arc<dyn Clock>,
+    defaults: &RetentionConfig,
+) -> anyhow::Result<SweepReport> {
+    let now = clock.now_ms();
+    let (store2, defaults2) = (store.clone(), defaults.clone());
+    let (scanned, chosen, kept_for_dead_letters) =
+        tokio::task::spawn_blocking(move || -> anyhow::Result<(usize, Vec<RunSummary>, usize)> {
+            let runs = store2.run_summaries()?;
+            let scanned = runs.len();
+            let mut policies = HashMap::new();
+            for task in store2.list_tasks(None)? {
+                let spec: Option<TaskSpec> = serde_json::from_value(task.spec).ok();
+                policies.insert((task.tenant, task.name), spec.and_then(|s| s.retention));
+            }
+            let chosen = choose(runs, &policies, &defaults2, now);
+            let tenants: HashSet<&str> = chosen.iter().map(|r| r.tenant.as_str()).collect();
+            let mut open: HashSet<String> = HashSet::new();
+            for tenant in tenants {
+                for dead in store2.list_dead_letters(tenant, true)? {
+                    open.insert(dead.run_id);
+                }
+            }
+            let before = chosen.len();
+            let chosen: Vec<RunSummary> = chosen
+                .into_iter()
+                .filter(|r| !open.contains(&r.id))
+                .collect();
+            let kept = before - chosen.len();
+            Ok((scanned, chosen, kept))
+        })
+        .await??;
+    let mut report = SweepReport {
+        scanned,
+        candidates: chosen.len() + kept_for_dead_letters,
+        kept_for_dead_letters,
+        deleted: 0,
+    };
+    for batch in chosen.chunks(PURGE_BATCH) {
+        let ids = batch.iter().map(|r| r.id.clone()).collect();
+        report.deleted += scheduler.purge(ids).await?;
+    }
+    Ok(report)
+}
+
+/// Runs [`sweep`] every `defaults.sweep_every` until `shutdown` fires. A
+/// failed sweep is logged and tried again at the next tick.
+pub fn spawn_sweeper(
+    store: Arc<dyn Store>,
+    scheduler: Scheduler,
+    clock: Arc<dyn Clock>,
+    defaults: RetentionConfig,
+    shutdown: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(defaults.sweep_every.max(Duration::from_millis(10)));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = tick.tick() => {}
+            }
+            match sweep(&store, &scheduler, &clock, &defaults).await {
+                Ok(r) if r.deleted > 0 => tracing::info!(
+                    deleted = r.deleted,
+                    scanned = r.scanned,
+                    kept_for_dead_letters = r.kept_for_dead_letters,
+                    "retention sweep"
+                ),
+                Ok(r) => tracing::debug!(scanned = r.scanned, "retention sweep: nothing to delete"),
+                Err(e) => tracing::warn!(error = %e, "retention sweep failed"),
+            }
+        }
+    })
+}
+
+/// The deletion the scheduler queues on its run writer (see the module
+/// docs): deletes `ids` (the store refuses active runs), counts them, answers.
+pub(crate) fn purge_job(
+    store: Arc<dyn Store>,
+    stats: Arc<crate::scheduler::Stats>,
+    ids: Vec<String>,
+    reply: tokio::sync::oneshot::Sender<crate::scheduler::Result<u64>>,
+) -> Box<dyn FnOnce(crate::scheduler::Result<()>) + Send> {
+    Box::new(move |_written| {
+        let mut deleted = 0u64;
+        for id in &ids {
+            match store.delete_run(id) {
+                Ok(true) => deleted += 1,
+                Ok(false) => {}
+                Err(e) => tracing::warn!(run = %id, error = %e, "retention: deleting a run failed"),
+            }
+        }
+        stats
+            .runs_deleted
+            .fetch_add(deleted, std::sync::atomic::Ordering::Relaxed);
+        let _ = reply.send(Ok(deleted));
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::RunStatus;
+
+    fn run(task: &str, ms: i64, n: u32, status: RunStatus) -> RunSummary {
+        RunSummary {
+            tenant: "t".into(),
+            task: task.into(),
+            id: format!("r{ms:012x}{n:06x}0000"),
+            status,
+        }
+    }
+
+    #[test]
+    fn keep_runs_keeps_the_newest_finished_runs_and_never_active_ones() {
+        let runs = vec![
+            run("a", 1_000, 1, RunStatus::Succeeded),
+            run("a", 2_000, 2, RunStatus::Failed),
+            run("a", 3_000, 3, RunStatus::Running),
+            run("a", 4_000, 4, RunStatus::Succeeded),
+            run("a", 500, 5, RunStatus::Queued),
+            run("b", 1_000, 6, RunStatus::Succeeded),
+        ];
+        let mut policies = HashMap::new();
+        policies.insert(
+            ("t".to_string(), "a".to_string()),
+            Some(RetentionSpec {
+                keep_runs: Some(1),
+                keep_for: None,
+            }),
+        );
+        let chosen = choose(runs, &policies, &RetentionConfig::default(), 5_000);
+        let ids: Vec<(String, i64)> = chosen
+            .iter()
+            .map(|r| (r.task.clone(), id_millis(&r.id).unwrap()))
+            .collect();
+        // Task a keeps its newest finished run (4 000); b keeps its one run (default 1000).
+        assert_eq!(ids, vec![("a".into(), 2_000), ("a".into(), 1_000)]);
+    }
+
+    #[test]
+    fn keep_for_deletes_finished_runs_created_too_long_ago() {
+        let runs = vec![
+            run("a", 1_000, 1, RunStatus::Succeeded),
+            run("a", 9_000, 2, RunStatus::Succeeded),
+            run("a", 1_000, 3, RunStatus::Running),
+        ];
+        let defaults = RetentionConfig {
+            keep_for: Duration::from_secs(5),
+            ..RetentionConfig::default()
+        };
+        let chosen = choose(runs, &HashMap::new(), &defaults, 10_000);
+        assert_eq!(chosen.len(), 1);
+        assert_eq!(id_millis(&chosen[0].id), Some(1_000));
+    }
+
+    #[test]
+    fn bad_retention_is_refused_with_the_field() {
+        let e = RetentionSpec::from_value(&serde_json::json!({"keep_runs": 0}), "retention")
+            .unwrap_err();
+        assert_eq!(e.path, "retention.keep_runs");
+        let e = RetentionSpec::from_value(&serde_json::json!({"keep_for": "10ms"}), "retention")
+            .unwrap_err();
+        assert_eq!(e.path, "retention.keep_for");
+        let e =
+            RetentionSpec::from_value(&serde_json::json!({"keep": 3}), "retention").unwrap_err();
+        assert!(e.message.contains("unknown field"), "{}", e.message);
+        let ok = RetentionSpec::from_value(
+            &serde_json::json!({"keep_runs": 5, "keep_for": "30d"}),
+            "retention",
+        )
+        .unwrap();
+        assert_eq!(ok.keep_for, Some(Duration::from_secs(30 * 86400)));
+    }
+}

@@ -1,0 +1,509 @@
+//! The dashboard end to end in headless Chromium: a real `ax serve`, the test
+//! fixture (three plugins, a three-step task, a failing task, a tenant and
+//! its token) applied
+//! over the API, then in the browser: sign in, click "Run now", watch the run
+//! reach `succeeded`, open the run page and see its logs; then the other
+//! pages, the admin's tenant pages, and a tenant token's narrower view.
+//! Screenshots of the main pages go to `target/tmp/ax-browser-screenshots/`
+//! (`CARGO_TARGET_TMPDIR`).
+//!
+//! The browser is driven over WebDriver by `fantoccini` talking to Debian's
+//! `chromedriver` (packages `chromium` and `chromium-driver`; `scripts/test`
+//! installs them). Without chromedriver this test fails and says how to
+//! install it: a browser test that silently passes would prove nothing.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde_json::{Value, json};
+
+use crate::common::plugin_bytes;
+use crate::crash::{AxProcess, TOKEN, call, new_agent};
+
+const INSTALL: &str =
+    "apt-get install -y chromium chromium-driver (or run scripts/test, which does it)";
+
+/// `AX_CHROMEDRIVER` / `AX_CHROMIUM` override Debian's paths.
+fn tool(var: &str, default: &str) -> PathBuf {
+    std::env::var_os(var).map_or_else(|| PathBuf::from(default), PathBuf::from)
+}
+
+/// Where the screenshots go.
+fn screenshot_dir() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("ax-browser-screenshots")
+}
+
+/// A chromedriver child on a free loopback port, killed on drop.
+struct Chromedriver {
+    child: Child,
+    url: String,
+}
+
+impl Chromedriver {
+    fn start() -> Self {
+        let path = tool("AX_CHROMEDRIVER", "/usr/bin/chromedriver");
+        assert!(
+            path.exists(),
+            "the browser test needs chromedriver at {} and chromium; install them with: {INSTALL}",
+            path.display()
+        );
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let child = Command::new(&path)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!("starting {}: {e}; install with: {INSTALL}", path.display())
+            });
+        let url = format!("http://127.0.0.1:{port}");
+        // chromedriver answers /status once it listens.
+        let agent = new_agent();
+        let started = Instant::now();
+        while agent.get(&format!("{url}/status")).call().is_err() {
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "chromedriver did not start listening on {url}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Self { child, url }
+    }
+}
+
+impl Drop for Chromedriver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Headless Chromium with its networking extras off: on a closed network
+/// they would only flood it with refused connections.
+fn capabilities(profile: &Path) -> serde_json::Map<String, Value> {
+    let chromium = tool("AX_CHROMIUM", "/usr/bin/chromium");
+    assert!(
+        chromium.exists(),
+        "the browser test needs chromium at {}; install it with: {INSTALL}",
+        chromium.display()
+    );
+    let caps = json!({
+        "browserName": "chrome",
+        "goog:chromeOptions": {
+            "binary": chromium,
+            "args": [
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--disable-dev-shm-usage",
+                "--window-size=1280,1000",
+                format!("--user-data-dir={}", profile.display()),
+            ],
+        },
+    });
+    match caps {
+        Value::Object(map) => map,
+        _ => unreachable!("a JSON object literal"),
+    }
+}
+
+/// The test fixture, applied over the API: plugins `hello`, `echo` and
+/// `fail`, a task `flaky` that fails three times, and a
+/// manual task `greet` (hello, then echo of hello's greeting, and a
+/// conditional step that is skipped). The input
+/// carries markup: the pages must show it as text. Plus a tenant `acme` with
+/// a fuel budget, and a token of it (returned).
+fn apply_fixture(url: &str) -> String {
+    let agent = new_agent();
+    for name in ["hello", "echo", "fail"] {
+        let (status, body) = call(
+            &agent,
+            "POST",
+            &format!("{url}/v1/plugins?name={name}&version=1.0.0"),
+            Some(&plugin_bytes(name)),
+            "application/wasm",
+        )
+        .unwrap();
+        assert_eq!(status, 201, "{body}");
+    }
+    let task = r#"name: greet
+description: the browser test's fixture
+steps:
+  - name: hello
+    plugin: hello@1.0.0
+    input: { name: "<b>browser</b>" }
+  - name: shout
+    needs: [hello]
+    plugin: echo@1.0.0
+    input: { said: "${steps.hello.output.greeting}" }
+  - name: whisper
+    needs: [hello]
+    when: "steps.hello.output.greeting == 'nobody'"
+    plugin: echo@1.0.0
+"#;
+    let (status, body) = call(
+        &agent,
+        "PUT",
+        &format!("{url}/v1/tasks/greet"),
+        Some(task.as_bytes()),
+        "application/yaml",
+    )
+    .unwrap();
+    assert_eq!(status, 201, "{body}");
+    let flaky = "name: flaky\nplugin: fail@1.0.0\ninput: { message: \"upstream <i>down</i>\" }\nretry: { max_attempts: 3, backoff: [100ms] }\n";
+    let (status, body) = call(
+        &agent,
+        "PUT",
+        &format!("{url}/v1/tasks/flaky"),
+        Some(flaky.as_bytes()),
+        "application/yaml",
+    )
+    .unwrap();
+    assert_eq!(status, 201, "{body}");
+    let tenant =
+        json!({"name": "acme", "quota": {"fuel_per_window": 1_000_000_000u64, "window": "1d"}});
+    let (status, body) = call(
+        &agent,
+        "POST",
+        &format!("{url}/v1/tenants"),
+        Some(tenant.to_string().as_bytes()),
+        "application/json",
+    )
+    .unwrap();
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = call(
+        &agent,
+        "POST",
+        &format!("{url}/v1/tenants/acme/tokens"),
+        Some(br#"{"label": "browser"}"#),
+        "application/json",
+    )
+    .unwrap();
+    assert_eq!(status, 201, "{body}");
+    body["token"].as_str().expect("a token").to_string()
+}
+
+/// The browser session and where its screenshots go.
+struct Browser {
+    client: Client,
+    shots: PathBuf,
+}
+
+impl Browser {
+    /// Polls a JavaScript expression until it is truthy; on timeout saves a
+    /// screenshot and fails naming what it waited for.
+    async fn wait_for(&self, what: &str, expr: &str, timeout: Duration) -> Value {
+        let started = Instant::now();
+        loop {
+            let value = self
+                .client
+                .execute(&format!("return ({expr});"), vec![])
+                .await
+                .unwrap_or(Value::Null);
+            if !matches!(value, Value::Null | Value::Bool(false)) && value != json!("") {
+                return value;
+            }
+            if started.elapsed() > timeout {
+                self.shot("failure").await;
+                let text = self
+                    .client
+                    .execute("return document.body.innerText;", vec![])
+                    .await
+                    .unwrap_or_default();
+                panic!(
+                    "waited {timeout:?} for {what} (`{expr}`); the page says:\n{}",
+                    text.as_str().unwrap_or_default()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn shot(&self, name: &str) {
+        let png = self.client.screenshot().await.expect("a screenshot");
+        let path = self.shots.join(format!("{name}.png"));
+        std::fs::write(&path, png).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+    }
+
+    async fn click(&self, css: &str) {
+        self.client
+            .wait()
+            .at_most(Duration::from_secs(10))
+            .for_element(Locator::Css(css))
+            .await
+            .unwrap_or_else(|e| panic!("no element `{css}`: {e}"))
+            .click()
+            .await
+            .unwrap_or_else(|e| panic!("clicking `{css}`: {e}"));
+    }
+
+    async fn goto(&self, url: &str) {
+        self.client.goto(url).await.expect("navigation");
+    }
+}
+
+#[test]
+fn dashboard_signs_in_runs_a_task_and_shows_its_logs() {
+    let driver = Chromedriver::start();
+    let data = tempfile::tempdir().unwrap();
+    let profile = tempfile::tempdir().unwrap();
+    let ax = AxProcess::start(data.path());
+    let acme_token = apply_fixture(&ax.url);
+    let shots = screenshot_dir();
+    std::fs::create_dir_all(&shots).unwrap();
+
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let client = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+                .capabilities(capabilities(profile.path()))
+                .connect(&driver.url)
+                .await
+                .expect("a WebDriver session with headless chromium");
+            let b = Browser { client, shots };
+            let long = Duration::from_secs(60);
+
+            // Sign in.
+            b.goto(&format!("{}/", ax.url)).await;
+            b.wait_for("the sign-in form", "document.querySelector('#signin')", long).await;
+            b.shot("01-sign-in").await;
+            // The stylesheet loaded under the CSP (the module script evidently did).
+            let header = b
+                .client
+                .execute(
+                    "return getComputedStyle(document.querySelector('.top')).backgroundColor;",
+                    vec![],
+                )
+                .await
+                .unwrap();
+            assert_eq!(header, json!("rgb(31, 78, 121)"));
+            b.client.find(Locator::Css("#token")).await.unwrap().send_keys(TOKEN).await.unwrap();
+            b.click("#signin button[type=submit]").await;
+            b.wait_for(
+                "the task list with greet",
+                "document.querySelector('button[data-action=run][data-task=greet]')",
+                long,
+            )
+            .await;
+
+            // Run now, then watch the task's last run turn `succeeded`.
+            b.click("button[data-action=run][data-task=greet]").await;
+            b.wait_for(
+                "greet's last run to succeed",
+                "[...document.querySelectorAll('.last[data-task=greet] .badge')].some(e => e.textContent === 'succeeded')",
+                long,
+            )
+            .await;
+            b.shot("02-tasks").await;
+
+            // Open the run page from the task list and read the logs.
+            b.click(".last[data-task=greet] a").await;
+            b.wait_for(
+                "the run page of a succeeded run",
+                "document.querySelector('#run-status .badge')?.textContent === 'succeeded'",
+                long,
+            )
+            .await;
+            let logs = b
+                .wait_for(
+                    "hello's log line on the run page",
+                    "document.querySelector('#logs')?.textContent.includes('greeting <b>browser</b> (attempt 1)') && document.querySelector('#logs').textContent",
+                    long,
+                )
+                .await;
+            assert!(logs.as_str().unwrap().contains("hello · attempt 1"), "{logs}");
+            // Untrusted text stays text: the `<b>` from the input is not an element anywhere.
+            let injected = b
+                .client
+                .execute("return document.querySelectorAll('main b, main i').length;", vec![])
+                .await
+                .unwrap();
+            assert_eq!(injected, json!(0), "plugin output became markup");
+            let dag_states = b
+                .client
+                .execute(
+                    "return [...document.querySelectorAll('svg.dag g.node')].map(g => g.dataset.step + '=' + g.getAttribute('class'));",
+                    vec![],
+                )
+                .await
+                .unwrap();
+            assert_eq!(
+                dag_states,
+                json!([
+                    "hello=node st-succeeded",
+                    "shout=node st-succeeded",
+                    "whisper=node st-skipped"
+                ])
+            );
+            let attempts = b
+                .client
+                .execute("return document.querySelectorAll('#attempts tbody tr').length;", vec![])
+                .await
+                .unwrap();
+            assert_eq!(attempts, json!(2));
+            // The run page is long: a tall window shows all of it.
+            b.client.set_window_size(1280, 2400).await.unwrap();
+            b.shot("04-run").await;
+            b.client.set_window_size(1280, 1000).await.unwrap();
+
+            // The other main pages.
+            b.goto(&format!("{}/#/runs", ax.url)).await;
+            b.wait_for("the run list", "document.querySelectorAll('table.runs tbody tr a').length > 0", long)
+                .await;
+            b.shot("03-runs").await;
+            // Filters go into the URL and the listing.
+            b.goto(&format!("{}/#/runs?task=greet&status=failed", ax.url)).await;
+            b.wait_for(
+                "an empty list of greet's failed runs",
+                "document.querySelector('table.runs td.empty') && document.querySelector('select[name=status]').value === 'failed'",
+                long,
+            )
+            .await;
+            b.goto(&format!("{}/#/plugins", ax.url)).await;
+            b.wait_for(
+                "the plugin list",
+                "document.querySelector('#plugins')?.textContent.includes('echo')",
+                long,
+            )
+            .await;
+            b.shot("05-plugins").await;
+            // Pause and resume from the task list.
+            b.goto(&format!("{}/#/tasks", ax.url)).await;
+            b.click("button[data-action=pause][data-task=greet]").await;
+            b.wait_for(
+                "greet paused",
+                "document.querySelector('button[data-action=resume][data-task=greet]')",
+                long,
+            )
+            .await;
+            b.click("button[data-action=resume][data-task=greet]").await;
+            b.wait_for(
+                "greet resumed",
+                "document.querySelector('button[data-action=pause][data-task=greet]')",
+                long,
+            )
+            .await;
+
+            // A run that fails three times: its page, then its dead letter.
+            b.click("button[data-action=run][data-task=flaky]").await;
+            b.wait_for(
+                "flaky's last run to fail",
+                "[...document.querySelectorAll('.last[data-task=flaky] .badge')].some(e => e.textContent === 'failed')",
+                long,
+            )
+            .await;
+            b.click(".last[data-task=flaky] a").await;
+            b.wait_for(
+                "the failed run's three attempts",
+                "document.querySelector('#run-status .badge')?.textContent === 'failed' && document.querySelectorAll('#attempts tbody tr').length === 3",
+                long,
+            )
+            .await;
+            let page = b
+                .client
+                .execute("return document.querySelector('main').textContent;", vec![])
+                .await
+                .unwrap();
+            let page = page.as_str().unwrap();
+            assert!(page.contains("Retry failed steps"), "{page}");
+            assert!(page.contains("upstream <i>down</i>"), "{page}");
+            let injected = b
+                .client
+                .execute("return document.querySelectorAll('main i').length;", vec![])
+                .await
+                .unwrap();
+            assert_eq!(injected, json!(0), "an error message became markup");
+            b.client.set_window_size(1280, 2400).await.unwrap();
+            b.shot("09-failed-run").await;
+            b.client.set_window_size(1280, 1000).await.unwrap();
+            b.goto(&format!("{}/#/dead-letters", ax.url)).await;
+            b.wait_for(
+                "flaky's dead letter",
+                "document.querySelector('main table')?.textContent.includes('flaky') && [...document.querySelectorAll('main button')].some(x => x.textContent === 'Requeue')",
+                long,
+            )
+            .await;
+            b.shot("10-dead-letters").await;
+
+            // Cursor paging, one run a page: greet's run is older than flaky's.
+            b.goto(&format!("{}/#/runs?limit=1", ax.url)).await;
+            b.wait_for(
+                "the newest run, flaky's",
+                "document.querySelectorAll('table.runs tbody tr').length === 1 && document.querySelector('table.runs').textContent.includes('flaky')",
+                long,
+            )
+            .await;
+            b.click(".pager a").await;
+            b.wait_for(
+                "the next page, greet's run",
+                "location.hash.includes('cursor=') && document.querySelectorAll('table.runs tbody tr').length === 1 && document.querySelector('table.runs').textContent.includes('greet')",
+                long,
+            )
+            .await;
+
+            b.goto(&format!("{}/#/tasks/greet", ax.url)).await;
+            b.wait_for("the task page's chart", "document.querySelector('svg.chart')", long).await;
+            b.shot("06-task").await;
+
+            // The admin's tenant pages; acting as another tenant.
+            b.goto(&format!("{}/#/tenants/default", ax.url)).await;
+            b.wait_for("default's usage", "document.querySelector('#usage-by-task')?.textContent.includes('greet')", long)
+                .await;
+            b.shot("08-tenant-usage").await;
+            b.goto(&format!("{}/#/tenants", ax.url)).await;
+            b.wait_for(
+                "the tenant list",
+                "document.querySelector('button[data-tenant=acme]') && document.querySelector('#tenants').textContent.includes('default')",
+                long,
+            )
+            .await;
+            b.shot("07-tenants").await;
+            b.click("button[data-tenant=acme]").await;
+            b.wait_for(
+                "acme's (empty) task list",
+                "document.querySelector('#tasks td.empty') && document.querySelector('#who').textContent.includes('tenant acme')",
+                long,
+            )
+            .await;
+
+            // Signing out forgets the token.
+            b.click("#signout").await;
+            b.wait_for("the sign-in form again", "document.querySelector('#signin')", long).await;
+            let stored = b
+                .client
+                .execute("return sessionStorage.length;", vec![])
+                .await
+                .unwrap();
+            assert_eq!(stored, json!(0));
+
+            // A tenant token sees its own tenant and no admin pages.
+            b.client.find(Locator::Css("#token")).await.unwrap().send_keys(&acme_token).await.unwrap();
+            b.click("#signin button[type=submit]").await;
+            b.wait_for(
+                "the tenant's task list",
+                "document.querySelector('#tasks') && document.querySelector('#who').textContent.includes('tenant token')",
+                long,
+            )
+            .await;
+            let admin_link = b
+                .client
+                .execute("return document.querySelector('#nav-tenants').hidden;", vec![])
+                .await
+                .unwrap();
+            assert_eq!(admin_link, json!(true), "a tenant token sees no Tenants page");
+            b.client.close().await.expect("closing the browser");
+        });
+}
