@@ -77,12 +77,12 @@ pub struct Config {
     pub max_plugin_mb: usize,
     /// Wasm instances that may exist at once (pooling allocator slots).
     pub max_instances: u32,
-    /// Key-value bytes (keys + values) each tenant may keep, KiB (16 MiB by default).
-    pub kv_quota_kb: u64,
     /// History kept by default and how often the sweeper runs (docs/TASKS.md).
     pub retention: crate::retention::RetentionConfig,
     /// Webhook alert delivery and per-tenant alerts (`crate::alerts`).
     pub alerts: crate::alerts::AlertsConfig,
+    /// Key-value bytes (keys + values) each tenant may keep, KiB (16 MiB by default).
+    pub kv_quota_kb: u64,
 }
 
 impl Default for Config {
@@ -99,9 +99,9 @@ impl Default for Config {
             caps: CapsFile::default(),
             max_plugin_mb: 32,
             max_instances: crate::runtime::DEFAULT_MAX_INSTANCES,
-            kv_quota_kb: crate::capability::kv::DEFAULT_QUOTA_BYTES >> 10,
             retention: crate::retention::RetentionConfig::default(),
             alerts: crate::alerts::AlertsConfig::default(),
+            kv_quota_kb: crate::capability::kv::DEFAULT_QUOTA_BYTES >> 10,
         }
     }
 }

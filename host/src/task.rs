@@ -89,10 +89,6 @@ pub struct TaskSpec {
     pub priority: u8,
     /// The DAG, in declaration order (at least one step).
     pub steps: Vec<StepSpec>,
-    /// Config values every step can read (`config.get`); a step's own
-    /// `config` overrides single keys.
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub config: BTreeMap<String, String>,
     /// How much finished history to keep (`crate::retention`); `None`: the
     /// server defaults.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -101,6 +97,10 @@ pub struct TaskSpec {
     /// (`crate::alerts`); `None`: only the tenant's alerts, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub alerts: Option<crate::alerts::AlertSpec>,
+    /// Config values every step can read (`config.get`); a step's own
+    /// `config` overrides single keys.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub config: BTreeMap<String, String>,
 }
 
 /// One node of a task's DAG.
@@ -1095,9 +1095,9 @@ const TASK_FIELDS: [&str; 18] = [
     "overlap",
     "priority",
     "steps",
-    "config",
     "retention",
     "alerts",
+    "config",
     // The one-step shorthand.
     "plugin",
     "input",
@@ -1236,9 +1236,9 @@ fn task_from_value(value: &Value) -> Result<(TaskSpec, bool)> {
         overlap,
         priority,
         steps,
-        config: task.opt("config", config_from_value)?.unwrap_or_default(),
         retention,
         alerts,
+        config: task.opt("config", config_from_value)?.unwrap_or_default(),
     };
     Ok((spec, shorthand))
 }

@@ -14,42 +14,36 @@ use super::error::{ApiError, ApiResult, ErrorBody};
 use super::extract::{ApiBody, ApiPath};
 use crate::scheduler::clock::rfc3339;
 
-/// What a `PUT` answers: the name, never the value.
+/// The answer to setting a secret: never its value.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub(super) struct SecretSet {
-    /// The secret's name.
-    pub(super) name: String,
+    /// Secret name.
+    name: String,
     /// Whether it was new.
-    pub(super) created: bool,
+    created: bool,
 }
 
-/// One secret as listed: no value.
+/// A secret as listed: its name and when it was set.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
-pub(super) struct SecretView {
-    /// The secret's name.
-    pub(super) name: String,
-    /// When it was last set (RFC 3339, UTC).
-    pub(super) updated_at: String,
+pub(super) struct SecretEntry {
+    /// Secret name.
+    name: String,
+    /// When last set (RFC 3339).
+    updated_at: String,
 }
 
-/// The tenant's secrets, by name.
+/// The caller's tenant's secrets, by name.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub(super) struct SecretList {
-    /// Names and update instants.
-    pub(super) secrets: Vec<SecretView>,
+    /// Names and update instants; never values.
+    secrets: Vec<SecretEntry>,
 }
 
 /// `PUT /v1/secrets/{name}`: body = the value (UTF-8 text); 201 created, 200 replaced.
 #[utoipa::path(put, path = "/v1/secrets/{name}", tag = "secrets", params(("name" = String, Path)),
-    request_body(description = "The value, as UTF-8 text (at most 64 KiB). Never returned.",
-        content((String = "text/plain"))),
-    responses(
-        (status = 201, description = "Created", body = SecretSet),
-        (status = 200, description = "Replaced", body = SecretSet),
-        (status = 400, description = "`bad_request`: empty or not UTF-8", body = ErrorBody),
-        (status = 401, body = ErrorBody),
-        (status = 413, body = ErrorBody),
-        (status = 422, description = "`invalid`: a bad name", body = ErrorBody)))]
+    request_body(description = "The secret's value as UTF-8 text (write-only: never returned).", content_type = "text/plain", content = String),
+    responses((status = 201, description = "Created", body = SecretSet), (status = 200, description = "Replaced", body = SecretSet),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 413, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub(super) async fn put(
     State(state): State<ApiState>,
     caller: Caller,
@@ -69,7 +63,7 @@ pub(super) async fn put(
     Ok((status, Json(SecretSet { name, created })).into_response())
 }
 
-/// `GET /v1/secrets`: names and update instants, never values.
+/// `GET /v1/secrets`: `{"secrets": [{"name", "updated_at"}]}`.
 #[utoipa::path(get, path = "/v1/secrets", tag = "secrets",
     responses((status = 200, body = SecretList), (status = 401, body = ErrorBody)))]
 pub(super) async fn list(
@@ -80,7 +74,7 @@ pub(super) async fn list(
         .ax
         .list_secrets(&caller.tenant)?
         .into_iter()
-        .map(|s| SecretView {
+        .map(|s| SecretEntry {
             name: s.name,
             updated_at: rfc3339(s.updated_at),
         })
@@ -90,8 +84,7 @@ pub(super) async fn list(
 
 /// `DELETE /v1/secrets/{name}`: 204.
 #[utoipa::path(delete, path = "/v1/secrets/{name}", tag = "secrets", params(("name" = String, Path)),
-    responses((status = 204, description = "Deleted"), (status = 401, body = ErrorBody),
-        (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+    responses((status = 204, description = "Deleted"), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(super) async fn delete(
     State(state): State<ApiState>,
     caller: Caller,

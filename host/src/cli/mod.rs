@@ -80,12 +80,28 @@ enum BenchCommand {
     Trigger(BenchTriggerArgs),
     /// Scheduling overhead per step of a large fan-out/fan-in DAG.
     Dag(BenchDagArgs),
+    /// Cost of tenant tokens and quotas per trigger, against the same path without tenants.
+    Tenants(BenchTenantsArgs),
     /// Key-value get/set round trips from a plugin (the `bench-caps` plugin).
     Kv(BenchKvArgs),
     /// Allowed HTTP requests from a plugin to a loopback server (`bench-caps`).
     Http(BenchHttpArgs),
-    /// Cost of tenant tokens and quotas per trigger, against the same path without tenants.
-    Tenants(BenchTenantsArgs),
+}
+
+#[derive(Debug, Args)]
+struct BenchTenantsArgs {
+    /// Runs per round.
+    #[arg(long, default_value_t = 2000)]
+    runs: usize,
+    /// HTTP clients triggering at once.
+    #[arg(long, default_value_t = 16)]
+    clients: usize,
+    /// Rounds per mode (interleaved).
+    #[arg(long, default_value_t = 5)]
+    rounds: usize,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -121,22 +137,6 @@ struct BenchHttpArgs {
     /// Attempts per measurement (the median is reported).
     #[arg(long, default_value_t = 5)]
     repeat: usize,
-    /// Print JSON.
-    #[arg(long)]
-    json: bool,
-}
-
-#[derive(Debug, Args)]
-struct BenchTenantsArgs {
-    /// Runs per round.
-    #[arg(long, default_value_t = 2000)]
-    runs: usize,
-    /// HTTP clients triggering at once.
-    #[arg(long, default_value_t = 16)]
-    clients: usize,
-    /// Rounds per mode (interleaved).
-    #[arg(long, default_value_t = 5)]
-    rounds: usize,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -299,6 +299,12 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 args.json,
             )
         }),
+        Command::Bench(BenchCommand::Tenants(args)) => block_on(async move {
+            print_stats(
+                &crate::bench::tenant_overhead(args.runs, args.clients, args.rounds).await?,
+                args.json,
+            )
+        }),
         Command::Bench(BenchCommand::Kv(args)) => block_on(async move {
             let bytes = std::fs::read(&args.plugin)
                 .map_err(|e| anyhow::anyhow!("reading {}: {e}", args.plugin.display()))?;
@@ -319,12 +325,6 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 .map_err(|e| anyhow::anyhow!("reading {}: {e}", args.plugin.display()))?;
             print_stats(
                 &crate::bench::http_requests(&bytes, args.requests, args.repeat).await?,
-                args.json,
-            )
-        }),
-        Command::Bench(BenchCommand::Tenants(args)) => block_on(async move {
-            print_stats(
-                &crate::bench::tenant_overhead(args.runs, args.clients, args.rounds).await?,
                 args.json,
             )
         }),
