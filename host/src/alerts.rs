@@ -13,9 +13,11 @@
 //!   late_after: 5s                    # default: 5s (the seeds' threshold)
 //! ```
 //!
-//! A tenant can have the same setting (server config, `alerts.tenants`),
-//! covering every task of the tenant; a task with its own `alerts` is sent
-//! there *as well* (the team's channel and the task owner's are both told).
+//! A tenant can have the same setting — on its record (`alerts` in
+//! `POST /v1/tenants`, `PUT /v1/tenants/{t}`) or in the server config
+//! (`alerts.tenants`) — covering every task of the tenant; a task with its
+//! own `alerts` is sent there *as well* (the team's channel and the task
+//! owner's are both told).
 //!
 //! # Never blocking the scheduler
 //!
@@ -44,8 +46,9 @@
 //! chat robots that show a text field.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::AtomicBool;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -62,7 +65,7 @@ pub const DEFAULT_LATE_AFTER: Duration = Duration::from_secs(5);
 const MAX_URL_LEN: usize = 2048;
 
 /// What an alert is about.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum AlertOn {
     /// A run ended `failed`.
@@ -74,7 +77,7 @@ pub enum AlertOn {
 }
 
 /// `alerts:` of a task (or of a tenant in the server config).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AlertSpec {
     /// Where to POST (http or https).
@@ -88,6 +91,7 @@ pub struct AlertSpec {
         with = "crate::schedule::spec::opt_duration",
         skip_serializing_if = "Option::is_none"
     )]
+    #[schema(value_type = Option<String>, example = "5s")]
     pub late_after: Option<Duration>,
 }
 
@@ -284,6 +288,11 @@ impl Queue {
 
 struct Inner {
     config: AlertsConfig,
+    /// Alerts set on tenant records (API), by tenant; read only when
+    /// `any_tenant` says there is one, so runs of a host without tenant
+    /// alerts never take the lock.
+    tenants: RwLock<std::collections::HashMap<String, AlertSpec>>,
+    any_tenant: AtomicBool,
     queue: Mutex<Queue>,
     wake: tokio::sync::Notify,
     stats: AlertStats,
@@ -309,6 +318,8 @@ impl Alerter {
         let alerter = Self {
             inner: Arc::new(Inner {
                 config,
+                tenants: RwLock::default(),
+                any_tenant: AtomicBool::new(false),
                 queue: Mutex::new(Queue::default()),
                 wake: tokio::sync::Notify::new(),
                 stats: AlertStats::default(),
@@ -335,24 +346,42 @@ impl Alerter {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The settings an event of `tenant` / `spec` goes to.
-    fn targets<'a>(
-        &'a self,
-        tenant: &str,
-        spec: &'a TaskSpec,
-        event: AlertOn,
-    ) -> impl Iterator<Item = &'a AlertSpec> {
-        self.inner
-            .config
+    /// Sets (or clears) the alerts of a tenant record.
+    pub fn set_tenant(&self, tenant: &str, alerts: Option<AlertSpec>) {
+        let mut map = self
+            .inner
             .tenants
-            .get(tenant)
-            .into_iter()
-            .chain(spec.alerts.as_ref())
-            .filter(move |a| a.wants(event))
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        match alerts {
+            Some(a) => map.insert(tenant.to_string(), a),
+            None => map.remove(tenant),
+        };
+        self.inner
+            .any_tenant
+            .store(!map.is_empty(), Ordering::Relaxed);
+    }
+
+    /// The settings an event of `tenant` / `spec` goes to: the tenant's
+    /// (record, then config file) and the task's.
+    fn targets(&self, tenant: &str, spec: &TaskSpec, event: AlertOn) -> Vec<AlertSpec> {
+        let mut out = Vec::new();
+        if self.inner.any_tenant.load(Ordering::Relaxed) {
+            let map = self
+                .inner
+                .tenants
+                .read()
+                .unwrap_or_else(PoisonError::into_inner);
+            out.extend(map.get(tenant).cloned());
+        }
+        out.extend(self.inner.config.tenants.get(tenant).cloned());
+        out.extend(spec.alerts.clone());
+        out.retain(|a| a.wants(event));
+        out
     }
 
     /// Queues `alert` for every target; never blocks beyond a mutex push.
-    fn send(&self, targets: Vec<&AlertSpec>, alert: Alert) {
+    fn send(&self, targets: Vec<AlertSpec>, alert: Alert) {
         if targets.is_empty() {
             return;
         }
@@ -377,7 +406,7 @@ impl Alerter {
         if run.status != RunStatus::Failed {
             return;
         }
-        let targets: Vec<_> = self.targets(&run.tenant, spec, AlertOn::Failed).collect();
+        let targets = self.targets(&run.tenant, spec, AlertOn::Failed);
         if targets.is_empty() {
             return;
         }
@@ -397,9 +426,7 @@ impl Alerter {
 
     /// A step was dead-lettered.
     pub fn dead_letter(&self, run: &RunRecord, spec: &TaskSpec, dead: &DeadLetter) {
-        let targets: Vec<_> = self
-            .targets(&run.tenant, spec, AlertOn::DeadLetter)
-            .collect();
+        let targets = self.targets(&run.tenant, spec, AlertOn::DeadLetter);
         if targets.is_empty() {
             return;
         }
@@ -426,10 +453,8 @@ impl Alerter {
 
     /// A timed run's first attempt started `late_ms` after its instant.
     pub fn started_late(&self, run: &RunRecord, spec: &TaskSpec, late_ms: i64, now: Millis) {
-        let targets: Vec<_> = self
-            .targets(&run.tenant, spec, AlertOn::Late)
-            .filter(|a| late_ms > a.late_after().as_millis() as i64)
-            .collect();
+        let mut targets = self.targets(&run.tenant, spec, AlertOn::Late);
+        targets.retain(|a| late_ms > a.late_after().as_millis() as i64);
         if targets.is_empty() {
             return;
         }
@@ -587,6 +612,8 @@ impl Default for Alerter {
         Self {
             inner: Arc::new(Inner {
                 config: AlertsConfig::default(),
+                tenants: RwLock::default(),
+                any_tenant: AtomicBool::new(false),
                 queue: Mutex::new(Queue::default()),
                 wake: tokio::sync::Notify::new(),
                 stats: AlertStats::default(),
@@ -650,6 +677,8 @@ mod tests {
                     queue: 2,
                     ..AlertsConfig::default()
                 },
+                tenants: RwLock::default(),
+                any_tenant: AtomicBool::new(false),
                 queue: Mutex::new(Queue::default()),
                 wake: tokio::sync::Notify::new(),
                 stats: AlertStats::default(),
@@ -675,7 +704,7 @@ mod tests {
             text: String::new(),
         };
         for n in ["a", "b", "c"] {
-            alerter.send(vec![&target], mk(n));
+            alerter.send(vec![target.clone()], mk(n));
         }
         let q = alerter.lock();
         let ids: Vec<&str> = q.fresh.iter().map(|p| p.body.run_id.as_str()).collect();

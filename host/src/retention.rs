@@ -27,8 +27,12 @@
 //! ids to the actor ([`Scheduler::purge`]), which drops any run it holds or
 //! still has to write and queues the deletion on its run writer, after every
 //! write already queued. So a deletion can never be followed by a stale
-//! write-behind of the same run, and a command reading a run back (retry,
-//! requeue) is ordered with the deletion. A deleted run's idempotency key
+//! write-behind of the same run. One race is left: a `retry` or `rerun` of
+//! the very run being deleted, read back by the actor while the writer
+//! deletes it. The store then refuses the reopened run's writes (updating an
+//! unknown run fails), so the client gets an error instead of a run and
+//! nothing half-deleted is stored; the run would have to be old enough to be
+//! deleted and retried in the same few milliseconds. A deleted run's idempotency key
 //! and fire key are freed with it (as Temporal frees workflow ids after
 //! retention): reusing a key after its run aged out starts a new run.
 

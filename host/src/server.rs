@@ -209,6 +209,12 @@ pub async fn start(config: Config, demo: bool) -> anyhow::Result<Server> {
         shutdown.clone(),
     )
     .await?;
+    for t in tenants.tenants() {
+        scheduler
+            .stats()
+            .alerts
+            .set_tenant(&t.name, t.alerts.clone());
+    }
     let ax = Ax {
         tenants,
         store: store.clone(),

@@ -170,6 +170,9 @@ pub struct TenantRecord {
     /// A disabled tenant's tokens are refused (403), its triggers refused and
     /// its fires skipped; its queued runs wait.
     pub disabled: bool,
+    /// Webhook alerts for every task of the tenant (`crate::alerts`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alerts: Option<crate::alerts::AlertSpec>,
     /// When created (ms).
     pub created_at: Millis,
     /// When last changed (ms).
@@ -185,6 +188,7 @@ impl TenantRecord {
             quota,
             allow_http: Vec::new(),
             disabled: false,
+            alerts: None,
             created_at: now,
             updated_at: now,
         }

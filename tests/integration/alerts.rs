@@ -214,3 +214,69 @@ async fn bad_alert_settings_are_refused() {
     assert_eq!(r.json()["error"]["details"]["path"], "alerts.webhook");
     live.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_record_s_alerts_cover_its_tasks() {
+    let (url, seen) = receiver().await;
+    let live = Live::start(fast_retries).await;
+    let tenant =
+        format!(r#"{{"name": "acme", "alerts": {{"webhook": "{url}/acme", "on": ["failed"]}}}}"#);
+    let r = live
+        .call(
+            "POST",
+            "/v1/tenants",
+            &[],
+            Some(("application/json", tenant.into())),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    assert_eq!(r.json()["alerts"]["webhook"], format!("{url}/acme"));
+    let as_acme = [("x-ax-tenant", "acme")];
+    let wasm = crate::common::plugin_bytes("fail");
+    let r = live
+        .call(
+            "POST",
+            "/v1/plugins?name=fail&version=1.0.0",
+            &as_acme,
+            Some(("application/wasm", wasm)),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let yaml = "name: nightly\nplugin: fail@1.0.0\ninput: { kind: fatal }\n";
+    let r = live
+        .call(
+            "PUT",
+            "/v1/tasks/nightly",
+            &as_acme,
+            Some(("application/yaml", yaml.into())),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let r = live
+        .call(
+            "POST",
+            "/v1/tasks/nightly/runs",
+            &as_acme,
+            Some(("application/json", b"{}".to_vec())),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let got = wait_for(&seen, "acme", 1).await;
+    assert_eq!(got[0]["kind"], "run_failed");
+    assert_eq!(got[0]["tenant"], "acme");
+    assert_eq!(got[0]["task"], "nightly");
+
+    // A bad webhook on a tenant is refused with its field.
+    let bad = r#"{"alerts": {"webhook": "nope"}}"#;
+    let r = live
+        .call(
+            "PUT",
+            "/v1/tenants/acme",
+            &[],
+            Some(("application/json", bad.into())),
+        )
+        .await;
+    assert_eq!(r.status, 422, "{}", r.text);
+    assert_eq!(r.json()["error"]["details"]["path"], "alerts.webhook");
+    live.stop().await;
+}

@@ -595,7 +595,7 @@ impl Server {
         content_type: &str,
     ) -> (u16, String) {
         let agent: ureq::Agent = ureq::Agent::config_builder()
-            .timeout_global(Some(Duration::from_secs(10)))
+            .timeout_global(Some(Duration::from_secs(120)))
             .http_status_as_error(false)
             .build()
             .into();

@@ -30,6 +30,8 @@ pub struct TenantView {
     pub allow_http: Vec<String>,
     /// Whether it is disabled.
     pub disabled: bool,
+    /// Webhook alerts for every task of the tenant.
+    pub alerts: Option<crate::alerts::AlertSpec>,
     /// Why its runs are held now, if they are.
     pub held: Option<String>,
     /// When created.
@@ -46,6 +48,7 @@ impl TenantView {
             quota: t.quota,
             allow_http: t.allow_http,
             disabled: t.disabled,
+            alerts: t.alerts,
             held,
             created_at: rfc3339(t.created_at),
             updated_at: rfc3339(t.updated_at),

@@ -80,12 +80,37 @@ enum BenchCommand {
     Trigger(BenchTriggerArgs),
     /// Scheduling overhead per step of a large fan-out/fan-in DAG.
     Dag(BenchDagArgs),
+    /// "One hour compressed": many tasks firing every second with retention
+    /// on; shows the store size on disk over time.
+    Soak(BenchSoakArgs),
     /// Cost of tenant tokens and quotas per trigger, against the same path without tenants.
     Tenants(BenchTenantsArgs),
     /// Key-value get/set round trips from a plugin (the `bench-caps` plugin).
     Kv(BenchKvArgs),
     /// Allowed HTTP requests from a plugin to a loopback server (`bench-caps`).
     Http(BenchHttpArgs),
+}
+
+#[derive(Debug, Args)]
+struct BenchSoakArgs {
+    /// Tasks, each firing every second.
+    #[arg(long, default_value_t = 200)]
+    tasks: usize,
+    /// How long to run, e.g. `3m`, `1h`.
+    #[arg(long, default_value = "3m", value_parser = parse_duration)]
+    duration: Duration,
+    /// Finished runs each task keeps (`retention.keep_runs`).
+    #[arg(long, default_value_t = 20)]
+    keep_runs: u64,
+    /// How often the retention sweeper runs.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    sweep_every: Duration,
+    /// How often the store size is sampled.
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    sample_every: Duration,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -289,6 +314,16 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 &crate::bench::fire_lateness(args.tasks, args.seconds, args.aligned).await?,
                 args.json,
             )
+        }),
+        Command::Bench(BenchCommand::Soak(args)) => block_on(async move {
+            let config = crate::bench::SoakConfig {
+                tasks: args.tasks,
+                duration: args.duration,
+                keep_runs: args.keep_runs,
+                sweep_every: args.sweep_every,
+                sample_every: args.sample_every,
+            };
+            print_stats(&crate::bench::soak(config).await?, args.json)
         }),
         Command::Bench(BenchCommand::Dag(args)) => block_on(async move {
             print_stats(&crate::bench::dag_overhead(args.steps).await?, args.json)

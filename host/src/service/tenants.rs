@@ -109,6 +109,9 @@ pub struct TenantSpec {
     /// Outbound HTTP ceiling.
     #[serde(default)]
     pub allow_http: Option<Vec<String>>,
+    /// Webhook alerts for every task of the tenant (docs/TASKS.md, *Alerts*).
+    #[serde(default)]
+    pub alerts: Option<crate::alerts::AlertSpec>,
 }
 
 fn ms_to_utc(ms: Millis) -> DateTime<Utc> {
@@ -154,6 +157,12 @@ impl Ax {
                 message: m,
             })?;
         }
+        if let Some(alerts) = &spec.alerts {
+            alerts.validate("alerts").map_err(|e| Error::Invalid {
+                path: Some(e.path),
+                message: e.message,
+            })?;
+        }
         if let Some(list) = &spec.allow_http {
             // The grammar of docs/CAPABILITIES.md; the error names the pattern.
             crate::capability::http::parse_list(list).map_err(|(i, message)| Error::Invalid {
@@ -168,6 +177,10 @@ impl Ax {
         self.store.put_tenant(&record)?;
         self.sync().await?;
         self.tenants.put_tenant(record.clone());
+        self.scheduler
+            .stats()
+            .alerts
+            .set_tenant(&record.name, record.alerts.clone());
         self.scheduler.tenant_changed(record.clone()).await?;
         Ok(record)
     }
@@ -198,6 +211,7 @@ impl Ax {
             TenantRecord::new(&name, spec.quota.unwrap_or_default(), self.clock.now_ms());
         record.description = spec.description;
         record.allow_http = spec.allow_http.unwrap_or_default();
+        record.alerts = spec.alerts;
         self.store_tenant(record).await
     }
 
@@ -228,6 +242,9 @@ impl Ax {
         }
         if let Some(list) = spec.allow_http {
             record.allow_http = list;
+        }
+        if let Some(alerts) = spec.alerts {
+            record.alerts = Some(alerts);
         }
         record.updated_at = self.clock.now_ms();
         self.store_tenant(record).await
