@@ -198,11 +198,7 @@ pub(super) async fn disable(
     caller: Caller,
     ApiPath(name): ApiPath<String>,
 ) -> ApiResult<Json<TenantView>> {
-    caller.require_admin()?;
-    Ok(Json(view(
-        &state,
-        state.ax.set_disabled(&name, true).await?,
-    )))
+    set_disabled(&state, &caller, &name, true).await
 }
 
 /// `POST /v1/tenants/{t}/enable`.
@@ -213,11 +209,20 @@ pub(super) async fn enable(
     caller: Caller,
     ApiPath(name): ApiPath<String>,
 ) -> ApiResult<Json<TenantView>> {
+    set_disabled(&state, &caller, &name, false).await
+}
+
+/// What `disable` and `enable` share.
+async fn set_disabled(
+    state: &ApiState,
+    caller: &Caller,
+    name: &str,
+    disabled: bool,
+) -> ApiResult<Json<TenantView>> {
     caller.require_admin()?;
-    Ok(Json(view(
-        &state,
-        state.ax.set_disabled(&name, false).await?,
-    )))
+    let t = state.ax.set_disabled(name, disabled).await?;
+    tracing::info!(tenant = %t.name, disabled, "tenant state changed");
+    Ok(Json(view(state, t)))
 }
 
 #[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
