@@ -67,9 +67,12 @@ impl Drop for AxProcess {
     }
 }
 
+/// A client for the tests' servers. The timeout is generous: on a loaded
+/// two-core machine a debug-build server can take seconds to answer, and a
+/// killed server resets its connections at once anyway.
 pub(crate) fn new_agent() -> ureq::Agent {
     ureq::Agent::config_builder()
-        .timeout_global(Some(Duration::from_secs(5)))
+        .timeout_global(Some(Duration::from_secs(30)))
         .http_status_as_error(false)
         .build()
         .into()
