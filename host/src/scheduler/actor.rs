@@ -93,12 +93,8 @@ fn spawn_writer(store: Arc<dyn Store>) -> mpsc::UnboundedSender<WriteJob> {
                 Ok(())
             } else {
                 let store = store.clone();
-                tokio::task::spawn_blocking(move || -> Result<()> {
-                    for (run, events) in &runs {
-                        store.update_run(run, events)?;
-                    }
-                    store.add_usage(&usage)?;
-                    Ok(())
+                tokio::task::spawn_blocking(move || {
+                    store.write_runs(&runs, &usage).map_err(Error::from)
                 })
                 .await
                 .unwrap_or(Err(Error::Stopped))
@@ -1433,12 +1429,7 @@ impl Actor {
                 Ok(())
             }
             None => {
-                let mut result = self.store.add_usage(&usage).map_err(Error::from);
-                for (run, events) in &runs {
-                    if let Err(e) = self.store.update_run(run, events) {
-                        result = Err(Error::from(e));
-                    }
-                }
+                let result = self.store.write_runs(&runs, &usage).map_err(Error::from);
                 match then {
                     Some(then) => {
                         then(result);

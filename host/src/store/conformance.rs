@@ -12,7 +12,7 @@ use serde_json::json;
 
 use super::memory::MemoryStore;
 use super::sled_store::SledStore;
-use super::{AttemptLogs, Insert, RunPage, RunQuery, Store};
+use super::{AttemptLogs, Insert, NewRun, RunPage, RunQuery, Store};
 use crate::model::{
     AttemptRecord, DeadLetter, Event, LogLevel, LogRecord, Millis, Outcome, PluginRecord, Progress,
     RECORD_FORMAT, RunRecord, RunStatus, ScheduleState, StepRunRecord, StepStatus, TaskRecord,
@@ -50,8 +50,10 @@ macro_rules! conformance_suite {
                 known_idempotency_key_returns_the_run_and_writes_nothing,
                 unique_fire_allows_one_run_per_task_and_instant,
                 reinserting_an_id_returns_the_stored_run,
+                insert_runs_checks_each_run_against_the_store_and_the_batch,
                 update_replaces_the_run_and_appends_events,
                 update_of_an_unknown_run_fails,
+                write_runs_writes_many_runs_and_usage_at_once,
                 active_runs_are_the_non_terminal_ones,
                 list_runs_filters_newest_first,
                 list_runs_pages_with_a_cursor,
@@ -529,6 +531,64 @@ fn unique_fire_allows_one_run_per_task_and_instant<S: Store>(make: Make<S>) {
     created(store.insert_run(&later, true, None, &[]).unwrap());
 }
 
+fn insert_runs_checks_each_run_against_the_store_and_the_batch<S: Store>(make: Make<S>) {
+    let (store, _dir) = make(SCAN);
+    let mut stored = run(&run_id(1, 1), "t1", "a", RunStatus::Queued);
+    stored.idempotency_key = Some("k0".to_owned());
+    created(store.insert_run(&stored, false, None, &[]).unwrap());
+    let new = |id: u32, key: Option<&str>, fire: Option<Millis>| {
+        let mut r = run(&run_id(2, id), "t1", "a", RunStatus::Queued);
+        r.idempotency_key = key.map(str::to_owned);
+        if let Some(at) = fire {
+            r.trigger = TriggerKind::Cron;
+            r.scheduled_for = at;
+        }
+        NewRun {
+            events: vec![event(&r.id, "queued", 2)],
+            unique_fire: fire.is_some(),
+            schedule: None,
+            run: r,
+        }
+    };
+    let mut batch = vec![
+        new(1, Some("k1"), None),
+        new(2, Some("k1"), None),    // same key as the first of the batch
+        new(3, Some("k0"), None),    // same key as the stored run
+        new(4, None, Some(60_000)),  // a fire
+        new(5, None, Some(60_000)),  // the same fire
+        new(6, None, Some(120_000)), // another fire, with the schedule
+    ];
+    batch[5].schedule = Some(schedule("t1", "a", Some(180_000)));
+    let outcomes = store.insert_runs(&batch).unwrap();
+    assert_eq!(
+        outcomes,
+        [
+            Insert::Created,
+            Insert::Existing(Box::new(batch[0].run.clone())),
+            Insert::Existing(Box::new(stored.clone())),
+            Insert::Created,
+            Insert::Existing(Box::new(batch[3].run.clone())),
+            Insert::Created,
+        ]
+    );
+    for i in [0, 3, 5] {
+        assert_eq!(
+            store.get_run(&batch[i].run.id).unwrap().as_ref(),
+            Some(&batch[i].run)
+        );
+        assert_eq!(store.events(&batch[i].run.id).unwrap().len(), 1);
+    }
+    for i in [1, 2, 4] {
+        assert_eq!(store.get_run(&batch[i].run.id).unwrap(), None);
+        assert!(store.events(&batch[i].run.id).unwrap().is_empty());
+    }
+    assert_eq!(
+        store.get_schedule("t1", "a").unwrap(),
+        batch[5].schedule.clone()
+    );
+    assert_eq!(store.active_runs().unwrap().len(), 4);
+}
+
 fn reinserting_an_id_returns_the_stored_run<S: Store>(make: Make<S>) {
     let (store, _dir) = make(SCAN);
     let first = run(&run_id(1, 1), "t1", "a", RunStatus::Queued);
@@ -585,6 +645,60 @@ fn update_of_an_unknown_run_fails<S: Store>(make: Make<S>) {
     assert_eq!(store.get_run(&r.id).unwrap(), None);
     assert!(store.events(&r.id).unwrap().is_empty());
     assert!(store.active_runs().unwrap().is_empty());
+}
+
+fn write_runs_writes_many_runs_and_usage_at_once<S: Store>(make: Make<S>) {
+    let (store, _dir) = make(SCAN);
+    let mut a = run(&run_id(1, 1), "t1", "a", RunStatus::Queued);
+    let mut b = run(&run_id(1, 2), "t1", "b", RunStatus::Queued);
+    for r in [&a, &b] {
+        created(store.insert_run(r, false, None, &[]).unwrap());
+    }
+    let ghost = run(&run_id(1, 3), "t1", "a", RunStatus::Running);
+    b.status = RunStatus::Running;
+    let b_running = b.clone();
+    b.status = RunStatus::Succeeded;
+    a.reason = Some("changed".to_owned());
+    let usage = [crate::tenant::UsageBucket::attempt(
+        "t1",
+        "a",
+        crate::tenant::HOUR_MS,
+        5,
+        1.0,
+        crate::model::Outcome::Succeeded,
+    )];
+    let written = store.write_runs(
+        &[
+            (b_running, vec![event(&b.id, "running", 2)]),
+            (ghost.clone(), vec![event(&ghost.id, "running", 2)]),
+            (a.clone(), vec![event(&a.id, "note", 2)]),
+            (b.clone(), vec![event(&b.id, "succeeded", 3)]),
+        ],
+        &usage,
+    );
+    // The unknown run is reported, and only it is left out.
+    let err = written.expect_err("an unknown run is an error").to_string();
+    assert!(err.contains(&ghost.id), "{err}");
+    assert_eq!(store.get_run(&ghost.id).unwrap(), None);
+    assert!(store.events(&ghost.id).unwrap().is_empty());
+    assert_eq!(store.get_run(&a.id).unwrap(), Some(a.clone()));
+    // A run given twice ends as its last record, with both events.
+    assert_eq!(store.get_run(&b.id).unwrap(), Some(b.clone()));
+    let tos: Vec<_> = store
+        .events(&b.id)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.to)
+        .collect();
+    assert_eq!(tos, ["running", "succeeded"]);
+    assert_eq!(ids(&store.active_runs().unwrap()), [a.id.as_str()]);
+    let query = RunQuery {
+        status: Some(RunStatus::Succeeded),
+        limit: 10,
+        ..RunQuery::default()
+    };
+    assert_eq!(ids(&store.list_runs(&query).unwrap().runs), [b.id.as_str()]);
+    assert_eq!(store.usage("t1", 0, i64::MAX).unwrap()[0].fuel, 5);
 }
 
 fn active_runs_are_the_non_terminal_ones<S: Store>(make: Make<S>) {

@@ -11,7 +11,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use sha2::{Digest, Sha256};
 
-use super::{AttemptLogs, Error, Insert, Result, RunPage, RunQuery, Store, SyncTicket};
+use super::{AttemptLogs, Error, Insert, NewRun, Result, RunPage, RunQuery, Store, SyncTicket};
 use crate::model::{
     DeadLetter, Event, Millis, PluginRecord, RunRecord, RunStatus, ScheduleState, TaskRecord,
 };
@@ -63,10 +63,10 @@ pub(super) fn digest_of(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
-/// Error for an `update_run` of a run that is not stored (never inserted, or
-/// deleted by retention meanwhile): writing it would resurrect half a run.
+/// Error for writing a run that is not stored (never inserted, or deleted
+/// by retention meanwhile): writing it would resurrect half a run.
 pub(super) fn missing_run(id: &str) -> Error {
-    Error::Backend(format!("update_run: run {id} does not exist"))
+    Error::Backend(format!("cannot update run {id}: it does not exist"))
 }
 
 /// Everything the memory store holds, behind one lock.
@@ -253,56 +253,73 @@ impl Store for MemoryStore {
         Ok(self.state().schedules.values().cloned().collect())
     }
 
-    fn insert_run(
-        &self,
-        run: &RunRecord,
-        unique_fire: bool,
-        schedule: Option<&ScheduleState>,
-        events: &[Event],
-    ) -> Result<Insert> {
+    fn insert_runs(&self, runs: &[NewRun]) -> Result<Vec<Insert>> {
         let mut state = self.state();
-        let existing = |id: Option<&String>| id.and_then(|id| state.runs.get(id)).cloned();
-        let found = existing(Some(&run.id))
-            .or_else(|| {
-                let key = run.idempotency_key.as_ref()?;
+        let mut outcomes = Vec::with_capacity(runs.len());
+        for NewRun {
+            run,
+            unique_fire,
+            schedule,
+            events,
+        } in runs
+        {
+            let existing = |id: Option<&String>| id.and_then(|id| state.runs.get(id)).cloned();
+            let found = existing(Some(&run.id))
+                .or_else(|| {
+                    let key = run.idempotency_key.as_ref()?;
+                    let key = (run.tenant.clone(), run.task.clone(), key.clone());
+                    existing(state.idempotency.get(&key))
+                })
+                .or_else(|| {
+                    let key = (run.tenant.clone(), run.task.clone(), run.scheduled_for);
+                    unique_fire.then(|| existing(state.fires.get(&key)))?
+                });
+            if let Some(found) = found {
+                outcomes.push(Insert::Existing(Box::new(found)));
+                continue;
+            }
+            state.runs.insert(run.id.clone(), run.clone());
+            if let Some(key) = &run.idempotency_key {
                 let key = (run.tenant.clone(), run.task.clone(), key.clone());
-                existing(state.idempotency.get(&key))
-            })
-            .or_else(|| {
+                state.idempotency.insert(key, run.id.clone());
+            }
+            if *unique_fire {
                 let key = (run.tenant.clone(), run.task.clone(), run.scheduled_for);
-                unique_fire.then(|| existing(state.fires.get(&key)))?
-            });
-        if let Some(found) = found {
-            return Ok(Insert::Existing(Box::new(found)));
+                state.fires.insert(key, run.id.clone());
+            }
+            if let Some(schedule) = schedule {
+                state
+                    .schedules
+                    .insert(key2(&schedule.tenant, &schedule.task), schedule.clone());
+            }
+            let log = state.events.entry(run.id.clone()).or_default();
+            log.extend_from_slice(events);
+            outcomes.push(Insert::Created);
         }
-        state.runs.insert(run.id.clone(), run.clone());
-        if let Some(key) = &run.idempotency_key {
-            let key = (run.tenant.clone(), run.task.clone(), key.clone());
-            state.idempotency.insert(key, run.id.clone());
-        }
-        if unique_fire {
-            let key = (run.tenant.clone(), run.task.clone(), run.scheduled_for);
-            state.fires.insert(key, run.id.clone());
-        }
-        if let Some(schedule) = schedule {
-            state
-                .schedules
-                .insert(key2(&schedule.tenant, &schedule.task), schedule.clone());
-        }
-        let log = state.events.entry(run.id.clone()).or_default();
-        log.extend_from_slice(events);
-        Ok(Insert::Created)
+        Ok(outcomes)
     }
 
-    fn update_run(&self, run: &RunRecord, events: &[Event]) -> Result<()> {
+    fn write_runs(&self, runs: &[(RunRecord, Vec<Event>)], usage: &[UsageBucket]) -> Result<()> {
         let mut state = self.state();
-        let Some(slot) = state.runs.get_mut(&run.id) else {
-            return Err(missing_run(&run.id));
-        };
-        *slot = run.clone();
-        let log = state.events.entry(run.id.clone()).or_default();
-        log.extend_from_slice(events);
-        Ok(())
+        let mut missing = None;
+        for (run, events) in runs {
+            let Some(slot) = state.runs.get_mut(&run.id) else {
+                missing.get_or_insert_with(|| run.id.clone());
+                continue;
+            };
+            *slot = run.clone();
+            let log = state.events.entry(run.id.clone()).or_default();
+            log.extend_from_slice(events);
+        }
+        for u in usage {
+            let key = (u.tenant.clone(), u.hour, u.task.clone());
+            state
+                .usage
+                .entry(key)
+                .and_modify(|b| b.add(u))
+                .or_insert_with(|| u.clone());
+        }
+        missing.map_or(Ok(()), |id| Err(missing_run(&id)))
     }
 
     fn get_run(&self, id: &str) -> Result<Option<RunRecord>> {
@@ -442,19 +459,6 @@ impl Store for MemoryStore {
 
     fn list_tokens(&self) -> Result<Vec<TokenRecord>> {
         Ok(self.state().tokens.values().cloned().collect())
-    }
-
-    fn add_usage(&self, usage: &[UsageBucket]) -> Result<()> {
-        let mut state = self.state();
-        for u in usage {
-            let key = (u.tenant.clone(), u.hour, u.task.clone());
-            state
-                .usage
-                .entry(key)
-                .and_modify(|b| b.add(u))
-                .or_insert_with(|| u.clone());
-        }
-        Ok(())
     }
 
     fn usage(&self, tenant: &str, from: Millis, to: Millis) -> Result<Vec<UsageBucket>> {

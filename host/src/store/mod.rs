@@ -64,6 +64,19 @@ pub enum Error {
 /// Result type of the store.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// A run to insert, with what is written in the same atomic write.
+#[derive(Clone, Debug)]
+pub struct NewRun {
+    /// The run.
+    pub run: RunRecord,
+    /// Refuse it if a run exists for (tenant, task, scheduled_for).
+    pub unique_fire: bool,
+    /// The schedule's progress, stored with the run.
+    pub schedule: Option<ScheduleState>,
+    /// Its creation events.
+    pub events: Vec<Event>,
+}
+
 /// What `insert_run` did.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Insert {
@@ -194,9 +207,33 @@ pub trait Store: Send + Sync + 'static {
         unique_fire: bool,
         schedule: Option<&ScheduleState>,
         events: &[Event],
-    ) -> Result<Insert>;
+    ) -> Result<Insert> {
+        let new = NewRun {
+            run: run.clone(),
+            unique_fire,
+            schedule: schedule.cloned(),
+            events: events.to_vec(),
+        };
+        let mut outcome = self.insert_runs(std::slice::from_ref(&new))?;
+        Ok(outcome.pop().expect("one outcome per run"))
+    }
+    /// [`Store::insert_run`] for many runs in one atomic write, with one
+    /// outcome per run, in order. A run is checked against the stored runs
+    /// and the runs before it in `runs` (a repeated key or fire yields
+    /// [`Insert::Existing`] with the earlier run).
+    fn insert_runs(&self, runs: &[NewRun]) -> Result<Vec<Insert>>;
+    /// Replaces runs, appends their events and adds `usage`, as one atomic
+    /// write. The scheduler writes every run it changed since its last write
+    /// this way: sled seals and writes its log buffer twice per batch, so one
+    /// batch per run cost more than the runs themselves. A run given twice
+    /// is written as its last record with both lists of events. A run that is
+    /// not stored is left out (writing it would resurrect half a run) and
+    /// reported as an error once the others are written.
+    fn write_runs(&self, runs: &[(RunRecord, Vec<Event>)], usage: &[UsageBucket]) -> Result<()>;
     /// Replaces a run and appends events, atomically.
-    fn update_run(&self, run: &RunRecord, events: &[Event]) -> Result<()>;
+    fn update_run(&self, run: &RunRecord, events: &[Event]) -> Result<()> {
+        self.write_runs(&[(run.clone(), events.to_vec())], &[])
+    }
     /// One run.
     fn get_run(&self, id: &str) -> Result<Option<RunRecord>>;
     /// Runs matching `query`, newest first, with a cursor.
@@ -234,7 +271,9 @@ pub trait Store: Send + Sync + 'static {
     fn list_tokens(&self) -> Result<Vec<TokenRecord>>;
     /// Adds usage to the hourly buckets `(tenant, hour, task)`, creating them
     /// as needed (counters add up; nothing is replaced).
-    fn add_usage(&self, usage: &[UsageBucket]) -> Result<()>;
+    fn add_usage(&self, usage: &[UsageBucket]) -> Result<()> {
+        self.write_runs(&[], usage)
+    }
     /// A tenant's usage buckets with `from <= hour < to`, by hour then task.
     fn usage(&self, tenant: &str, from: Millis, to: Millis) -> Result<Vec<UsageBucket>>;
 

@@ -44,9 +44,12 @@
 //! of an unknown format is reported as [`Error::Corrupt`], never a panic.
 //!
 //! # Atomicity and durability
-//! `insert_run`, `update_run`, `delete_run`, `put_task` and a large
-//! `put_logs` are one sled batch each (atomic across a crash). Run writes
-//! are serialised by one mutex, so `insert_run`'s check-then-write holds.
+//! `insert_runs`, `write_runs` (any number of runs and usage buckets),
+//! `delete_run`, `put_task` and a large `put_logs` are one sled batch each
+//! (atomic across a crash). sled seals and writes its log buffer twice for
+//! every batch (to bracket it for recovery), so batches are costly and
+//! callers write many changes in one. Run writes
+//! are serialised by one mutex, so `insert_runs`' check-then-write holds.
 //!
 //! Writes reach the disk in groups: a [`SyncTicket`] asks one flusher thread
 //! to call sled's `flush` and waits, on a `watch` channel, until a flush that
@@ -67,7 +70,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use super::memory::{MAX_SCAN, digest_of, missing_run, select_page};
-use super::{AttemptLogs, Error, Insert, Result, RunPage, RunQuery, Store, SyncTicket};
+use super::{AttemptLogs, Error, Insert, NewRun, Result, RunPage, RunQuery, Store, SyncTicket};
 use crate::model::{
     DeadLetter, Event, Millis, PluginRecord, RECORD_FORMAT, RunRecord, RunStatus, ScheduleState,
     TaskRecord,
@@ -618,84 +621,86 @@ impl Store for SledStore {
         self.values(&key("sched", &[]))
     }
 
-    fn insert_run(
-        &self,
-        run: &RunRecord,
-        unique_fire: bool,
-        schedule: Option<&ScheduleState>,
-        events: &[Event],
-    ) -> Result<Insert> {
+    fn insert_runs(&self, runs: &[NewRun]) -> Result<Vec<Insert>> {
         let _serial = lock(&self.run_lock);
-        if let Some(existing) = self.get_run_at(&key("run", &[&run.id]))? {
-            return Ok(Insert::Existing(Box::new(existing)));
-        }
-        let idem_key = run
-            .idempotency_key
-            .as_deref()
-            .map(|k| key("idem", &[&run.tenant, &run.task, k]));
-        let fire_key = unique_fire.then(|| fire_key(run));
-        for claim in [&idem_key, &fire_key].into_iter().flatten() {
-            let owner: Option<String> = self.get(claim)?;
-            // A claim whose run is gone (it cannot be, delete_run removes
-            // both) is treated as free rather than blocking new runs.
-            if let Some(existing) = owner.map(|id| self.get_run(&id)).transpose()?.flatten() {
-                return Ok(Insert::Existing(Box::new(existing)));
-            }
-        }
         let mut batch = sled::Batch::default();
-        batch.insert(key("run", &[&run.id]), encode(run)?);
-        for (index_key, value) in run_indexes(run) {
-            batch.insert(index_key, value);
-        }
-        for claim in [idem_key, fire_key].into_iter().flatten() {
-            batch.insert(claim, encode(&run.id)?);
-        }
-        if let Some(schedule) = schedule {
-            let sched_key = key("sched", &[&schedule.tenant, &schedule.task]);
-            batch.insert(sched_key, encode(schedule)?);
-        }
-        self.add_events(&mut batch, &run.id, events)?;
-        self.apply(batch)?;
-        Ok(Insert::Created)
-    }
-
-    fn update_run(&self, run: &RunRecord, events: &[Event]) -> Result<()> {
-        let _serial = lock(&self.run_lock);
-        // The small index entry says whether the indexes must change; reading
-        // and decoding the whole old record (all its steps) on every write
-        // cost ~100 µs for a large run, most of a write's time.
-        let ra = key("ra", &[&run.id]);
-        let Some(entry) = self.db.get(&ra).map_err(sled_error)? else {
-            return Err(missing_run(&run.id));
-        };
-        let (old_status, old_task) = decode_index(&ra, &entry)?;
-        let same_tenant = self
-            .db
-            .contains_key(key("rt", &[&run.tenant, &run.id]))
-            .map_err(sled_error)?;
-        let unchanged = same_tenant && old_task == run.task && old_status == run.status;
-        let mut batch = sled::Batch::default();
-        batch.insert(key("run", &[&run.id]), encode(run)?);
-        if !unchanged {
-            // Same tenant: the old entries follow from the index entry alone;
-            // otherwise read the old record to find them.
-            let old_indexes = if same_tenant {
-                indexes_of(&run.id, &run.tenant, &old_task, old_status)
-            } else {
-                let Some(old) = self.get_run_at(&key("run", &[&run.id]))? else {
-                    return Err(missing_run(&run.id));
-                };
-                run_indexes(&old)
-            };
-            for (index_key, _) in old_indexes {
-                batch.remove(index_key);
+        let mut outcomes = Vec::with_capacity(runs.len());
+        // Keys claimed by runs earlier in this batch, to their run.
+        let mut claimed: std::collections::HashMap<Vec<u8>, &RunRecord> = Default::default();
+        for new in runs {
+            let run = &new.run;
+            let run_key = key("run", &[&run.id]);
+            let idem_key = run
+                .idempotency_key
+                .as_deref()
+                .map(|k| key("idem", &[&run.tenant, &run.task, k]));
+            let fire_key = new.unique_fire.then(|| fire_key(run));
+            let claims = [Some(&run_key), idem_key.as_ref(), fire_key.as_ref()];
+            if let Some(earlier) = claims.iter().flatten().find_map(|k| claimed.get(*k)) {
+                outcomes.push(Insert::Existing(Box::new((*earlier).clone())));
+                continue;
             }
+            if let Some(existing) = self.claimed_by(&run_key, [&idem_key, &fire_key])? {
+                outcomes.push(Insert::Existing(Box::new(existing)));
+                continue;
+            }
+            batch.insert(run_key.clone(), encode(run)?);
             for (index_key, value) in run_indexes(run) {
                 batch.insert(index_key, value);
             }
+            for claim in [&idem_key, &fire_key].into_iter().flatten() {
+                batch.insert(claim.clone(), encode(&run.id)?);
+            }
+            if let Some(schedule) = &new.schedule {
+                let sched_key = key("sched", &[&schedule.tenant, &schedule.task]);
+                batch.insert(sched_key, encode(schedule)?);
+            }
+            self.add_events(&mut batch, &run.id, &new.events)?;
+            for claim in [Some(run_key), idem_key, fire_key].into_iter().flatten() {
+                claimed.insert(claim, run);
+            }
+            outcomes.push(Insert::Created);
         }
-        self.add_events(&mut batch, &run.id, events)?;
-        self.apply(batch)
+        if outcomes.contains(&Insert::Created) {
+            self.apply(batch)?;
+        }
+        Ok(outcomes)
+    }
+
+    fn write_runs(&self, runs: &[(RunRecord, Vec<Event>)], usage: &[UsageBucket]) -> Result<()> {
+        if runs.is_empty() && usage.is_empty() {
+            return Ok(());
+        }
+        // A run given twice: its last record, with the events of both.
+        let mut order: Vec<(&RunRecord, Vec<&Event>)> = Vec::with_capacity(runs.len());
+        let mut at: std::collections::HashMap<&str, usize> = Default::default();
+        for (run, events) in runs {
+            match at.get(run.id.as_str()) {
+                Some(&i) => {
+                    order[i].0 = run;
+                    order[i].1.extend(events);
+                }
+                None => {
+                    at.insert(&run.id, order.len());
+                    order.push((run, events.iter().collect()));
+                }
+            }
+        }
+        let _serial = lock(&self.run_lock);
+        let mut batch = sled::Batch::default();
+        let mut missing = None;
+        for (run, events) in order {
+            if !self.run_changes(&mut batch, run)? {
+                missing.get_or_insert(&run.id);
+                continue;
+            }
+            for event in events {
+                self.add_event(&mut batch, &run.id, event)?;
+            }
+        }
+        self.usage_changes(&mut batch, usage)?;
+        self.apply(batch)?;
+        missing.map_or(Ok(()), |id| Err(missing_run(id)))
     }
 
     fn get_run(&self, id: &str) -> Result<Option<RunRecord>> {
@@ -905,36 +910,6 @@ impl Store for SledStore {
         self.values(&key("tok", &[]))
     }
 
-    fn add_usage(&self, usage: &[UsageBucket]) -> Result<()> {
-        if usage.is_empty() {
-            return Ok(());
-        }
-        // Read-add-write: serialised with the other read-then-write paths.
-        let _guard = lock(&self.run_lock);
-        let mut merged: std::collections::BTreeMap<Vec<u8>, UsageBucket> = Default::default();
-        for u in usage {
-            let k = usage_key(&u.tenant, u.hour, &u.task);
-            if let Some(b) = merged.get_mut(&k) {
-                b.add(u);
-                continue;
-            }
-            let mut bucket = self.get::<UsageBucket>(&k)?.unwrap_or_else(|| UsageBucket {
-                outcomes: Default::default(),
-                fuel: 0,
-                attempts: 0,
-                wall_ms: 0.0,
-                ..u.clone()
-            });
-            bucket.add(u);
-            merged.insert(k, bucket);
-        }
-        let mut batch = sled::Batch::default();
-        for (k, bucket) in merged {
-            batch.insert(k, encode(&bucket)?);
-        }
-        self.apply(batch)
-    }
-
     fn usage(&self, tenant: &str, from: Millis, to: Millis) -> Result<Vec<UsageBucket>> {
         if from >= to {
             return Ok(Vec::new());
@@ -974,9 +949,97 @@ impl Store for SledStore {
 impl SledStore {
     /// Adds `events` for `run_id` to `batch`, each under a fresh sequence number.
     fn add_events(&self, batch: &mut sled::Batch, run_id: &str, events: &[Event]) -> Result<()> {
-        for event in events {
-            let seq = self.db.generate_id().map_err(sled_error)?;
-            batch.insert(key("ev", &[run_id, &format!("{seq:020}")]), encode(event)?);
+        events
+            .iter()
+            .try_for_each(|event| self.add_event(batch, run_id, event))
+    }
+
+    fn add_event(&self, batch: &mut sled::Batch, run_id: &str, event: &Event) -> Result<()> {
+        let seq = self.db.generate_id().map_err(sled_error)?;
+        batch.insert(key("ev", &[run_id, &format!("{seq:020}")]), encode(event)?);
+        Ok(())
+    }
+
+    /// The stored run at `run_key`, or the run that holds one of `claims`.
+    fn claimed_by(
+        &self,
+        run_key: &[u8],
+        claims: [&Option<Vec<u8>>; 2],
+    ) -> Result<Option<RunRecord>> {
+        if let Some(existing) = self.get_run_at(run_key)? {
+            return Ok(Some(existing));
+        }
+        for claim in claims.into_iter().flatten() {
+            let owner: Option<String> = self.get(claim)?;
+            // A claim whose run is gone (it cannot be, delete_run removes
+            // both) is treated as free rather than blocking new runs.
+            if let Some(existing) = owner.map(|id| self.get_run(&id)).transpose()?.flatten() {
+                return Ok(Some(existing));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Adds the replacement of `run` (record and changed indexes) to
+    /// `batch`; false if the run is not stored. Callers hold `run_lock`.
+    fn run_changes(&self, batch: &mut sled::Batch, run: &RunRecord) -> Result<bool> {
+        // The small index entry says whether the indexes must change; reading
+        // and decoding the whole old record (all its steps) on every write
+        // cost ~100 µs for a large run, most of a write's time.
+        let ra = key("ra", &[&run.id]);
+        let Some(entry) = self.db.get(&ra).map_err(sled_error)? else {
+            return Ok(false);
+        };
+        let (old_status, old_task) = decode_index(&ra, &entry)?;
+        let same_tenant = self
+            .db
+            .contains_key(key("rt", &[&run.tenant, &run.id]))
+            .map_err(sled_error)?;
+        let unchanged = same_tenant && old_task == run.task && old_status == run.status;
+        batch.insert(key("run", &[&run.id]), encode(run)?);
+        if !unchanged {
+            // Same tenant: the old entries follow from the index entry alone;
+            // otherwise read the old record to find them.
+            let old_indexes = if same_tenant {
+                indexes_of(&run.id, &run.tenant, &old_task, old_status)
+            } else {
+                let Some(old) = self.get_run_at(&key("run", &[&run.id]))? else {
+                    return Ok(false);
+                };
+                run_indexes(&old)
+            };
+            for (index_key, _) in old_indexes {
+                batch.remove(index_key);
+            }
+            for (index_key, value) in run_indexes(run) {
+                batch.insert(index_key, value);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Adds `usage` to the stored hourly buckets, in `batch` (read-add-write:
+    /// callers hold `run_lock`).
+    fn usage_changes(&self, batch: &mut sled::Batch, usage: &[UsageBucket]) -> Result<()> {
+        let mut merged: std::collections::BTreeMap<Vec<u8>, UsageBucket> = Default::default();
+        for u in usage {
+            let k = usage_key(&u.tenant, u.hour, &u.task);
+            if let Some(b) = merged.get_mut(&k) {
+                b.add(u);
+                continue;
+            }
+            let mut bucket = self.get::<UsageBucket>(&k)?.unwrap_or_else(|| UsageBucket {
+                outcomes: Default::default(),
+                fuel: 0,
+                attempts: 0,
+                wall_ms: 0.0,
+                ..u.clone()
+            });
+            bucket.add(u);
+            merged.insert(k, bucket);
+        }
+        for (k, bucket) in merged {
+            batch.insert(k, encode(&bucket)?);
         }
         Ok(())
     }
