@@ -123,8 +123,9 @@ fn accepted_runs_survive_repeated_sigkill() {
     )
     .unwrap();
     assert_eq!(status, 201);
-    let ticker =
-        "name: ticker\ntrigger: { every: 1s }\noverlap: allow\ncatch_up: all\nplugin: echo@1.0.0\n";
+    // Both tasks keep every run: retention's default (1,000 finished runs
+    // per task) would otherwise delete accepted runs once the load passes it.
+    let ticker = "name: ticker\ntrigger: { every: 1s }\noverlap: allow\ncatch_up: all\nretention: { keep_runs: 1000000 }\nplugin: echo@1.0.0\n";
     assert_eq!(
         call(
             &agent,
@@ -137,7 +138,7 @@ fn accepted_runs_survive_repeated_sigkill() {
         .0,
         201
     );
-    let pipeline = "name: pipeline\nsteps:\n  - name: a\n    plugin: echo@1.0.0\n  - name: b\n    needs: [a]\n    plugin: echo@1.0.0\n  - name: c\n    needs: [b]\n    plugin: echo@1.0.0\n";
+    let pipeline = "name: pipeline\nretention: { keep_runs: 1000000 }\nsteps:\n  - name: a\n    plugin: echo@1.0.0\n  - name: b\n    needs: [a]\n    plugin: echo@1.0.0\n  - name: c\n    needs: [b]\n    plugin: echo@1.0.0\n";
     assert_eq!(
         call(
             &agent,
