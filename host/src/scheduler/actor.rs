@@ -22,7 +22,7 @@ use crate::model::{
     RECORD_FORMAT, RunRecord, RunStatus, ScheduleState, StepRunRecord, StepStatus, TriggerKind,
 };
 use crate::schedule::{self, AfterOn, Overlap, Trigger};
-use crate::store::{AttemptLogs, Insert, Store, new_id};
+use crate::store::{AttemptLogs, Insert, NewRun, Store, new_id};
 use crate::task::TaskSpec;
 use crate::template;
 use crate::tenant::{HOUR_MS, TenantRecord, UsageBucket};
@@ -261,6 +261,24 @@ pub(super) struct Actor {
     quotas: HashMap<String, TenantQuota>,
     /// Usage of finished attempts not yet written, by (tenant, task, hour).
     usage: HashMap<(String, String, Millis), UsageBucket>,
+    /// Runs created this turn of the loop, not yet stored (`insert_pending`).
+    pending: Vec<PendingRun>,
+}
+
+/// The answer to a trigger: the run, and whether it is new.
+type TriggerReply = tokio::sync::oneshot::Sender<Result<(RunRecord, bool)>>;
+
+/// A run created but not yet stored. The runs created in one turn of the
+/// loop (triggers drained together, fires due together) are inserted in one
+/// store write: each write costs sled two log-buffer writes, which made a
+/// write per run the largest cost of a manual trigger.
+struct PendingRun {
+    new: NewRun,
+    spec: TaskSpec,
+    actor: String,
+    /// Why the run is recorded as cancelled instead of queued (shed).
+    shed: Option<String>,
+    reply: Option<TriggerReply>,
 }
 
 /// One event; `step` names the step and attempt for step-level changes.
@@ -397,6 +415,7 @@ impl Actor {
             tenant_metrics: crate::metrics::TenantCache::new(stats.tenants.clone()),
             quotas: HashMap::new(),
             usage: HashMap::new(),
+            pending: Vec::new(),
         }
     }
 
@@ -546,6 +565,7 @@ impl Actor {
         self.mailbox = Some(mailbox);
         let mut last_flush = tokio::time::Instant::now();
         loop {
+            self.insert_pending();
             self.dispatch();
             let flush_every = self.flush_interval();
             if !self.dirty.is_empty() && last_flush.elapsed() >= flush_every {
@@ -638,6 +658,11 @@ impl Actor {
                 tracing::error!(error = %e, "cannot store a reply's changes");
             }
         }
+        if !matches!(cmd, Command::Trigger(..)) {
+            // Triggers drained together are stored together; anything else
+            // sees the runs created before it stored (and writes after them).
+            self.insert_pending();
+        }
         let cmd = match cmd {
             // These read finished runs back from the store: take them up once
             // the writer has stored everything before them.
@@ -665,11 +690,10 @@ impl Actor {
                     tracing::error!(error = %e, "cannot queue a retention purge");
                 }
             }
-            // The new run itself was written at once (`insert_run`); what
-            // follows (its first steps queued) may be written behind.
-            Command::Trigger(req, reply) => {
-                let _ = reply.send(self.on_trigger(req));
-            }
+            // The new run is stored with the others of this turn of the
+            // loop before the answer (`insert_pending`); what follows (its
+            // first steps queued) may be written behind.
+            Command::Trigger(req, reply) => self.on_trigger(req, reply),
             Command::TaskChanged { tenant, task } => {
                 self.guard(|a| a.on_task_changed(&tenant, &task))
             }
@@ -901,7 +925,22 @@ impl Actor {
         }
     }
 
-    fn on_trigger(&mut self, req: TriggerRequest) -> Result<(RunRecord, bool)> {
+    /// Checks a trigger and creates its run (answered once stored), or
+    /// answers the refusal at once.
+    fn on_trigger(&mut self, req: TriggerRequest, reply: TriggerReply) {
+        match self.check_trigger(&req) {
+            Ok((rec, spec)) => {
+                let now = self.clock.now_ms();
+                self.create_run(rec, spec, false, &req.actor, now, Some(reply));
+            }
+            Err(e) => {
+                let _ = reply.send(Err(e));
+            }
+        }
+    }
+
+    /// The run a manual trigger creates, unless a limit refuses it.
+    fn check_trigger(&mut self, req: &TriggerRequest) -> Result<(RunRecord, TaskSpec)> {
         let now = self.clock.now_ms();
         let (task, spec) = self.load_task(&req.tenant, &req.task)?;
         let queued = self.queued_runs.get(&req.tenant).copied().unwrap_or(0);
@@ -951,19 +990,21 @@ impl Actor {
             priority,
         };
         let rec = self.new_run(&task, &spec, origin, now);
-        self.create_run(rec, spec, false, None, &req.actor, now)
+        Ok((rec, spec))
     }
 
-    /// Stores a new run (unless its key or fire exists) and makes its first steps ready.
+    /// Creates a run, to be stored with the others of this turn of the loop
+    /// (unless its key or fire exists); returns its place in `pending`.
+    /// `reply` is answered once it is stored.
     fn create_run(
         &mut self,
         mut rec: RunRecord,
         spec: TaskSpec,
         unique_fire: bool,
-        schedule: Option<&ScheduleState>,
         actor: &str,
         now: Millis,
-    ) -> Result<(RunRecord, bool)> {
+        reply: Option<TriggerReply>,
+    ) -> usize {
         let shed = self
             .tenant_refusal(&rec.tenant, now)
             .or_else(|| self.shed_reason(rec.priority));
@@ -976,36 +1017,98 @@ impl Actor {
             format!("triggered ({:?})", rec.trigger).to_lowercase(),
             actor,
         )];
-        if let Some(reason) = &shed {
-            set_run(
-                &mut rec,
-                RunStatus::Cancelled,
-                now,
-                reason.clone(),
-                "scheduler",
-                &mut events,
-            );
-            for i in 0..rec.steps.len() {
-                set_step(
+        match &shed {
+            Some(reason) => {
+                set_run(
                     &mut rec,
-                    i,
-                    StepStatus::Cancelled,
+                    RunStatus::Cancelled,
                     now,
                     reason.clone(),
                     "scheduler",
                     &mut events,
                 );
+                for i in 0..rec.steps.len() {
+                    set_step(
+                        &mut rec,
+                        i,
+                        StepStatus::Cancelled,
+                        now,
+                        reason.clone(),
+                        "scheduler",
+                        &mut events,
+                    );
+                }
+            }
+            // Counted at once, so the triggers of one turn see each other
+            // against the queue bounds; undone if the run is not created.
+            None => *self.queued_runs.entry(rec.tenant.clone()).or_default() += 1,
+        }
+        self.pending.push(PendingRun {
+            new: NewRun {
+                run: rec,
+                unique_fire,
+                schedule: None,
+                events,
+            },
+            spec,
+            actor: actor.to_string(),
+            shed,
+            reply,
+        });
+        self.pending.len() - 1
+    }
+
+    /// Stores the runs created since the last call in one write, then makes
+    /// their first steps ready and answers their triggers. Runs created
+    /// meanwhile (an `after` task of a run that ended at once) follow in
+    /// another write.
+    fn insert_pending(&mut self) {
+        while !self.pending.is_empty() {
+            let pending = std::mem::take(&mut self.pending);
+            let (news, rest): (Vec<NewRun>, Vec<_>) = pending
+                .into_iter()
+                .map(|p| (p.new, (p.spec, p.actor, p.shed, p.reply)))
+                .unzip();
+            let outcomes = self.store.insert_runs(&news);
+            let now = self.clock.now_ms();
+            for (i, (new, (spec, actor, shed, reply))) in news.into_iter().zip(rest).enumerate() {
+                let rec = new.run;
+                let outcome = match &outcomes {
+                    Ok(outcomes) => Ok(outcomes[i].clone()),
+                    Err(e) => Err(Error::Store(crate::store::Error::Backend(e.to_string()))),
+                };
+                let created = matches!(outcome, Ok(Insert::Created));
+                if !created && shed.is_none() {
+                    self.queued_runs
+                        .entry(rec.tenant.clone())
+                        .and_modify(|n| *n = n.saturating_sub(1));
+                }
+                let answer = match outcome {
+                    Err(e) => {
+                        tracing::error!(tenant = %rec.tenant, task = %rec.task, error = %e, "storing a new run failed");
+                        Err(e)
+                    }
+                    Ok(Insert::Existing(existing)) => Ok((*existing, false)),
+                    Ok(Insert::Created) => self.on_created(rec, spec, shed.is_some(), &actor, now),
+                };
+                if let Some(reply) = reply {
+                    let _ = reply.send(answer);
+                }
             }
         }
-        match self
-            .store
-            .insert_run(&rec, unique_fire, schedule, &events)?
-        {
-            Insert::Existing(existing) => return Ok((*existing, false)),
-            Insert::Created => {}
-        }
+    }
+
+    /// Takes up a run just stored: tracks it and makes its first steps ready.
+    fn on_created(
+        &mut self,
+        rec: RunRecord,
+        spec: TaskSpec,
+        shed: bool,
+        actor: &str,
+        now: Millis,
+    ) -> Result<(RunRecord, bool)> {
         self.stats.runs_created.fetch_add(1, Ordering::Relaxed);
-        if shed.is_some() {
+        if shed {
             self.stats.shed.fetch_add(1, Ordering::Relaxed);
             self.tenant_metrics.of(&rec.tenant).run_finished(rec.status);
             return Ok((rec, true));
@@ -1015,7 +1118,6 @@ impl Actor {
             && spec.overlap == Overlap::QueueOne
             && self.by_task.get(&key).is_some_and(|t| t.active > 0);
         self.track(key, &rec.id, held);
-        *self.queued_runs.entry(rec.tenant.clone()).or_default() += 1;
         let id = rec.id.clone();
         self.runs
             .insert(id.clone(), ActiveRun::new(rec, spec, held));
@@ -1209,11 +1311,12 @@ impl Actor {
         }
         sched.next_fire = due.next.map(|d| d.timestamp_millis());
         let fires: Vec<Millis> = due.fire.iter().map(|d| d.timestamp_millis()).collect();
-        let mut wrote_schedule = false;
-        for (i, instant) in fires.iter().enumerate() {
-            sched.last_fired = Some(*instant);
-            let last = i + 1 == fires.len();
-            let active = self.by_task.get(&key).map_or(0, |t| t.active);
+        let active = self.by_task.get(&key).map_or(0, |t| t.active);
+        let (mut last_created, mut created) = (None, 0);
+        for instant in fires {
+            sched.last_fired = Some(instant);
+            // Runs created by this call are active too once stored.
+            let active = active + created;
             let skip = match spec.overlap {
                 Overlap::Skip => active >= 1,
                 Overlap::QueueOne => active >= 2,
@@ -1221,25 +1324,27 @@ impl Actor {
             };
             if skip {
                 self.stats.overlap_skips.fetch_add(1, Ordering::Relaxed);
-                tracing::info!(%tenant, task = %task_name, at = %rfc3339(*instant), overlap = ?spec.overlap, "fire skipped: previous run still active");
+                tracing::info!(%tenant, task = %task_name, at = %rfc3339(instant), overlap = ?spec.overlap, "fire skipped: previous run still active");
                 continue;
             }
             let origin = Origin {
                 trigger: kind,
-                scheduled_for: *instant,
+                scheduled_for: instant,
                 input: serde_json::json!({}),
                 idempotency_key: None,
                 priority: spec.priority,
             };
             let rec = self.new_run(&task, &spec, origin, now);
-            // The run, its fire key and the schedule's progress are one write:
-            // after a crash either all are there or none, so no instant fires twice.
-            let progress = if last { Some(&sched) } else { None };
-            self.create_run(rec, (*spec).clone(), true, progress, "scheduler", now)?;
-            wrote_schedule |= last;
+            let i = self.create_run(rec, (*spec).clone(), true, "scheduler", now, None);
+            created += usize::from(self.pending[i].shed.is_none());
+            last_created = Some(i);
         }
-        if !wrote_schedule {
-            self.store.put_schedule(&sched)?;
+        // The runs, their fire keys and the schedule's progress are one
+        // write: after a crash either all are there or none, so no instant
+        // fires twice.
+        match last_created {
+            Some(i) => self.pending[i].new.schedule = Some(sched.clone()),
+            None => self.store.put_schedule(&sched)?,
         }
         if let Some(armed) = self.armed.get_mut(&key) {
             armed.schedule = sched.clone();
@@ -1399,6 +1504,7 @@ impl Actor {
     /// (through the writer once the main loop runs); `then` runs once they
     /// are stored.
     fn flush_then(&mut self, then: Option<Box<dyn FnOnce(Result<()>) + Send>>) -> Result<()> {
+        self.insert_pending();
         let dirty = std::mem::take(&mut self.dirty);
         let mut runs = Vec::with_capacity(dirty.len());
         for (id, events) in dirty {
@@ -1504,7 +1610,7 @@ impl Actor {
             if !fires {
                 continue;
             }
-            let result = self.load_task(&rec.tenant, &down).and_then(|(task, spec)| {
+            let made = self.load_task(&rec.tenant, &down).map(|(task, spec)| {
                 let outputs: serde_json::Map<String, serde_json::Value> = rec
                     .steps
                     .iter()
@@ -1520,11 +1626,15 @@ impl Actor {
                     idempotency_key: Some(format!("after:{}", rec.id)),
                     priority: spec.priority,
                 };
-                let new = self.new_run(&task, &spec, origin, now);
-                self.create_run(new, spec, false, None, "scheduler", now)
+                (self.new_run(&task, &spec, origin, now), spec)
             });
-            if let Err(e) = result {
-                tracing::error!(upstream = %rec.task, task = %down, error = %e, "starting an `after` task failed");
+            match made {
+                Ok((new, spec)) => {
+                    self.create_run(new, spec, false, "scheduler", now, None);
+                }
+                Err(e) => {
+                    tracing::error!(upstream = %rec.task, task = %down, error = %e, "starting an `after` task failed");
+                }
             }
         }
     }

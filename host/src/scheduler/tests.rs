@@ -812,3 +812,50 @@ async fn the_fuel_used_in_a_window_survives_a_restart() {
     assert!(h.scheduler.stats().hold_reason("a").is_some());
     h.shutdown.cancel();
 }
+
+#[tokio::test(start_paused = true)]
+async fn triggers_taken_in_one_turn_are_stored_together_and_see_each_other() {
+    let config = SchedulerConfig {
+        queue: QueueConfig::for_cores(1),
+        max_queued_per_tenant: 2,
+        ..test_config()
+    };
+    let h = Harness::start_with(Arc::new(MemoryStore::new()), config).await;
+    h.put_task("name: q\nplugin: block@1.0.0\n").await;
+    h.put_task("name: k\nplugin: ok@1.0.0\n").await;
+    let req = |task: &str, key: Option<&str>| TriggerRequest {
+        tenant: "t".into(),
+        task: task.into(),
+        idempotency_key: key.map(str::to_string),
+        actor: "test".into(),
+        ..Default::default()
+    };
+    // Sent before the actor runs: it drains them in one turn and inserts
+    // the new runs in one store write.
+    let (a, again) = tokio::join!(
+        h.scheduler.trigger(req("k", Some("a"))),
+        h.scheduler.trigger(req("k", Some("a"))),
+    );
+    let ((first, created), (second, created_again)) = (a.unwrap(), again.unwrap());
+    assert!(created && !created_again);
+    assert_eq!(first.id, second.id, "one run for one key");
+    h.wait_terminal(&first.id).await;
+    assert_eq!(h.runs("k").len(), 1);
+
+    // The queue bound counts the runs of the same turn.
+    let answers = tokio::join!(
+        h.scheduler.trigger(req("q", None)),
+        h.scheduler.trigger(req("q", None)),
+        h.scheduler.trigger(req("q", None)),
+        h.scheduler.trigger(req("q", None)),
+    );
+    let answers = [answers.0, answers.1, answers.2, answers.3];
+    assert_eq!(answers.iter().filter(|a| a.is_ok()).count(), 2);
+    for refused in answers.iter().filter_map(|a| a.as_ref().err()) {
+        assert!(
+            matches!(refused, Error::QueueFull { queued: 2, .. }),
+            "{refused}"
+        );
+    }
+    assert_eq!(h.runs("q").len(), 2);
+}
