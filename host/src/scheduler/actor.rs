@@ -573,7 +573,10 @@ impl Actor {
                 last_flush = tokio::time::Instant::now();
             }
             self.publish_gauges();
-            let now = self.clock.now_ms();
+            // From the exact time, not whole milliseconds: rounding `now`
+            // down woke every timer up to 1 ms late (on top of tokio's own
+            // rounding up to its 1 ms tick).
+            let now = self.clock.now();
             let next_wake = [
                 self.timers.first().map(|(at, _)| *at),
                 self.queue.next_rate_wakeup(),
@@ -582,8 +585,8 @@ impl Actor {
             .flatten()
             .min()
             .map(|at| {
-                tokio::time::Instant::now()
-                    + std::time::Duration::from_millis((at - now).max(0) as u64)
+                let wait = (from_ms(at) - now).to_std().unwrap_or_default();
+                tokio::time::Instant::now() + wait
             });
             let flush_at = (!self.dirty.is_empty()).then_some(last_flush + flush_every);
             let wake = [next_wake, flush_at].into_iter().flatten().min();

@@ -108,8 +108,14 @@ pub struct SledStore {
     dir: PathBuf,
     /// `dir/blobs`.
     blobs: PathBuf,
-    /// Serialises run and dead-letter writes, which read before they write.
+    /// Serialises run updates, deletes and dead-letter writes, which read
+    /// before they write.
     run_lock: Mutex<()>,
+    /// Serialises run inserts (which check claims, then write them) with
+    /// deletes (which free them). Apart from `run_lock`: inserts touch only
+    /// keys of new runs, and the scheduler's inserts must not wait behind a
+    /// large batch of updates (they did, for up to 8 ms, delaying fires).
+    claim_lock: Mutex<()>,
     /// Serialises log blob writes with their release, so a blob is never
     /// unlinked while a new reference to it is being written.
     blob_lock: Mutex<()>,
@@ -264,6 +270,7 @@ impl SledStore {
             dir: data_dir.to_owned(),
             blobs,
             run_lock: Mutex::new(()),
+            claim_lock: Mutex::new(()),
             blob_lock: Mutex::new(()),
             tmp_counter: AtomicU64::new(0),
             sync,
@@ -622,7 +629,7 @@ impl Store for SledStore {
     }
 
     fn insert_runs(&self, runs: &[NewRun]) -> Result<Vec<Insert>> {
-        let _serial = lock(&self.run_lock);
+        let _serial = lock(&self.claim_lock);
         let mut batch = sled::Batch::default();
         let mut outcomes = Vec::with_capacity(runs.len());
         // Keys claimed by runs earlier in this batch, to their run.
@@ -686,11 +693,19 @@ impl Store for SledStore {
                 }
             }
         }
+        // Encoded before taking the lock: most of a write's time.
+        let encoded = order
+            .into_iter()
+            .map(|(run, events)| {
+                let events = events.into_iter().map(encode).collect::<Result<Vec<_>>>()?;
+                Ok((run, encode(run)?, events))
+            })
+            .collect::<Result<Vec<_>>>()?;
         let _serial = lock(&self.run_lock);
         let mut batch = sled::Batch::default();
         let mut missing = None;
-        for (run, events) in order {
-            if !self.run_changes(&mut batch, run)? {
+        for (run, record, events) in encoded {
+            if !self.run_changes(&mut batch, run, record)? {
                 missing.get_or_insert(&run.id);
                 continue;
             }
@@ -784,6 +799,7 @@ impl Store for SledStore {
     }
 
     fn delete_run(&self, id: &str) -> Result<bool> {
+        let _claims = lock(&self.claim_lock);
         let _serial = lock(&self.run_lock);
         let Some(run) = self.get_run(id)? else {
             return Ok(false);
@@ -951,12 +967,13 @@ impl SledStore {
     fn add_events(&self, batch: &mut sled::Batch, run_id: &str, events: &[Event]) -> Result<()> {
         events
             .iter()
-            .try_for_each(|event| self.add_event(batch, run_id, event))
+            .try_for_each(|event| self.add_event(batch, run_id, encode(event)?))
     }
 
-    fn add_event(&self, batch: &mut sled::Batch, run_id: &str, event: &Event) -> Result<()> {
+    /// Adds one encoded event for `run_id` to `batch`.
+    fn add_event(&self, batch: &mut sled::Batch, run_id: &str, event: Vec<u8>) -> Result<()> {
         let seq = self.db.generate_id().map_err(sled_error)?;
-        batch.insert(key("ev", &[run_id, &format!("{seq:020}")]), encode(event)?);
+        batch.insert(key("ev", &[run_id, &format!("{seq:020}")]), event);
         Ok(())
     }
 
@@ -981,8 +998,14 @@ impl SledStore {
     }
 
     /// Adds the replacement of `run` (record and changed indexes) to
-    /// `batch`; false if the run is not stored. Callers hold `run_lock`.
-    fn run_changes(&self, batch: &mut sled::Batch, run: &RunRecord) -> Result<bool> {
+    /// `batch` (`record`: the run, encoded); false if the run is not stored.
+    /// Callers hold `run_lock`.
+    fn run_changes(
+        &self,
+        batch: &mut sled::Batch,
+        run: &RunRecord,
+        record: Vec<u8>,
+    ) -> Result<bool> {
         // The small index entry says whether the indexes must change; reading
         // and decoding the whole old record (all its steps) on every write
         // cost ~100 µs for a large run, most of a write's time.
@@ -996,7 +1019,7 @@ impl SledStore {
             .contains_key(key("rt", &[&run.tenant, &run.id]))
             .map_err(sled_error)?;
         let unchanged = same_tenant && old_task == run.task && old_status == run.status;
-        batch.insert(key("run", &[&run.id]), encode(run)?);
+        batch.insert(key("run", &[&run.id]), record);
         if !unchanged {
             // Same tenant: the old entries follow from the index entry alone;
             // otherwise read the old record to find them.
