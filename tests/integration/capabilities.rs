@@ -6,7 +6,6 @@
 
 use std::collections::HashMap;
 use std::convert::Infallible;
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::pin::Pin;
@@ -552,18 +551,8 @@ impl Server {
             cmd.arg("--config").arg(config);
         }
         let mut child = cmd.spawn().expect("starting ax serve");
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let url = loop {
-            match lines.next() {
-                Some(Ok(line)) => {
-                    if let Some(url) = line.strip_prefix("ax listening on ") {
-                        break url.to_string();
-                    }
-                }
-                other => panic!("ax serve exited before listening: {other:?}"),
-            }
-        };
-        std::thread::spawn(move || for _ in lines {});
+        let url =
+            crate::crash::listening_url(&mut child).expect("ax serve exited before listening");
         Self { child, url }
     }
 

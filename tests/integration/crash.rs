@@ -36,20 +36,7 @@ impl AxProcess {
             .stderr(Stdio::null())
             .spawn()
             .expect("starting ax serve");
-        let stdout = child.stdout.take().expect("piped");
-        let mut lines = BufReader::new(stdout).lines();
-        let url = loop {
-            match lines.next() {
-                Some(Ok(line)) => {
-                    if let Some(url) = line.strip_prefix("ax listening on ") {
-                        break url.to_string();
-                    }
-                }
-                other => panic!("ax serve exited before listening: {other:?}"),
-            }
-        };
-        // Keep draining stdout so the child never blocks on a full pipe.
-        std::thread::spawn(move || for _ in lines {});
+        let url = listening_url(&mut child).expect("ax serve exited before listening");
         Self { child, url }
     }
 
@@ -58,6 +45,21 @@ impl AxProcess {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Reads the stdout (piped) of a spawned `ax serve` until it says where it
+/// listens, then keeps draining it so the child never blocks on a full pipe.
+/// `None` if it exited first.
+pub(crate) fn listening_url(child: &mut Child) -> Option<String> {
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout piped")).lines();
+    let url = loop {
+        let line = lines.next()?.ok()?;
+        if let Some(url) = line.strip_prefix("ax listening on ") {
+            break url.to_string();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    Some(url)
 }
 
 impl Drop for AxProcess {

@@ -2,7 +2,6 @@
 //! `--log-format json`, a failing run, and the JSON lines it wrote; request
 //! ids on answers and in error bodies.
 
-use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -63,20 +62,13 @@ fn json_logs_carry_request_and_run_ids() {
         .stderr(std::fs::File::create(&log_path).unwrap())
         .spawn()
         .expect("ax serve");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let url = loop {
-        let Some(Ok(line)) = lines.next() else {
-            let _ = child.wait();
-            panic!(
-                "ax serve exited before listening: {}",
-                std::fs::read_to_string(&log_path).unwrap_or_default()
-            );
-        };
-        if let Some(url) = line.strip_prefix("ax listening on ") {
-            break url.to_string();
-        }
+    let Some(url) = crate::crash::listening_url(&mut child) else {
+        let _ = child.wait();
+        panic!(
+            "ax serve exited before listening: {}",
+            std::fs::read_to_string(&log_path).unwrap_or_default()
+        );
     };
-    std::thread::spawn(move || for _ in lines {});
     let agent = new_agent();
 
     let (status, ..) = send(
