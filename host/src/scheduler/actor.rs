@@ -564,6 +564,19 @@ impl Actor {
         self.writer = Some(spawn_writer(self.store.clone()));
         self.mailbox = Some(mailbox);
         let mut last_flush = tokio::time::Instant::now();
+        // The system clock wakes on time through an alarm thread; a test
+        // clock needs tokio's timer (its paused time).
+        let alarm = self
+            .clock
+            .is_system()
+            .then(|| {
+                super::clock::Alarm::new()
+                    .inspect_err(
+                        |e| tracing::warn!(error = %e, "no alarm thread; waking on tokio's timer"),
+                    )
+                    .ok()
+            })
+            .flatten();
         loop {
             self.insert_pending();
             self.dispatch();
@@ -591,9 +604,10 @@ impl Actor {
             let flush_at = (!self.dirty.is_empty()).then_some(last_flush + flush_every);
             let wake = [next_wake, flush_at].into_iter().flatten().min();
             let sleep = async {
-                match wake {
-                    Some(at) => tokio::time::sleep_until(at).await,
-                    None => std::future::pending().await,
+                match (wake, &alarm) {
+                    (Some(at), Some(alarm)) => alarm.sleep_until(at.into_std()).await,
+                    (Some(at), None) => tokio::time::sleep_until(at).await,
+                    (None, _) => std::future::pending().await,
                 }
             };
             tokio::select! {
