@@ -277,6 +277,7 @@ impl Ax {
             )));
         }
         self.store.delete_plugin(tenant, name, version)?;
+        self.scheduler.plugin_deleted(tenant, name, version);
         let still_used = self
             .store
             .list_plugins(tenant)?

@@ -363,6 +363,25 @@ async fn upload_apply_trigger_and_poll_until_the_plugin_output_is_there() {
         StatusCode::NO_CONTENT
     );
     assert_eq!(h.get("/v1/plugins").await.body["plugins"], json!([]));
+
+    // Once deleted, the version may be uploaded again with other bytes, and
+    // runs use those (the scheduler forgets the record it had read).
+    let reused = h.upload("echo", "hello").await;
+    assert_eq!(reused.status, StatusCode::CREATED, "{}", reused.body);
+    assert_ne!(reused.body["digest"], up.body["digest"]);
+    assert_eq!(
+        h.apply("hello", HELLO_TASK).await.status,
+        StatusCode::CREATED
+    );
+    let run = h
+        .trigger("hello", json!({ "input": { "name": "ax" } }))
+        .await;
+    let done = h.wait_run(run.body["id"].as_str().unwrap()).await;
+    assert_eq!(done["status"], "succeeded", "{done:#}");
+    assert_eq!(
+        done["steps"][0]["output"]["input"]["name"], "ax",
+        "echo's output, not hello's: {done:#}"
+    );
 }
 
 #[tokio::test]

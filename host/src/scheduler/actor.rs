@@ -263,6 +263,10 @@ pub(super) struct Actor {
     usage: HashMap<(String, String, Millis), UsageBucket>,
     /// Runs created this turn of the loop, not yet stored (`insert_pending`).
     pending: Vec<PendingRun>,
+    /// Plugin records by (tenant, name, version), read once: versions are
+    /// immutable, and a deleted one is forgotten ([`Command::PluginDeleted`]).
+    /// Reading sled per attempt waited behind the writer's batches.
+    plugins: HashMap<(String, String, String), crate::model::PluginRecord>,
 }
 
 /// The answer to a trigger: the run, and whether it is new.
@@ -416,6 +420,7 @@ impl Actor {
             quotas: HashMap::new(),
             usage: HashMap::new(),
             pending: Vec::new(),
+            plugins: HashMap::new(),
         }
     }
 
@@ -711,6 +716,13 @@ impl Actor {
             // loop before the answer (`insert_pending`); what follows (its
             // first steps queued) may be written behind.
             Command::Trigger(req, reply) => self.on_trigger(req, reply),
+            Command::PluginDeleted {
+                tenant,
+                name,
+                version,
+            } => {
+                self.plugins.remove(&(tenant, name, version));
+            }
             Command::TaskChanged { tenant, task } => {
                 self.guard(|a| a.on_task_changed(&tenant, &task))
             }
@@ -1763,10 +1775,8 @@ impl Actor {
         let grants = run.spec.step_grants(i);
         // Resolve the input and the plugin; either failing fails the step for good.
         let input = self.resolve_input(&entry.run_id, i, number);
+        let plugin = self.plugin(&entry.tenant, &spec.plugin.name, &spec.plugin.version)?;
         let run = self.runs.get_mut(&entry.run_id).expect("present");
-        let plugin =
-            self.store
-                .get_plugin(&run.rec.tenant, &spec.plugin.name, &spec.plugin.version)?;
         let prepared = match (input, plugin) {
             (Ok(input), Some(plugin)) => Ok((input, plugin)),
             (Err(e), _) => Err(format!("input: {e}")),
@@ -1890,6 +1900,24 @@ impl Actor {
             span,
         ));
         Ok(())
+    }
+
+    /// A plugin version's record, from memory once read.
+    fn plugin(
+        &mut self,
+        tenant: &str,
+        name: &str,
+        version: &str,
+    ) -> Result<Option<crate::model::PluginRecord>> {
+        let key = (tenant.to_string(), name.to_string(), version.to_string());
+        if let Some(record) = self.plugins.get(&key) {
+            return Ok(Some(record.clone()));
+        }
+        let record = self.store.get_plugin(tenant, name, version)?;
+        if let Some(record) = &record {
+            self.plugins.insert(key, record.clone());
+        }
+        Ok(record)
     }
 
     fn resolve_input(

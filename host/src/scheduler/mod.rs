@@ -212,6 +212,11 @@ enum Command {
         tenant: String,
         task: String,
     },
+    PluginDeleted {
+        tenant: String,
+        name: String,
+        version: String,
+    },
     TenantChanged {
         record: Box<TenantRecord>,
         reply: oneshot::Sender<Result<()>>,
@@ -404,6 +409,16 @@ impl Scheduler {
         let _ = self.tx.send(Command::TaskChanged {
             tenant: tenant.to_string(),
             task: task.to_string(),
+        });
+    }
+
+    /// Forgets a deleted plugin version (the scheduler keeps the records
+    /// it has read: versions are immutable until deleted).
+    pub fn plugin_deleted(&self, tenant: &str, name: &str, version: &str) {
+        let _ = self.tx.send(Command::PluginDeleted {
+            tenant: tenant.to_string(),
+            name: name.to_string(),
+            version: version.to_string(),
         });
     }
 
