@@ -51,6 +51,10 @@ enum Timer {
     Window {
         tenant: String,
     },
+    /// A run created ahead of its instant may start.
+    Release {
+        run_id: String,
+    },
 }
 
 struct AttemptDone {
@@ -583,6 +587,9 @@ impl Actor {
             })
             .flatten();
         loop {
+            // Runs already stored go first: storing this turn's new ones
+            // (up to milliseconds) must not delay a run released on time.
+            self.dispatch();
             self.insert_pending();
             self.dispatch();
             let flush_every = self.flush_interval();
@@ -1165,7 +1172,14 @@ impl Actor {
     // Firing
     // ----------------------------------------------------------------------
 
-    fn arm_fire(&mut self, tenant: &str, task: &str, at: Millis) {
+    /// Arms a task's timer for its next instant `at`: `fire_ahead` before
+    /// it, or at the instant itself when `ahead` is false.
+    fn arm_fire(&mut self, tenant: &str, task: &str, at: Millis, ahead: bool) {
+        let at = if ahead {
+            at.saturating_sub(self.config.fire_ahead_ms)
+        } else {
+            at
+        };
         let key = (tenant.to_string(), task.to_string());
         if let Some(old) = self.fire_timers.insert(key.clone(), at) {
             self.timers.remove(&(
@@ -1282,7 +1296,7 @@ impl Actor {
                 schedule,
             },
         );
-        self.arm_fire(tenant, task, next);
+        self.arm_fire(tenant, task, next, true);
         Ok(())
     }
 
@@ -1305,6 +1319,12 @@ impl Actor {
                         tracing::error!(run = %run_id, error = %e, "requeueing a retry failed");
                     }
                 }
+                Timer::Release { run_id } => {
+                    let mut events = Vec::new();
+                    if let Err(e) = self.advance(&run_id, now, "scheduler", &mut events) {
+                        tracing::error!(run = %run_id, error = %e, "releasing a run failed");
+                    }
+                }
                 Timer::Window { tenant } => {
                     if let Some(q) = self.quotas.get_mut(&tenant)
                         && q.roll(now)
@@ -1318,6 +1338,12 @@ impl Actor {
         Ok(())
     }
 
+    /// Fires a task's due instants (per `catch_up`), and its next instant
+    /// too when that is within `fire_ahead`: the run is stored ahead and
+    /// released at its instant (see `advance`), so storing it is not part of
+    /// its lateness. Should the overlap policy skip that instant now, it is
+    /// judged at the instant itself instead, as without the lead: a run still
+    /// active now may have ended by then.
     fn fire(&mut self, tenant: &str, task_name: &str, now: Millis) -> Result<()> {
         let key = (tenant.to_string(), task_name.to_string());
         let Some(armed) = self.armed.get(&key) else {
@@ -1339,19 +1365,39 @@ impl Actor {
             tracing::info!(%tenant, task = %task_name, skipped = due.skipped, "missed fires skipped per catch_up");
         }
         sched.next_fire = due.next.map(|d| d.timestamp_millis());
-        let fires: Vec<Millis> = due.fire.iter().map(|d| d.timestamp_millis()).collect();
+        let mut fires: Vec<Millis> = due.fire.iter().map(|d| d.timestamp_millis()).collect();
         let active = self.by_task.get(&key).map_or(0, |t| t.active);
+        // Runs created by this call are active too once stored.
+        let overlaps = |created: usize| match spec.overlap {
+            Overlap::Skip => active + created >= 1,
+            Overlap::QueueOne => active + created >= 2,
+            Overlap::Allow => false,
+        };
         let (mut last_created, mut created) = (None, 0);
-        for instant in fires {
+        let mut ahead = true;
+        let mut i = 0;
+        loop {
+            if i == fires.len() {
+                match sched.next_fire {
+                    Some(next) if next <= now + self.config.fire_ahead_ms => {
+                        if overlaps(created) {
+                            ahead = false;
+                            break;
+                        }
+                        fires.push(next);
+                        sched.next_fire = self
+                            .armed
+                            .get(&key)
+                            .and_then(|a| a.trigger.next_after(from_ms(next)))
+                            .map(|d| d.timestamp_millis());
+                    }
+                    _ => break,
+                }
+            }
+            let instant = fires[i];
+            i += 1;
             sched.last_fired = Some(instant);
-            // Runs created by this call are active too once stored.
-            let active = active + created;
-            let skip = match spec.overlap {
-                Overlap::Skip => active >= 1,
-                Overlap::QueueOne => active >= 2,
-                Overlap::Allow => false,
-            };
-            if skip {
+            if overlaps(created) {
                 self.stats.overlap_skips.fetch_add(1, Ordering::Relaxed);
                 tracing::info!(%tenant, task = %task_name, at = %rfc3339(instant), overlap = ?spec.overlap, "fire skipped: previous run still active");
                 continue;
@@ -1373,13 +1419,16 @@ impl Actor {
         // fires twice.
         match last_created {
             Some(i) => self.pending[i].new.schedule = Some(sched.clone()),
-            None => self.store.put_schedule(&sched)?,
+            None if self.armed.get(&key).is_none_or(|a| a.schedule != sched) => {
+                self.store.put_schedule(&sched)?;
+            }
+            None => {}
         }
         if let Some(armed) = self.armed.get_mut(&key) {
             armed.schedule = sched.clone();
         }
         match sched.next_fire {
-            Some(next) => self.arm_fire(tenant, task_name, next),
+            Some(next) => self.arm_fire(tenant, task_name, next, ahead),
             None => {
                 self.armed.remove(&key);
             }
@@ -1425,7 +1474,17 @@ impl Actor {
                 run.readiness.settle(&run.graph, i, status, &mut decidable);
             }
         }
-        if run.held || run.cancelled {
+        // A run created ahead of its instant waits for it (`fire`).
+        let early = run.rec.scheduled_for > now;
+        if early && !run.cancelled {
+            self.timers.insert((
+                run.rec.scheduled_for,
+                Timer::Release {
+                    run_id: id.to_string(),
+                },
+            ));
+        }
+        if run.held || run.cancelled || early {
             run.candidates = decidable;
         } else {
             while let Some(i) = decidable.pop() {

@@ -439,6 +439,59 @@ async fn overlap_allow_runs_side_by_side() {
     assert_eq!(h.runs("o").len(), 3);
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_scheduled_run_is_stored_ahead_and_starts_at_its_instant() {
+    let h = Harness::start().await;
+    h.put_task("name: a\ntrigger: { every: 10s }\nplugin: ok@1.0.0\n")
+        .await;
+    // Within the lead before the 10 s instant: stored, not started.
+    tokio::time::sleep(Duration::from_millis(9_990)).await;
+    let runs = h.runs("a");
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    let instant = t0().timestamp_millis() + 10_000;
+    assert_eq!(runs[0].scheduled_for, instant);
+    assert!(runs[0].created_at <= instant - 10, "{:?}", runs[0]);
+    assert_eq!(runs[0].status, RunStatus::Queued);
+    assert!(h.runner.calls.lock().unwrap().is_empty());
+    // Released at the instant itself.
+    let done = h.wait_terminal(&runs[0].id).await;
+    assert_eq!(done.started_at, Some(instant));
+    assert_eq!(done.steps[0].attempts[0].started_at, instant);
+    assert_eq!(h.runner.calls.lock().unwrap().len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn overlap_is_judged_at_the_instant_when_a_run_is_active_ahead_of_it() {
+    let h = Harness::start().await;
+    // The 10 s run ends at 19.995 s: still active when the 20 s instant is
+    // within the lead, over by the instant itself.
+    h.put_task("name: o\ntrigger: { every: 10s }\noverlap: skip\nplugin: slow@1.0.0\ninput: { ms: 9995 }\n").await;
+    tokio::time::sleep(Duration::from_millis(20_500)).await;
+    let runs = h.runs("o");
+    let instants: Vec<_> = runs
+        .iter()
+        .map(|r| (r.scheduled_for - t0().timestamp_millis()) / 1000)
+        .collect();
+    assert_eq!(instants, [10, 20], "{runs:?}");
+    assert_eq!(runs[1].started_at, Some(t0().timestamp_millis() + 20_000));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_run_stored_ahead_of_a_crash_still_waits_for_its_instant() {
+    let store = Arc::new(MemoryStore::new());
+    let h = Harness::start_with(store.clone(), test_config()).await;
+    h.put_task("name: a\ntrigger: { every: 10s }\nplugin: ok@1.0.0\n")
+        .await;
+    tokio::time::sleep(Duration::from_millis(9_990)).await;
+    h.shutdown.cancel();
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    let h = restart_at(store, t0() + chrono::Duration::milliseconds(9_992)).await;
+    let runs = h.runs("a");
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    let done = h.wait_terminal(&runs[0].id).await;
+    assert_eq!(done.started_at, Some(t0().timestamp_millis() + 10_000));
+}
+
 /// Starts a scheduler on `store` at `at` (a "restart" after downtime).
 async fn restart_at(store: Arc<MemoryStore>, at: DateTime<Utc>) -> Harness {
     let clock = Arc::new(TokioClock::starting_at(at));
