@@ -245,7 +245,7 @@ pub(super) struct Actor {
     /// Runs changed since the last flush, with their events not yet stored.
     /// Internal transitions are written once per loop turn (write-behind);
     /// anything a client is told about is flushed before the answer.
-    dirty: HashMap<String, Vec<Event>>,
+    dirty: Dirty,
     /// Terminal runs already dropped from `runs`, kept until flushed.
     finished: HashMap<String, RunRecord>,
     /// The run writer (from the start of the main loop; before it, during
@@ -287,6 +287,31 @@ struct PendingRun {
     /// Why the run is recorded as cancelled instead of queued (shed).
     shed: Option<String>,
     reply: Option<TriggerReply>,
+}
+
+/// Runs changed since the last flush, with their events not yet stored.
+#[derive(Default)]
+struct Dirty {
+    runs: HashMap<String, Vec<Event>>,
+    /// Steps of the largest run among them (it sets the flush interval),
+    /// kept as they are added: the loop asks every turn.
+    most_steps: usize,
+}
+
+impl Dirty {
+    fn add(&mut self, id: &str, steps: usize, events: &mut Vec<Event>) {
+        self.most_steps = self.most_steps.max(steps);
+        match self.runs.get_mut(id) {
+            Some(pending) => pending.append(events),
+            None => {
+                self.runs.insert(id.to_string(), std::mem::take(events));
+            }
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.runs.is_empty()
+    }
 }
 
 /// One event; `step` names the step and attempt for step-level changes.
@@ -412,7 +437,7 @@ impl Actor {
             armed: HashMap::new(),
             by_task: HashMap::new(),
             queued_runs: HashMap::new(),
-            dirty: HashMap::new(),
+            dirty: Dirty::default(),
             finished: HashMap::new(),
             writer: None,
             mailbox: None,
@@ -710,7 +735,7 @@ impl Actor {
                 // Runs held in memory or not yet written are not history.
                 ids.retain(|id| {
                     !self.runs.contains_key(id)
-                        && !self.dirty.contains_key(id)
+                        && !self.dirty.runs.contains_key(id)
                         && !self.finished.contains_key(id)
                 });
                 let job =
@@ -1566,7 +1591,7 @@ impl Actor {
             }
             set_run(&mut run.rec, status, now, reason, actor, events);
         }
-        self.dirty.entry(id.to_string()).or_default().append(events);
+        self.dirty.add(id, run.rec.steps.len(), events);
         for i in ready {
             let entry = self.entry_for(id, i, now);
             self.queue.push(entry);
@@ -1579,12 +1604,7 @@ impl Actor {
 
     /// The write-behind interval for the runs now waiting to be written.
     fn flush_interval(&self) -> std::time::Duration {
-        let largest = self
-            .dirty
-            .keys()
-            .filter_map(|id| self.runs.get(id).map(|r| r.rec.steps.len()))
-            .max()
-            .unwrap_or(1);
+        let largest = self.dirty.most_steps;
         (FLUSH_EVERY * (largest.div_ceil(64).max(1) as u32)).min(FLUSH_MAX)
     }
 
@@ -1593,7 +1613,7 @@ impl Actor {
     /// are stored.
     fn flush_then(&mut self, then: Option<Box<dyn FnOnce(Result<()>) + Send>>) -> Result<()> {
         self.insert_pending();
-        let dirty = std::mem::take(&mut self.dirty);
+        let dirty = std::mem::take(&mut self.dirty).runs;
         let mut runs = Vec::with_capacity(dirty.len());
         for (id, events) in dirty {
             let rec = self
@@ -1906,9 +1926,7 @@ impl Actor {
             &mut events,
         );
         self.dirty
-            .entry(entry.run_id.clone())
-            .or_default()
-            .append(&mut events);
+            .add(&entry.run_id, run.rec.steps.len(), &mut events);
         let cancel = CancellationToken::new();
         run.cancels.insert(i, cancel.clone());
         let request = AttemptRequest {
@@ -2251,10 +2269,7 @@ impl Actor {
             "scheduler",
             &mut events,
         );
-        self.dirty
-            .entry(run_id.to_string())
-            .or_default()
-            .append(&mut events);
+        self.dirty.add(run_id, run.rec.steps.len(), &mut events);
         let entry = self.entry_for(run_id, i, now);
         self.queue.push(entry);
         Ok(())
@@ -2325,10 +2340,7 @@ impl Actor {
             &mut events,
         );
         let rec = run.rec.clone();
-        self.dirty
-            .entry(run_id.to_string())
-            .or_default()
-            .append(&mut events);
+        self.dirty.add(run_id, run.rec.steps.len(), &mut events);
         self.finish_run(run_id, now)?;
         Ok(rec)
     }
