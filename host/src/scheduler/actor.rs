@@ -267,6 +267,8 @@ pub(super) struct Actor {
     usage: HashMap<(String, String, Millis), UsageBucket>,
     /// Runs created this turn of the loop, not yet stored (`insert_pending`).
     pending: Vec<PendingRun>,
+    /// The store write of earlier pending runs, if one is under way.
+    inserting: Option<Inserting>,
     /// Plugin records by (tenant, name, version), read once: versions are
     /// immutable, and a deleted one is forgotten ([`Command::PluginDeleted`]).
     /// Reading sled per attempt waited behind the writer's batches.
@@ -312,6 +314,26 @@ impl Dirty {
     fn is_empty(&self) -> bool {
         self.runs.is_empty()
     }
+}
+
+/// What a pending run needs once stored, besides its record.
+type PendingRest = (TaskSpec, String, Option<String>, Option<TriggerReply>);
+
+/// A store write of new runs under way on a blocking thread, so the actor
+/// keeps firing, releasing and taking up finished attempts meanwhile
+/// (`begin_insert`). Each write took 0.3 ms in the median and 2 ms at p99
+/// under the fire benchmark, during which nothing else moved.
+struct Inserting {
+    rest: Vec<PendingRest>,
+    done: std::sync::mpsc::Receiver<(Vec<NewRun>, crate::store::Result<Vec<Insert>>)>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+fn split_pending(pending: Vec<PendingRun>) -> (Vec<NewRun>, Vec<PendingRest>) {
+    pending
+        .into_iter()
+        .map(|p| (p.new, (p.spec, p.actor, p.shed, p.reply)))
+        .unzip()
 }
 
 /// One event; `step` names the step and attempt for step-level changes.
@@ -449,6 +471,7 @@ impl Actor {
             quotas: HashMap::new(),
             usage: HashMap::new(),
             pending: Vec::new(),
+            inserting: None,
             plugins: HashMap::new(),
         }
     }
@@ -612,11 +635,8 @@ impl Actor {
             })
             .flatten();
         loop {
-            // Runs already stored go first: storing this turn's new ones
-            // (up to milliseconds) must not delay a run released on time.
             self.dispatch();
-            self.insert_pending();
-            self.dispatch();
+            self.begin_insert();
             let flush_every = self.flush_interval();
             if !self.dirty.is_empty() && last_flush.elapsed() >= flush_every {
                 self.guard(|a| a.flush());
@@ -647,9 +667,20 @@ impl Actor {
                     (None, _) => std::future::pending().await,
                 }
             };
+            let inserted = async {
+                match self.inserting.as_mut() {
+                    Some(inserting) => {
+                        let _ = (&mut inserting.task).await;
+                    }
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => break,
+                // Due timers first: firing and releasing on time is the job.
+                _ = sleep => self.guard(|a| a.on_timers()),
+                () = inserted => self.complete_insert(),
                 Some(done) = done_rx.recv() => {
                     self.guard(|a| a.on_done(done));
                     for _ in 0..BATCH {
@@ -669,7 +700,6 @@ impl Actor {
                         }
                     }
                 }
-                _ = sleep => self.guard(|a| a.on_timers()),
             }
         }
         // Store what changed before stopping (in order, after earlier batches).
@@ -1119,42 +1149,89 @@ impl Actor {
         self.pending.len() - 1
     }
 
-    /// Stores the runs created since the last call in one write, then makes
-    /// their first steps ready and answers their triggers. Runs created
-    /// meanwhile (an `after` task of a run that ended at once) follow in
-    /// another write.
+    /// Stores the runs created so far, waiting for a write under way first:
+    /// what follows sees them stored. Runs created meanwhile (an `after` task
+    /// of a run that ended at once) follow in another write.
     fn insert_pending(&mut self) {
+        self.complete_insert();
         while !self.pending.is_empty() {
-            let pending = std::mem::take(&mut self.pending);
-            let (news, rest): (Vec<NewRun>, Vec<_>) = pending
-                .into_iter()
-                .map(|p| (p.new, (p.spec, p.actor, p.shed, p.reply)))
-                .unzip();
+            let (news, rest) = split_pending(std::mem::take(&mut self.pending));
             let outcomes = self.store.insert_runs(&news);
-            let now = self.clock.now_ms();
-            for (i, (new, (spec, actor, shed, reply))) in news.into_iter().zip(rest).enumerate() {
-                let rec = new.run;
-                let outcome = match &outcomes {
-                    Ok(outcomes) => Ok(outcomes[i].clone()),
-                    Err(e) => Err(Error::Store(crate::store::Error::Backend(e.to_string()))),
-                };
-                let created = matches!(outcome, Ok(Insert::Created));
-                if !created && shed.is_none() {
-                    self.queued_runs
-                        .entry(rec.tenant.clone())
-                        .and_modify(|n| *n = n.saturating_sub(1));
-                }
-                let answer = match outcome {
-                    Err(e) => {
-                        tracing::error!(tenant = %rec.tenant, task = %rec.task, error = %e, "storing a new run failed");
-                        Err(e)
+            self.take_up(news, rest, outcomes);
+        }
+    }
+
+    /// Starts storing the pending runs in one write on a blocking thread,
+    /// unless a write is under way (they go in the next).
+    fn begin_insert(&mut self) {
+        if self.inserting.is_some() || self.pending.is_empty() {
+            return;
+        }
+        let (news, rest) = split_pending(std::mem::take(&mut self.pending));
+        let store = self.store.clone();
+        let (tx, done) = std::sync::mpsc::channel();
+        let task = tokio::task::spawn_blocking(move || {
+            let outcomes =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| store.insert_runs(&news)))
+                    .unwrap_or_else(|_| {
+                        Err(crate::store::Error::Backend(
+                            "storing new runs panicked".into(),
+                        ))
+                    });
+            let _ = tx.send((news, outcomes));
+        });
+        self.inserting = Some(Inserting { rest, done, task });
+    }
+
+    /// Takes up the runs of the write under way, waiting for it if needed.
+    fn complete_insert(&mut self) {
+        let Some(inserting) = self.inserting.take() else {
+            return;
+        };
+        match inserting.done.recv() {
+            Ok((news, outcomes)) => self.take_up(news, inserting.rest, outcomes),
+            // The blocking pool shut down under the write: nothing was stored.
+            Err(_) => {
+                for (_, _, _, reply) in inserting.rest {
+                    if let Some(reply) = reply {
+                        let _ = reply.send(Err(Error::Stopped));
                     }
-                    Ok(Insert::Existing(existing)) => Ok((*existing, false)),
-                    Ok(Insert::Created) => self.on_created(rec, spec, shed.is_some(), &actor, now),
-                };
-                if let Some(reply) = reply {
-                    let _ = reply.send(answer);
                 }
+            }
+        }
+    }
+
+    /// Takes up a write's runs: makes the stored ones' first steps ready and
+    /// answers their triggers (with the existing run for a known key).
+    fn take_up(
+        &mut self,
+        news: Vec<NewRun>,
+        rest: Vec<PendingRest>,
+        outcomes: crate::store::Result<Vec<Insert>>,
+    ) {
+        let now = self.clock.now_ms();
+        for (i, (new, (spec, actor, shed, reply))) in news.into_iter().zip(rest).enumerate() {
+            let rec = new.run;
+            let outcome = match &outcomes {
+                Ok(outcomes) => Ok(outcomes[i].clone()),
+                Err(e) => Err(Error::Store(crate::store::Error::Backend(e.to_string()))),
+            };
+            let created = matches!(outcome, Ok(Insert::Created));
+            if !created && shed.is_none() {
+                self.queued_runs
+                    .entry(rec.tenant.clone())
+                    .and_modify(|n| *n = n.saturating_sub(1));
+            }
+            let answer = match outcome {
+                Err(e) => {
+                    tracing::error!(tenant = %rec.tenant, task = %rec.task, error = %e, "storing a new run failed");
+                    Err(e)
+                }
+                Ok(Insert::Existing(existing)) => Ok((*existing, false)),
+                Ok(Insert::Created) => self.on_created(rec, spec, shed.is_some(), &actor, now),
+            };
+            if let Some(reply) = reply {
+                let _ = reply.send(answer);
             }
         }
     }
@@ -1608,11 +1685,16 @@ impl Actor {
         (FLUSH_EVERY * (largest.div_ceil(64).max(1) as u32)).min(FLUSH_MAX)
     }
 
-    /// Writes every run changed since the last flush, with its new events
-    /// (through the writer once the main loop runs); `then` runs once they
-    /// are stored.
+    /// Stores the pending runs, then writes every run changed since the last
+    /// flush, with its new events (through the writer once the main loop
+    /// runs); `then` runs once all of it is stored.
     fn flush_then(&mut self, then: Option<Box<dyn FnOnce(Result<()>) + Send>>) -> Result<()> {
         self.insert_pending();
+        self.write_behind(then)
+    }
+
+    /// Writes every run changed since the last flush (see `flush_then`).
+    fn write_behind(&mut self, then: Option<Box<dyn FnOnce(Result<()>) + Send>>) -> Result<()> {
         let dirty = std::mem::take(&mut self.dirty).runs;
         let mut runs = Vec::with_capacity(dirty.len());
         for (id, events) in dirty {
@@ -1657,7 +1739,9 @@ impl Actor {
 
     /// Starts writing the changed runs (write-behind).
     fn flush(&mut self) -> Result<()> {
-        self.flush_then(None)
+        // Runs not yet stored have no changes to write: they are taken up
+        // (and changed) only once stored. So this need not wait for them.
+        self.write_behind(None)
     }
 
     /// Handles `cmd` again once everything changed so far is stored, for
