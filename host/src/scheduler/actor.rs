@@ -1576,8 +1576,11 @@ impl Actor {
                 run.readiness.settle(&run.graph, i, status, &mut decidable);
             }
         }
-        // A run created ahead of its instant waits for it (`fire`).
-        let early = run.rec.scheduled_for > now;
+        // A run created ahead of its instant waits for it (`fire`). Only for
+        // as long as the lead: a run further ahead means the clock stepped
+        // back, and its runs (manual ones too) must not wait for that.
+        let ahead = run.rec.scheduled_for - now;
+        let early = ahead > 0 && ahead <= self.config.fire_ahead_ms;
         if early && !run.cancelled {
             self.timers.insert((
                 run.rec.scheduled_for,

@@ -492,6 +492,23 @@ async fn a_run_stored_ahead_of_a_crash_still_waits_for_its_instant() {
     assert_eq!(done.started_at, Some(t0().timestamp_millis() + 10_000));
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_clock_stepped_back_past_the_lead_does_not_hold_runs_back() {
+    let store = Arc::new(MemoryStore::new());
+    let h = Harness::start_with(store.clone(), test_config()).await;
+    h.put_task("name: a\ntrigger: { every: 10s }\nplugin: ok@1.0.0\n")
+        .await;
+    tokio::time::sleep(Duration::from_millis(9_990)).await;
+    h.shutdown.cancel();
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    // Restarted with the wall clock a second behind: the run is not held
+    // for that second (only a run within the lead waits for its instant).
+    let h = restart_at(store, t0() + chrono::Duration::milliseconds(9_000)).await;
+    let runs = h.runs("a");
+    let done = h.wait_terminal(&runs[0].id).await;
+    assert_eq!(done.started_at, Some(t0().timestamp_millis() + 9_000));
+}
+
 /// Starts a scheduler on `store` at `at` (a "restart" after downtime).
 async fn restart_at(store: Arc<MemoryStore>, at: DateTime<Utc>) -> Harness {
     let clock = Arc::new(TokioClock::starting_at(at));
