@@ -1477,9 +1477,10 @@ impl Actor {
         };
         let (mut last_created, mut created) = (None, 0);
         let mut ahead = true;
-        let mut i = 0;
+        let mut taken = 0;
         loop {
-            if i == fires.len() {
+            // The due instants, then the next one if it is within the lead.
+            if taken == fires.len() {
                 match sched.next_fire {
                     Some(next) if next <= now + self.config.fire_ahead_ms => {
                         if overlaps(created) {
@@ -1496,8 +1497,8 @@ impl Actor {
                     _ => break,
                 }
             }
-            let instant = fires[i];
-            i += 1;
+            let instant = fires[taken];
+            taken += 1;
             sched.last_fired = Some(instant);
             if overlaps(created) {
                 self.stats.overlap_skips.fetch_add(1, Ordering::Relaxed);
@@ -1512,9 +1513,9 @@ impl Actor {
                 priority: spec.priority,
             };
             let rec = self.new_run(&task, &spec, origin, now);
-            let i = self.create_run(rec, (*spec).clone(), true, "scheduler", now, None);
-            created += usize::from(self.pending[i].shed.is_none());
-            last_created = Some(i);
+            let pending = self.create_run(rec, (*spec).clone(), true, "scheduler", now, None);
+            created += usize::from(self.pending[pending].shed.is_none());
+            last_created = Some(pending);
         }
         // The runs, their fire keys and the schedule's progress are one
         // write: after a crash either all are there or none, so no instant
