@@ -94,7 +94,7 @@ pub struct SchedulerConfig {
 }
 
 /// Scheduled runs are stored this long before their instant, so the store's
-/// write (p999 5 ms, worst 13 ms measured under load) is not part of their
+/// write (p999 3–7 ms, worst 15 ms in the fire benchmark) is not part of their
 /// lateness. Longer would only move creation further from the instant.
 pub const FIRE_AHEAD_MS: crate::model::Millis = 20;
 
