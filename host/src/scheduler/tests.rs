@@ -392,16 +392,20 @@ async fn cancel_stops_a_running_attempt_and_drops_queued_steps() {
     ));
 }
 
+/// Each run's scheduled instant, in whole seconds after `t0`.
+fn seconds_after_t0(runs: &[RunRecord]) -> Vec<i64> {
+    runs.iter()
+        .map(|r| (r.scheduled_for - t0().timestamp_millis()) / 1000)
+        .collect()
+}
+
 #[tokio::test(start_paused = true)]
 async fn overlap_skip_drops_fires_while_a_run_is_active() {
     let h = Harness::start().await;
     h.put_task("name: o\ntrigger: { every: 10s }\noverlap: skip\nplugin: slow@1.0.0\ninput: { ms: 25000 }\n").await;
     tokio::time::sleep(Duration::from_millis(45_500)).await;
     let runs = h.runs("o");
-    let instants: Vec<_> = runs
-        .iter()
-        .map(|r| (r.scheduled_for - t0().timestamp_millis()) / 1000)
-        .collect();
+    let instants = seconds_after_t0(&runs);
     // 10 s starts a 25 s run; 20 s and 30 s are skipped; 40 s starts the next.
     assert_eq!(instants, [10, 40]);
     assert_eq!(
@@ -419,10 +423,7 @@ async fn overlap_queue_one_keeps_one_run_waiting() {
     h.put_task("name: o\ntrigger: { every: 10s }\noverlap: queue_one\nplugin: slow@1.0.0\ninput: { ms: 25000 }\n").await;
     tokio::time::sleep(Duration::from_millis(30_500)).await;
     let runs = h.runs("o");
-    let instants: Vec<_> = runs
-        .iter()
-        .map(|r| (r.scheduled_for - t0().timestamp_millis()) / 1000)
-        .collect();
+    let instants = seconds_after_t0(&runs);
     // 10 s runs, 20 s waits, 30 s is skipped (one is already waiting).
     assert_eq!(instants, [10, 20]);
     assert_eq!(runs[1].status, RunStatus::Queued);
@@ -468,16 +469,14 @@ async fn overlap_is_judged_at_the_instant_when_a_run_is_active_ahead_of_it() {
     h.put_task("name: o\ntrigger: { every: 10s }\noverlap: skip\nplugin: slow@1.0.0\ninput: { ms: 9995 }\n").await;
     tokio::time::sleep(Duration::from_millis(20_500)).await;
     let runs = h.runs("o");
-    let instants: Vec<_> = runs
-        .iter()
-        .map(|r| (r.scheduled_for - t0().timestamp_millis()) / 1000)
-        .collect();
+    let instants = seconds_after_t0(&runs);
     assert_eq!(instants, [10, 20], "{runs:?}");
     assert_eq!(runs[1].started_at, Some(t0().timestamp_millis() + 20_000));
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_run_stored_ahead_of_a_crash_still_waits_for_its_instant() {
+/// A task firing every 10 s, stopped at 9.990 s (its 10 s run stored
+/// ahead, not started), restarted with the clock at `ms` after `t0`.
+async fn stored_ahead_then_restarted_at(ms: i64) -> Harness {
     let store = Arc::new(MemoryStore::new());
     let h = Harness::start_with(store.clone(), test_config()).await;
     h.put_task("name: a\ntrigger: { every: 10s }\nplugin: ok@1.0.0\n")
@@ -485,7 +484,12 @@ async fn a_run_stored_ahead_of_a_crash_still_waits_for_its_instant() {
     tokio::time::sleep(Duration::from_millis(9_990)).await;
     h.shutdown.cancel();
     tokio::time::sleep(Duration::from_millis(1)).await;
-    let h = restart_at(store, t0() + chrono::Duration::milliseconds(9_992)).await;
+    restart_at(store, t0() + chrono::Duration::milliseconds(ms)).await
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_run_stored_ahead_of_a_crash_still_waits_for_its_instant() {
+    let h = stored_ahead_then_restarted_at(9_992).await;
     let runs = h.runs("a");
     assert_eq!(runs.len(), 1, "{runs:?}");
     let done = h.wait_terminal(&runs[0].id).await;
@@ -494,16 +498,9 @@ async fn a_run_stored_ahead_of_a_crash_still_waits_for_its_instant() {
 
 #[tokio::test(start_paused = true)]
 async fn a_clock_stepped_back_past_the_lead_does_not_hold_runs_back() {
-    let store = Arc::new(MemoryStore::new());
-    let h = Harness::start_with(store.clone(), test_config()).await;
-    h.put_task("name: a\ntrigger: { every: 10s }\nplugin: ok@1.0.0\n")
-        .await;
-    tokio::time::sleep(Duration::from_millis(9_990)).await;
-    h.shutdown.cancel();
-    tokio::time::sleep(Duration::from_millis(1)).await;
     // Restarted with the wall clock a second behind: the run is not held
     // for that second (only a run within the lead waits for its instant).
-    let h = restart_at(store, t0() + chrono::Duration::milliseconds(9_000)).await;
+    let h = stored_ahead_then_restarted_at(9_000).await;
     let runs = h.runs("a");
     let done = h.wait_terminal(&runs[0].id).await;
     assert_eq!(done.started_at, Some(t0().timestamp_millis() + 9_000));
