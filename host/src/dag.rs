@@ -71,6 +71,31 @@ pub fn check(steps: &[(&str, &[String])]) -> Result<Vec<usize>, DagError> {
     Ok(topological_order(&needs))
 }
 
+/// A cycle among named nodes whose edges may point at names that are not
+/// nodes (those edges are ignored: an `after` trigger may name a task not
+/// saved yet). The same search as [`check`]: linear in nodes and edges, and
+/// the cycle is named from its earliest listed node, repeated at the end.
+pub fn find_named_cycle(nodes: &[(&str, &[String])]) -> Option<Vec<String>> {
+    let index: HashMap<&str, usize> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, (name, _))| (*name, i))
+        .collect();
+    let edges: Vec<Vec<usize>> = nodes
+        .iter()
+        .map(|(_, to)| {
+            let mut targets: Vec<usize> = Vec::with_capacity(to.len());
+            for t in to.iter().filter_map(|t| index.get(t.as_str()).copied()) {
+                if !targets.contains(&t) {
+                    targets.push(t);
+                }
+            }
+            targets
+        })
+        .collect();
+    find_cycle(&edges).map(|c| c.into_iter().map(|i| nodes[i].0.to_owned()).collect())
+}
+
 /// Finds a cycle by iterative depth-first search (no recursion, so a long
 /// chain cannot overflow the stack). Returns the step indices of the cycle,
 /// starting at its earliest declared step and repeating it at the end.
@@ -367,5 +392,45 @@ mod tests {
         let spec: &[(&str, &[&str])] = &[("a", &["b"]), ("b", &["a", "ghost"])];
         assert_eq!(run_upstream(spec, 0), ["a", "b", "ghost"]);
         assert!(run_upstream(spec, 7).is_empty());
+    }
+
+    #[test]
+    fn named_cycles_ignore_unknown_targets_and_start_at_the_first_node() {
+        let v = |xs: &[&str]| xs.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        let (a, b, c) = (v(&["b", "ghost"]), v(&["c"]), v(&["a"]));
+        let nodes = [
+            ("a", a.as_slice()),
+            ("b", b.as_slice()),
+            ("c", c.as_slice()),
+        ];
+        assert_eq!(find_named_cycle(&nodes), Some(v(&["a", "b", "c", "a"])));
+        let (ghost, to_a) = (v(&["ghost"]), v(&["a"]));
+        let open = [("a", ghost.as_slice()), ("b", to_a.as_slice())];
+        assert_eq!(find_named_cycle(&open), None);
+    }
+
+    #[test]
+    fn named_cycle_search_is_linear_on_diamonds() {
+        // 2 * 2000 nodes, each needing both nodes of the layer below: an
+        // all-paths search would take 2^2000 steps; this one visits each
+        // edge once.
+        let mut nodes: Vec<(String, Vec<String>)> = vec![("base".into(), vec![])];
+        for layer in 1..=2000 {
+            let below = if layer == 1 {
+                vec!["base".to_string(), "base".to_string()]
+            } else {
+                vec![format!("x{}", layer - 1), format!("y{}", layer - 1)]
+            };
+            nodes.push((format!("x{layer}"), below.clone()));
+            nodes.push((format!("y{layer}"), below));
+        }
+        nodes[0].1.push("x2000".into());
+        let named: Vec<(&str, &[String])> = nodes
+            .iter()
+            .map(|(n, e)| (n.as_str(), e.as_slice()))
+            .collect();
+        let cycle = find_named_cycle(&named).unwrap();
+        assert_eq!(cycle.len(), 2002);
+        assert_eq!((cycle[0].as_str(), cycle[2001].as_str()), ("base", "base"));
     }
 }

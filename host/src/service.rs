@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 
+use crate::dag;
 use crate::model::{
     DeadLetter, Event, PluginRecord, RECORD_FORMAT, RunRecord, ScheduleState, TaskRecord,
 };
@@ -143,26 +144,6 @@ pub struct Ax {
 
 pub use self::tenants::{TenantSpec, UsageReport, UsageTotals, WindowUsage, load_registry};
 
-fn valid_name(name: &str) -> bool {
-    let mut chars = name.chars();
-    chars.next().is_some_and(|c| c.is_ascii_alphanumeric())
-        && name.len() <= 64
-        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
-}
-
-fn valid_version(version: &str) -> bool {
-    let core = version.split(['-', '+']).next().unwrap_or_default();
-    let parts: Vec<&str> = core.split('.').collect();
-    parts.len() == 3
-        && parts
-            .iter()
-            .all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit()))
-        && version.len() <= 64
-        && version
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '+'))
-}
-
 impl Ax {
     /// Attempts the scheduler runs at once.
     pub fn scheduler_concurrency(&self) -> usize {
@@ -186,14 +167,17 @@ impl Ax {
         version: &str,
         bytes: Vec<u8>,
     ) -> Result<(PluginRecord, bool)> {
-        if !valid_name(name) {
+        // The same rules as a task's `plugin: name@version` reference, so
+        // every version that uploads can be referenced.
+        if !task::is_valid_name(name) {
             return Err(Error::BadRequest(format!(
                 "plugin name `{name}` must match [A-Za-z0-9][A-Za-z0-9_.-]{{0,63}}"
             )));
         }
-        if !valid_version(version) {
+        if !task::is_valid_version(version) {
             return Err(Error::BadRequest(format!(
-                "plugin version `{version}` is not semver (x.y.z)"
+                "plugin version `{version}` is not semver 2.0 (MAJOR.MINOR.PATCH without \
+                 leading zeros, then optional -pre.release and +build)"
             )));
         }
         if bytes.len() > self.max_plugin_bytes {
@@ -371,37 +355,27 @@ impl Ax {
         else {
             return Ok(());
         };
-        let mut edges: std::collections::HashMap<String, Vec<String>> = self
+        // The new task first, so the cycle (which must pass through it: the
+        // saved tasks have none) is named from it.
+        let saved: Vec<(String, Vec<String>)> = self
             .list_specs(tenant)?
             .into_iter()
             .filter(|(t, _)| t.name != spec.name)
             .map(|(t, s)| (t.name, s.trigger.map(|t| t.after).unwrap_or_default()))
             .collect();
-        edges.insert(spec.name.clone(), after);
-        // Walk upstream from the new task; reaching it again is a cycle.
-        let mut stack = vec![(spec.name.clone(), vec![spec.name.clone()])];
-        while let Some((at, path)) = stack.pop() {
-            for up in edges.get(&at).cloned().unwrap_or_default() {
-                if up == spec.name {
-                    let mut cycle = path.clone();
-                    cycle.push(up);
-                    cycle.reverse();
-                    return Err(Error::Invalid {
-                        path: Some("trigger.after".into()),
-                        message: format!(
-                            "`after` triggers would form a cycle: {}",
-                            cycle.join(" -> ")
-                        ),
-                    });
-                }
-                if !path.contains(&up) {
-                    let mut next = path.clone();
-                    next.push(up.clone());
-                    stack.push((up, next));
-                }
-            }
+        let mut nodes: Vec<(&str, &[String])> = Vec::with_capacity(saved.len() + 1);
+        nodes.push((&spec.name, &after));
+        nodes.extend(saved.iter().map(|(n, a)| (n.as_str(), a.as_slice())));
+        match dag::find_named_cycle(&nodes) {
+            None => Ok(()),
+            Some(cycle) => Err(Error::Invalid {
+                path: Some("trigger.after".into()),
+                message: format!(
+                    "`after` triggers would form a cycle: {} (each task runs after the next)",
+                    cycle.join(" -> ")
+                ),
+            }),
         }
-        Ok(())
     }
 
     /// One task.
@@ -684,12 +658,12 @@ mod tests {
 
     #[test]
     fn names_and_versions_are_checked() {
-        assert!(valid_name("extract-orders"));
-        assert!(!valid_name("-x"));
-        assert!(!valid_name("a/b"));
-        assert!(valid_version("1.2.0"));
-        assert!(valid_version("1.0.0-rc.1"));
-        assert!(!valid_version("1.2"));
-        assert!(!valid_version("v1.2.3"));
+        assert!(task::is_valid_name("extract-orders"));
+        assert!(!task::is_valid_name("-x"));
+        assert!(!task::is_valid_name("a/b"));
+        assert!(task::is_valid_version("1.2.0"));
+        assert!(task::is_valid_version("1.0.0-rc.1"));
+        assert!(!task::is_valid_version("1.2"));
+        assert!(!task::is_valid_version("v1.2.3"));
     }
 }

@@ -824,11 +824,17 @@ async fn bad_requests_get_a_clear_4xx_and_change_nothing() {
         (cut.status, cut.code()),
         (StatusCode::UNPROCESSABLE_ENTITY, "invalid_component")
     );
-    let version = h.upload_bytes("hello2", "v1", plugin_bytes("hello")).await;
-    assert_eq!(
-        (version.status, version.code()),
-        (StatusCode::BAD_REQUEST, "bad_request")
-    );
+    // Versions no task could reference (`plugin: name@version` takes strict
+    // semver 2.0) are refused at upload too: one rule for both.
+    for bad in ["v1", "01.2.3", "1.0.0-", "1.2.3-01", "1.2"] {
+        let version = h.upload_bytes("hello2", bad, plugin_bytes("hello")).await;
+        assert_eq!(
+            (version.status, version.code()),
+            (StatusCode::BAD_REQUEST, "bad_request"),
+            "version {bad}: {}",
+            version.body
+        );
+    }
     let unnamed = h
         .send(
             request("POST", "/v1/plugins", None)

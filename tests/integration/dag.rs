@@ -316,6 +316,43 @@ fn bad_dags_are_refused_on_save_naming_what_is_wrong() {
     );
 }
 
+/// The cross-task `after` check is the DAG's linear cycle search: a chain of
+/// 30 diamonds (2^30 upstream paths) is checked at once, where a search that
+/// walks every path would not finish, and the cycle is named.
+#[test]
+fn after_cycles_through_diamonds_are_found_at_once_and_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let ax = Ax::start(dir.path());
+    assert_eq!(ax.apply("name: d0\nplugin: echo@1.0.0\n").0, 201);
+    let mut below = vec!["d0".to_string()];
+    for layer in 1..=30 {
+        let names = vec![format!("l{layer}x"), format!("l{layer}y")];
+        for name in &names {
+            let task = format!(
+                "name: {name}\ntrigger: {{ after: [{}] }}\nplugin: echo@1.0.0\n",
+                below.join(", ")
+            );
+            let (status, body) = ax.apply(&task);
+            assert_eq!(status, 201, "{body}");
+        }
+        below = names;
+    }
+    let closing = "name: d0\ntrigger: { after: [l30x] }\nplugin: echo@1.0.0\n";
+    let (status, body) = ax.apply(closing);
+    assert_eq!(status, 422, "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("`after` triggers would form a cycle: d0 -> l30x -> l29"),
+        "{message}"
+    );
+    assert!(
+        message.ends_with("l1x -> d0 (each task runs after the next)")
+            || message.ends_with("l1y -> d0 (each task runs after the next)"),
+        "{message}"
+    );
+    assert_eq!(body["error"]["details"]["path"], "trigger.after", "{body}");
+}
+
 #[test]
 fn a_finished_task_triggers_its_after_task_with_its_outputs() {
     let dir = tempfile::tempdir().unwrap();

@@ -9,7 +9,6 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use super::{Ax, Error, Result};
-use crate::api::auth::valid_tenant;
 use crate::model::Millis;
 use crate::store::Store;
 use crate::task::Caps;
@@ -197,7 +196,7 @@ impl Ax {
             path: Some("name".into()),
             message: "a tenant needs a name".into(),
         })?;
-        if !valid_tenant(&name) {
+        if !crate::task::is_valid_name(&name) {
             return Err(Error::Invalid {
                 path: Some("name".into()),
                 message: format!("`{name}` must match [A-Za-z0-9][A-Za-z0-9_.-]{{0,63}}"),
