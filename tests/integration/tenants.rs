@@ -761,11 +761,14 @@ mod fairness {
     }
 
     /// 20 spins that each time out: charged what they burned, they use up a
-    /// fuel budget of 1e9 and the tenant is held. (Probe: charged 2,190 each,
-    /// 43,800 for 20, never held.)
+    /// fuel budget of 2.5e9 and the tenant is held. (Probe: charged 2,190
+    /// each, 43,800 for 20, never held.) Each may burn 2.5e9 (the whole
+    /// budget), twice what 100 ms of spinning burns on a free core here
+    /// (~1.2e9), so they time out rather than run out of fuel; 20 of them use
+    /// the budget up while a spin gets a tenth of a core or more.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn timed_out_spins_use_up_the_fuel_budget_and_the_tenant_is_held() {
-        const BUDGET: u64 = 1_000_000_000;
+        const BUDGET: u64 = 2_500_000_000;
         let live = Live::start(|_| {}).await;
         tenant(
             &live,
@@ -778,7 +781,7 @@ mod fairness {
             "burner",
             "hostile_spin",
             "spin",
-            "{ fuel: 100000000000, timeout: 250ms }",
+            "{ fuel: 2500000000, timeout: 100ms }",
         )
         .await;
         let mut ids = Vec::new();
@@ -796,10 +799,9 @@ mod fairness {
             terminal(&last).then_some(None)
         })
         .await;
-        let held = held.expect("20 timed-out spins did not use up 1e9 fuel");
+        let held = held.unwrap_or_else(|| panic!("20 timed-out spins did not use up {BUDGET} fuel"));
         assert!(held.contains(&format!("of {BUDGET}")), "{held}");
-        let mut charged = 0;
-        let mut queued = 0;
+        let (mut charged, mut queued, mut timed_out) = (0, 0, 0);
         for id in &ids {
             let r = run(&live, "burner", id).await;
             if r["status"] == "queued" {
@@ -808,11 +810,13 @@ mod fairness {
             for a in r["steps"][0]["attempts"].as_array().unwrap() {
                 let fuel = a["fuel_consumed"].as_u64().unwrap();
                 if a["outcome"] == "timed_out" {
-                    assert!(fuel >= 10_000_000, "a timed-out spin charged {fuel}");
+                    timed_out += 1;
+                    assert!(fuel >= 5_000_000, "a timed-out spin charged {fuel}");
                 }
                 charged += fuel;
             }
         }
+        assert!(timed_out > 0, "the spins timed out");
         assert!(queued > 0, "runs wait for the next window");
         assert!(charged <= BUDGET, "never more than the budget: {charged}");
         live.stop().await;
