@@ -221,11 +221,13 @@ impl TenantRecord {
     /// Highest priority this tenant's runs may have: `quota.max_priority`,
     /// else [`DEFAULT_MAX_PRIORITY`] ([`MAX_PRIORITY`] for `default`).
     pub fn max_priority(&self) -> u8 {
-        self.quota.max_priority.unwrap_or(if self.shares_the_host() {
-            DEFAULT_MAX_PRIORITY
-        } else {
-            MAX_PRIORITY
-        })
+        self.quota
+            .max_priority
+            .unwrap_or(if self.shares_the_host() {
+                DEFAULT_MAX_PRIORITY
+            } else {
+                MAX_PRIORITY
+            })
     }
 
     /// The one priority rule, for every place a priority is asked for (a

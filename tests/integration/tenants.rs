@@ -565,10 +565,26 @@ fn the_tenant_commands_work_and_tenants_survive_a_restart() {
             "3",
             "--unset",
             "fuel_per_window",
+            "--max-priority",
+            "8",
+            "--wall-ms-per-window",
+            "600000",
         ],
     );
     assert_eq!(code, Some(0), "{err}");
     assert!(out.contains("weight") && out.contains(" 3"), "{out}");
+    assert!(out.contains("max_priority") && out.contains(" 8"), "{out}");
+    assert!(out.contains("600000"), "{out}");
+    let (code, _, err) = ax(
+        &server,
+        admin,
+        &["tenant", "quota", "acme", "--max-priority", "10"],
+    );
+    assert_eq!(
+        code,
+        Some(2),
+        "a ceiling above 9 is refused by the flag: {err}"
+    );
     let (_, out, _) = ax(&server, admin, &["tenant", "list"]);
     assert!(out.contains("acme") && out.contains("default"), "{out}");
     let (code, out, err) = ax(
@@ -598,6 +614,8 @@ fn the_tenant_commands_work_and_tenants_survive_a_restart() {
     assert_eq!(code, Some(0), "{err}");
     let shown: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(shown["quota"]["weight"], 3);
+    assert_eq!(shown["quota"]["max_priority"], 8);
+    assert_eq!(shown["quota"]["wall_ms_per_window"], 600000);
     assert!(shown["quota"]["fuel_per_window"].is_null());
     let (code, _, err) = ax(&server, &token, &["task", "list"]);
     assert_eq!(code, Some(0), "the token survives a restart: {err}");
@@ -670,7 +688,14 @@ mod fairness {
     }
 
     async fn trigger(live: &Live, tenant: &str, task: &str) -> String {
-        let run = ok(live, tenant, "POST", &format!("/v1/tasks/{task}/runs"), "{}").await;
+        let run = ok(
+            live,
+            tenant,
+            "POST",
+            &format!("/v1/tasks/{task}/runs"),
+            "{}",
+        )
+        .await;
         run["id"].as_str().expect("run id").to_string()
     }
 
@@ -799,7 +824,8 @@ mod fairness {
             terminal(&last).then_some(None)
         })
         .await;
-        let held = held.unwrap_or_else(|| panic!("20 timed-out spins did not use up {BUDGET} fuel"));
+        let held =
+            held.unwrap_or_else(|| panic!("20 timed-out spins did not use up {BUDGET} fuel"));
         assert!(held.contains(&format!("of {BUDGET}")), "{held}");
         let (mut charged, mut queued, mut timed_out) = (0, 0, 0);
         for id in &ids {

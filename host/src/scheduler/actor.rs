@@ -499,7 +499,9 @@ impl Actor {
                 .iter()
                 .fold(WindowUse::default(), |used, b| WindowUse {
                     fuel: used.fuel.saturating_add(b.fuel),
-                    wall_ms: used.wall_ms.saturating_add(b.wall_ms.max(0.0).ceil() as u64),
+                    wall_ms: used
+                        .wall_ms
+                        .saturating_add(b.wall_ms.max(0.0).ceil() as u64),
                 });
             self.quotas.insert(
                 tenant.name.clone(),

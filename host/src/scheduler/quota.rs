@@ -386,9 +386,20 @@ mod tests {
     fn reservations_never_exceed_what_is_left() {
         let mut q = TenantQuota::new(&tenant(Some(100)), used(30), SLOTS, 0);
         assert_eq!(q.admit(&fuel(50)), go(50));
-        assert_eq!(q.admit(&fuel(50)), Admit::Wait, "20 left, 50 reserved: wait");
+        assert_eq!(
+            q.admit(&fuel(50)),
+            Admit::Wait,
+            "20 left, 50 reserved: wait"
+        );
         assert!(q.held());
-        q.settle(Grant { fuel: 50, wall_ms: 0 }, used(10), 1);
+        q.settle(
+            Grant {
+                fuel: 50,
+                wall_ms: 0,
+            },
+            used(10),
+            1,
+        );
         assert_eq!(q.used().fuel, 40);
         assert!(!q.held());
         assert_eq!(
@@ -396,7 +407,14 @@ mod tests {
             go(60),
             "nothing reserved: start with what is left"
         );
-        q.settle(Grant { fuel: 60, wall_ms: 0 }, used(60), 2);
+        q.settle(
+            Grant {
+                fuel: 60,
+                wall_ms: 0,
+            },
+            used(60),
+            2,
+        );
         assert!(q.exhausted());
         assert_eq!(q.admit(&fuel(1)), Admit::Exhausted);
         assert!(q.hold_reason("t").unwrap().contains("100 of 100"));
@@ -444,7 +462,11 @@ mod tests {
                 wall_ms: 15_000
             })
         );
-        assert_eq!(q.admit(&timeout(15)), Admit::Wait, "5 s left, 15 s reserved");
+        assert_eq!(
+            q.admit(&timeout(15)),
+            Admit::Wait,
+            "5 s left, 15 s reserved"
+        );
         // The first blocked for its whole timeout: charged 15 s (almost no fuel).
         let Admit::Go(grant) = first else {
             unreachable!()
@@ -461,7 +483,11 @@ mod tests {
             panic!("5 s are left and nothing is reserved")
         };
         let limits = q.granted(timeout(15), second);
-        assert_eq!(limits.timeout, Duration::from_secs(5), "cut to what is left");
+        assert_eq!(
+            limits.timeout,
+            Duration::from_secs(5),
+            "cut to what is left"
+        );
         assert!(q.held(), "nothing left beyond the running attempt");
         q.settle(
             second,
@@ -474,7 +500,10 @@ mod tests {
         assert!(q.exhausted());
         assert_eq!(q.admit(&timeout(1)), Admit::Exhausted);
         let reason = q.hold_reason("t").unwrap();
-        assert!(reason.contains("wall-time budget (20000 of 20000 ms)"), "{reason}");
+        assert!(
+            reason.contains("wall-time budget (20000 of 20000 ms)"),
+            "{reason}"
+        );
         assert_eq!(q.exhausted_budget(), "wall-time budget");
         // The next window starts afresh.
         assert!(q.roll(HOUR_MS));

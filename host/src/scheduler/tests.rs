@@ -947,7 +947,10 @@ async fn wait_for(h: &Harness, id: &str, f: impl Fn(&RunRecord) -> bool) -> RunR
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    panic!("run {id} never got there: {:?}", h.store.get_run(id).unwrap());
+    panic!(
+        "run {id} never got there: {:?}",
+        h.store.get_run(id).unwrap()
+    );
 }
 
 /// A cancelled attempt is recorded like any other (outcome, end, fuel),
@@ -965,7 +968,8 @@ async fn a_cancelled_attempt_is_recorded_charged_and_releases_its_reservation() 
     let store = Arc::new(MemoryStore::new());
     store.put_tenant(&tenant_record("a", quota)).unwrap();
     let h = Harness::start_with(store, test_config()).await;
-    h.put_task_for("a", "name: hang\nplugin: block@1.0.0\n").await;
+    h.put_task_for("a", "name: hang\nplugin: block@1.0.0\n")
+        .await;
     h.put_task_for("a", "name: job\nplugin: ok@1.0.0\n").await;
     let run = h.trigger_for("a", "hang", serde_json::json!({})).await;
     wait_for(&h, &run.id, |r| r.steps[0].status == StepStatus::Running).await;
@@ -993,7 +997,11 @@ async fn a_cancelled_attempt_is_recorded_charged_and_releases_its_reservation() 
     );
     let next = h.trigger_for("a", "job", serde_json::json!({})).await;
     let next = h.wait_terminal(&next.id).await;
-    assert_eq!(next.status, RunStatus::Succeeded, "the reservation came back");
+    assert_eq!(
+        next.status,
+        RunStatus::Succeeded,
+        "the reservation came back"
+    );
     tokio::time::sleep(Duration::from_secs(1)).await;
     let usage = h.store.usage("a", 0, i64::MAX).unwrap();
     let hang = usage.iter().find(|b| b.task == "hang").expect("charged");
@@ -1031,7 +1039,10 @@ async fn a_tenant_out_of_wall_time_is_held_and_its_last_deadline_cut() {
     assert_eq!(a.outcome, Some(Outcome::TimedOut));
     let second = h.wait_terminal(&runs[1].id).await;
     let b = &second.steps[0].attempts[0];
-    assert!(b.started_at >= a.finished_at.unwrap(), "waited for the first to settle");
+    assert!(
+        b.started_at >= a.finished_at.unwrap(),
+        "waited for the first to settle"
+    );
     assert_eq!(b.outcome, Some(Outcome::TimedOut));
     assert!(
         (4_999.0..6_000.0).contains(&b.duration_ms),
@@ -1136,18 +1147,16 @@ async fn the_default_tenant_keeps_every_slot() {
             Default::default(),
         ))
         .unwrap();
-    for (digest, name) in [("slow", "slow")] {
-        store
-            .put_plugin(&PluginRecord {
-                tenant: crate::tenant::DEFAULT_TENANT.into(),
-                name: name.into(),
-                version: "1.0.0".into(),
-                digest: digest.into(),
-                size: 1,
-                created_at: 0,
-            })
-            .unwrap();
-    }
+    store
+        .put_plugin(&PluginRecord {
+            tenant: crate::tenant::DEFAULT_TENANT.into(),
+            name: "slow".into(),
+            version: "1.0.0".into(),
+            digest: "slow".into(),
+            size: 1,
+            created_at: 0,
+        })
+        .unwrap();
     let h = Harness::start_with(store, test_config()).await;
     h.put_task_for(
         crate::tenant::DEFAULT_TENANT,
