@@ -917,6 +917,12 @@ impl Actor {
             idempotency_key: key,
             priority,
         } = origin;
+        // A task saved before its tenant's ceiling was lowered runs at the
+        // ceiling, and its record says so (shedding reads it too).
+        let priority = self
+            .quotas
+            .get(&task.tenant)
+            .map_or(priority, |q| priority.min(q.max_priority));
         RunRecord {
             format: RECORD_FORMAT,
             id: new_id("r", now),

@@ -1091,7 +1091,8 @@ async fn a_tenant_at_its_priority_ceiling_leaves_the_reserved_share() {
     h.put_task_for("b", "name: urgent\nplugin: ok@1.0.0\npriority: 9\n")
         .await;
     for _ in 0..4 {
-        h.trigger_for("a", "hang", serde_json::json!({})).await;
+        let run = h.trigger_for("a", "hang", serde_json::json!({})).await;
+        assert_eq!(run.priority, 6, "recorded at the ceiling");
     }
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(h.runner.calls.lock().unwrap().len(), 3, "the normal slots");
