@@ -599,6 +599,20 @@ mod tests {
             })
             .starts_with("max_concurrent_attempts:")
         );
+        assert!(
+            bad(Quota {
+                max_priority: Some(10),
+                ..Quota::default()
+            })
+            .starts_with("max_priority:")
+        );
+        assert!(
+            bad(Quota {
+                wall_ms_per_window: Some(0),
+                ..Quota::default()
+            })
+            .starts_with("wall_ms_per_window:")
+        );
     }
 
     #[test]
