@@ -17,6 +17,11 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:8641";
 /// Where `ax serve` keeps its data by default.
 pub const DEFAULT_DATA_DIR: &str = "./ax-data";
 
+/// Longest timeout a step may ask for by default (`caps.max_timeout`): long
+/// enough for real batch work, short enough that an attempt blocked in a
+/// host call on a shared host gives its slot back within minutes (it was 1 h).
+pub const DEFAULT_MAX_TIMEOUT: Duration = Duration::from_secs(15 * 60);
+
 /// A named pool in the config file.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -46,7 +51,7 @@ impl Default for CapsFile {
         Self {
             max_fuel: 100_000_000_000,
             max_memory_mb: 1024,
-            max_timeout: Some(Duration::from_secs(3600)),
+            max_timeout: Some(DEFAULT_MAX_TIMEOUT),
         }
     }
 }
@@ -148,6 +153,10 @@ mod tests {
         assert_eq!(config.pools["warehouse"].slots, 2);
         assert_eq!(config.caps.max_timeout, Some(Duration::from_secs(600)));
         assert_eq!(config.max_queued_per_tenant, 10_000);
+        assert_eq!(
+            Config::default().caps.max_timeout,
+            Some(Duration::from_secs(900))
+        );
         assert!(serde_saphyr::from_str::<Config>("listn: x\n").is_err());
     }
 }

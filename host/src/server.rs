@@ -3,7 +3,6 @@
 //! until SIGINT/SIGTERM, then stop the scheduler.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::Context as _;
 use sha2::{Digest as _, Sha256};
@@ -224,7 +223,10 @@ pub async fn start(config: Config, demo: bool) -> anyhow::Result<Server> {
         caps: Caps {
             max_fuel: config.caps.max_fuel,
             max_memory_mb: config.caps.max_memory_mb,
-            max_timeout: config.caps.max_timeout.unwrap_or(Duration::from_secs(3600)),
+            max_timeout: config
+                .caps
+                .max_timeout
+                .unwrap_or(crate::config::DEFAULT_MAX_TIMEOUT),
         },
         max_plugin_bytes: config.max_plugin_mb << 20,
         concurrency,

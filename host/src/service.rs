@@ -305,6 +305,7 @@ impl Ax {
             )));
         }
         task::validate(&spec, &self.caps_for(tenant))?;
+        self.check_priority(tenant, spec.priority)?;
         self.check_http_ceiling(tenant, &spec)?;
         for (i, step) in spec.steps.iter().enumerate() {
             if self
@@ -455,6 +456,9 @@ impl Ax {
             && p > 9
         {
             return Err(Error::BadRequest(format!("priority {p} is not in 0..=9")));
+        }
+        if let Some(p) = request.priority {
+            self.check_priority(&request.tenant, p)?;
         }
         if let Some(key) = &request.idempotency_key
             && (key.is_empty() || key.len() > 256)

@@ -19,7 +19,11 @@
 //!   by the admin before it can be acted on: an admin header naming an
 //!   unknown tenant answers 404 rather than growing orphan objects.
 //! - Every quota field is optional; absent means "no tenant limit" (the host
-//!   caps still apply).
+//!   caps still apply), except two fairness defaults for every tenant but
+//!   `default`: a priority ceiling below the reserved high-priority share
+//!   ([`DEFAULT_MAX_PRIORITY`]) and a running cap of half the slots
+//!   ([`default_max_running`]). Without them one tenant could take every
+//!   slot, the reserved ones included, by asking for priority 9.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock};
@@ -42,6 +46,13 @@ pub const MAX_WINDOW: Duration = Duration::from_secs(31 * 24 * 3600);
 pub const MAX_TOKENS_PER_TENANT: usize = 100;
 /// Longest usage report, in hourly buckets (a bit over a year).
 pub const MAX_USAGE_HOURS: i64 = 400 * 24;
+/// Highest priority there is.
+pub const MAX_PRIORITY: u8 = crate::task::MAX_PRIORITY;
+/// The priority ceiling of a tenant whose quota sets none: one below
+/// [`HIGH_PRIORITY`](crate::scheduler::queue::HIGH_PRIORITY), so the share
+/// of slots reserved for urgent work is the admin's to hand out, not any
+/// tenant's to take by asking for priority 9.
+pub const DEFAULT_MAX_PRIORITY: u8 = crate::scheduler::queue::HIGH_PRIORITY - 1;
 
 /// What happens to a run of a tenant whose fuel for the window is used up.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -65,6 +76,10 @@ pub struct Quota {
     #[serde(with = "duration_text")]
     #[schema(value_type = String, example = "24h")]
     pub window: Duration,
+    /// Wall-clock time (ms) all attempts together may take per window, time
+    /// blocked in host calls included: what an attempt holding a slot costs
+    /// the others, whatever fuel it burns.
+    pub wall_ms_per_window: Option<u64>,
     /// Most fuel one attempt may get.
     pub max_fuel_per_attempt: Option<u64>,
     /// Most linear memory one attempt may get, in MiB.
@@ -73,8 +88,12 @@ pub struct Quota {
     #[serde(with = "opt_duration_text", skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>, example = "5m")]
     pub max_timeout: Option<Duration>,
-    /// Attempts of this tenant running at once.
+    /// Attempts of this tenant running at once (absent: the host default,
+    /// [`TenantRecord::max_running`]).
     pub max_concurrent_attempts: Option<u32>,
+    /// Highest priority its runs may have (0-9; absent: [`DEFAULT_MAX_PRIORITY`],
+    /// see [`TenantRecord::max_priority`]).
+    pub max_priority: Option<u8>,
     /// Runs of this tenant waiting to start.
     pub max_queued_runs: Option<u32>,
     /// Manual triggers per second (token bucket, bursts of one second's worth).
@@ -92,10 +111,12 @@ impl Default for Quota {
         Self {
             fuel_per_window: None,
             window: DEFAULT_WINDOW,
+            wall_ms_per_window: None,
             max_fuel_per_attempt: None,
             max_memory_mb: None,
             max_timeout: None,
             max_concurrent_attempts: None,
+            max_priority: None,
             max_queued_runs: None,
             trigger_rate_per_sec: None,
             out_of_fuel: OutOfFuel::Hold,
@@ -139,6 +160,14 @@ impl Quota {
         if self.max_timeout == Some(Duration::ZERO) {
             return Err("max_timeout: must be longer than 0s".into());
         }
+        if self.wall_ms_per_window == Some(0) {
+            return Err("wall_ms_per_window: must be at least 1".into());
+        }
+        if let Some(p) = self.max_priority
+            && p > MAX_PRIORITY
+        {
+            return Err(format!("max_priority: {p} is not in 0..={MAX_PRIORITY}"));
+        }
         Ok(())
     }
 
@@ -180,6 +209,53 @@ pub struct TenantRecord {
 }
 
 impl TenantRecord {
+    /// Whether the host's fairness defaults apply to this tenant: every
+    /// tenant but `default`, the host owner's own (the admin token acts on it
+    /// without a tenant header, and a one-team ax runs everything there), so
+    /// such an install keeps every slot and priority. An explicit quota
+    /// field applies to `default` as to any tenant.
+    pub fn shares_the_host(&self) -> bool {
+        self.name != DEFAULT_TENANT
+    }
+
+    /// Highest priority this tenant's runs may have: `quota.max_priority`,
+    /// else [`DEFAULT_MAX_PRIORITY`] ([`MAX_PRIORITY`] for `default`).
+    pub fn max_priority(&self) -> u8 {
+        self.quota
+            .max_priority
+            .unwrap_or(if self.shares_the_host() {
+                DEFAULT_MAX_PRIORITY
+            } else {
+                MAX_PRIORITY
+            })
+    }
+
+    /// The one priority rule, for every place a priority is asked for (a
+    /// task saved, a trigger's override): above the ceiling is refused, with
+    /// the ceiling and who sets it named. (A task saved before its ceiling
+    /// was lowered is queued at the ceiling: `scheduler::queue`.)
+    pub fn check_priority(&self, priority: u8) -> Result<(), String> {
+        let ceiling = self.max_priority();
+        if priority > ceiling {
+            return Err(format!(
+                "{priority} is above the priority ceiling of tenant `{}` ({ceiling}; the admin sets it as quota `max_priority`)",
+                self.name
+            ));
+        }
+        Ok(())
+    }
+
+    /// Attempts this tenant may have running at once on a host with
+    /// `slots` (`None`: only the host's limits): `quota.max_concurrent_attempts`,
+    /// else [`default_max_running`] of the slots (no cap for `default`).
+    pub fn max_running(&self, slots: usize) -> Option<usize> {
+        match self.quota.max_concurrent_attempts {
+            Some(n) => Some(n as usize),
+            None if self.shares_the_host() => Some(default_max_running(slots)),
+            None => None,
+        }
+    }
+
     /// A new tenant with `quota`.
     pub fn new(name: &str, quota: Quota, now: Millis) -> Self {
         Self {
@@ -193,6 +269,16 @@ impl TenantRecord {
             updated_at: now,
         }
     }
+}
+
+/// The running cap of a tenant without one of its own: half the host's
+/// slots (at least one). However long its attempts block, the other half
+/// (the reserved high-priority share and, from three slots up, at least one
+/// normal slot) stays free for everyone else. Not "all slots while alone": a
+/// tenant that fills an idle host with hour-long sleeps would hold them when
+/// the next tenant arrives, which is the attack this cap is for.
+pub fn default_max_running(slots: usize) -> usize {
+    (slots / 2).max(1)
 }
 
 /// A tenant token as stored: never the token itself.
@@ -512,6 +598,20 @@ mod tests {
                 ..Quota::default()
             })
             .starts_with("max_concurrent_attempts:")
+        );
+        assert!(
+            bad(Quota {
+                max_priority: Some(10),
+                ..Quota::default()
+            })
+            .starts_with("max_priority:")
+        );
+        assert!(
+            bad(Quota {
+                wall_ms_per_window: Some(0),
+                ..Quota::default()
+            })
+            .starts_with("wall_ms_per_window:")
         );
     }
 

@@ -218,7 +218,7 @@ async fn cancel_stops_a_running_attempt() {
     let canceller = {
         let cancel = cancel.clone();
         tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            tokio::time::sleep(Duration::from_millis(SPIN_MS)).await;
             cancel.cancel();
         })
     };
@@ -228,6 +228,40 @@ async fn cancel_stops_a_running_attempt() {
         .unwrap();
     canceller.await.unwrap();
     assert_eq!(report.outcome, Outcome::Cancelled, "{report:?}");
+    // The call future was dropped at a yield: the fuel it burned until then
+    // is still read from the store (was the ~2,000 of the call's set-up only).
+    assert!(
+        report.fuel_consumed >= MIN_FUEL_BURNED,
+        "a cancelled spin reported {} fuel after {:.0} ms",
+        report.fuel_consumed,
+        report.duration_ms
+    );
+}
+
+/// Fuel a guest spinning for [`SPIN_MS`] surely burns: ~2e9 units/s on one
+/// free core, so this holds with a tenth of a core on a loaded machine.
+const MIN_FUEL_BURNED: u64 = 100_000_000;
+/// How long the fuel-accounting tests let a guest spin.
+const SPIN_MS: u64 = 500;
+
+/// A spin stopped by its deadline (the epoch interrupt) is charged what it
+/// burned, not what it had used before its loop (probe: 2,190 for any timeout).
+#[tokio::test]
+async fn a_timed_out_spin_reports_the_fuel_it_burned() {
+    let limits = Limits {
+        fuel: u64::MAX / 2,
+        ..limits(SPIN_MS)
+    };
+    let report = run("hostile_spin", "{}", &limits).await;
+    assert_eq!(report.outcome, Outcome::TimedOut, "{report:?}");
+    assert!(
+        report.fuel_consumed >= MIN_FUEL_BURNED,
+        "a {SPIN_MS} ms spin reported {} fuel",
+        report.fuel_consumed
+    );
+    // And not more than it could have: 1e10 units/s is 5x this machine's rate.
+    let ceiling = (report.duration_ms * 1e7) as u64;
+    assert!(report.fuel_consumed <= ceiling, "{}", report.fuel_consumed);
 }
 
 /// Hostile plugins next to benign ones: the benign ones succeed within their

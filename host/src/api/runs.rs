@@ -31,7 +31,8 @@ pub(super) struct TriggerBody {
     input: Option<serde_json::Value>,
     /// A key already used for this task returns the existing run (200).
     idempotency_key: Option<String>,
-    /// 0..=9, overrides the task's priority.
+    /// 0..=9, overrides the task's priority; above the tenant's ceiling
+    /// (quota `max_priority`) is `422`.
     #[schema(maximum = 9)]
     priority: Option<u8>,
 }
@@ -45,6 +46,7 @@ pub(super) struct TriggerBody {
         (status = 200, description = "The existing run for this idempotency key", body = RunView),
         (status = 400, description = "`invalid_json`, `bad_request` (priority)", body = ErrorBody),
         (status = 401, body = ErrorBody), (status = 404, body = ErrorBody), (status = 413, body = ErrorBody),
+        (status = 422, description = "`invalid` at `priority`: above the tenant's priority ceiling", body = ErrorBody),
         (status = 429, description = "`queue_full`; `Retry-After` says when to try again", body = ErrorBody,
             headers(("retry-after" = u64, description = "Seconds")))))]
 pub(super) async fn trigger(

@@ -32,6 +32,9 @@ pub struct TenantView {
     pub disabled: bool,
     /// Webhook alerts for every task of the tenant.
     pub alerts: Option<crate::alerts::AlertSpec>,
+    /// The fairness limits in force, defaults filled in (quota fields left
+    /// out get the host's defaults: docs/TENANTS.md).
+    pub effective: EffectiveLimits,
     /// Why its runs are held now, if they are.
     pub held: Option<String>,
     /// When created.
@@ -40,9 +43,23 @@ pub struct TenantView {
     pub updated_at: String,
 }
 
+/// Limits of a tenant that have a default when its quota sets none.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct EffectiveLimits {
+    /// Highest priority its runs may have.
+    pub max_priority: u8,
+    /// Attempts it may have running at once (`None`: only the host's limits).
+    pub max_concurrent_attempts: Option<usize>,
+}
+
 impl TenantView {
-    fn new(t: TenantRecord, held: Option<String>) -> Self {
+    fn new(t: TenantRecord, held: Option<String>, slots: usize) -> Self {
+        let effective = EffectiveLimits {
+            max_priority: t.max_priority(),
+            max_concurrent_attempts: t.max_running(slots),
+        };
         Self {
+            effective,
             name: t.name,
             description: t.description,
             quota: t.quota,
@@ -109,7 +126,7 @@ pub struct NewToken {
 
 fn view(state: &ApiState, t: TenantRecord) -> TenantView {
     let held = state.ax.scheduler.stats().hold_reason(&t.name);
-    TenantView::new(t, held)
+    TenantView::new(t, held, state.ax.concurrency)
 }
 
 /// `POST /v1/tenants` `{name, description?, quota?, allow_http?}`: 201.

@@ -122,6 +122,12 @@ pub const DEFAULT_MEMORY_KEEP_RESIDENT: usize = 1 << 20;
 /// 5 ms ticks: a timeout lands within ~5 ms and a busy guest yields ~200 times a
 /// second, at the cost of one thread waking that often.
 pub const DEFAULT_EPOCH_TICK: Duration = Duration::from_millis(5);
+/// Fuel handed to the guest at a time (see `run_with`): the most by which the
+/// fuel reported for an attempt stopped by a timeout or a cancel can fall short
+/// of what it burned. About 0.5 ms of a busy guest (~2e9 units/s), so a spinning
+/// guest also yields ~2,000 times a second — a fiber switch each, negligible
+/// beside the work of the slice.
+pub const FUEL_SLICE: u64 = 1_000_000;
 
 impl Default for RuntimeConfig {
     fn default() -> Self {
@@ -373,6 +379,17 @@ impl Runtime {
         store
             .set_fuel(limits.fuel)
             .map_err(|e| Error::Host(format!("setting fuel: {e}")))?;
+        // Compiled code keeps the fuel counter in a register and writes it
+        // back to the store only at calls, returns and out-of-fuel checks, not
+        // at epoch checks: a guest spinning in a call-free loop and stopped by
+        // the deadline (or by the outer timeout or a cancel at an epoch yield)
+        // would report only what it used before the loop. Handing the fuel
+        // out in slices makes the guest reach the out-of-fuel check, which
+        // saves the counter, every slice: what is read below is then at most
+        // one slice short of what the guest burned.
+        store
+            .fuel_async_yield_interval(Some(FUEL_SLICE))
+            .map_err(|e| Error::Host(format!("setting the fuel slice: {e}")))?;
         // Check the clock at every tick: yield to the executor so other attempts
         // make progress, and interrupt the guest once its deadline has passed.
         store.set_epoch_deadline(1);

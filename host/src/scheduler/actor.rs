@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::clock::{Clock, from_ms, rfc3339};
 use super::queue::{DispatchQueue, Entry};
-use super::quota::{Admit, TenantQuota};
+use super::quota::{Admit, Grant, TenantQuota, WindowUse, duration_ms};
 use super::readiness::{Decision, Graph, Readiness};
 use super::runner::{AttemptRequest, Runner};
 use super::{Command, Error, Result, SchedulerConfig, Stats, TriggerRequest};
@@ -62,9 +62,13 @@ struct AttemptDone {
     step: usize,
     attempt: u32,
     tenant: String,
+    /// The run's task (the usage bucket's key, also once the run is gone).
+    task: String,
     pool: String,
-    /// Fuel reserved from the tenant's budget for the attempt.
-    fuel_given: u64,
+    /// What was reserved from the tenant's window budgets for the attempt.
+    grant: Grant,
+    /// Whether its timeout was cut to the tenant's wall time left.
+    wall_cut: bool,
     result: std::result::Result<AttemptReport, String>,
 }
 
@@ -486,16 +490,23 @@ impl Actor {
     /// when their timers fire, immediately).
     pub(super) fn recover(&mut self) -> Result<()> {
         let now = self.clock.now_ms();
+        let slots = self.config.queue.global_limit;
         for tenant in self.store.list_tenants()? {
             let start = tenant.quota.window_start(now);
             let used = self
                 .store
                 .usage(&tenant.name, start, now + HOUR_MS)?
                 .iter()
-                .map(|b| b.fuel)
-                .fold(0u64, u64::saturating_add);
-            self.quotas
-                .insert(tenant.name.clone(), TenantQuota::new(&tenant, used, now));
+                .fold(WindowUse::default(), |used, b| WindowUse {
+                    fuel: used.fuel.saturating_add(b.fuel),
+                    wall_ms: used
+                        .wall_ms
+                        .saturating_add(b.wall_ms.max(0.0).ceil() as u64),
+                });
+            self.quotas.insert(
+                tenant.name.clone(),
+                TenantQuota::new(&tenant, used, slots, now),
+            );
             self.apply_quota(&tenant.name);
         }
         let mut active = self.store.active_runs()?;
@@ -906,6 +917,12 @@ impl Actor {
             idempotency_key: key,
             priority,
         } = origin;
+        // A task saved before its tenant's ceiling was lowered runs at the
+        // ceiling, and its record says so (shedding reads it too).
+        let priority = self
+            .quotas
+            .get(&task.tenant)
+            .map_or(priority, |q| priority.min(q.max_priority));
         RunRecord {
             format: RECORD_FORMAT,
             id: new_id("r", now),
@@ -976,7 +993,8 @@ impl Actor {
         q.roll(now);
         (q.exhausted() && q.refuses_when_exhausted()).then(|| {
             format!(
-                "refused: tenant `{tenant}` used its fuel budget for the window ending {}",
+                "refused: tenant `{tenant}` used its {} for the window ending {}",
+                q.exhausted_budget(),
                 rfc3339(q.window_end())
             )
         })
@@ -985,27 +1003,31 @@ impl Actor {
     /// Applies a created or changed tenant: limits, weight, holds.
     fn on_tenant_changed(&mut self, record: &TenantRecord) {
         let now = self.clock.now_ms();
+        let slots = self.config.queue.global_limit;
         match self.quotas.get_mut(&record.name) {
-            Some(q) => q.update(record, now),
+            Some(q) => q.update(record, slots, now),
             None => {
-                self.quotas
-                    .insert(record.name.clone(), TenantQuota::new(record, 0, now));
+                self.quotas.insert(
+                    record.name.clone(),
+                    TenantQuota::new(record, WindowUse::default(), slots, now),
+                );
             }
         }
         self.apply_quota(&record.name);
     }
 
-    /// Pushes a tenant's quota state to the queue (cap, weight, hold), the
-    /// visible hold reason, and the timer of its window's end.
+    /// Pushes a tenant's quota state to the queue (running cap, priority
+    /// ceiling, weight, hold), the visible hold reason, and the timer of its
+    /// window's end.
     fn apply_quota(&mut self, tenant: &str) {
         let Some(q) = self.quotas.get(tenant) else {
             return;
         };
-        let limit = q.quota.max_concurrent_attempts.map(|n| n as usize);
-        self.queue.set_tenant(tenant, limit, q.quota.weight);
+        self.queue.set_tenant(tenant, q.max_running, q.quota.weight);
+        self.queue.set_ceiling(tenant, q.max_priority);
         self.queue.set_held(tenant, q.held());
         self.stats.set_hold(tenant, q.hold_reason(tenant));
-        if q.quota.fuel_per_window.is_some() {
+        if q.has_budget() {
             let end = q.window_end();
             self.timers.insert((
                 end,
@@ -1053,8 +1075,9 @@ impl Actor {
                 let wait = (q.window_end() - now).max(1000);
                 return Err(Error::Quota {
                     message: format!(
-                        "tenant `{}` used its fuel budget for the window ending {}; runs are refused until then",
+                        "tenant `{}` used its {} for the window ending {}; runs are refused until then",
                         req.tenant,
+                        q.exhausted_budget(),
                         rfc3339(q.window_end())
                     ),
                     retry_after: std::time::Duration::from_millis(wait as u64),
@@ -1634,6 +1657,9 @@ impl Actor {
             }
         }
         let finished = run.rec.steps.iter().all(|s| s.status.is_terminal());
+        // Steps of a cancelled run are terminal before their attempts end:
+        // the run is forgotten only once those have reported (`on_done`).
+        let attempts_out = !run.cancels.is_empty();
         if finished && !run.rec.status.is_terminal() {
             // Like Airflow: the run's result is its leaf steps' results. A
             // failure handled downstream (`one_success`, `all_done`) does not
@@ -1677,7 +1703,7 @@ impl Actor {
             let entry = self.entry_for(id, i, now);
             self.queue.push(entry);
         }
-        if finished {
+        if finished && !attempts_out {
             self.finish_run(id, now)?;
         }
         Ok(())
@@ -1913,16 +1939,17 @@ impl Actor {
         }
         let spec = run.spec.steps[i].clone();
         let mut limits = spec.limits_or_default();
-        let mut fuel_given = 0;
+        let mut grant = Grant::default();
+        let mut wall_cut = false;
         if let Some(q) = self.quotas.get_mut(&entry.tenant) {
             limits = q.cap(limits);
             q.roll(now);
-            match q.admit(limits.fuel) {
-                Admit::Go(fuel) => {
-                    if q.quota.fuel_per_window.is_some() {
-                        limits.fuel = fuel;
-                        fuel_given = fuel;
-                    }
+            match q.admit(&limits) {
+                Admit::Go(g) => {
+                    let asked = limits.timeout;
+                    limits = q.granted(limits, g);
+                    wall_cut = limits.timeout < asked;
+                    grant = g;
                 }
                 Admit::Wait | Admit::Exhausted => {
                     // Back in line, behind nothing: it keeps its place.
@@ -1975,7 +2002,7 @@ impl Actor {
             Ok(p) => p,
             Err(reason) => {
                 if let Some(q) = self.quotas.get_mut(&entry.tenant) {
-                    q.settle(fuel_given, 0, now);
+                    q.settle(grant, WindowUse::default(), now);
                 }
                 let run = self.runs.get_mut(&entry.run_id).expect("present");
                 run.rec.steps[i].error = Some(reason.clone());
@@ -2035,9 +2062,10 @@ impl Actor {
         };
         let fut = self.runner.run(request);
         let done_tx = self.done_tx.clone();
-        let (run_id, tenant, pool) = (
+        let (run_id, tenant, task, pool) = (
             entry.run_id.clone(),
             entry.tenant.clone(),
+            run.rec.task.clone(),
             entry.pool.clone(),
         );
         // Log lines of the attempt (runtime, plugin loading) carry its ids.
@@ -2057,8 +2085,10 @@ impl Actor {
                     step: i,
                     attempt: number,
                     tenant,
+                    task,
                     pool,
-                    fuel_given,
+                    grant,
+                    wall_cut,
                     result,
                 });
             },
@@ -2114,15 +2144,14 @@ impl Actor {
         template::render(&run.spec.steps[i].input, &vars).map_err(|e| e.to_string())
     }
 
+    /// An attempt ended: charge it (metrics, usage, the tenant's window
+    /// budgets) whatever ended it and whatever became of its run, then
+    /// record it in its run and move the run on.
     fn on_done(&mut self, done: AttemptDone) -> Result<()> {
         self.queue.finish(&done.tenant, &done.pool);
         let now = self.clock.now_ms();
-        let Some(run) = self.runs.get_mut(&done.run_id) else {
-            return Ok(());
-        };
-        run.cancels.remove(&done.step);
         let i = done.step;
-        let report = done.result.unwrap_or_else(|e| AttemptReport {
+        let mut report = done.result.unwrap_or_else(|e| AttemptReport {
             outcome: Outcome::Failed,
             output: None,
             error: Some(format!("host fault: {e}")),
@@ -2135,6 +2164,12 @@ impl Actor {
             logs: Vec::new(),
             progress: None,
         });
+        if done.wall_cut
+            && report.outcome == Outcome::TimedOut
+            && let Some(e) = &mut report.error
+        {
+            e.push_str(" (its timeout was cut to what was left of the tenant's wall-time budget)");
+        }
         self.stats.count_attempt(report.outcome);
         self.tenant_metrics.of(&done.tenant).attempt_done(
             report.outcome,
@@ -2143,7 +2178,7 @@ impl Actor {
         );
         let usage = UsageBucket::attempt(
             &done.tenant,
-            &run.rec.task,
+            &done.task,
             now,
             report.fuel_consumed,
             report.duration_ms,
@@ -2154,12 +2189,21 @@ impl Actor {
             .and_modify(|b| b.add(&usage))
             .or_insert(usage);
         if let Some(q) = self.quotas.get_mut(&done.tenant) {
-            q.settle(done.fuel_given, report.fuel_consumed, now);
+            let used = WindowUse {
+                fuel: report.fuel_consumed,
+                wall_ms: duration_ms(std::time::Duration::from_secs_f64(
+                    report.duration_ms.max(0.0) / 1e3,
+                )),
+            };
+            q.settle(done.grant, used, now);
             self.apply_quota(&done.tenant);
         }
+        // A cancelled run stays in memory until its attempts have reported
+        // (`on_cancel`), so this finds it.
         let Some(run) = self.runs.get_mut(&done.run_id) else {
             return Ok(());
         };
+        run.cancels.remove(&done.step);
         let step = &mut run.rec.steps[i];
         if let Some(a) = step.attempts.iter_mut().find(|a| a.number == done.attempt) {
             a.outcome = Some(report.outcome);
@@ -2380,6 +2424,11 @@ impl Actor {
                 rec.status.as_str()
             )));
         };
+        if run.cancelled {
+            return Err(Error::Conflict(format!(
+                "run `{run_id}` is already cancelled"
+            )));
+        }
         run.cancelled = true;
         run.rec.reason = Some(format!("cancelled by {actor}"));
         let mut events = Vec::new();
@@ -2428,8 +2477,13 @@ impl Actor {
             &mut events,
         );
         let rec = run.rec.clone();
+        let attempts_out = !run.cancels.is_empty();
         self.dirty.add(run_id, run.rec.steps.len(), &mut events);
-        self.finish_run(run_id, now)?;
+        // With attempts still running, the run stays in memory until they
+        // report, so each is recorded (outcome, end, fuel) and charged.
+        if !attempts_out {
+            self.finish_run(run_id, now)?;
+        }
         Ok(rec)
     }
 

@@ -26,8 +26,21 @@
 //! many steps the first has queued. The reserved high-priority share still
 //! applies across all tenants.
 //!
-//! A tenant can be *held* (fuel used up, disabled, waiting for reserved fuel
-//! to settle): its steps stay queued and are skipped.
+//! A tenant can be *held* (fuel or wall time used up, disabled, waiting for
+//! a reservation to settle): its steps stay queued and are skipped.
+//!
+//! # Limits one tenant cannot lift itself
+//! - A **running cap** per tenant (`set_tenant`): the scheduler passes the
+//!   tenant's `max_concurrent_attempts`, or half the slots by default
+//!   ([`crate::tenant::default_max_running`]), so however long its attempts
+//!   block, one tenant never holds the whole host.
+//! - A **priority ceiling** per tenant (`set_ceiling`): an entry above its
+//!   tenant's ceiling is queued at the ceiling. The API refuses a priority
+//!   above the ceiling where one is asked for (task save, trigger override);
+//!   this catches what was saved before the ceiling was lowered, for every
+//!   way an entry comes in (fires, triggers, retries, recovery). The default
+//!   ceiling is below [`HIGH_PRIORITY`], so the reserved share is only for
+//!   tenants the admin lets in.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
@@ -190,6 +203,8 @@ pub struct DispatchQueue {
     vtime: HashMap<String, f64>,
     /// Tenants whose steps must not start now.
     held: HashSet<String>,
+    /// Priority ceilings by tenant (none: 9).
+    ceilings: HashMap<String, u8>,
 }
 
 impl DispatchQueue {
@@ -222,7 +237,13 @@ impl DispatchQueue {
             weights: HashMap::new(),
             vtime: HashMap::new(),
             held: HashSet::new(),
+            ceilings: HashMap::new(),
         }
+    }
+
+    /// Sets the highest priority `tenant`'s entries are queued at from now on.
+    pub fn set_ceiling(&mut self, tenant: &str, ceiling: u8) {
+        self.ceilings.insert(tenant.to_string(), ceiling);
     }
 
     /// Sets a tenant's running cap (`None`: the configured default) and
@@ -284,8 +305,11 @@ impl DispatchQueue {
         self.pools.contains_key(pool)
     }
 
-    /// Adds a ready step.
-    pub fn push(&mut self, entry: Entry) {
+    /// Adds a ready step, at most at its tenant's priority ceiling.
+    pub fn push(&mut self, mut entry: Entry) {
+        if let Some(ceiling) = self.ceilings.get(&entry.tenant) {
+            entry.priority = entry.priority.min(*ceiling);
+        }
         if self.queued_for(&entry.tenant) == 0 && self.running_for(&entry.tenant) == 0 {
             self.join(&entry.tenant);
         }
@@ -641,6 +665,39 @@ mod tests {
         assert_eq!(q.pop(0).unwrap().run_id, "b1");
         q.finish("a", DEFAULT_POOL);
         assert_eq!(q.pop(0).unwrap().run_id, "a2");
+    }
+
+    /// Tenant `a` asks for priority 9 (a task saved before its ceiling was
+    /// lowered to 6): its entries queue at 6, so they fill the normal slots
+    /// but not the reserved one, which `b`'s priority 9 then gets.
+    #[test]
+    fn entries_above_the_ceiling_queue_at_it_and_leave_the_reserved_share() {
+        let mut q = DispatchQueue::new(QueueConfig::for_cores(4), 0);
+        assert_eq!(q.config.reserved_high, 1);
+        q.set_ceiling("a", crate::tenant::DEFAULT_MAX_PRIORITY);
+        for i in 0..4 {
+            q.push(entry(&format!("a{i}"), "a", DEFAULT_POOL, 9, i));
+        }
+        let started: Vec<_> = std::iter::from_fn(|| q.pop(10)).collect();
+        assert_eq!(started.len(), 3, "the normal slots only: {started:?}");
+        assert!(started.iter().all(|e| e.priority == 6), "{started:?}");
+        q.push(entry("b-high", "b", DEFAULT_POOL, 9, 20));
+        assert_eq!(q.pop(20).unwrap().run_id, "b-high", "the reserved slot");
+    }
+
+    /// With the default running cap (half the slots), `a`'s long attempts
+    /// leave a normal slot for `b`'s low-priority step.
+    #[test]
+    fn a_tenant_at_the_default_cap_leaves_a_normal_slot_for_others() {
+        let mut q = DispatchQueue::new(QueueConfig::for_cores(4), 0);
+        let cap = crate::tenant::default_max_running(4);
+        q.set_tenant("a", Some(cap), 1);
+        for i in 0..4 {
+            q.push(entry(&format!("a{i}"), "a", DEFAULT_POOL, 6, i));
+        }
+        assert_eq!(std::iter::from_fn(|| q.pop(10)).count(), 2);
+        q.push(entry("b-low", "b", DEFAULT_POOL, 5, 20));
+        assert_eq!(q.pop(20).unwrap().run_id, "b-low");
     }
 
     #[test]

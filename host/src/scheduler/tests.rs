@@ -19,7 +19,9 @@ use crate::store::{RunQuery, Store};
 use crate::task::{self, TaskSpec};
 
 /// Plays plugins by digest: `ok` echoes, `fail` fails retryably, `fatal`
-/// fails fatally, `slow` takes `input.ms` milliseconds, `block` waits for cancel.
+/// fails fatally, `slow` takes `input.ms` milliseconds (timing out at its
+/// limit, like a plugin blocked in a host call), `block` waits for cancel.
+/// `slow` and `block` report their (paused-clock) wall time.
 #[derive(Default)]
 struct FakeRunner {
     calls: Mutex<Vec<(String, String, u32)>>,
@@ -81,14 +83,21 @@ impl Runner for FakeRunner {
                 ),
                 "slow" => {
                     let ms = input["ms"].as_u64().unwrap_or(1000);
-                    tokio::select! {
+                    let started = tokio::time::Instant::now();
+                    let mut r = tokio::select! {
                         _ = tokio::time::sleep(Duration::from_millis(ms)) => report(Outcome::Succeeded, Some(serde_json::json!({})), None, None),
+                        _ = tokio::time::sleep(req.limits.timeout) => report(Outcome::TimedOut, None, Some("timed out"), None),
                         _ = req.cancel.cancelled() => report(Outcome::Cancelled, None, Some("cancelled"), None),
-                    }
+                    };
+                    r.duration_ms = started.elapsed().as_secs_f64() * 1e3;
+                    r
                 }
                 "block" => {
+                    let started = tokio::time::Instant::now();
                     req.cancel.cancelled().await;
-                    report(Outcome::Cancelled, None, Some("cancelled"), None)
+                    let mut r = report(Outcome::Cancelled, None, Some("cancelled"), None);
+                    r.duration_ms = started.elapsed().as_secs_f64() * 1e3;
+                    r
                 }
                 other => return Err(format!("no such fake plugin {other}")),
             })
@@ -925,4 +934,241 @@ async fn triggers_taken_in_one_turn_are_stored_together_and_see_each_other() {
         );
     }
     assert_eq!(h.runs("q").len(), 2);
+}
+
+// --- fairness: cancelled attempts, wall time, ceilings, running caps --------
+
+/// Polls (on the paused clock) until `f` holds for the stored run.
+async fn wait_for(h: &Harness, id: &str, f: impl Fn(&RunRecord) -> bool) -> RunRecord {
+    for _ in 0..10_000 {
+        let run = h.store.get_run(id).unwrap().unwrap();
+        if f(&run) {
+            return run;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!(
+        "run {id} never got there: {:?}",
+        h.store.get_run(id).unwrap()
+    );
+}
+
+/// A cancelled attempt is recorded like any other (outcome, end, fuel),
+/// counted in the metrics and usage, and its fuel reservation is released:
+/// the tenant's next run gets the budget back. (Before, the run was
+/// forgotten at the cancel and the attempt's report dropped: outcome and end
+/// stayed empty, fuel 0, and the reservation of the whole budget leaked.)
+#[tokio::test(start_paused = true)]
+async fn a_cancelled_attempt_is_recorded_charged_and_releases_its_reservation() {
+    let quota = crate::tenant::Quota {
+        fuel_per_window: Some(1_000),
+        window: Duration::from_secs(3600),
+        ..Default::default()
+    };
+    let store = Arc::new(MemoryStore::new());
+    store.put_tenant(&tenant_record("a", quota)).unwrap();
+    let h = Harness::start_with(store, test_config()).await;
+    h.put_task_for("a", "name: hang\nplugin: block@1.0.0\n")
+        .await;
+    h.put_task_for("a", "name: job\nplugin: ok@1.0.0\n").await;
+    let run = h.trigger_for("a", "hang", serde_json::json!({})).await;
+    wait_for(&h, &run.id, |r| r.steps[0].status == StepStatus::Running).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let cancelled = h.scheduler.cancel(&run.id, "test").await.unwrap();
+    assert_eq!(cancelled.status, RunStatus::Cancelled);
+    assert!(matches!(
+        h.scheduler.cancel(&run.id, "test").await,
+        Err(Error::Conflict(_))
+    ));
+    let run = wait_for(&h, &run.id, |r| r.steps[0].attempts[0].outcome.is_some()).await;
+    let attempt = &run.steps[0].attempts[0];
+    assert_eq!(attempt.outcome, Some(Outcome::Cancelled));
+    assert!(attempt.finished_at.is_some());
+    assert_eq!(attempt.fuel_consumed, 100);
+    assert!(attempt.duration_ms >= 2_000.0, "{attempt:?}");
+    assert_eq!(run.status, RunStatus::Cancelled);
+    let cancelled_at = Outcome::ALL
+        .iter()
+        .position(|o| *o == Outcome::Cancelled)
+        .unwrap();
+    assert_eq!(
+        h.scheduler.stats().attempts[cancelled_at].load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+    let next = h.trigger_for("a", "job", serde_json::json!({})).await;
+    let next = h.wait_terminal(&next.id).await;
+    assert_eq!(
+        next.status,
+        RunStatus::Succeeded,
+        "the reservation came back"
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let usage = h.store.usage("a", 0, i64::MAX).unwrap();
+    let hang = usage.iter().find(|b| b.task == "hang").expect("charged");
+    assert_eq!((hang.attempts, hang.fuel), (1, 100));
+    assert_eq!(hang.outcomes["cancelled"], 1);
+    assert!(hang.wall_ms >= 2_000.0);
+    h.shutdown.cancel();
+}
+
+/// Attempts blocked in host calls burn no fuel but hold slots: the
+/// wall-time budget charges their duration, cuts the last one's deadline to
+/// what is left, then holds the tenant until the window resets.
+#[tokio::test(start_paused = true)]
+async fn a_tenant_out_of_wall_time_is_held_and_its_last_deadline_cut() {
+    let quota = crate::tenant::Quota {
+        wall_ms_per_window: Some(20_000),
+        window: Duration::from_secs(3600),
+        ..Default::default()
+    };
+    let store = Arc::new(MemoryStore::new());
+    store.put_tenant(&tenant_record("a", quota)).unwrap();
+    let h = Harness::start_with(store, test_config()).await;
+    h.put_task_for(
+        "a",
+        "name: hang\nplugin: slow@1.0.0\ninput: { ms: 3600000 }\nlimits: { timeout: 15s }\n",
+    )
+    .await;
+    let runs = [
+        h.trigger_for("a", "hang", serde_json::json!({})).await,
+        h.trigger_for("a", "hang", serde_json::json!({})).await,
+        h.trigger_for("a", "hang", serde_json::json!({})).await,
+    ];
+    let first = h.wait_terminal(&runs[0].id).await;
+    let a = &first.steps[0].attempts[0];
+    assert_eq!(a.outcome, Some(Outcome::TimedOut));
+    let second = h.wait_terminal(&runs[1].id).await;
+    let b = &second.steps[0].attempts[0];
+    assert!(
+        b.started_at >= a.finished_at.unwrap(),
+        "waited for the first to settle"
+    );
+    assert_eq!(b.outcome, Some(Outcome::TimedOut));
+    assert!(
+        (4_999.0..6_000.0).contains(&b.duration_ms),
+        "cut to the 5 s left: {b:?}"
+    );
+    assert!(
+        b.error.as_deref().unwrap().contains("wall-time budget"),
+        "{b:?}"
+    );
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let third = h.store.get_run(&runs[2].id).unwrap().unwrap();
+    assert_eq!(third.status, RunStatus::Queued);
+    let reason = h.scheduler.stats().hold_reason("a").expect("held");
+    assert!(reason.contains("wall-time budget"), "{reason}");
+    // The next window (t0 is on the hour) lets it go.
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+    let third = h.wait_terminal(&runs[2].id).await;
+    assert_eq!(third.steps[0].attempts[0].outcome, Some(Outcome::TimedOut));
+    h.shutdown.cancel();
+}
+
+/// Two tenants on 4 slots (1 reserved for priority >= 7). `a` runs 4
+/// attempts that block for an hour at priority 9 (saved before its ceiling),
+/// with no running cap of its own: the default ceiling queues them at 6, so
+/// they take the 3 normal slots but not the reserved one, and `b` (trusted by
+/// the admin with `max_priority: 9`) starts its urgent run at once.
+#[tokio::test(start_paused = true)]
+async fn a_tenant_at_its_priority_ceiling_leaves_the_reserved_share() {
+    let store = Arc::new(MemoryStore::new());
+    let uncapped = crate::tenant::Quota {
+        max_concurrent_attempts: Some(4),
+        ..Default::default()
+    };
+    store.put_tenant(&tenant_record("a", uncapped)).unwrap();
+    let trusted = crate::tenant::Quota {
+        max_priority: Some(9),
+        ..Default::default()
+    };
+    store.put_tenant(&tenant_record("b", trusted)).unwrap();
+    let h = Harness::start_with(store, test_config()).await;
+    h.put_task_for(
+        "a",
+        "name: hang\nplugin: slow@1.0.0\npriority: 9\ninput: { ms: 3600000 }\nlimits: { timeout: 1h }\n",
+    )
+    .await;
+    h.put_task_for("b", "name: urgent\nplugin: ok@1.0.0\npriority: 9\n")
+        .await;
+    for _ in 0..4 {
+        let run = h.trigger_for("a", "hang", serde_json::json!({})).await;
+        assert_eq!(run.priority, 6, "recorded at the ceiling");
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(h.runner.calls.lock().unwrap().len(), 3, "the normal slots");
+    let b = h.trigger_for("b", "urgent", serde_json::json!({})).await;
+    let started = h.clock.now();
+    let b = h.wait_terminal(&b.id).await;
+    assert_eq!(b.status, RunStatus::Succeeded);
+    assert!(h.clock.now() - started < chrono::Duration::seconds(1));
+    h.shutdown.cancel();
+}
+
+/// The default running cap: `a` (no cap of its own) fills 4 slots' worth
+/// with hour-long attempts at its ceiling; it holds 2 (half the slots), and
+/// `b`'s ordinary run starts at once on a normal slot.
+#[tokio::test(start_paused = true)]
+async fn a_tenant_without_a_cap_holds_at_most_half_the_slots() {
+    let store = Arc::new(MemoryStore::new());
+    store
+        .put_tenant(&tenant_record("a", Default::default()))
+        .unwrap();
+    store
+        .put_tenant(&tenant_record("b", Default::default()))
+        .unwrap();
+    let h = Harness::start_with(store, test_config()).await;
+    h.put_task_for(
+        "a",
+        "name: hang\nplugin: slow@1.0.0\npriority: 6\ninput: { ms: 3600000 }\nlimits: { timeout: 1h }\n",
+    )
+    .await;
+    h.put_task_for("b", "name: job\nplugin: ok@1.0.0\npriority: 5\n")
+        .await;
+    for _ in 0..4 {
+        h.trigger_for("a", "hang", serde_json::json!({})).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(h.runner.calls.lock().unwrap().len(), 2, "half of 4 slots");
+    let b = h.trigger_for("b", "job", serde_json::json!({})).await;
+    let started = h.clock.now();
+    let b = h.wait_terminal(&b.id).await;
+    assert_eq!(b.status, RunStatus::Succeeded);
+    assert!(h.clock.now() - started < chrono::Duration::seconds(1));
+    h.shutdown.cancel();
+}
+
+/// `default`, the host owner's tenant, keeps every normal slot and priority
+/// without a quota: a one-team ax is not slowed by the fairness defaults.
+#[tokio::test(start_paused = true)]
+async fn the_default_tenant_keeps_every_slot() {
+    let store = Arc::new(MemoryStore::new());
+    store
+        .put_tenant(&tenant_record(
+            crate::tenant::DEFAULT_TENANT,
+            Default::default(),
+        ))
+        .unwrap();
+    store
+        .put_plugin(&PluginRecord {
+            tenant: crate::tenant::DEFAULT_TENANT.into(),
+            name: "slow".into(),
+            version: "1.0.0".into(),
+            digest: "slow".into(),
+            size: 1,
+            created_at: 0,
+        })
+        .unwrap();
+    let h = Harness::start_with(store, test_config()).await;
+    h.put_task_for(
+        crate::tenant::DEFAULT_TENANT,
+        "name: hang\nplugin: slow@1.0.0\npriority: 9\ninput: { ms: 3600000 }\nlimits: { timeout: 1h }\n",
+    )
+    .await;
+    for _ in 0..4 {
+        h.trigger_for(crate::tenant::DEFAULT_TENANT, "hang", serde_json::json!({}))
+            .await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(h.runner.calls.lock().unwrap().len(), 4);
+    h.shutdown.cancel();
 }

@@ -76,7 +76,7 @@ pub struct UsageReport {
     pub window: WindowUsage,
 }
 
-/// Fuel in the current window.
+/// Fuel and wall time in the current window.
 #[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct WindowUsage {
     /// Window start.
@@ -88,6 +88,10 @@ pub struct WindowUsage {
     /// Fuel consumed by attempts finished in the window (written behind,
     /// so up to a fraction of a second late).
     pub fuel_used: u64,
+    /// The wall-time budget, ms (`None`: no limit).
+    pub wall_ms_budget: Option<u64>,
+    /// Wall time of the attempts finished in the window, ms (written behind).
+    pub wall_ms_used: f64,
     /// Why the tenant's runs are held now, if they are.
     pub held: Option<String>,
 }
@@ -139,6 +143,19 @@ impl Ax {
             }
         }
         caps
+    }
+
+    /// A priority asked for by `tenant` (a task's, a trigger's override)
+    /// must be within its ceiling ([`TenantRecord::check_priority`]): `422`
+    /// at `priority`, and nothing changes.
+    pub fn check_priority(&self, tenant: &str, priority: u8) -> Result<()> {
+        match self.tenants.tenant(tenant) {
+            Some(record) => record.check_priority(priority).map_err(|m| Error::Invalid {
+                path: Some("priority".into()),
+                message: m,
+            }),
+            None => Ok(()),
+        }
     }
 
     fn check_spec(spec: &TenantSpec) -> Result<()> {
@@ -367,6 +384,8 @@ impl Ax {
                 end: ms_to_utc(window_end),
                 fuel_budget: record.quota.fuel_per_window,
                 fuel_used: 0,
+                wall_ms_budget: record.quota.wall_ms_per_window,
+                wall_ms_used: 0.0,
                 held: self.scheduler.stats().hold_reason(tenant),
             },
         };
@@ -376,15 +395,17 @@ impl Ax {
             let day = ms_to_utc(b.hour).format("%Y-%m-%d").to_string();
             report.by_day.entry(day).or_default().add(b);
         }
-        report.window.fuel_used = if from == window_start && to == window_end {
-            report.total.fuel
+        let window = if from == window_start && to == window_end {
+            report.total.clone()
         } else {
-            self.store
-                .usage(tenant, window_start, window_end)?
-                .iter()
-                .map(|b| b.fuel)
-                .fold(0, u64::saturating_add)
+            let mut window = UsageTotals::default();
+            for b in &self.store.usage(tenant, window_start, window_end)? {
+                window.add(b);
+            }
+            window
         };
+        report.window.fuel_used = window.fuel;
+        report.window.wall_ms_used = window.wall_ms;
         Ok(report)
     }
 }

@@ -107,6 +107,9 @@ struct QuotaFlags {
     /// The fuel window: whole hours (`1h`, `1d`), aligned to UTC.
     #[arg(long)]
     window: Option<String>,
+    /// Wall-clock ms all attempts together may take per window (blocked time included).
+    #[arg(long)]
+    wall_ms_per_window: Option<u64>,
     /// Most fuel one attempt may get.
     #[arg(long)]
     max_fuel_per_attempt: Option<u64>,
@@ -116,9 +119,12 @@ struct QuotaFlags {
     /// Longest timeout of one attempt (`30s`, `5m`).
     #[arg(long)]
     max_timeout: Option<String>,
-    /// Attempts running at once.
+    /// Attempts running at once (default: half the host's slots).
     #[arg(long)]
     max_concurrent_attempts: Option<u32>,
+    /// Highest priority its runs may have, 0-9 (default: 6, below the reserved share).
+    #[arg(long, value_parser = clap::value_parser!(u8).range(0..=9))]
+    max_priority: Option<u8>,
     /// Runs waiting to start.
     #[arg(long)]
     max_queued_runs: Option<u32>,
@@ -143,6 +149,10 @@ impl QuotaFlags {
             ("fuel_per_window", self.fuel_per_window.map(Value::from)),
             ("window", self.window.clone().map(Value::from)),
             (
+                "wall_ms_per_window",
+                self.wall_ms_per_window.map(Value::from),
+            ),
+            (
                 "max_fuel_per_attempt",
                 self.max_fuel_per_attempt.map(Value::from),
             ),
@@ -152,6 +162,7 @@ impl QuotaFlags {
                 "max_concurrent_attempts",
                 self.max_concurrent_attempts.map(Value::from),
             ),
+            ("max_priority", self.max_priority.map(Value::from)),
             ("max_queued_runs", self.max_queued_runs.map(Value::from)),
             (
                 "trigger_rate_per_sec",
@@ -333,16 +344,21 @@ fn print_usage(v: &Value) {
         cell(&v["to"])
     );
     let w = &v["window"];
+    let of = |budget: &Value| {
+        if budget.is_null() {
+            "unlimited".into()
+        } else {
+            cell(budget)
+        }
+    };
     println!(
-        "window {} .. {}: {} of {} fuel used",
+        "window {} .. {}: {} of {} fuel used, {:.0} of {} wall ms",
         cell(&w["start"]),
         cell(&w["end"]),
         cell(&w["fuel_used"]),
-        if w["fuel_budget"].is_null() {
-            "unlimited".into()
-        } else {
-            cell(&w["fuel_budget"])
-        }
+        of(&w["fuel_budget"]),
+        w["wall_ms_used"].as_f64().unwrap_or(0.0),
+        of(&w["wall_ms_budget"]),
     );
     if let Some(h) = w["held"].as_str() {
         println!("{h}");
