@@ -56,6 +56,57 @@ impl Default for Limits {
     }
 }
 
+impl Limits {
+    /// These limits, each lowered to its cap: the one clamp applied at every
+    /// start, to defaults and explicit values alike (explicit values above a
+    /// cap are refused on save, so at a start it only lowers defaults and
+    /// values saved before a cap was lowered).
+    pub fn capped(mut self, caps: &Caps) -> Limits {
+        self.fuel = self.fuel.min(caps.max_fuel);
+        self.memory_bytes = self
+            .memory_bytes
+            .min(caps.max_memory_mb.saturating_mul(1 << 20));
+        self.timeout = self.timeout.min(caps.max_timeout);
+        self
+    }
+}
+
+/// Per-attempt caps: the host's (config `caps`), cut by a tenant's quota
+/// ([`Caps::cut`]). A step asking for more is refused on save; defaults are
+/// lowered to them at every start ([`Limits::capped`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Caps {
+    /// Most fuel one attempt may get.
+    pub max_fuel: u64,
+    /// Most linear memory one attempt may get, in MiB.
+    pub max_memory_mb: u64,
+    /// Longest wall-clock budget of one attempt.
+    pub max_timeout: Duration,
+}
+
+impl Caps {
+    /// No cap (the WebAssembly memory bound still applies).
+    pub const UNLIMITED: Caps = Caps {
+        max_fuel: u64::MAX,
+        max_memory_mb: u64::MAX,
+        max_timeout: Duration::MAX,
+    };
+
+    /// These caps lowered by a tenant's per-attempt limits, where it has them.
+    pub fn cut(
+        &self,
+        max_fuel: Option<u64>,
+        max_memory_mb: Option<u64>,
+        max_timeout: Option<Duration>,
+    ) -> Caps {
+        Caps {
+            max_fuel: max_fuel.map_or(self.max_fuel, |f| f.min(self.max_fuel)),
+            max_memory_mb: max_memory_mb.map_or(self.max_memory_mb, |m| m.min(self.max_memory_mb)),
+            max_timeout: max_timeout.map_or(self.max_timeout, |t| t.min(self.max_timeout)),
+        }
+    }
+}
+
 /// Durations are written the way people write them in task files (`30s`, `2m`).
 mod humantime_serde_compat {
     use std::time::Duration;
@@ -557,4 +608,36 @@ pub struct TaskRecord {
     pub updated_at: Millis,
     /// Bumped on every replace.
     pub version: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_are_lowered_to_caps_cut_by_a_tenant() {
+        let host = Caps {
+            max_fuel: 1_000_000,
+            max_memory_mb: 64,
+            max_timeout: Duration::from_secs(1),
+        };
+        let tenant = host.cut(Some(10), None, Some(Duration::from_secs(3600)));
+        assert_eq!(
+            tenant,
+            Caps {
+                max_fuel: 10,
+                max_memory_mb: 64,
+                max_timeout: Duration::from_secs(1)
+            }
+        );
+        let l = Limits::default().capped(&host);
+        assert_eq!(
+            (l.fuel, l.memory_bytes, l.timeout),
+            (1_000_000, 64 << 20, Duration::from_secs(1))
+        );
+        assert_eq!(
+            Limits::default().capped(&Caps::UNLIMITED),
+            Limits::default()
+        );
+    }
 }

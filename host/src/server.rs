@@ -174,10 +174,20 @@ pub async fn start(config: Config, demo: bool) -> anyhow::Result<Server> {
         })
         .collect();
     let concurrency = queue.global_limit;
+    // One set of host caps, for saving (Ax::caps_for) and for every start.
+    let caps = Caps {
+        max_fuel: config.caps.max_fuel,
+        max_memory_mb: config.caps.max_memory_mb,
+        max_timeout: config
+            .caps
+            .max_timeout
+            .unwrap_or(crate::config::DEFAULT_MAX_TIMEOUT),
+    };
     let scheduler_config = SchedulerConfig {
         queue,
         max_queued_per_tenant: config.max_queued_per_tenant,
         high_water: config.high_water,
+        caps: caps.clone(),
         ..SchedulerConfig::default()
     };
     let shutdown = CancellationToken::new();
@@ -220,14 +230,7 @@ pub async fn start(config: Config, demo: bool) -> anyhow::Result<Server> {
         runtime,
         scheduler,
         clock,
-        caps: Caps {
-            max_fuel: config.caps.max_fuel,
-            max_memory_mb: config.caps.max_memory_mb,
-            max_timeout: config
-                .caps
-                .max_timeout
-                .unwrap_or(crate::config::DEFAULT_MAX_TIMEOUT),
-        },
+        caps,
         max_plugin_bytes: config.max_plugin_mb << 20,
         concurrency,
     };

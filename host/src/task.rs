@@ -257,25 +257,7 @@ pub enum RuleVerdict {
     Skip,
 }
 
-/// A tenant's per-attempt caps; a step asking for more is refused on save.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Caps {
-    /// Most fuel one attempt may get.
-    pub max_fuel: u64,
-    /// Most linear memory one attempt may get, in MiB.
-    pub max_memory_mb: u64,
-    /// Longest wall-clock budget of one attempt.
-    pub max_timeout: Duration,
-}
-
-impl Caps {
-    /// No tenant cap (the WebAssembly memory bound still applies).
-    pub const UNLIMITED: Caps = Caps {
-        max_fuel: u64::MAX,
-        max_memory_mb: u64::MAX,
-        max_timeout: Duration::MAX,
-    };
-}
+pub use crate::model::Caps;
 
 /// A definition error, located by its path in the document: `steps[1].limits.fuel`,
 /// `trigger.cron`, or `""` for the document as a whole.
@@ -496,15 +478,10 @@ impl StepSpec {
         limits
     }
 
-    /// [`StepSpec::limits_or_default`], each value lowered to the tenant's cap.
-    /// Explicit values above a cap are refused on save; this clamps the
-    /// defaults for tenants whose caps are below them.
+    /// [`StepSpec::limits_or_default`], each value lowered to its cap
+    /// ([`Limits::capped`]): what an attempt of this step gets at its start.
     pub fn limits_capped(&self, caps: &Caps) -> Limits {
-        let mut limits = self.limits_or_default();
-        limits.fuel = limits.fuel.min(caps.max_fuel);
-        limits.memory_bytes = limits.memory_bytes.min(mib(caps.max_memory_mb));
-        limits.timeout = limits.timeout.min(caps.max_timeout);
-        limits
+        self.limits_or_default().capped(caps)
     }
 }
 

@@ -32,7 +32,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::model::{Millis, Outcome};
+use crate::model::{Caps, Millis, Outcome};
 
 /// The tenant that always exists.
 pub const DEFAULT_TENANT: &str = "default";
@@ -127,6 +127,16 @@ impl Default for Quota {
 }
 
 impl Quota {
+    /// The host's caps lowered by this quota's per-attempt limits: what a
+    /// step of this tenant may ask for on save and gets at most at a start.
+    pub fn caps(&self, host: &Caps) -> Caps {
+        host.cut(
+            self.max_fuel_per_attempt,
+            self.max_memory_mb,
+            self.max_timeout,
+        )
+    }
+
     /// Checks the values; the error names the field.
     pub fn validate(&self) -> Result<(), String> {
         let ms = self.window.as_millis();

@@ -1938,11 +1938,14 @@ impl Actor {
             return Ok(());
         }
         let spec = run.spec.steps[i].clone();
-        let mut limits = spec.limits_or_default();
+        let caps = match self.quotas.get(&entry.tenant) {
+            Some(q) => q.quota.caps(&self.config.caps),
+            None => self.config.caps.clone(),
+        };
+        let mut limits = spec.limits_capped(&caps);
         let mut grant = Grant::default();
         let mut wall_cut = false;
         if let Some(q) = self.quotas.get_mut(&entry.tenant) {
-            limits = q.cap(limits);
             q.roll(now);
             match q.admit(&limits) {
                 Admit::Go(g) => {

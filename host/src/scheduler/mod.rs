@@ -91,6 +91,9 @@ pub struct SchedulerConfig {
     /// How long before its instant a scheduled run is created and stored;
     /// it starts at the instant ([`FIRE_AHEAD_MS`]).
     pub fire_ahead_ms: crate::model::Millis,
+    /// The host's per-attempt caps (config `caps`); a tenant's quota lowers
+    /// them. Every start clamps a step's limits, defaults included, to them.
+    pub caps: crate::model::Caps,
 }
 
 /// Scheduled runs are stored this long before their instant, so the store's
@@ -109,6 +112,7 @@ impl Default for SchedulerConfig {
             max_lost_attempts: 3,
             alerts: crate::alerts::Alerter::default(),
             fire_ahead_ms: FIRE_AHEAD_MS,
+            caps: crate::model::Caps::UNLIMITED,
         }
     }
 }

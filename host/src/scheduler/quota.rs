@@ -321,21 +321,6 @@ impl TenantQuota {
     pub(super) fn refuses_when_exhausted(&self) -> bool {
         self.quota.out_of_fuel == OutOfFuel::Refuse
     }
-
-    /// A step's limits cut to the tenant's per-attempt caps (as they are now:
-    /// lowering a cap applies to the next attempts of tasks saved before).
-    pub(super) fn cap(&self, mut limits: Limits) -> Limits {
-        if let Some(f) = self.quota.max_fuel_per_attempt {
-            limits.fuel = limits.fuel.min(f);
-        }
-        if let Some(mb) = self.quota.max_memory_mb {
-            limits.memory_bytes = limits.memory_bytes.min(mb.saturating_mul(1 << 20));
-        }
-        if let Some(t) = self.quota.max_timeout {
-            limits.timeout = limits.timeout.min(t);
-        }
-        limits
-    }
 }
 
 /// A duration in whole ms, rounded up (an attempt of 0.3 ms costs 1 ms) and
@@ -536,20 +521,6 @@ mod tests {
         let wait = q.take_trigger(0).unwrap_err();
         assert_eq!(wait, Duration::from_millis(500));
         assert!(q.take_trigger(500).is_ok());
-    }
-
-    #[test]
-    fn caps_cut_limits() {
-        let mut record = tenant(None);
-        record.quota.max_fuel_per_attempt = Some(5);
-        record.quota.max_memory_mb = Some(1);
-        record.quota.max_timeout = Some(Duration::from_secs(1));
-        let q = TenantQuota::new(&record, used(0), SLOTS, 0);
-        let l = q.cap(Limits::default());
-        assert_eq!(
-            (l.fuel, l.memory_bytes, l.timeout),
-            (5, 1 << 20, Duration::from_secs(1))
-        );
     }
 
     #[test]

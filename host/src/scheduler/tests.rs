@@ -1172,3 +1172,24 @@ async fn the_default_tenant_keeps_every_slot() {
     assert_eq!(h.runner.calls.lock().unwrap().len(), 4);
     h.shutdown.cancel();
 }
+
+/// The host's caps (config `caps`) bound every start, defaults included: a
+/// step that sets no fuel gets the host's `max_fuel`, not the 1e9 default.
+#[tokio::test(start_paused = true)]
+async fn host_caps_lower_the_defaults_at_every_start() {
+    let config = SchedulerConfig {
+        caps: crate::model::Caps {
+            max_fuel: 50,
+            ..crate::model::Caps::UNLIMITED
+        },
+        ..test_config()
+    };
+    let h = Harness::start_with(Arc::new(MemoryStore::new()), config).await;
+    h.put_task("name: capped\nplugin: ok@1.0.0\nretry: { max_attempts: 1 }\n")
+        .await;
+    let run = h.trigger("capped", serde_json::json!({})).await;
+    let run = h.wait_terminal(&run.id).await;
+    let attempt = &run.steps[0].attempts[0];
+    assert_eq!(attempt.outcome, Some(Outcome::FuelExhausted), "{attempt:?}");
+    assert_eq!(attempt.fuel_consumed, 50);
+}

@@ -129,20 +129,9 @@ impl Ax {
 
     /// Per-attempt caps for `tenant`: the host caps cut by the tenant's quota.
     pub fn caps_for(&self, tenant: &str) -> Caps {
-        let mut caps = self.caps.clone();
-        if let Some(t) = self.tenants.tenant(tenant) {
-            let q = &t.quota;
-            if let Some(f) = q.max_fuel_per_attempt {
-                caps.max_fuel = caps.max_fuel.min(f);
-            }
-            if let Some(mb) = q.max_memory_mb {
-                caps.max_memory_mb = caps.max_memory_mb.min(mb);
-            }
-            if let Some(t) = q.max_timeout {
-                caps.max_timeout = caps.max_timeout.min(t);
-            }
-        }
-        caps
+        self.tenants
+            .tenant(tenant)
+            .map_or_else(|| self.caps.clone(), |t| t.quota.caps(&self.caps))
     }
 
     /// A priority asked for by `tenant` (a task's, a trigger's override)
