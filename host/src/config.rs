@@ -83,6 +83,9 @@ pub struct Config {
     pub alerts: crate::alerts::AlertsConfig,
     /// Key-value bytes (keys + values) each tenant may keep, KiB (16 MiB by default).
     pub kv_quota_kb: u64,
+    /// A token that reads `GET /metrics` and nothing else (else `AX_METRICS_TOKEN`);
+    /// without one only the admin token reads the metrics.
+    pub metrics_token: Option<String>,
 }
 
 impl Default for Config {
@@ -102,13 +105,14 @@ impl Default for Config {
             retention: crate::retention::RetentionConfig::default(),
             alerts: crate::alerts::AlertsConfig::default(),
             kv_quota_kb: crate::capability::kv::DEFAULT_QUOTA_BYTES >> 10,
+            metrics_token: None,
         }
     }
 }
 
 impl Config {
     /// Reads `path` (YAML or JSON), or the defaults without a file; then
-    /// applies `AX_LISTEN`, `AX_DATA_DIR`, `AX_ADMIN_TOKEN`.
+    /// applies `AX_LISTEN`, `AX_DATA_DIR`, `AX_ADMIN_TOKEN`, `AX_METRICS_TOKEN`.
     pub fn load(path: Option<&Path>) -> anyhow::Result<Self> {
         let mut config = match path {
             Some(path) => {
@@ -131,6 +135,11 @@ impl Config {
             && !token.is_empty()
         {
             config.admin_token = Some(token);
+        }
+        if let Ok(token) = std::env::var("AX_METRICS_TOKEN")
+            && !token.is_empty()
+        {
+            config.metrics_token = Some(token);
         }
         Ok(config)
     }

@@ -88,6 +88,7 @@ pub(crate) async fn host() -> Host {
     let state = ApiState {
         ax,
         admin_token_sha256: hash_token(TOKEN),
+        metrics_token_sha256: None,
     };
     Host {
         app: router(state.clone()),

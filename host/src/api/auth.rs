@@ -73,8 +73,9 @@ pub fn valid_tenant(name: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
 }
 
-fn bearer(parts: &Parts) -> Option<&str> {
-    let value = parts.headers.get(AUTHORIZATION)?.to_str().ok()?;
+/// The token of an `Authorization: Bearer TOKEN` header, if there is one.
+pub(super) fn bearer(headers: &axum::http::HeaderMap) -> Option<&str> {
+    let value = headers.get(AUTHORIZATION)?.to_str().ok()?;
     let (scheme, token) = value.split_once(' ')?;
     scheme
         .eq_ignore_ascii_case("bearer")
@@ -89,7 +90,7 @@ impl FromRequestParts<ApiState> for Caller {
         parts: &mut Parts,
         state: &ApiState,
     ) -> Result<Self, Self::Rejection> {
-        let Some(token) = bearer(parts) else {
+        let Some(token) = bearer(&parts.headers) else {
             return Err(ApiError::Unauthorized(
                 "missing `Authorization: Bearer TOKEN` header".into(),
             ));

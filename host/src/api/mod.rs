@@ -51,6 +51,9 @@ pub struct ApiState {
     pub ax: crate::service::Ax,
     /// sha256 of the admin token (the token itself is never kept).
     pub admin_token_sha256: [u8; 32],
+    /// sha256 of the metrics token (`metrics_token`): reads `GET /metrics`
+    /// and nothing else. `None`: only the admin token reads it.
+    pub metrics_token_sha256: Option<[u8; 32]>,
 }
 
 /// Every route of the API: its path template and its handlers. The one
