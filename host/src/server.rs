@@ -143,6 +143,10 @@ fn admin_token(store: &dyn Store, configured: Option<&str>) -> anyhow::Result<[u
 
 /// Starts ax: store, runtime, scheduler, HTTP. Returns once listening.
 pub async fn start(config: Config, demo: bool) -> anyhow::Result<Server> {
+    config
+        .connections
+        .validate()
+        .map_err(|e| anyhow::anyhow!("config: connections.{e}"))?;
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("creating the data directory {}", config.data_dir.display()))?;
     let store: Arc<dyn Store> = Arc::new(SledStore::open(&config.data_dir)?);
@@ -252,7 +256,12 @@ pub async fn start(config: Config, demo: bool) -> anyhow::Result<Server> {
             .as_deref()
             .map(crate::api::auth::hash_token),
     };
-    let http = tokio::spawn(api::serve(listener, state, shutdown.clone()));
+    let http = tokio::spawn(api::serve(
+        listener,
+        state,
+        config.connections.clone(),
+        shutdown.clone(),
+    ));
     // Retention: stops with everything else; its deletions go through the scheduler.
     crate::retention::spawn_sweeper(
         ax.store.clone(),

@@ -1174,6 +1174,7 @@ async fn the_cli_client_drives_a_real_server() {
     tokio::spawn(ax::api::serve(
         listener,
         h.state.clone(),
+        ax::config::ConnectionsConfig::default(),
         h.shutdown.clone(),
     ));
     let dir = tempfile::tempdir().unwrap();
@@ -1527,6 +1528,7 @@ async fn ax_graph_prints_the_servers_drawing() {
     tokio::spawn(ax::api::serve(
         listener,
         h.state.clone(),
+        ax::config::ConnectionsConfig::default(),
         h.shutdown.clone(),
     ));
     tokio::task::spawn_blocking(move || {

@@ -9,10 +9,13 @@
 //! - [`views`]: the JSON shapes of the answers.
 //! - `dashboard`: the web dashboard's embedded files (`GET /`).
 //! - [`openapi`]: the OpenAPI document, generated from the handlers' annotations.
+//! - `connections`: the accept loop [`serve`] runs — connection cap, idle,
+//!   head and body timeouts.
 //!
 //! Route reference with examples: docs/API.md.
 
 pub mod auth;
+mod connections;
 mod dashboard;
 pub mod error;
 mod extract;
@@ -152,16 +155,16 @@ pub fn router(state: ApiState) -> Router {
         .with_state(state)
 }
 
-/// Serves `router(state)` on `listener` until `shutdown` fires, then lets
-/// requests in flight finish.
+/// Serves `router(state)` on `listener`, each connection bounded by
+/// `limits` (cap, idle, head and body timeouts: the `connections` module),
+/// until `shutdown` fires; then lets requests in flight finish.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: ApiState,
+    limits: crate::config::ConnectionsConfig,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown.cancelled_owned())
-        .await
+    connections::serve(listener, router(state), limits, shutdown).await
 }
 
 /// Logs every request, and runs its handler as a task of its own: a panic in
