@@ -90,7 +90,7 @@ fn fast_retries(c: &mut ax::config::Config) {
 }
 
 /// The admin sets `tenant`'s outbound HTTP ceiling.
-async fn allow_http(live: &Live, tenant: &str, patterns: &[String]) {
+async fn allow_http(live: &Live, tenant: &str, patterns: &[&str]) {
     let body = serde_json::json!({ "allow_http": patterns }).to_string();
     live.send(
         "PUT",
@@ -162,7 +162,7 @@ async fn failures_and_dead_letters_are_posted_and_retried() {
     })
     .await;
     // The task webhooks go to a loopback receiver: the admin grants its address.
-    allow_http(&live, "default", &[url.clone()]).await;
+    allow_http(&live, "default", &[&url]).await;
     live.upload("fail").await;
     live.apply(
         "broken",
@@ -241,7 +241,7 @@ async fn a_late_start_is_posted() {
         c.reserved_high = Some(0);
     })
     .await;
-    allow_http(&live, "default", &[url.clone()]).await;
+    allow_http(&live, "default", &[&url]).await;
     live.upload_as("hostile_sleep", "sleepy").await;
     live.upload("echo").await;
     live.apply(
@@ -404,7 +404,7 @@ async fn a_webhook_the_tenant_may_not_reach_is_refused_on_save() {
     }
 
     // A grant of the name does not reach loopback: names never do.
-    allow_http(&live, "acme", &[format!("http://localhost:{port}")]).await;
+    allow_http(&live, "acme", &[&format!("http://localhost:{port}")]).await;
     let r = put_alerting_task(&live, "acme", &format!("http://localhost:{port}/t")).await;
     assert_eq!(r.status, 422, "{}", r.text);
     let message = r.json()["error"]["message"].as_str().unwrap().to_string();
@@ -413,7 +413,7 @@ async fn a_webhook_the_tenant_may_not_reach_is_refused_on_save() {
         "{message}"
     );
     // Nor does a grant of one loopback address open another.
-    allow_http(&live, "acme", &[format!("http://127.0.0.1:{port}")]).await;
+    allow_http(&live, "acme", &[&format!("http://127.0.0.1:{port}")]).await;
     let r = put_alerting_task(&live, "acme", &format!("http://127.0.0.2:{port}/t")).await;
     assert_eq!(r.status, 422, "{}", r.text);
     let r = put_alerting_task(
@@ -453,7 +453,7 @@ async fn a_granted_webhook_is_posted_but_a_redirect_is_not_followed() {
     };
     *MOVED_TO.lock().unwrap() = format!("{elsewhere}/stolen");
     let live = Live::start(fast_retries).await;
-    allow_http(&live, "default", &[url.clone()]).await;
+    allow_http(&live, "default", &[&url]).await;
     live.upload("fail").await;
     for (task, route) in [("ok", "ok"), ("moved", "moved")] {
         live.apply(
@@ -487,7 +487,7 @@ async fn a_granted_webhook_is_posted_but_a_redirect_is_not_followed() {
 async fn a_narrowed_ceiling_stops_deliveries_of_saved_tasks() {
     let (url, seen) = receiver().await;
     let live = Live::start(fast_retries).await;
-    allow_http(&live, "default", &[url.clone()]).await;
+    allow_http(&live, "default", &[&url]).await;
     live.upload("fail").await;
     live.apply(
         "t",
