@@ -19,6 +19,34 @@
 //! own `alerts` is sent there *as well* (the team's channel and the task
 //! owner's are both told).
 //!
+//! # Where a webhook may point
+//!
+//! An alert is an outbound HTTP request made by the host on a tenant's
+//! behalf, so it obeys the rules plugins do (docs/CAPABILITIES.md) — the
+//! same code decides ([`crate::capability::http`]):
+//! - a **task's** webhook (written by whoever may save the tenant's tasks)
+//!   must be allowed by the tenant's `allow_http` ceiling, the list the admin
+//!   sets for the tenant's plugins: no separate alert list, so one list says
+//!   where a tenant's work may reach. It is checked when the task is saved
+//!   ([`check_webhook`], `422` naming `alerts.webhook`) and again at every
+//!   delivery, against the ceiling of that moment (an admin may narrow it);
+//! - a webhook the **admin** set (on a tenant record, or in the server
+//!   config) grants itself: its exact destination is the pattern;
+//! - then the address rules: the name is resolved once, each address checked
+//!   like a `wasi:http` request's ([`crate::capability::http::pick_address`]:
+//!   no loopback, link-local/metadata or other special address through a
+//!   name; private ones only through an exact name), and the POST goes to
+//!   the checked address (a resolver handing ureq only that address, no
+//!   proxy), so DNS cannot rebind between check and use. Loopback is reached
+//!   only through a literal address granted as such (`http://127.0.0.1:9093`);
+//! - redirects are **not followed**: a 3xx is a failed delivery, not retried
+//!   (a redirect could point anywhere; the receiver's URL should be fixed).
+//!
+//! A refusal at delivery is logged (`warn`, with the reason), counted in
+//! `ax_alerts_denied_total`, and not retried. The delivery counters are
+//! behind `GET /metrics`, which needs a token (docs/OPERATIONS.md), so a
+//! tenant cannot read another tenant's delivery results there.
+//!
 //! # Never blocking the scheduler
 //!
 //! The scheduler actor only calls [`Alerter`] methods, which decide from the
@@ -55,14 +83,20 @@ use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::capability::http::{self as allow, Destination, HttpPattern};
 use crate::model::{DeadLetter, Millis, RunRecord, RunStatus};
 use crate::scheduler::clock::rfc3339;
 use crate::task::{SpecError, TaskSpec};
+use crate::tenant::Registry;
 
 /// The seeds' lateness threshold.
 pub const DEFAULT_LATE_AFTER: Duration = Duration::from_secs(5);
 /// Longest webhook URL accepted.
 const MAX_URL_LEN: usize = 2048;
+/// How long saving a task waits for its webhook's name to resolve; past it
+/// the save goes on and delivery checks (a name may not resolve yet where
+/// the task is written).
+pub const SAVE_RESOLVE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// What an alert is about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
@@ -114,25 +148,27 @@ impl AlertSpec {
         Ok(spec)
     }
 
-    /// An http(s) URL with a host; `on` not empty, no repeats; `late_after` ≥ 1 ms.
+    /// An http(s) URL with a host (the destination grammar of
+    /// [`Destination::from_url`]); `on` not empty, no repeats; `late_after` ≥ 1 ms.
+    /// Where the URL may point is [`check_webhook`]'s business.
     pub fn validate(&self, path: &str) -> Result<(), SpecError> {
-        let url = self.webhook.trim();
-        let rest = url
-            .strip_prefix("http://")
-            .or_else(|| url.strip_prefix("https://"));
-        let host = rest.map(|r| r.split(['/', '?', '#']).next().unwrap_or_default());
-        if url.len() > MAX_URL_LEN
-            || host.is_none_or(str::is_empty)
-            || url.chars().any(char::is_whitespace)
-        {
-            return Err(SpecError::new(
+        let url = self.webhook.as_str();
+        let bad = |why: String| {
+            SpecError::new(
                 format!("{path}.webhook"),
                 format!(
-                    "`{}` is not an http:// or https:// URL with a host",
-                    self.webhook
+                    "`{}` is not an http:// or https:// URL with a host: {why}",
+                    crate::template::shorten(url)
                 ),
-            ));
+            )
+        };
+        if url.len() > MAX_URL_LEN {
+            return Err(bad(format!("longer than {MAX_URL_LEN} bytes")));
         }
+        if url.chars().any(char::is_whitespace) {
+            return Err(bad("it contains white space".into()));
+        }
+        Destination::from_url(url).map_err(bad)?;
         if self.on.is_empty() {
             return Err(SpecError::new(
                 format!("{path}.on"),
@@ -199,12 +235,13 @@ impl Default for AlertsConfig {
     }
 }
 
-mod humantime_text {
+/// Durations in config files as people write them (`10s`, `500ms`).
+pub(crate) mod humantime_text {
     use std::time::Duration;
 
     use serde::{Deserialize, Deserializer};
 
-    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         let text = String::deserialize(d)?;
         humantime::parse_duration(&text).map_err(|e| {
             serde::de::Error::custom(format!("`{text}` is not a duration ({e}); try 1s, 500ms"))
@@ -252,12 +289,25 @@ pub struct AlertStats {
     pub retries: AtomicU64,
     /// Alerts dropped because the queue was full (oldest first).
     pub dropped: AtomicU64,
+    /// Alerts refused at delivery: the webhook is outside the tenant's
+    /// ceiling, or its name resolves to an address it may not reach.
+    pub denied: AtomicU64,
+}
+
+/// Who set a webhook, which decides what grants it (module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SetBy {
+    /// On the tenant record or in the server config: grants itself.
+    Admin,
+    /// In a task definition: needs the tenant's `allow_http`.
+    Task,
 }
 
 /// One alert on its way to one webhook.
 #[derive(Debug)]
 struct Pending {
     url: String,
+    set_by: SetBy,
     body: Arc<Alert>,
     attempts: u32,
 }
@@ -288,6 +338,9 @@ impl Queue {
 
 struct Inner {
     config: AlertsConfig,
+    /// The live tenant records: a task webhook's ceiling is read from here
+    /// at every delivery.
+    registry: Registry,
     /// Alerts set on tenant records (API), by tenant; read only when
     /// `any_tenant` says there is one, so runs of a host without tenant
     /// alerts never take the lock.
@@ -313,11 +366,13 @@ impl std::fmt::Debug for Alerter {
 }
 
 impl Alerter {
-    /// Starts the delivery worker; it stops when `shutdown` fires.
-    pub fn start(config: AlertsConfig, shutdown: CancellationToken) -> Self {
+    /// Starts the delivery worker; it stops when `shutdown` fires. Task
+    /// webhooks are checked against the ceilings in `registry`.
+    pub fn start(config: AlertsConfig, registry: Registry, shutdown: CancellationToken) -> Self {
         let alerter = Self {
             inner: Arc::new(Inner {
                 config,
+                registry,
                 tenants: RwLock::default(),
                 any_tenant: AtomicBool::new(false),
                 queue: Mutex::new(Queue::default()),
@@ -363,8 +418,8 @@ impl Alerter {
     }
 
     /// The settings an event of `tenant` / `spec` goes to: the tenant's
-    /// (record, then config file) and the task's.
-    fn targets(&self, tenant: &str, spec: &TaskSpec, event: AlertOn) -> Vec<AlertSpec> {
+    /// (record, then config file; set by the admin) and the task's.
+    fn targets(&self, tenant: &str, spec: &TaskSpec, event: AlertOn) -> Vec<(AlertSpec, SetBy)> {
         let mut out = Vec::new();
         if self.inner.any_tenant.load(Ordering::Relaxed) {
             let map = self
@@ -372,27 +427,35 @@ impl Alerter {
                 .tenants
                 .read()
                 .unwrap_or_else(PoisonError::into_inner);
-            out.extend(map.get(tenant).cloned());
+            out.extend(map.get(tenant).cloned().map(|a| (a, SetBy::Admin)));
         }
-        out.extend(self.inner.config.tenants.get(tenant).cloned());
-        out.extend(spec.alerts.clone());
-        out.retain(|a| a.wants(event));
+        out.extend(
+            self.inner
+                .config
+                .tenants
+                .get(tenant)
+                .cloned()
+                .map(|a| (a, SetBy::Admin)),
+        );
+        out.extend(spec.alerts.clone().map(|a| (a, SetBy::Task)));
+        out.retain(|(a, _)| a.wants(event));
         out
     }
 
     /// Queues `alert` for every target; never blocks beyond a mutex push.
-    fn send(&self, targets: Vec<AlertSpec>, alert: Alert) {
+    fn send(&self, targets: Vec<(AlertSpec, SetBy)>, alert: Alert) {
         if targets.is_empty() {
             return;
         }
         let body = Arc::new(alert);
         let mut queue = self.lock();
-        for t in targets {
+        for (t, set_by) in targets {
             while queue.len() >= self.inner.config.queue.max(1) && queue.drop_oldest() {
                 self.inner.stats.dropped.fetch_add(1, Ordering::Relaxed);
             }
             queue.fresh.push_back(Pending {
                 url: t.webhook.clone(),
+                set_by,
                 body: body.clone(),
                 attempts: 0,
             });
@@ -454,7 +517,7 @@ impl Alerter {
     /// A timed run's first attempt started `late_ms` after its instant.
     pub fn started_late(&self, run: &RunRecord, spec: &TaskSpec, late_ms: i64, now: Millis) {
         let mut targets = self.targets(&run.tenant, spec, AlertOn::Late);
-        targets.retain(|a| late_ms > a.late_after().as_millis() as i64);
+        targets.retain(|(a, _)| late_ms > a.late_after().as_millis() as i64);
         if targets.is_empty() {
             return;
         }
@@ -489,21 +552,139 @@ fn alert(kind: &str, run: &RunRecord, at: Millis, reason: Option<String>, text: 
     }
 }
 
+/// Where a webhook may connect: its destination and the pattern granting
+/// it. `ceiling` is the tenant's `allow_http` for a task's webhook, `None`
+/// for one the admin set (its exact destination grants it). The one rule,
+/// used on save ([`check_webhook`]) and at every delivery.
+fn grant(url: &str, ceiling: Option<&[HttpPattern]>) -> Result<(Destination, HttpPattern), String> {
+    let dest = Destination::from_url(url)?;
+    let pattern = match ceiling {
+        None => HttpPattern::exact(&dest),
+        Some(ceiling) => allow::granting(ceiling, &dest)?.clone(),
+    };
+    Ok((dest, pattern))
+}
+
+/// Whether a webhook may be saved: allowed by `ceiling` (the tenant's
+/// `allow_http`, for a task's webhook; `None` for one the admin sets), and
+/// not pointing at an address the rules refuse — an address literal is
+/// judged as written; a name is resolved (at most [`SAVE_RESOLVE_TIMEOUT`])
+/// and refused when it resolves only to refused addresses (`localhost`). A
+/// name that does not resolve now is accepted: delivery checks again.
+pub async fn check_webhook(
+    spec: &AlertSpec,
+    ceiling: Option<&[HttpPattern]>,
+) -> Result<(), String> {
+    let (dest, pattern) = grant(&spec.webhook, ceiling)?;
+    let addrs: Vec<std::net::SocketAddr> = match dest.ip() {
+        Some(ip) => vec![std::net::SocketAddr::new(ip, dest.port)],
+        None => {
+            let lookup = tokio::net::lookup_host((dest.host.as_str(), dest.port));
+            match tokio::time::timeout(SAVE_RESOLVE_TIMEOUT, lookup).await {
+                Ok(Ok(addrs)) => addrs.collect(),
+                Ok(Err(_)) | Err(_) => return Ok(()),
+            }
+        }
+    };
+    if addrs.is_empty() {
+        return Ok(());
+    }
+    allow::pick_address(&pattern, &dest.host, &addrs).map(drop)
+}
+
 /// How one delivery went.
 enum Delivery {
     Sent,
     Retry(String),
     GiveUp(String),
+    /// The ceiling or the address rules refuse the webhook.
+    Denied(String),
 }
 
-fn deliver(agent: &ureq::Agent, p: &Pending) -> Delivery {
+/// A resolver handing ureq only the address the rules allow: the URL's name
+/// is resolved once (ureq's own resolver, within the request's timeout),
+/// [`allow::pick_address`] picks, and the connection goes there. A refusal
+/// is kept in `denied` so the worker can tell it from a network error.
+#[derive(Debug)]
+struct CheckedResolver {
+    dest: Destination,
+    pattern: HttpPattern,
+    denied: Arc<Mutex<Option<String>>>,
+}
+
+impl CheckedResolver {
+    fn deny(&self, why: String) -> ureq::Error {
+        let error = ureq::Error::Io(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            why.clone(),
+        ));
+        *self.denied.lock().unwrap_or_else(PoisonError::into_inner) = Some(why);
+        error
+    }
+}
+
+impl ureq::unversioned::resolver::Resolver for CheckedResolver {
+    fn resolve(
+        &self,
+        uri: &ureq::http::Uri,
+        config: &ureq::config::Config,
+        timeout: ureq::unversioned::transport::NextTimeout,
+    ) -> Result<ureq::unversioned::resolver::ResolvedSocketAddrs, ureq::Error> {
+        // Only the checked destination: no redirect is followed and no proxy
+        // is used, so anything else is a bug to refuse, not to connect to.
+        let asked = Destination::parse(
+            uri.scheme_str().unwrap_or_default(),
+            uri.authority().map_or("", |a| a.as_str()),
+        );
+        if asked.as_ref() != Ok(&self.dest) {
+            return Err(self.deny(format!("{uri} is not the checked destination")));
+        }
+        let addrs = ureq::unversioned::resolver::DefaultResolver::default()
+            .resolve(uri, config, timeout)?;
+        match allow::pick_address(&self.pattern, &self.dest.host, &addrs) {
+            Ok(addr) => {
+                let mut one = self.empty();
+                one.push(addr);
+                Ok(one)
+            }
+            Err(why) => Err(self.deny(why)),
+        }
+    }
+}
+
+fn deliver(timeout: Duration, dest: Destination, pattern: HttpPattern, p: &Pending) -> Delivery {
+    let denied = Arc::new(Mutex::new(None));
+    let config = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(timeout))
+        // A 3xx comes back as it is (module docs: redirects are not followed).
+        .max_redirects(0)
+        // A proxy would resolve and connect itself, past the address check.
+        .proxy(None)
+        .build();
+    let agent = ureq::Agent::with_parts(
+        config,
+        ureq::unversioned::transport::DefaultConnector::default(),
+        CheckedResolver {
+            dest,
+            pattern,
+            denied: denied.clone(),
+        },
+    );
     let result = agent
         .post(&p.url)
         .header("content-type", "application/json")
         .header("user-agent", concat!("ax/", env!("CARGO_PKG_VERSION")))
         .send(serde_json::to_vec(&*p.body).unwrap_or_default());
+    if let Some(why) = denied.lock().unwrap_or_else(PoisonError::into_inner).take() {
+        return Delivery::Denied(why);
+    }
     match result {
         Ok(r) if r.status().is_success() => Delivery::Sent,
+        Ok(r) if r.status().is_redirection() => Delivery::GiveUp(format!(
+            "answered {}; redirects are not followed (point the webhook at the final URL)",
+            r.status().as_u16()
+        )),
         Ok(r) => {
             let s = r.status().as_u16();
             if s == 408 || s == 429 || s >= 500 {
@@ -516,12 +697,27 @@ fn deliver(agent: &ureq::Agent, p: &Pending) -> Delivery {
     }
 }
 
+impl Inner {
+    /// The webhook's destination and grant now: a task's against its
+    /// tenant's current ceiling (an unknown tenant or unreadable list allows
+    /// nothing).
+    fn grant(&self, p: &Pending) -> Result<(Destination, HttpPattern), String> {
+        match p.set_by {
+            SetBy::Admin => grant(&p.url, None),
+            SetBy::Task => {
+                let listed = self
+                    .registry
+                    .tenant(&p.body.tenant)
+                    .map(|t| t.allow_http)
+                    .unwrap_or_default();
+                let ceiling = allow::parse_list(&listed).unwrap_or_default();
+                grant(&p.url, Some(&ceiling))
+            }
+        }
+    }
+}
+
 async fn worker(inner: Arc<Inner>, shutdown: CancellationToken) {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(inner.config.timeout))
-        .build()
-        .into();
     loop {
         let (next, wait) = {
             let mut q = inner.queue.lock().unwrap_or_else(PoisonError::into_inner);
@@ -550,9 +746,13 @@ async fn worker(inner: Arc<Inner>, shutdown: CancellationToken) {
             continue;
         };
         pending.attempts += 1;
-        let a = agent.clone();
+        let timeout = inner.config.timeout;
+        let granted = inner.grant(&pending);
         let (outcome, pending) = match tokio::task::spawn_blocking(move || {
-            let d = deliver(&a, &pending);
+            let d = match granted {
+                Ok((dest, pattern)) => deliver(timeout, dest, pattern, &pending),
+                Err(why) => Delivery::Denied(why),
+            };
             (d, pending)
         })
         .await
@@ -578,6 +778,11 @@ async fn worker(inner: Arc<Inner>, shutdown: CancellationToken) {
                 let key = (Instant::now() + backoff, q.seq);
                 q.retry.insert(key, pending);
             }
+            Delivery::Denied(why) => {
+                tracing::warn!(url = %pending.url, tenant = %pending.body.tenant, kind = %pending.body.kind,
+                    run = %pending.body.run_id, %why, "alert refused: the webhook may not be reached");
+                stats.denied.fetch_add(1, Ordering::Relaxed);
+            }
             Delivery::Retry(why) | Delivery::GiveUp(why) => {
                 tracing::warn!(url = %pending.url, kind = %pending.body.kind, run = %pending.body.run_id,
                     attempts = pending.attempts, %why, "alert given up");
@@ -596,11 +801,17 @@ fn backoff(config: &AlertsConfig, attempts: u32) -> Duration {
         .min(config.max_backoff)
 }
 
-/// Per-tenant settings checked once at start (config file), like a task's.
-pub fn validate_config(config: &AlertsConfig) -> Result<(), String> {
+/// Per-tenant settings checked once at start (config file), like a task's
+/// and like a tenant record's (set by the admin: [`check_webhook`] without
+/// a ceiling).
+pub async fn validate_config(config: &AlertsConfig) -> Result<(), String> {
     for (tenant, spec) in &config.tenants {
-        spec.validate(&format!("alerts.tenants.{tenant}"))
+        let path = format!("alerts.tenants.{tenant}");
+        spec.validate(&path)
             .map_err(|e| format!("{}: {}", e.path, e.message))?;
+        check_webhook(spec, None)
+            .await
+            .map_err(|e| format!("{path}.webhook: {e}"))?;
     }
     Ok(())
 }
@@ -612,6 +823,7 @@ impl Default for Alerter {
         Self {
             inner: Arc::new(Inner {
                 config: AlertsConfig::default(),
+                registry: Registry::default(),
                 tenants: RwLock::default(),
                 any_tenant: AtomicBool::new(false),
                 queue: Mutex::new(Queue::default()),
@@ -669,6 +881,154 @@ mod tests {
         assert_eq!(ok.late_after(), DEFAULT_LATE_AFTER);
     }
 
+    fn hook(url: &str) -> AlertSpec {
+        AlertSpec {
+            webhook: url.into(),
+            on: all_events(),
+            late_after: None,
+        }
+    }
+
+    fn ceiling(patterns: &[&str]) -> Vec<HttpPattern> {
+        patterns.iter().map(|p| p.parse().unwrap()).collect()
+    }
+
+    #[tokio::test]
+    async fn a_task_webhook_needs_the_tenant_ceiling() {
+        for url in [
+            "http://127.0.0.1:9000/x",
+            "http://[::1]:9000/x",
+            "http://127.0.0.2:9000/x",
+            "http://localhost:9000/x",
+            "http://169.254.169.254/latest",
+        ] {
+            let err = check_webhook(&hook(url), Some(&[])).await.unwrap_err();
+            assert!(err.contains("allows no outbound HTTP"), "{url}: {err}");
+        }
+        let granted = ceiling(&["http://127.0.0.1:9000"]);
+        assert!(
+            check_webhook(&hook("http://127.0.0.1:9000/x"), Some(&granted))
+                .await
+                .is_ok()
+        );
+        for url in [
+            "http://127.0.0.1:9001/x",
+            "http://127.0.0.2:9000/x",
+            "https://127.0.0.1:9000/x",
+        ] {
+            let err = check_webhook(&hook(url), Some(&granted)).await.unwrap_err();
+            assert!(
+                err.contains("outside the tenant's allow-list"),
+                "{url}: {err}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn names_never_reach_loopback_even_when_granted() {
+        // `localhost` resolves from /etc/hosts: no network involved.
+        let granted = ceiling(&["http://localhost:*"]);
+        let err = check_webhook(&hook("http://localhost:9000/x"), Some(&granted))
+            .await
+            .unwrap_err();
+        assert!(err.contains("never reached through a name"), "{err}");
+        // The admin's own webhook grants its destination, not a name's loopback.
+        let err = check_webhook(&hook("http://localhost:9000/x"), None)
+            .await
+            .unwrap_err();
+        assert!(err.contains("never reached through a name"), "{err}");
+        assert!(
+            check_webhook(&hook("http://127.0.0.1:9000/x"), None)
+                .await
+                .is_ok()
+        );
+        assert!(
+            check_webhook(&hook("http://0.0.0.0:9000/x"), None)
+                .await
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn delivery_reads_the_ceiling_of_the_moment() {
+        let registry = Registry::default();
+        let mut record = crate::tenant::TenantRecord::new("acme", Default::default(), 0);
+        record.allow_http = vec!["http://127.0.0.1:9000".into()];
+        registry.put_tenant(record.clone());
+        let inner = Inner {
+            config: AlertsConfig::default(),
+            registry: registry.clone(),
+            tenants: RwLock::default(),
+            any_tenant: AtomicBool::new(false),
+            queue: Mutex::new(Queue::default()),
+            wake: tokio::sync::Notify::new(),
+            stats: AlertStats::default(),
+        };
+        let mut body = alert_for("acme");
+        let pending = |set_by, body: &Alert| Pending {
+            url: "http://127.0.0.1:9000/x".into(),
+            set_by,
+            body: Arc::new(body.clone()),
+            attempts: 0,
+        };
+        assert!(inner.grant(&pending(SetBy::Task, &body)).is_ok());
+        record.allow_http.clear();
+        registry.put_tenant(record);
+        let err = inner.grant(&pending(SetBy::Task, &body)).unwrap_err();
+        assert!(err.contains("allows no outbound HTTP"), "{err}");
+        // The admin's webhook does not depend on the tenant's list.
+        assert!(inner.grant(&pending(SetBy::Admin, &body)).is_ok());
+        // An unknown tenant allows nothing.
+        body.tenant = "ghost".into();
+        assert!(inner.grant(&pending(SetBy::Task, &body)).is_err());
+    }
+
+    #[test]
+    fn delivery_connects_only_to_a_checked_address() {
+        // A listener on loopback, reached through a name the tenant was
+        // granted: the resolver refuses before any connection is made.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let url = format!("http://localhost:{port}/x");
+        let granted = ceiling(&[&format!("http://localhost:{port}")]);
+        let (dest, pattern) = grant(&url, Some(&granted)).unwrap();
+        let p = Pending {
+            url,
+            set_by: SetBy::Task,
+            body: Arc::new(alert_for("acme")),
+            attempts: 0,
+        };
+        match deliver(Duration::from_secs(5), dest, pattern, &p) {
+            Delivery::Denied(why) => assert!(why.contains("never reached through a name"), "{why}"),
+            _ => panic!("delivered through a name to loopback"),
+        }
+        let accepted = listener.accept();
+        assert!(
+            accepted
+                .as_ref()
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::WouldBlock),
+            "{accepted:?}"
+        );
+    }
+
+    fn alert_for(tenant: &str) -> Alert {
+        Alert {
+            kind: "late".into(),
+            tenant: tenant.into(),
+            task: "x".into(),
+            run_id: "r".into(),
+            step: None,
+            status: "running".into(),
+            reason: None,
+            scheduled_for: String::new(),
+            late_by_ms: None,
+            dead_letter_id: None,
+            at: String::new(),
+            text: String::new(),
+        }
+    }
+
     #[test]
     fn a_full_queue_drops_the_oldest() {
         let alerter = Alerter {
@@ -677,6 +1037,7 @@ mod tests {
                     queue: 2,
                     ..AlertsConfig::default()
                 },
+                registry: Registry::default(),
                 tenants: RwLock::default(),
                 any_tenant: AtomicBool::new(false),
                 queue: Mutex::new(Queue::default()),
@@ -704,7 +1065,7 @@ mod tests {
             text: String::new(),
         };
         for n in ["a", "b", "c"] {
-            alerter.send(vec![target.clone()], mk(n));
+            alerter.send(vec![(target.clone(), SetBy::Task)], mk(n));
         }
         let q = alerter.lock();
         let ids: Vec<&str> = q.fresh.iter().map(|p| p.body.run_id.as_str()).collect();

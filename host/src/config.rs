@@ -56,6 +56,67 @@ impl Default for CapsFile {
     }
 }
 
+/// Connections open at once by default. Each costs a file descriptor and
+/// some tens of KiB; keep the cap below the open-file limit (`ulimit -n`)
+/// with room for the store and plugins.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
+/// A request head must be complete this long after its first byte (slowloris).
+pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// A request body must be complete this long after its head (a slow body);
+/// a 32 MiB plugin upload needs ~280 KB/s.
+pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(120);
+/// A connection with no request under way and nothing sent or received for
+/// this long is closed (idle keep-alive, a client not reading its answer).
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What HTTP clients may hold open (`connections:` in the config file).
+/// Past `max_connections` a new connection is answered `503` and closed.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ConnectionsConfig {
+    /// Connections served at once.
+    pub max_connections: usize,
+    /// From a request's first byte to the end of its head.
+    #[serde(with = "crate::alerts::humantime_text")]
+    pub header_read_timeout: Duration,
+    /// From a request's head to the end of its body.
+    #[serde(with = "crate::alerts::humantime_text")]
+    pub body_timeout: Duration,
+    /// Without a request under way, the longest silence in both directions.
+    #[serde(with = "crate::alerts::humantime_text")]
+    pub idle_timeout: Duration,
+}
+
+impl Default for ConnectionsConfig {
+    fn default() -> Self {
+        Self {
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
+            body_timeout: DEFAULT_BODY_TIMEOUT,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+        }
+    }
+}
+
+impl ConnectionsConfig {
+    /// At least one connection; every timeout above zero. The error names the field.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.max_connections == 0 || self.max_connections > u32::MAX as usize {
+            return Err("max_connections: must be 1 or more".into());
+        }
+        for (name, d) in [
+            ("header_read_timeout", self.header_read_timeout),
+            ("body_timeout", self.body_timeout),
+            ("idle_timeout", self.idle_timeout),
+        ] {
+            if d.is_zero() {
+                return Err(format!("{name}: must be longer than 0s"));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The whole configuration.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -88,6 +149,11 @@ pub struct Config {
     pub alerts: crate::alerts::AlertsConfig,
     /// Key-value bytes (keys + values) each tenant may keep, KiB (16 MiB by default).
     pub kv_quota_kb: u64,
+    /// What HTTP clients may hold open: connection cap and timeouts (docs/OPERATIONS.md).
+    pub connections: ConnectionsConfig,
+    /// A token that reads `GET /metrics` and nothing else (else `AX_METRICS_TOKEN`);
+    /// without one only the admin token reads the metrics.
+    pub metrics_token: Option<String>,
 }
 
 impl Default for Config {
@@ -107,13 +173,15 @@ impl Default for Config {
             retention: crate::retention::RetentionConfig::default(),
             alerts: crate::alerts::AlertsConfig::default(),
             kv_quota_kb: crate::capability::kv::DEFAULT_QUOTA_BYTES >> 10,
+            connections: ConnectionsConfig::default(),
+            metrics_token: None,
         }
     }
 }
 
 impl Config {
     /// Reads `path` (YAML or JSON), or the defaults without a file; then
-    /// applies `AX_LISTEN`, `AX_DATA_DIR`, `AX_ADMIN_TOKEN`.
+    /// applies `AX_LISTEN`, `AX_DATA_DIR`, `AX_ADMIN_TOKEN`, `AX_METRICS_TOKEN`.
     pub fn load(path: Option<&Path>) -> anyhow::Result<Self> {
         let mut config = match path {
             Some(path) => {
@@ -137,6 +205,11 @@ impl Config {
         {
             config.admin_token = Some(token);
         }
+        if let Ok(token) = std::env::var("AX_METRICS_TOKEN")
+            && !token.is_empty()
+        {
+            config.metrics_token = Some(token);
+        }
         Ok(config)
     }
 }
@@ -158,5 +231,26 @@ mod tests {
             Some(Duration::from_secs(900))
         );
         assert!(serde_saphyr::from_str::<Config>("listn: x\n").is_err());
+    }
+
+    #[test]
+    fn connection_limits_are_read_and_checked() {
+        let text =
+            "connections: { max_connections: 3, header_read_timeout: 500ms, idle_timeout: 2s }\n";
+        let config: Config = serde_saphyr::from_str(text).unwrap();
+        let c = &config.connections;
+        assert_eq!(c.max_connections, 3);
+        assert_eq!(c.header_read_timeout, Duration::from_millis(500));
+        assert_eq!(c.idle_timeout, Duration::from_secs(2));
+        assert_eq!(c.body_timeout, DEFAULT_BODY_TIMEOUT);
+        assert!(c.validate().is_ok());
+        let zero: Config = serde_saphyr::from_str("connections: { body_timeout: 0s }\n").unwrap();
+        assert!(
+            zero.connections
+                .validate()
+                .unwrap_err()
+                .starts_with("body_timeout")
+        );
+        assert!(serde_saphyr::from_str::<Config>("connections: { max: 3 }\n").is_err());
     }
 }

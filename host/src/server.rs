@@ -142,6 +142,10 @@ fn admin_token(store: &dyn Store, configured: Option<&str>) -> anyhow::Result<[u
 
 /// Starts ax: store, runtime, scheduler, HTTP. Returns once listening.
 pub async fn start(config: Config, demo: bool) -> anyhow::Result<Server> {
+    config
+        .connections
+        .validate()
+        .map_err(|e| anyhow::anyhow!("config: connections.{e}"))?;
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("creating the data directory {}", config.data_dir.display()))?;
     let store: Arc<dyn Store> = Arc::new(SledStore::open(&config.data_dir)?);
@@ -191,11 +195,9 @@ pub async fn start(config: Config, demo: bool) -> anyhow::Result<Server> {
         ..SchedulerConfig::default()
     };
     let shutdown = CancellationToken::new();
-    crate::alerts::validate_config(&config.alerts).map_err(|e| anyhow::anyhow!("config: {e}"))?;
-    let scheduler_config = SchedulerConfig {
-        alerts: crate::alerts::Alerter::start(config.alerts.clone(), shutdown.clone()),
-        ..scheduler_config
-    };
+    crate::alerts::validate_config(&config.alerts)
+        .await
+        .map_err(|e| anyhow::anyhow!("config: {e}"))?;
     let clock = Arc::new(SystemClock);
     let kv_limits = crate::capability::KvLimits {
         quota_bytes: config.kv_quota_kb.saturating_mul(1 << 10),
@@ -205,6 +207,15 @@ pub async fn start(config: Config, demo: bool) -> anyhow::Result<Server> {
         store.as_ref(),
         crate::scheduler::Clock::now_ms(clock.as_ref()),
     )?;
+    let scheduler_config = SchedulerConfig {
+        // Task webhooks are checked against the live tenant ceilings.
+        alerts: crate::alerts::Alerter::start(
+            config.alerts.clone(),
+            tenants.clone(),
+            shutdown.clone(),
+        ),
+        ..scheduler_config
+    };
     let runner = Arc::new(
         WasmRunner::new(runtime.clone(), store.clone())
             .with_kv_limits(kv_limits)
@@ -245,8 +256,17 @@ pub async fn start(config: Config, demo: bool) -> anyhow::Result<Server> {
     let state = ApiState {
         ax: ax.clone(),
         admin_token_sha256: token_hash,
+        metrics_token_sha256: config
+            .metrics_token
+            .as_deref()
+            .map(crate::api::auth::hash_token),
     };
-    let http = tokio::spawn(api::serve(listener, state, shutdown.clone()));
+    let http = tokio::spawn(api::serve(
+        listener,
+        state,
+        config.connections.clone(),
+        shutdown.clone(),
+    ));
     // Retention: stops with everything else; its deletions go through the scheduler.
     crate::retention::spawn_sweeper(
         ax.store.clone(),

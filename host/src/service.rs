@@ -307,6 +307,7 @@ impl Ax {
         task::validate(&spec, &self.caps_for(tenant))?;
         self.check_priority(tenant, spec.priority)?;
         self.check_http_ceiling(tenant, &spec)?;
+        self.check_alert_webhook(tenant, &spec).await?;
         for (i, step) in spec.steps.iter().enumerate() {
             if self
                 .store

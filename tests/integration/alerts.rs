@@ -1,5 +1,7 @@
 //! Webhook alerts end to end: a real server, real plugins, and a real HTTP
-//! receiver on a loopback port (one route fails twice before accepting).
+//! receiver on a loopback port (one route fails twice before accepting, one
+//! redirects). A task's webhook needs its tenant's `allow_http` ceiling, and
+//! loopback only ever through a literal address the admin granted.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -9,7 +11,8 @@ use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use axum::routing::post;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, post};
 use serde_json::Value;
 
 use crate::live::Live;
@@ -24,7 +27,10 @@ struct Seen {
 
 type Shared = Arc<Mutex<Seen>>;
 
-async fn receive(State(seen): State<Shared>, Path(route): Path<String>, body: Bytes) -> StatusCode {
+/// Where `/moved` redirects to (set by the test).
+static MOVED_TO: Mutex<String> = Mutex::new(String::new());
+
+async fn receive(State(seen): State<Shared>, Path(route): Path<String>, body: Bytes) -> Response {
     let mut seen = seen.lock().unwrap();
     let n = {
         let n = seen.requests.entry(route.clone()).or_default();
@@ -33,11 +39,16 @@ async fn receive(State(seen): State<Shared>, Path(route): Path<String>, body: By
     };
     // `/flaky` fails its first two requests.
     if route == "flaky" && n <= 2 {
-        return StatusCode::SERVICE_UNAVAILABLE;
+        return StatusCode::SERVICE_UNAVAILABLE.into_response();
+    }
+    // `/moved` sends the alert elsewhere.
+    if route == "moved" {
+        let to = MOVED_TO.lock().unwrap().clone();
+        return (StatusCode::FOUND, [("location", to)]).into_response();
     }
     let body: Value = serde_json::from_slice(&body).expect("a JSON alert");
     seen.accepted.entry(route).or_default().push(body);
-    StatusCode::OK
+    StatusCode::OK.into_response()
 }
 
 async fn receiver() -> (String, Shared) {
@@ -78,6 +89,62 @@ fn fast_retries(c: &mut ax::config::Config) {
     c.alerts.max_backoff = Duration::from_millis(200);
 }
 
+/// The admin sets `tenant`'s outbound HTTP ceiling.
+async fn allow_http(live: &Live, tenant: &str, patterns: &[&str]) {
+    let body = serde_json::json!({ "allow_http": patterns }).to_string();
+    live.send(
+        "PUT",
+        &format!("/v1/tenants/{tenant}"),
+        "application/json",
+        &body,
+    )
+    .await;
+}
+
+/// One metric's value in a scrape (admin token).
+async fn metric(live: &Live, name: &str) -> f64 {
+    let text = live.call("GET", "/metrics", &[], None).await.text;
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .unwrap_or_else(|| panic!("{name} in\n{text}"))
+        .parse()
+        .unwrap()
+}
+
+/// Waits until `name` reaches `want` (the worker delivers off the request path).
+async fn wait_metric(live: &Live, name: &str, want: f64) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let got = metric(live, name).await;
+        if got >= want {
+            assert_eq!(got, want, "{name}");
+            return;
+        }
+        assert!(Instant::now() < deadline, "{name}: {got}, want {want}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A status and body for `GET path` with `token` (or none), no other header.
+async fn get_as(live: &Live, path: &str, token: Option<String>) -> (u16, String) {
+    let url = format!("{}{path}", live.base);
+    tokio::task::spawn_blocking(move || {
+        let agent = ureq::Agent::new_with_config(
+            ureq::Agent::config_builder()
+                .http_status_as_error(false)
+                .build(),
+        );
+        let mut request = agent.get(&url);
+        if let Some(t) = token {
+            request = request.header("authorization", format!("Bearer {t}"));
+        }
+        let mut r = request.call().expect("an answer");
+        (r.status().as_u16(), r.body_mut().read_to_string().unwrap())
+    })
+    .await
+    .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failures_and_dead_letters_are_posted_and_retried() {
     let (url, seen) = receiver().await;
@@ -94,6 +161,8 @@ async fn failures_and_dead_letters_are_posted_and_retried() {
         );
     })
     .await;
+    // The task webhooks go to a loopback receiver: the admin grants its address.
+    allow_http(&live, "default", &[&url]).await;
     live.upload("fail").await;
     live.apply(
         "broken",
@@ -172,6 +241,7 @@ async fn a_late_start_is_posted() {
         c.reserved_high = Some(0);
     })
     .await;
+    allow_http(&live, "default", &[&url]).await;
     live.upload_as("hostile_sleep", "sleepy").await;
     live.upload("echo").await;
     live.apply(
@@ -278,5 +348,201 @@ async fn a_tenant_record_s_alerts_cover_its_tasks() {
         .await;
     assert_eq!(r.status, 422, "{}", r.text);
     assert_eq!(r.json()["error"]["details"]["path"], "alerts.webhook");
+    live.stop().await;
+}
+
+/// PUTs a task whose alerts go to `webhook`, as the admin acting on `tenant`.
+async fn put_alerting_task(live: &Live, tenant: &str, webhook: &str) -> crate::live::Reply {
+    let yaml = format!(
+        "name: t\nplugin: fail@1.0.0\ninput: {{ kind: fatal }}\nalerts: {{ webhook: \"{webhook}\", on: [failed] }}\n"
+    );
+    live.call(
+        "PUT",
+        "/v1/tasks/t",
+        &[("x-ax-tenant", tenant)],
+        Some(("application/yaml", yaml.into())),
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_webhook_the_tenant_may_not_reach_is_refused_on_save() {
+    let (url, seen) = receiver().await;
+    let port = url.rsplit(':').next().unwrap().to_string();
+    let live = Live::start(|_| {}).await;
+    live.send(
+        "POST",
+        "/v1/tenants",
+        "application/json",
+        r#"{"name": "acme", "allow_http": []}"#,
+    )
+    .await;
+    let wasm = crate::common::plugin_bytes("fail");
+    let r = live
+        .call(
+            "POST",
+            "/v1/plugins?name=fail&version=1.0.0",
+            &[("x-ax-tenant", "acme")],
+            Some(("application/wasm", wasm)),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{}", r.text);
+
+    // No grant: loopback by any spelling is outside the ceiling.
+    for host in ["127.0.0.1", "[::1]", "127.0.0.2", "localhost"] {
+        let hook = format!("http://{host}:{port}/t");
+        let r = put_alerting_task(&live, "acme", &hook).await;
+        assert_eq!(r.status, 422, "{hook}: {}", r.text);
+        let e = &r.json()["error"];
+        assert_eq!(e["details"]["path"], "alerts.webhook", "{hook}: {e}");
+        let message = e["message"].as_str().unwrap();
+        assert!(
+            message.contains("outside the tenant's allow-list")
+                && message.contains("allows no outbound HTTP"),
+            "{hook}: {message}"
+        );
+    }
+
+    // A grant of the name does not reach loopback: names never do.
+    allow_http(&live, "acme", &[&format!("http://localhost:{port}")]).await;
+    let r = put_alerting_task(&live, "acme", &format!("http://localhost:{port}/t")).await;
+    assert_eq!(r.status, 422, "{}", r.text);
+    let message = r.json()["error"]["message"].as_str().unwrap().to_string();
+    assert!(
+        message.contains("never reached through a name"),
+        "{message}"
+    );
+    // Nor does a grant of one loopback address open another.
+    allow_http(&live, "acme", &[&format!("http://127.0.0.1:{port}")]).await;
+    let r = put_alerting_task(&live, "acme", &format!("http://127.0.0.2:{port}/t")).await;
+    assert_eq!(r.status, 422, "{}", r.text);
+    let r = put_alerting_task(
+        &live,
+        "acme",
+        &format!("http://127.0.0.1:{}/t", port.parse::<u16>().unwrap() ^ 1),
+    )
+    .await;
+    assert_eq!(r.status, 422, "{}", r.text);
+    // Nothing was saved, nothing was sent.
+    let r = live
+        .call("GET", "/v1/tasks/t", &[("x-ax-tenant", "acme")], None)
+        .await;
+    assert_eq!(r.status, 404, "{}", r.text);
+    assert!(seen.lock().unwrap().requests.is_empty());
+    live.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_granted_webhook_is_posted_but_a_redirect_is_not_followed() {
+    let (url, seen) = receiver().await;
+    // Where the redirect points: another loopback port, not granted.
+    let (elsewhere, elsewhere_seen) = {
+        let hits = Arc::new(Mutex::new(0usize));
+        let counted = hits.clone();
+        let app = Router::new().fallback(any(move || {
+            let counted = counted.clone();
+            async move {
+                *counted.lock().unwrap() += 1;
+                StatusCode::OK
+            }
+        }));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (format!("http://{addr}"), hits)
+    };
+    *MOVED_TO.lock().unwrap() = format!("{elsewhere}/stolen");
+    let live = Live::start(fast_retries).await;
+    allow_http(&live, "default", &[&url]).await;
+    live.upload("fail").await;
+    for (task, route) in [("ok", "ok"), ("moved", "moved")] {
+        live.apply(
+            task,
+            &format!(
+                "name: {task}\nplugin: fail@1.0.0\ninput: {{ kind: fatal }}\n\
+                 alerts: {{ webhook: \"{url}/{route}\", on: [failed] }}\n"
+            ),
+        )
+        .await;
+    }
+    let ok = live.trigger("ok").await;
+    let moved = live.trigger("moved").await;
+    live.wait_run(&ok).await;
+    live.wait_run(&moved).await;
+
+    let got = wait_for(&seen, "ok", 1).await;
+    assert_eq!(got[0]["run_id"], ok.as_str());
+    // The 302 is a failed delivery, given up at once: one request, no retry,
+    // nothing at the other port.
+    wait_metric(&live, "ax_alerts_failed_total", 1.0).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(seen.lock().unwrap().requests.get("moved"), Some(&1));
+    assert_eq!(*elsewhere_seen.lock().unwrap(), 0);
+    assert_eq!(metric(&live, "ax_alerts_sent_total").await, 1.0);
+    assert_eq!(metric(&live, "ax_alerts_retries_total").await, 0.0);
+    live.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_narrowed_ceiling_stops_deliveries_of_saved_tasks() {
+    let (url, seen) = receiver().await;
+    let live = Live::start(fast_retries).await;
+    allow_http(&live, "default", &[&url]).await;
+    live.upload("fail").await;
+    live.apply(
+        "t",
+        &format!(
+            "name: t\nplugin: fail@1.0.0\ninput: {{ kind: fatal }}\n\
+             alerts: {{ webhook: \"{url}/late-ceiling\", on: [failed] }}\n"
+        ),
+    )
+    .await;
+    // The admin takes the grant back; the task stays saved.
+    allow_http(&live, "default", &[]).await;
+    let run = live.trigger("t").await;
+    live.wait_run(&run).await;
+    wait_metric(&live, "ax_alerts_denied_total", 1.0).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(seen.lock().unwrap().requests.is_empty());
+    assert_eq!(metric(&live, "ax_alerts_sent_total").await, 0.0);
+    assert_eq!(metric(&live, "ax_alerts_retries_total").await, 0.0);
+    live.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_need_the_admin_or_the_metrics_token() {
+    let live = Live::start(|c| c.metrics_token = Some("scrape-me".into())).await;
+    let (status, text) = get_as(&live, "/metrics", None).await;
+    assert_eq!(status, 401, "{text}");
+    assert!(text.contains("unauthorized"), "{text}");
+    assert_eq!(get_as(&live, "/metrics", Some("wrong".into())).await.0, 401);
+    let (status, text) = get_as(&live, "/metrics", Some(crate::live::TOKEN.into())).await;
+    assert_eq!(status, 200);
+    assert!(text.contains("ax_alerts_sent_total"), "{text}");
+    let (status, text) = get_as(&live, "/metrics", Some("scrape-me".into())).await;
+    assert_eq!(status, 200);
+    assert!(text.contains("ax_alerts_denied_total"), "{text}");
+    // The metrics token opens nothing else.
+    assert_eq!(
+        get_as(&live, "/v1/tasks", Some("scrape-me".into())).await.0,
+        401
+    );
+    // A tenant token may not read every tenant's numbers.
+    live.send(
+        "POST",
+        "/v1/tenants",
+        "application/json",
+        r#"{"name": "acme"}"#,
+    )
+    .await;
+    let t = live
+        .send("POST", "/v1/tenants/acme/tokens", "application/json", "{}")
+        .await;
+    let token = t["token"].as_str().unwrap().to_string();
+    assert_eq!(get_as(&live, "/v1/tasks", Some(token.clone())).await.0, 200);
+    let (status, text) = get_as(&live, "/metrics", Some(token)).await;
+    assert_eq!(status, 403, "{text}");
+    // `/healthz` stays open.
+    assert_eq!(get_as(&live, "/healthz", None).await.0, 200);
     live.stop().await;
 }

@@ -88,6 +88,7 @@ pub(crate) async fn host() -> Host {
     let state = ApiState {
         ax,
         admin_token_sha256: hash_token(TOKEN),
+        metrics_token_sha256: None,
     };
     Host {
         app: router(state.clone()),
@@ -1179,6 +1180,7 @@ async fn the_cli_client_drives_a_real_server() {
     tokio::spawn(ax::api::serve(
         listener,
         h.state.clone(),
+        ax::config::ConnectionsConfig::default(),
         h.shutdown.clone(),
     ));
     let dir = tempfile::tempdir().unwrap();
@@ -1532,6 +1534,7 @@ async fn ax_graph_prints_the_servers_drawing() {
     tokio::spawn(ax::api::serve(
         listener,
         h.state.clone(),
+        ax::config::ConnectionsConfig::default(),
         h.shutdown.clone(),
     ));
     tokio::task::spawn_blocking(move || {

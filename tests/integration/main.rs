@@ -9,6 +9,7 @@ mod capabilities;
 mod cli;
 mod cli_polish;
 mod common;
+mod connections;
 mod crash;
 mod dag;
 mod live;

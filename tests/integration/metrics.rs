@@ -184,7 +184,7 @@ async fn counters_match_the_work_done() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn metrics_need_no_token_and_show_the_backlog() {
+async fn metrics_need_a_token_and_show_the_backlog() {
     // No attempt may start (concurrency 1, the slot taken by a slow run), so
     // the runs triggered after it wait in the queue.
     let live = Live::start(|c| {
@@ -205,11 +205,9 @@ async fn metrics_need_no_token_and_show_the_backlog() {
         live.trigger("ok").await;
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let r = ureq::get(format!("{}/metrics", live.base))
-        .call()
-        .expect("scrape without a token");
-    assert_eq!(r.status().as_u16(), 200);
-    let text = r.into_body().read_to_string().unwrap();
+    let r = live.call("GET", "/metrics", &[], None).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let text = r.text;
     let m = parse(&text);
     assert_eq!(
         value(&m, "ax_queued_runs{tenant=\"default\"}"),

@@ -65,8 +65,9 @@ pub fn constant_time_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
     std::hint::black_box(diff) == 0
 }
 
-fn bearer(parts: &Parts) -> Option<&str> {
-    let value = parts.headers.get(AUTHORIZATION)?.to_str().ok()?;
+/// The token of an `Authorization: Bearer TOKEN` header, if there is one.
+pub(super) fn bearer(headers: &axum::http::HeaderMap) -> Option<&str> {
+    let value = headers.get(AUTHORIZATION)?.to_str().ok()?;
     let (scheme, token) = value.split_once(' ')?;
     scheme
         .eq_ignore_ascii_case("bearer")
@@ -81,7 +82,7 @@ impl FromRequestParts<ApiState> for Caller {
         parts: &mut Parts,
         state: &ApiState,
     ) -> Result<Self, Self::Rejection> {
-        let Some(token) = bearer(parts) else {
+        let Some(token) = bearer(&parts.headers) else {
             return Err(ApiError::Unauthorized(
                 "missing `Authorization: Bearer TOKEN` header".into(),
             ));

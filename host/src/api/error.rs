@@ -63,6 +63,9 @@ pub enum ApiError {
     NotFound(String),
     /// 405: the route exists, not with this method.
     MethodNotAllowed,
+    /// 408 `body_timeout`: the request body did not arrive in time
+    /// (`connections.body_timeout`); the connection is closed after.
+    BodyTimeout(String),
     /// 409: conflicts with the current state.
     Conflict(String),
     /// 413: the body is over the limit.
@@ -117,6 +120,7 @@ impl ApiError {
             ApiError::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             ApiError::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
+            ApiError::BodyTimeout(_) => (StatusCode::REQUEST_TIMEOUT, "body_timeout"),
             ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
             ApiError::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
             ApiError::UnsupportedMediaType(_) => {
@@ -138,6 +142,7 @@ impl ApiError {
             | ApiError::Forbidden(message)
             | ApiError::NotFound(message)
             | ApiError::Conflict(message)
+            | ApiError::BodyTimeout(message)
             | ApiError::TooLarge(message)
             | ApiError::UnsupportedMediaType(message)
             | ApiError::Invalid { message, .. }
@@ -307,6 +312,9 @@ impl From<PathRejection> for ApiError {
 
 impl From<BytesRejection> for ApiError {
     fn from(r: BytesRejection) -> Self {
+        if let Some(t) = super::connections::body_timed_out(&r) {
+            return ApiError::BodyTimeout(t.to_string());
+        }
         rejection(r.status(), r.body_text())
     }
 }
@@ -319,6 +327,9 @@ impl From<MultipartRejection> for ApiError {
 
 impl From<MultipartError> for ApiError {
     fn from(r: MultipartError) -> Self {
+        if let Some(t) = super::connections::body_timed_out(&r) {
+            return ApiError::BodyTimeout(t.to_string());
+        }
         rejection(r.status(), format!("bad multipart body: {}", r.body_text()))
     }
 }

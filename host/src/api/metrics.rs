@@ -5,20 +5,26 @@
 //! command, O(active runs)); the store size is read on a blocking thread.
 //! Every metric is described in docs/OPERATIONS.md.
 //!
-//! Like `/healthz`, the route needs no token: Prometheus scrapers are
-//! usually configured without one, and the numbers reveal tenant names and
-//! volumes but no object, payload or secret. Operators who must hide them
-//! bind ax to a private address or put the route behind their proxy
-//! (docs/OPERATIONS.md says so).
+//! # Who may read it
+//!
+//! The numbers cover every tenant — names, volumes, alert delivery results
+//! (whose sent/retried counts, read against a webhook a tenant chose, would
+//! tell it whether a port answers) — so the route needs a bearer token:
+//! the admin token, or the dedicated `metrics_token` of the server config
+//! (`AX_METRICS_TOKEN`), which opens nothing else and is what a Prometheus
+//! scrape config should carry (`authorization: {credentials_file: …}`). No
+//! token or a wrong one is `401`; a tenant token is `403`.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use axum::extract::{Extension, State};
+use axum::extract::{Extension, FromRequestParts, State};
 use axum::http::header;
+use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
 
 use super::ApiState;
+use super::auth::{bearer, constant_time_eq, hash_token};
 use super::error::{ApiError, ApiResult};
 use crate::metrics::{Encoder, FINISHED, HttpMetrics};
 use crate::model::Outcome;
@@ -26,11 +32,49 @@ use crate::model::Outcome;
 /// The content type of the text exposition format.
 const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
+/// A caller allowed to read the metrics: the admin or the metrics token.
+pub(super) struct MetricsReader;
+
+impl FromRequestParts<ApiState> for MetricsReader {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &ApiState) -> Result<Self, ApiError> {
+        let Some(token) = bearer(&parts.headers) else {
+            return Err(ApiError::Unauthorized(
+                "GET /metrics needs `Authorization: Bearer TOKEN`: the admin token or the metrics token (`metrics_token`)".into(),
+            ));
+        };
+        let digest = hash_token(token);
+        let admin = constant_time_eq(&digest, &state.admin_token_sha256);
+        let metrics = state
+            .metrics_token_sha256
+            .as_ref()
+            .is_some_and(|m| constant_time_eq(&digest, m));
+        if admin || metrics {
+            return Ok(MetricsReader);
+        }
+        if let Some((id, secret)) = crate::tenant::parse_token(token)
+            && !matches!(
+                state.ax.tenants.check_token(id, secret),
+                crate::tenant::TokenCheck::Invalid
+            )
+        {
+            return Err(ApiError::Forbidden(
+                "the metrics cover every tenant: read them with the admin token or the metrics token".into(),
+            ));
+        }
+        Err(ApiError::Unauthorized("the token is not valid".into()))
+    }
+}
+
 /// `GET /metrics`.
-#[utoipa::path(get, path = "/metrics", tag = "operations", security(()),
+#[utoipa::path(get, path = "/metrics", tag = "operations", security(("bearer" = [])),
     responses((status = 200, description = "Prometheus text format 0.0.4 (docs/OPERATIONS.md)", content_type = "text/plain; version=0.0.4", body = String),
+        (status = 401, description = "No token, or not the admin or metrics token", body = super::error::ErrorBody),
+        (status = 403, description = "A tenant token", body = super::error::ErrorBody),
         (status = 503, description = "The scheduler does not answer", body = super::error::ErrorBody)))]
 pub(super) async fn scrape(
+    _reader: MetricsReader,
     State(state): State<ApiState>,
     Extension(http): Extension<Arc<HttpMetrics>>,
 ) -> ApiResult<Response> {
@@ -239,6 +283,12 @@ fn render(
         "ax_alerts_retries_total",
         "Webhook deliveries retried.",
         alerts.retries.load(Ordering::Relaxed),
+    );
+    counter(
+        &mut e,
+        "ax_alerts_denied_total",
+        "Webhook alerts refused: outside the tenant's allow_http, or resolving to a refused address.",
+        alerts.denied.load(Ordering::Relaxed),
     );
     counter(
         &mut e,

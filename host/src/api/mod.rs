@@ -9,10 +9,13 @@
 //! - [`views`]: the JSON shapes of the answers.
 //! - `dashboard`: the web dashboard's embedded files (`GET /`).
 //! - [`openapi`]: the OpenAPI document, generated from the handlers' annotations.
+//! - `connections`: the accept loop [`serve`] runs — connection cap, idle,
+//!   head and body timeouts.
 //!
 //! Route reference with examples: docs/API.md.
 
 pub mod auth;
+mod connections;
 mod dashboard;
 pub mod error;
 mod extract;
@@ -51,6 +54,9 @@ pub struct ApiState {
     pub ax: crate::service::Ax,
     /// sha256 of the admin token (the token itself is never kept).
     pub admin_token_sha256: [u8; 32],
+    /// sha256 of the metrics token (`metrics_token`): reads `GET /metrics`
+    /// and nothing else. `None`: only the admin token reads it.
+    pub metrics_token_sha256: Option<[u8; 32]>,
 }
 
 /// Every route of the API: its path template and its handlers. The one
@@ -149,16 +155,16 @@ pub fn router(state: ApiState) -> Router {
         .with_state(state)
 }
 
-/// Serves `router(state)` on `listener` until `shutdown` fires, then lets
-/// requests in flight finish.
+/// Serves `router(state)` on `listener`, each connection bounded by
+/// `limits` (cap, idle, head and body timeouts: the `connections` module),
+/// until `shutdown` fires; then lets requests in flight finish.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: ApiState,
+    limits: crate::config::ConnectionsConfig,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown.cancelled_owned())
-        .await
+    connections::serve(listener, router(state), limits, shutdown).await
 }
 
 /// Logs every request, and runs its handler as a task of its own: a panic in

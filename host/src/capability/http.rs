@@ -1,6 +1,12 @@
 //! Outbound HTTP allow-lists: the pattern grammar, matching a request against
 //! a list, the tenant ceiling check, and which resolved addresses a pattern
-//! may reach. Pure: no sockets, no DNS (the runtime resolves and asks here).
+//! may reach. Pure: no sockets, no DNS (the runtime and the alert sender
+//! resolve, then ask here: [`pick_address`]).
+//!
+//! Two callers go out to the network on a tenant's behalf, and both decide
+//! here: plugins (`wasi:http`, `runtime/http.rs`) and webhook alerts
+//! (`alerts.rs`, whose task webhooks must be granted by the tenant's ceiling:
+//! [`granting`]).
 //!
 //! # Grammar
 //!
@@ -41,7 +47,7 @@
 //!   reached through a name.
 
 use std::fmt;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::str::FromStr;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -296,6 +302,16 @@ impl Destination {
         Ok(Destination { scheme, host, port })
     }
 
+    /// Reads the destination of a whole URL (`scheme://authority[/path…]`),
+    /// as a webhook is written.
+    pub fn from_url(url: &str) -> Result<Destination, String> {
+        let Some((scheme, rest)) = url.split_once("://") else {
+            return Err("the URL has no scheme (http:// or https://)".into());
+        };
+        let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+        Destination::parse(scheme, authority)
+    }
+
     /// The host as an address, when it is a literal.
     pub fn ip(&self) -> Option<IpAddr> {
         self.host.parse().ok()
@@ -312,6 +328,20 @@ impl fmt::Display for Destination {
 }
 
 impl HttpPattern {
+    /// The pattern granting exactly `dest`: its scheme, host (name or
+    /// address) and port. What a destination the admin wrote down grants
+    /// itself (the admin's own alert webhooks).
+    pub fn exact(dest: &Destination) -> HttpPattern {
+        HttpPattern {
+            scheme: dest.scheme,
+            host: match dest.ip() {
+                Some(ip) => HostPattern::Ip(ip),
+                None => HostPattern::Name(dest.host.clone()),
+            },
+            port: PortPattern::Exact(dest.port),
+        }
+    }
+
     /// Whether this pattern allows `dest` (before any address check).
     pub fn matches(&self, dest: &Destination) -> bool {
         if self.scheme != dest.scheme {
@@ -372,24 +402,69 @@ pub fn find_match<'a>(list: &'a [HttpPattern], dest: &Destination) -> Option<&'a
 pub fn within_ceiling(ceiling: &[HttpPattern], step: &[HttpPattern]) -> Result<(), String> {
     for pattern in step {
         if !ceiling.iter().any(|c| c.covers(pattern)) {
-            let allowed = if ceiling.is_empty() {
-                "the tenant allows no outbound HTTP".to_owned()
-            } else {
-                format!(
-                    "the tenant allows only {}",
-                    ceiling
-                        .iter()
-                        .map(|c| format!("`{c}`"))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                )
-            };
             return Err(format!(
-                "`{pattern}` is outside the tenant's allow-list: {allowed}"
+                "`{pattern}` is outside the tenant's allow-list: {}",
+                what_ceiling_allows(ceiling)
             ));
         }
     }
     Ok(())
+}
+
+/// The tenant pattern granting one destination a task names outside any
+/// step (an alert webhook): the first of `ceiling` matching it. The error
+/// reads like [`within_ceiling`]'s. (For a destination, "a ceiling pattern
+/// matches it" and "covers its [`HttpPattern::exact`]" are the same rule.)
+pub fn granting<'a>(
+    ceiling: &'a [HttpPattern],
+    dest: &Destination,
+) -> Result<&'a HttpPattern, String> {
+    find_match(ceiling, dest).ok_or_else(|| {
+        format!(
+            "`{}` is outside the tenant's allow-list: {}",
+            HttpPattern::exact(dest),
+            what_ceiling_allows(ceiling)
+        )
+    })
+}
+
+fn what_ceiling_allows(ceiling: &[HttpPattern]) -> String {
+    if ceiling.is_empty() {
+        "the tenant allows no outbound HTTP".to_owned()
+    } else {
+        format!(
+            "the tenant allows only {}",
+            ceiling
+                .iter()
+                .map(|c| format!("`{c}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    }
+}
+
+/// The address to connect to for `host`, resolved (once, by the caller) to
+/// `addrs` for a destination `pattern` matched: the first address the
+/// pattern may reach ([`address_allowed`]). The caller connects to exactly
+/// this address, never resolving again, so a name cannot pass the check and
+/// then point elsewhere. `Err` gives every refused address's reason.
+pub fn pick_address(
+    pattern: &HttpPattern,
+    host: &str,
+    addrs: &[SocketAddr],
+) -> Result<SocketAddr, String> {
+    let mut reasons = Vec::new();
+    for addr in addrs {
+        match address_allowed(pattern, addr.ip()) {
+            Ok(()) => return Ok(*addr),
+            Err(why) => reasons.push(why),
+        }
+    }
+    Err(if reasons.is_empty() {
+        format!("{host} resolves to no address")
+    } else {
+        reasons.join("; ")
+    })
 }
 
 /// Whether `ip`, resolved for a destination matched by `pattern`, may be
@@ -702,6 +777,71 @@ mod tests {
         assert!(Destination::parse("http", "user@example.com").is_err());
         assert!(Destination::parse("http", "").is_err());
         assert!(Destination::parse("http", "a.com:99999").is_err());
+    }
+
+    #[test]
+    fn urls_give_their_destination() {
+        let d = Destination::from_url("http://[::1]:9000/hook?x=1").unwrap();
+        assert_eq!((d.host.as_str(), d.port), ("::1", 9000));
+        let d = Destination::from_url("https://Chat.Example.com/h#f").unwrap();
+        assert_eq!(
+            (d.scheme, d.host.as_str(), d.port),
+            (Scheme::Https, "chat.example.com", 443)
+        );
+        for bad in ["ftp://x", "http://", "http://u:p@h/", "nope", "http://a b/"] {
+            assert!(Destination::from_url(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_destination_is_granted_by_the_ceiling_pattern_matching_it() {
+        let ceiling = [p("https://*.example.com"), p("http://127.0.0.1:*")];
+        let d = Destination::from_url("https://hooks.example.com/x").unwrap();
+        assert_eq!(granting(&ceiling, &d).unwrap(), &ceiling[0]);
+        let d = Destination::from_url("http://127.0.0.1:9/x").unwrap();
+        assert_eq!(granting(&ceiling, &d).unwrap(), &ceiling[1]);
+        for outside in [
+            "http://127.0.0.2:9",
+            "http://[::1]:9",
+            "http://localhost:9",
+            "https://example.com",
+        ] {
+            let d = Destination::from_url(outside).unwrap();
+            let err = granting(&ceiling, &d).unwrap_err();
+            assert!(
+                err.contains("outside the tenant's allow-list"),
+                "{outside}: {err}"
+            );
+            // The same answer the ceiling gives for the destination's own pattern.
+            assert!(within_ceiling(&ceiling, &[HttpPattern::exact(&d)]).is_err());
+        }
+        let d = Destination::from_url("http://127.0.0.1:80").unwrap();
+        assert!(
+            granting(&[], &d)
+                .unwrap_err()
+                .contains("allows no outbound HTTP")
+        );
+    }
+
+    #[test]
+    fn the_first_allowed_address_is_picked_and_refusals_are_explained() {
+        let named = p("https://hooks.example.com");
+        let addrs: Vec<SocketAddr> = vec![
+            "127.0.0.1:443".parse().unwrap(),
+            "93.184.216.34:443".parse().unwrap(),
+        ];
+        assert_eq!(
+            pick_address(&named, "hooks.example.com", &addrs).unwrap(),
+            addrs[1]
+        );
+        let err = pick_address(&named, "hooks.example.com", &addrs[..1]).unwrap_err();
+        assert!(err.contains("never reached through a name"), "{err}");
+        let err = pick_address(&named, "hooks.example.com", &[]).unwrap_err();
+        assert!(err.contains("resolves to no address"), "{err}");
+        // An admin's exact address grants that address, loopback included.
+        let exact = HttpPattern::exact(&Destination::from_url("http://127.0.0.1:9").unwrap());
+        assert!(pick_address(&exact, "127.0.0.1", &["127.0.0.1:9".parse().unwrap()]).is_ok());
+        assert!(pick_address(&exact, "127.0.0.1", &["127.0.0.2:9".parse().unwrap()]).is_err());
     }
 
     #[test]

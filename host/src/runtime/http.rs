@@ -8,7 +8,7 @@
 //! 2. scheme, host and port against the step's allow-list
 //!    ([`crate::capability::http`]) — nothing listed means nothing allowed;
 //! 3. the name is resolved once, here; each address is checked
-//!    ([`allow::address_allowed`]) and the connection goes to a checked
+//!    ([`allow::pick_address`]) and the connection goes to a checked
 //!    address (no second lookup, so no DNS rebinding between check and use);
 //! 4. TLS for `https` (webpki roots, the name verified), HTTP/1.1;
 //! 5. the per-request timeout covers connecting, the response head and the
@@ -433,7 +433,8 @@ impl Body for CappedBody {
     }
 }
 
-/// Resolves `dest` once and returns an address the pattern may reach.
+/// Resolves `dest` once and returns an address the pattern may reach (the
+/// decision is [`allow::pick_address`], shared with the alert sender).
 async fn resolve_checked(dest: &Destination, pattern: &HttpPattern) -> Result<SocketAddr, String> {
     let addrs: Vec<SocketAddr> = match dest.ip() {
         Some(ip) => vec![SocketAddr::new(ip, dest.port)],
@@ -442,16 +443,5 @@ async fn resolve_checked(dest: &Destination, pattern: &HttpPattern) -> Result<So
             .map_err(|e| format!("{} does not resolve: {e}", dest.host))?
             .collect(),
     };
-    let mut reasons = Vec::new();
-    for addr in &addrs {
-        match allow::address_allowed(pattern, addr.ip()) {
-            Ok(()) => return Ok(*addr),
-            Err(why) => reasons.push(why),
-        }
-    }
-    Err(if reasons.is_empty() {
-        format!("{} resolves to no address", dest.host)
-    } else {
-        reasons.join("; ")
-    })
+    allow::pick_address(pattern, &dest.host, &addrs)
 }

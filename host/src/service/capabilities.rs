@@ -1,6 +1,6 @@
 //! Capability operations of the facade ([`Ax`]): tenants' secrets (set,
-//! list names only, delete) and the tenant ceiling on outbound HTTP, checked
-//! when a task is saved.
+//! list names only, delete) and the tenant ceiling on outbound HTTP (steps'
+//! `allow_http` and the task's alert webhook), checked when a task is saved.
 //!
 //! The secret paths sit in one place so they are easy to audit: no value is
 //! ever returned, logged or put in an event. Values reach plugins only
@@ -20,16 +20,7 @@ impl Ax {
         if spec.steps.iter().all(|s| s.allow_http.is_empty()) {
             return Ok(());
         }
-        let listed = self
-            .tenants
-            .tenant(tenant)
-            .map(|t| t.allow_http)
-            .unwrap_or_default();
-        let ceiling = capability::http::parse_list(&listed).map_err(|(i, e)| {
-            Error::Internal(format!(
-                "tenant `{tenant}` allow_http[{i}] is unreadable: {e}"
-            ))
-        })?;
+        let ceiling = self.http_ceiling(tenant)?;
         for (i, step) in spec.steps.iter().enumerate() {
             capability::http::within_ceiling(&ceiling, &step.allow_http).map_err(|message| {
                 Error::Invalid {
@@ -39,6 +30,36 @@ impl Ax {
             })?;
         }
         Ok(())
+    }
+
+    /// A task's alert webhook is outbound HTTP on the tenant's behalf: it
+    /// must be allowed by the same ceiling, and not point at an address the
+    /// rules refuse ([`crate::alerts::check_webhook`]).
+    pub(crate) async fn check_alert_webhook(&self, tenant: &str, spec: &TaskSpec) -> Result<()> {
+        let Some(alerts) = &spec.alerts else {
+            return Ok(());
+        };
+        let ceiling = self.http_ceiling(tenant)?;
+        crate::alerts::check_webhook(alerts, Some(&ceiling))
+            .await
+            .map_err(|message| Error::Invalid {
+                path: Some("alerts.webhook".into()),
+                message,
+            })
+    }
+
+    /// The tenant's `allow_http`, parsed.
+    fn http_ceiling(&self, tenant: &str) -> Result<Vec<capability::HttpPattern>> {
+        let listed = self
+            .tenants
+            .tenant(tenant)
+            .map(|t| t.allow_http)
+            .unwrap_or_default();
+        capability::http::parse_list(&listed).map_err(|(i, e)| {
+            Error::Internal(format!(
+                "tenant `{tenant}` allow_http[{i}] is unreadable: {e}"
+            ))
+        })
     }
 
     /// Sets a secret of `tenant`; says whether it was created. The value is

@@ -147,7 +147,7 @@ impl Ax {
         }
     }
 
-    fn check_spec(spec: &TenantSpec) -> Result<()> {
+    async fn check_spec(spec: &TenantSpec) -> Result<()> {
         if let Some(d) = &spec.description
             && d.len() > MAX_DESCRIPTION
         {
@@ -167,6 +167,15 @@ impl Ax {
                 path: Some(e.path),
                 message: e.message,
             })?;
+        }
+        if let Some(alerts) = &spec.alerts {
+            // The admin's own webhook grants itself; the address rules apply.
+            crate::alerts::check_webhook(alerts, None)
+                .await
+                .map_err(|message| Error::Invalid {
+                    path: Some("alerts.webhook".into()),
+                    message,
+                })?;
         }
         if let Some(list) = &spec.allow_http {
             // The grammar of docs/CAPABILITIES.md; the error names the pattern.
@@ -208,7 +217,7 @@ impl Ax {
                 message: format!("`{name}` must match [A-Za-z0-9][A-Za-z0-9_.-]{{0,63}}"),
             });
         }
-        Self::check_spec(&spec)?;
+        Self::check_spec(&spec).await?;
         if self.tenants.exists(&name) {
             return Err(Error::Conflict(format!("tenant `{name}` already exists")));
         }
@@ -237,7 +246,7 @@ impl Ax {
                 "the body names another tenant than `{name}`"
             )));
         }
-        Self::check_spec(&spec)?;
+        Self::check_spec(&spec).await?;
         let mut record = self.tenant_record(name)?;
         if let Some(d) = spec.description {
             record.description = Some(d);

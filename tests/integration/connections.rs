@@ -1,0 +1,256 @@
+//! What a client may hold open without a token: a real server on loopback
+//! with small limits (`connections:` in the config), raw sockets for the
+//! clients. Real time, kept short: every limit here is under a second.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use ax::config::ConnectionsConfig;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::live::{Live, TOKEN};
+
+const HEAD: Duration = Duration::from_millis(600);
+const BODY: Duration = Duration::from_millis(600);
+const IDLE: Duration = Duration::from_millis(800);
+
+fn limits(max: usize, idle: Duration) -> impl FnOnce(&mut ax::config::Config) {
+    move |c| {
+        c.connections = ConnectionsConfig {
+            max_connections: max,
+            header_read_timeout: HEAD,
+            body_timeout: BODY,
+            idle_timeout: idle,
+        }
+    }
+}
+
+fn addr(live: &Live) -> SocketAddr {
+    live.server.as_ref().expect("running").addr
+}
+
+/// Reads until the server closes (or `within` passes: a panic); returns
+/// what it sent and how long after `since` it closed.
+async fn until_closed(
+    stream: &mut TcpStream,
+    since: Instant,
+    within: Duration,
+) -> (String, Duration) {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let left = within.saturating_sub(since.elapsed());
+        match tokio::time::timeout(left, stream.read(&mut buf)).await {
+            Err(_) => panic!(
+                "still open after {within:?}; got {:?}",
+                String::from_utf8_lossy(&got)
+            ),
+            Ok(Ok(0)) | Ok(Err(_)) => break,
+            Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+    (String::from_utf8_lossy(&got).into_owned(), since.elapsed())
+}
+
+/// One request on a fresh connection; the whole answer (the server closes).
+async fn once(addr: SocketAddr, request: &str) -> String {
+    let mut s = TcpStream::connect(addr).await.expect("connect");
+    s.write_all(request.as_bytes()).await.expect("send");
+    until_closed(&mut s, Instant::now(), Duration::from_secs(5))
+        .await
+        .0
+}
+
+const HEALTHZ: &str = "GET /healthz HTTP/1.1\r\nhost: ax\r\nconnection: close\r\n\r\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_or_idle_keep_alive_connection_is_closed_at_the_idle_timeout() {
+    let live = Live::start(limits(16, IDLE)).await;
+    // Opened and never written to.
+    let mut silent = TcpStream::connect(addr(&live)).await.unwrap();
+    let (got, after) = until_closed(&mut silent, Instant::now(), Duration::from_secs(5)).await;
+    assert!(got.is_empty(), "{got}");
+    assert!(
+        after >= IDLE - Duration::from_millis(50),
+        "closed after {after:?}"
+    );
+
+    // One request on a keep-alive connection, then silence.
+    let mut kept = TcpStream::connect(addr(&live)).await.unwrap();
+    kept.write_all(b"GET /healthz HTTP/1.1\r\nhost: ax\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = [0u8; 4096];
+    let n = kept.read(&mut buf).await.unwrap();
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+    let answered = Instant::now();
+    let (rest, after) = until_closed(&mut kept, answered, Duration::from_secs(5)).await;
+    assert!(rest.is_empty(), "{rest}");
+    assert!(
+        after >= IDLE - Duration::from_millis(50),
+        "closed after {after:?}"
+    );
+    live.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slowloris_head_is_closed_at_the_header_timeout() {
+    // Idle is long: only the head deadline can end this.
+    let live = Live::start(limits(16, Duration::from_secs(30))).await;
+    let mut s = TcpStream::connect(addr(&live)).await.unwrap();
+    let started = Instant::now();
+    s.write_all(b"GET /healthz HTTP/1.1\r\n").await.unwrap();
+    // A header byte every 100 ms, for far longer than the head deadline.
+    let (mut reader, mut writer) = s.into_split();
+    let dribble = tokio::spawn(async move {
+        for _ in 0..100 {
+            if writer.write_all(b"x").await.is_err() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    let mut buf = [0u8; 1024];
+    let closed = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            match reader.read(&mut buf).await {
+                Ok(0) | Err(_) => return started.elapsed(),
+                Ok(_) => {}
+            }
+        }
+    })
+    .await
+    .expect("the slow head is cut");
+    assert!(
+        closed >= HEAD - Duration::from_millis(50) && closed < HEAD + Duration::from_secs(1),
+        "closed after {closed:?}"
+    );
+    dribble.abort();
+    // The server is fine.
+    assert!(once(addr(&live), HEALTHZ).await.starts_with("HTTP/1.1 200"));
+    live.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_body_is_answered_408_and_closed_at_the_body_timeout() {
+    let live = Live::start(limits(16, Duration::from_secs(30))).await;
+    let mut s = TcpStream::connect(addr(&live)).await.unwrap();
+    let head = format!(
+        "PUT /v1/tasks/t HTTP/1.1\r\nhost: ax\r\nauthorization: Bearer {TOKEN}\r\n\
+         content-type: application/yaml\r\ncontent-length: 1000\r\n\r\n"
+    );
+    s.write_all(head.as_bytes()).await.unwrap();
+    let started = Instant::now();
+    let (mut reader, mut writer) = s.into_split();
+    let dribble = tokio::spawn(async move {
+        for _ in 0..100 {
+            if writer.write_all(b"#").await.is_err() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let closed = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            match reader.read(&mut buf).await {
+                Ok(0) | Err(_) => return started.elapsed(),
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+    })
+    .await
+    .expect("the slow body is cut");
+    dribble.abort();
+    let answer = String::from_utf8_lossy(&got);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("\"body_timeout\""), "{answer}");
+    assert!(
+        closed >= BODY - Duration::from_millis(50) && closed < BODY + Duration::from_secs(1),
+        "closed after {closed:?}"
+    );
+    // Nothing was stored.
+    let r = live.call("GET", "/v1/tasks/t", &[], None).await;
+    assert_eq!(r.status, 404, "{}", r.text);
+    live.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_cap_connections_get_503_and_healthz_answers_once_one_frees() {
+    let live = Live::start(limits(3, Duration::from_secs(30))).await;
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        let mut s = TcpStream::connect(addr(&live)).await.unwrap();
+        // Half a head: the connection is surely accepted and served.
+        s.write_all(b"GET /healthz HTTP/1.1\r\n").await.unwrap();
+        held.push(s);
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Many over the cap, each refused at once and clearly: the accept loop
+    // does not wait on any of them.
+    let started = Instant::now();
+    let refusals = (0..40).map(|_| once(addr(&live), HEALTHZ));
+    for answer in futures_join(refusals).await {
+        assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+        assert!(answer.contains("too_many_connections"), "{answer}");
+        assert!(
+            answer.to_ascii_lowercase().contains("retry-after: 1"),
+            "{answer}"
+        );
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // One client leaves: its place is served again.
+    drop(held.pop());
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        let answer = once(addr(&live), HEALTHZ).await;
+        if answer.starts_with("HTTP/1.1 200") {
+            break;
+        }
+        assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+        assert!(Instant::now() < deadline, "no place freed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    live.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_does_not_wait_for_idle_connections() {
+    let live = Live::start(limits(16, Duration::from_secs(30))).await;
+    let mut kept = TcpStream::connect(addr(&live)).await.unwrap();
+    kept.write_all(b"GET /healthz HTTP/1.1\r\nhost: ax\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = [0u8; 4096];
+    assert!(kept.read(&mut buf).await.unwrap() > 0);
+    let _silent = TcpStream::connect(addr(&live)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let started = Instant::now();
+    tokio::time::timeout(Duration::from_secs(5), live.stop())
+        .await
+        .expect("the server stops");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+/// Runs the futures at once and collects their results in order.
+async fn futures_join<F: std::future::Future<Output = String> + Send + 'static>(
+    futures: impl Iterator<Item = F>,
+) -> Vec<String> {
+    let handles: Vec<_> = futures.map(tokio::spawn).collect();
+    let mut out = Vec::new();
+    for h in handles {
+        out.push(h.await.expect("client task"));
+    }
+    out
+}
