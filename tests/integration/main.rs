@@ -19,4 +19,5 @@ mod retention;
 mod sandbox;
 mod serve_cli;
 mod tenants;
+mod terminal;
 mod validation;

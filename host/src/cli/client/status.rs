@@ -154,9 +154,10 @@ fn print_human(url: &str, s: &Value) {
             Some(b) => format!(" of {b}"),
             None => " (no budget)".into(),
         };
-        let held = match w["held"].as_str() {
-            Some(why) => format!("; HELD: {why}"),
-            None => String::new(),
+        let held = if w["held"].is_string() {
+            format!("; HELD: {}", cell(&w["held"]))
+        } else {
+            String::new()
         };
         format!(
             "{}{budget} used by tenant {} until {}{held}",

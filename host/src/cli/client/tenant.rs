@@ -183,8 +183,8 @@ fn print_tenant(t: &Value) {
         "enabled"
     };
     println!("state:       {state}");
-    if let Some(h) = t["held"].as_str() {
-        println!("held:        {h}");
+    if t["held"].is_string() {
+        println!("held:        {}", cell(&t["held"]));
     }
     println!("quota:");
     if let Some(q) = t["quota"].as_object() {
@@ -344,8 +344,8 @@ fn print_usage(v: &Value) {
             cell(&w["fuel_budget"])
         }
     );
-    if let Some(h) = w["held"].as_str() {
-        println!("{h}");
+    if w["held"].is_string() {
+        println!("{}", cell(&w["held"]));
     }
     let headers = ["", "FUEL", "ATTEMPTS", "WALL_MS", "OUTCOMES"];
     let mut rows = vec![usage_row("total", &v["total"])];
