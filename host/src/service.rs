@@ -429,6 +429,34 @@ impl Ax {
             .collect()
     }
 
+    /// One page of the tenant's tasks, by name: at most `limit` named after
+    /// `after` (a cursor: the last name of the previous page), and the
+    /// cursor of the next page when more follow. Schedules are read for the
+    /// page only; the task records are all read (the store lists a tenant's
+    /// tasks whole), which bounds the answer, not the store work.
+    pub fn list_tasks_page(
+        &self,
+        tenant: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<TaskPage> {
+        // A page holds at least one task, or it could never move on.
+        let limit = limit.max(1);
+        let mut tasks = self.store.list_tasks(Some(tenant))?;
+        tasks.retain(|t| after.is_none_or(|after| t.name.as_str() > after));
+        tasks.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+        let next = (tasks.len() > limit).then(|| tasks[limit - 1].name.clone());
+        tasks.truncate(limit);
+        let page = tasks
+            .into_iter()
+            .map(|t| {
+                let s = self.store.get_schedule(tenant, &t.name)?;
+                Ok((t, s))
+            })
+            .collect::<Result<_>>()?;
+        Ok((page, next))
+    }
+
     /// Deletes a task (its runs stay until retention removes them).
     pub async fn delete_task(&self, tenant: &str, name: &str) -> Result<()> {
         if !self.scheduler.delete_task(tenant, name).await? {
@@ -675,15 +703,17 @@ impl Ax {
     }
 }
 
+/// A page of tasks with their schedules, and the cursor of the next page.
+pub type TaskPage = (Vec<(TaskRecord, Option<ScheduleState>)>, Option<String>);
+
 /// Re-exported for the API: formats an instant in a zone with its weekday.
 pub use schedule::describe;
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-
     #[test]
     fn names_and_versions_are_checked() {
+        use crate::task::{is_valid_name as valid_name, is_valid_version as valid_version};
         assert!(valid_name("extract-orders"));
         assert!(!valid_name("-x"));
         assert!(!valid_name("a/b"));

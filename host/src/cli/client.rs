@@ -529,6 +529,32 @@ fn query(pairs: &[(&str, Option<String>)]) -> String {
     }
 }
 
+/// Items a page of a listing holds when the client follows every page (the
+/// API's largest page).
+const FULL_PAGE: usize = 1000;
+
+/// Every item of a paged listing (`{KEY: [...], "next_cursor": ...}` at
+/// `path`, which has no query string): follows the cursor to the end.
+fn all_pages(client: &Client, path: &str, key: &str) -> Result<Vec<Value>, Failure> {
+    let mut all = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let page = client.get(&format!(
+            "{path}{}",
+            query(&[
+                ("limit", Some(FULL_PAGE.to_string())),
+                ("cursor", cursor.clone())
+            ])
+        ))?;
+        all.extend(items(&page[key]).cloned());
+        match page["next_cursor"].as_str() {
+            // A cursor that does not move would loop for ever.
+            Some(next) if cursor.as_deref() != Some(next) => cursor = Some(next.to_string()),
+            _ => return Ok(all),
+        }
+    }
+}
+
 fn print_json(value: &Value) {
     println!(
         "{}",
@@ -748,11 +774,12 @@ fn task(args: TaskArgs) -> Outcome {
             show(&v, if status == 201 { "created" } else { "replaced" });
         }
         TaskCommand::List => {
-            let v = client.get("/v1/tasks")?;
+            // Every page: a listing of tasks is short enough to read whole.
+            let tasks = all_pages(&client, "/v1/tasks", "tasks")?;
             if json {
-                print_json(&v);
+                print_json(&json!({ "tasks": tasks, "next_cursor": null }));
             } else {
-                let rows: Vec<Vec<String>> = items(&v["tasks"]).map(task_row).collect();
+                let rows: Vec<Vec<String>> = tasks.iter().map(task_row).collect();
                 print!("{}", table(&TASK_HEADERS, &rows));
             }
         }
