@@ -143,26 +143,6 @@ pub struct Ax {
 
 pub use self::tenants::{TenantSpec, UsageReport, UsageTotals, WindowUsage, load_registry};
 
-fn valid_name(name: &str) -> bool {
-    let mut chars = name.chars();
-    chars.next().is_some_and(|c| c.is_ascii_alphanumeric())
-        && name.len() <= 64
-        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
-}
-
-fn valid_version(version: &str) -> bool {
-    let core = version.split(['-', '+']).next().unwrap_or_default();
-    let parts: Vec<&str> = core.split('.').collect();
-    parts.len() == 3
-        && parts
-            .iter()
-            .all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit()))
-        && version.len() <= 64
-        && version
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '+'))
-}
-
 impl Ax {
     /// Attempts the scheduler runs at once.
     pub fn scheduler_concurrency(&self) -> usize {
@@ -186,12 +166,14 @@ impl Ax {
         version: &str,
         bytes: Vec<u8>,
     ) -> Result<(PluginRecord, bool)> {
-        if !valid_name(name) {
+        // The rules a task names a plugin by: a version no task could refer
+        // to is refused here.
+        if !task::is_valid_name(name) {
             return Err(Error::BadRequest(format!(
                 "plugin name `{name}` must match [A-Za-z0-9][A-Za-z0-9_.-]{{0,63}}"
             )));
         }
-        if !valid_version(version) {
+        if !task::is_valid_version(version) {
             return Err(Error::BadRequest(format!(
                 "plugin version `{version}` is not semver (x.y.z)"
             )));
@@ -314,11 +296,16 @@ impl Ax {
         body: &str,
     ) -> Result<(TaskRecord, bool)> {
         let spec = task::parse(body)?;
+        // Well-formed, but not this resource: an invalid document (422 with
+        // its path), like any other field that disagrees with its context.
         if spec.name != name {
-            return Err(Error::BadRequest(format!(
-                "the definition is named `{}` but was sent to `{name}`",
-                spec.name
-            )));
+            return Err(Error::Invalid {
+                path: Some("name".into()),
+                message: format!(
+                    "the definition is named `{}` but was sent to `{name}`",
+                    spec.name
+                ),
+            });
         }
         task::validate(&spec, &self.caps_for(tenant))?;
         self.check_http_ceiling(tenant, &spec)?;
@@ -510,8 +497,9 @@ impl Ax {
         {
             return Err(Error::BadRequest(format!("priority {p} is not in 0..=9")));
         }
+        // Characters, as the API document's `maxLength` counts them.
         if let Some(key) = &request.idempotency_key
-            && (key.is_empty() || key.len() > 256)
+            && (key.is_empty() || key.chars().count() > 256)
         {
             return Err(Error::BadRequest(
                 "idempotency_key must be 1 to 256 characters".into(),
@@ -721,5 +709,9 @@ mod tests {
         assert!(valid_version("1.0.0-rc.1"));
         assert!(!valid_version("1.2"));
         assert!(!valid_version("v1.2.3"));
+        // Semver has no leading zeros; a task could not name such a version.
+        assert!(!valid_version("01.2.3"));
+        assert!(!valid_version("1.0.0-"));
+        assert!("p@1.0.0-rc.1".parse::<crate::task::PluginRef>().is_ok());
     }
 }

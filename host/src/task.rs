@@ -1095,7 +1095,8 @@ impl<'v> Obj<'v> {
     }
 }
 
-const TASK_FIELDS: [&str; 18] = [
+/// Every top-level field of a definition (the API document lists the same).
+pub(crate) const TASK_FIELDS: [&str; 18] = [
     "name",
     "description",
     "trigger",
