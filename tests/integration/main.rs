@@ -9,6 +9,7 @@ mod capabilities;
 mod cli;
 mod cli_polish;
 mod common;
+mod contract;
 mod crash;
 mod dag;
 mod live;
