@@ -3392,11 +3392,41 @@ steps:
         let docs = include_str!("../../docs/TASKS.md");
         let steps = format!("| 1 to {MAX_STEPS} steps |");
         assert!(docs.contains(&steps), "docs/TASKS.md must say `{steps}`");
-        let at = format!("{}..={}", utc(MIN_AT_MS), utc(MAX_AT_MS));
-        assert!(
-            docs.contains(&at),
-            "docs/TASKS.md must give the `at` range {at}"
-        );
+        // The *Limits* table: the row naming each constant gives its value.
+        let row = |constant: &str| {
+            docs.lines()
+                .find(|l| l.starts_with('|') && l.contains(&format!("`{constant}`")))
+                .unwrap_or_else(|| panic!("docs/TASKS.md *Limits* has no row for {constant}"))
+        };
+        for (constant, value) in [
+            ("MAX_STEPS", format!("1 to {MAX_STEPS}")),
+            ("MAX_SPEC_NODES", "100,000".to_string()),
+            ("MAX_NAME_LEN", format!("{MAX_NAME_LEN} characters")),
+            ("MAX_PRIORITY", format!("0..={MAX_PRIORITY}")),
+            (
+                "MAX_DESCRIPTION_BYTES",
+                format!("{MAX_DESCRIPTION_BYTES} bytes"),
+            ),
+            ("MAX_ATTEMPTS", format!("| {MAX_ATTEMPTS} |")),
+            (
+                "MAX_BACKOFF_ENTRIES",
+                format!("{MAX_BACKOFF_ENTRIES} entries"),
+            ),
+            ("MAX_WHEN_BYTES", format!("{MAX_WHEN_BYTES} bytes")),
+            ("MAX_WHEN_DEPTH", format!("{MAX_WHEN_DEPTH} deep")),
+            ("MAX_WASM_MEMORY_MB", format!("{MAX_WASM_MEMORY_MB} (")),
+            (
+                "MIN_AT_MS",
+                format!("{}..={}", utc(MIN_AT_MS), utc(MAX_AT_MS)),
+            ),
+        ] {
+            assert!(
+                row(constant).contains(&value),
+                "{constant}: `{}` lacks `{value}`",
+                row(constant)
+            );
+        }
+        assert_eq!(MAX_SPEC_NODES, 100_000, "update the *Limits* table");
     }
 
     // --- limits ------------------------------------------------------------------
