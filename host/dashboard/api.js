@@ -77,6 +77,20 @@ export async function api(method, path, body) {
 }
 
 export const get = (path) => api("GET", path);
+
+/** Every item of a paged listing (`{KEY: [...], next_cursor}`), following
+ * the cursor a full page (1000) at a time. `path` has no query string. */
+export async function getAll(path, key) {
+  const all = [];
+  let cursor = "";
+  for (;;) {
+    const page = await get(`${path}?limit=1000${cursor ? "&cursor=" + encodeURIComponent(cursor) : ""}`);
+    all.push(...(page[key] || []));
+    // A cursor that does not move would loop for ever.
+    if (!page.next_cursor || page.next_cursor === cursor) return all;
+    cursor = page.next_cursor;
+  }
+}
 export const post = (path, body) => api("POST", path, body);
 
 /** Runs `limit` async jobs at a time over `items`. */

@@ -64,7 +64,7 @@ function signInPage(message) {
     e.preventDefault();
     signIn(token.value.trim(), tenant.value.trim());
     try {
-      await get("/v1/tasks");
+      await get("/v1/tasks?limit=1");
       signIn(token.value.trim(), tenant.value.trim(), await probeAdmin(token.value.trim()));
     } catch (err) {
       signOut();

@@ -3,7 +3,7 @@
 // `ctx.main` and may call `ctx.later(fn, ms)` to refresh itself while it is
 // still the page on screen.
 
-import { get, post, pool, ApiError } from "./api.js";
+import { get, getAll, post, pool, ApiError } from "./api.js";
 import {
   h, replace, link, route, qs, badge, table, when, relative, human, span, bytes, num, button, TERMINAL,
 } from "./dom.js";
@@ -85,7 +85,7 @@ async function overview() {
 }
 
 export async function tasksPage(ctx) {
-  const [{ tasks }, strip] = await Promise.all([get("/v1/tasks"), overview()]);
+  const [tasks, strip] = await Promise.all([getAll("/v1/tasks", "tasks"), overview()]);
   // The last run of each task: one small query per task, six at a time.
   const last = await pool(tasks, 6, (t) => get(`/v1/runs${qs({ task: t.name, limit: 1 })}`).then((v) => (v.runs || [])[0] || null));
   const rows = tasks.map((t, i) => {
@@ -207,9 +207,9 @@ export async function runsPage(ctx, params) {
   // `limit` stays in the URL with the filters, so paging keeps the page size.
   const filter = { task: params.get("task") || "", status: params.get("status") || "", limit: params.get("limit") || "" };
   const cursor = params.get("cursor") || "";
-  const [page, { tasks }] = await Promise.all([
+  const [page, tasks] = await Promise.all([
     get(`/v1/runs${qs({ ...filter, cursor, limit: filter.limit || 50 })}`),
-    get("/v1/tasks"),
+    getAll("/v1/tasks", "tasks"),
   ]);
   const taskSelect = h("select", { name: "task", "aria-label": "task" }, h("option", { value: "" }, "all tasks"), tasks.map((t) => h("option", { value: t.name, selected: t.name === filter.task }, t.name)));
   const statusSelect = h("select", { name: "status", "aria-label": "status" }, RUN_STATUSES.map((x) => h("option", { value: x, selected: x === filter.status }, x || "any status")));

@@ -167,8 +167,8 @@ impl Ax {
         version: &str,
         bytes: Vec<u8>,
     ) -> Result<(PluginRecord, bool)> {
-        // The same rules as a task's `plugin: name@version` reference, so
-        // every version that uploads can be referenced.
+        // The rules a task names a plugin by: a version no task could refer
+        // to is refused here.
         if !task::is_valid_name(name) {
             return Err(Error::BadRequest(format!(
                 "plugin name `{name}` must match [A-Za-z0-9][A-Za-z0-9_.-]{{0,63}}"
@@ -298,11 +298,16 @@ impl Ax {
         body: &str,
     ) -> Result<(TaskRecord, bool)> {
         let spec = task::parse(body)?;
+        // Well-formed, but not this resource: an invalid document (422 with
+        // its path), like any other field that disagrees with its context.
         if spec.name != name {
-            return Err(Error::BadRequest(format!(
-                "the definition is named `{}` but was sent to `{name}`",
-                spec.name
-            )));
+            return Err(Error::Invalid {
+                path: Some("name".into()),
+                message: format!(
+                    "the definition is named `{}` but was sent to `{name}`",
+                    spec.name
+                ),
+            });
         }
         task::validate(&spec, &self.caps_for(tenant))?;
         self.check_priority(tenant, spec.priority)?;
@@ -405,6 +410,34 @@ impl Ax {
             .collect()
     }
 
+    /// One page of the tenant's tasks, by name: at most `limit` named after
+    /// `after` (a cursor: the last name of the previous page), and the
+    /// cursor of the next page when more follow. Schedules are read for the
+    /// page only; the task records are all read (the store lists a tenant's
+    /// tasks whole), which bounds the answer, not the store work.
+    pub fn list_tasks_page(
+        &self,
+        tenant: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<TaskPage> {
+        // A page holds at least one task, or it could never move on.
+        let limit = limit.max(1);
+        let mut tasks = self.store.list_tasks(Some(tenant))?;
+        tasks.retain(|t| after.is_none_or(|after| t.name.as_str() > after));
+        tasks.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+        let next = (tasks.len() > limit).then(|| tasks[limit - 1].name.clone());
+        tasks.truncate(limit);
+        let page = tasks
+            .into_iter()
+            .map(|t| {
+                let s = self.store.get_schedule(tenant, &t.name)?;
+                Ok((t, s))
+            })
+            .collect::<Result<_>>()?;
+        Ok((page, next))
+    }
+
     /// Deletes a task (its runs stay until retention removes them).
     pub async fn delete_task(&self, tenant: &str, name: &str) -> Result<()> {
         if !self.scheduler.delete_task(tenant, name).await? {
@@ -461,8 +494,9 @@ impl Ax {
         if let Some(p) = request.priority {
             self.check_priority(&request.tenant, p)?;
         }
+        // Characters, as the API document's `maxLength` counts them.
         if let Some(key) = &request.idempotency_key
-            && (key.is_empty() || key.len() > 256)
+            && (key.is_empty() || key.chars().count() > 256)
         {
             return Err(Error::BadRequest(
                 "idempotency_key must be 1 to 256 characters".into(),
@@ -654,21 +688,27 @@ impl Ax {
     }
 }
 
+/// A page of tasks with their schedules, and the cursor of the next page.
+pub type TaskPage = (Vec<(TaskRecord, Option<ScheduleState>)>, Option<String>);
+
 /// Re-exported for the API: formats an instant in a zone with its weekday.
 pub use schedule::describe;
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-
     #[test]
     fn names_and_versions_are_checked() {
-        assert!(task::is_valid_name("extract-orders"));
-        assert!(!task::is_valid_name("-x"));
-        assert!(!task::is_valid_name("a/b"));
-        assert!(task::is_valid_version("1.2.0"));
-        assert!(task::is_valid_version("1.0.0-rc.1"));
-        assert!(!task::is_valid_version("1.2"));
-        assert!(!task::is_valid_version("v1.2.3"));
+        use crate::task::{is_valid_name as valid_name, is_valid_version as valid_version};
+        assert!(valid_name("extract-orders"));
+        assert!(!valid_name("-x"));
+        assert!(!valid_name("a/b"));
+        assert!(valid_version("1.2.0"));
+        assert!(valid_version("1.0.0-rc.1"));
+        assert!(!valid_version("1.2"));
+        assert!(!valid_version("v1.2.3"));
+        // Semver has no leading zeros; a task could not name such a version.
+        assert!(!valid_version("01.2.3"));
+        assert!(!valid_version("1.0.0-"));
+        assert!("p@1.0.0-rc.1".parse::<crate::task::PluginRef>().is_ok());
     }
 }

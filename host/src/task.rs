@@ -39,8 +39,8 @@ pub const MAX_SPEC_BYTES: usize = 1 << 20;
 pub const MAX_SPEC_NODES: usize = 100_000;
 /// Longest task, step, pool or plugin name.
 pub const MAX_NAME_LEN: usize = 64;
-/// Most steps in one task.
-pub const MAX_STEPS: usize = 2_000;
+/// Most steps in one task (docs/TASKS.md states it; a test holds them equal).
+pub const MAX_STEPS: usize = 256;
 /// Highest priority (0 is lowest).
 pub const MAX_PRIORITY: u8 = 9;
 /// Priority when none is given.
@@ -64,6 +64,14 @@ pub const MAX_WHEN_DEPTH: usize = cond::MAX_DEPTH;
 pub const MAX_WASM_MEMORY_MB: u64 = 4096;
 /// Shortest `every` interval.
 pub const MIN_EVERY: Duration = Duration::from_secs(1);
+/// Earliest `trigger.at`, in ms since the Unix epoch: the epoch itself.
+/// Instants are kept as milliseconds since it, and nothing before it is a
+/// schedule anyone means (a past `at` after it is fine: `catch_up` decides).
+pub const MIN_AT_MS: i64 = 0;
+/// Latest `trigger.at`: 9999-12-31T23:59:59.999Z, the last instant that
+/// RFC 3339's four-digit years can write in UTC (an offset can push a
+/// written `9999-12-31T23:00:00-02:00` past it).
+pub const MAX_AT_MS: i64 = 253_402_300_799_999;
 
 /// A task definition (SPEC §4), after parsing. Serializes to the canonical
 /// `steps` form (a shorthand one-step task comes back with one step).
@@ -1064,7 +1072,8 @@ impl<'v> Obj<'v> {
     }
 }
 
-const TASK_FIELDS: [&str; 18] = [
+/// Every top-level field of a definition (the API document lists the same).
+pub(crate) const TASK_FIELDS: [&str; 18] = [
     "name",
     "description",
     "trigger",
@@ -1690,16 +1699,27 @@ fn validate_trigger(t: &TriggerSpec, task: &str) -> Result<()> {
             ));
         }
     }
-    if let Some(at) = &t.at
-        && chrono::DateTime::parse_from_rfc3339(at.trim()).is_err()
-    {
-        return Err(SpecError::new(
-            "trigger.at",
-            format!(
-                "`{}` is not an RFC 3339 instant with an offset (like 2026-12-01T23:00:00+08:00)",
-                shorten(at)
-            ),
-        ));
+    if let Some(at) = &t.at {
+        let Ok(instant) = chrono::DateTime::parse_from_rfc3339(at.trim()) else {
+            return Err(SpecError::new(
+                "trigger.at",
+                format!(
+                    "`{}` is not an RFC 3339 instant with an offset (like 2026-12-01T23:00:00+08:00)",
+                    shorten(at)
+                ),
+            ));
+        };
+        if !(MIN_AT_MS..=MAX_AT_MS).contains(&instant.timestamp_millis()) {
+            return Err(SpecError::new(
+                "trigger.at",
+                format!(
+                    "`{}` is outside {}..={} (UTC)",
+                    shorten(at),
+                    utc(MIN_AT_MS),
+                    utc(MAX_AT_MS)
+                ),
+            ));
+        }
     }
     if t.delay == Some(Duration::ZERO) {
         return Err(SpecError::new("trigger.delay", "must be longer than 0s"));
@@ -1734,6 +1754,13 @@ fn validate_trigger(t: &TriggerSpec, task: &str) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// An instant in ms as RFC 3339 UTC with milliseconds (the bounds above).
+fn utc(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+        .unwrap_or_else(|| ms.to_string())
 }
 
 fn validate_step(step: &StepSpec, path: &str, caps: &Caps) -> Result<()> {
@@ -3218,6 +3245,21 @@ steps:
                 "trigger.at",
                 "`2026-12-01 23:00` is not an RFC 3339 instant with an offset (like 2026-12-01T23:00:00+08:00)",
             ),
+            (
+                "{at: '0000-01-01T00:00:00Z'}",
+                "trigger.at",
+                "`0000-01-01T00:00:00Z` is outside 1970-01-01T00:00:00.000Z..=9999-12-31T23:59:59.999Z (UTC)",
+            ),
+            (
+                "{at: '1969-12-31T23:59:59.999Z'}",
+                "trigger.at",
+                "`1969-12-31T23:59:59.999Z` is outside 1970-01-01T00:00:00.000Z..=9999-12-31T23:59:59.999Z (UTC)",
+            ),
+            (
+                "{at: '9999-12-31T23:00:00-02:00'}",
+                "trigger.at",
+                "`9999-12-31T23:00:00-02:00` is outside 1970-01-01T00:00:00.000Z..=9999-12-31T23:59:59.999Z (UTC)",
+            ),
             ("{delay: 0s}", "trigger.delay", "must be longer than 0s"),
             (
                 "{timezone: UTC}",
@@ -3320,6 +3362,48 @@ steps:
             validate(&spec, &CAPS).unwrap_err().message,
             format!("{} steps; the limit is {MAX_STEPS}", MAX_STEPS + 1)
         );
+    }
+
+    #[test]
+    fn the_documented_limits_are_the_enforced_ones() {
+        let docs = include_str!("../../docs/TASKS.md");
+        let steps = format!("| 1 to {MAX_STEPS} steps |");
+        assert!(docs.contains(&steps), "docs/TASKS.md must say `{steps}`");
+        // The *Limits* table: the row naming each constant gives its value.
+        let row = |constant: &str| {
+            docs.lines()
+                .find(|l| l.starts_with('|') && l.contains(&format!("`{constant}`")))
+                .unwrap_or_else(|| panic!("docs/TASKS.md *Limits* has no row for {constant}"))
+        };
+        for (constant, value) in [
+            ("MAX_STEPS", format!("1 to {MAX_STEPS}")),
+            ("MAX_SPEC_NODES", "100,000".to_string()),
+            ("MAX_NAME_LEN", format!("{MAX_NAME_LEN} characters")),
+            ("MAX_PRIORITY", format!("0..={MAX_PRIORITY}")),
+            (
+                "MAX_DESCRIPTION_BYTES",
+                format!("{MAX_DESCRIPTION_BYTES} bytes"),
+            ),
+            ("MAX_ATTEMPTS", format!("| {MAX_ATTEMPTS} |")),
+            (
+                "MAX_BACKOFF_ENTRIES",
+                format!("{MAX_BACKOFF_ENTRIES} entries"),
+            ),
+            ("MAX_WHEN_BYTES", format!("{MAX_WHEN_BYTES} bytes")),
+            ("MAX_WHEN_DEPTH", format!("{MAX_WHEN_DEPTH} deep")),
+            ("MAX_WASM_MEMORY_MB", format!("{MAX_WASM_MEMORY_MB} (")),
+            (
+                "MIN_AT_MS",
+                format!("{}..={}", utc(MIN_AT_MS), utc(MAX_AT_MS)),
+            ),
+        ] {
+            assert!(
+                row(constant).contains(&value),
+                "{constant}: `{}` lacks `{value}`",
+                row(constant)
+            );
+        }
+        assert_eq!(MAX_SPEC_NODES, 100_000, "update the *Limits* table");
     }
 
     // --- limits ------------------------------------------------------------------

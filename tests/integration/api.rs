@@ -772,9 +772,13 @@ async fn tasks_pause_resume_and_preview_their_next_fires() {
             .status,
         StatusCode::NOT_FOUND
     );
-    // The body names another task than the URL.
+    // The body names another task than the URL: an invalid document.
     let mismatch = h.apply("other", def).await;
-    assert_eq!(mismatch.status, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        (mismatch.status, mismatch.code()),
+        (StatusCode::UNPROCESSABLE_ENTITY, "invalid")
+    );
+    assert_eq!(mismatch.body["error"]["details"]["path"], "name");
 }
 
 #[tokio::test]

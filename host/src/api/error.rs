@@ -7,6 +7,12 @@
 //! Client errors pass their message through; internal ones are logged here
 //! and answered with a generic message, so a store path or a panic text never
 //! reaches a client.
+//!
+//! [`codes`] lists every stable code once, with its status and when it is
+//! answered: the OpenAPI document's per-route error responses are built
+//! from it (`openapi::ROUTES` names the codes each route can answer), and
+//! tests hold [`ApiError::status_and_code`] and docs/API.md's error table
+//! equal to it.
 
 use axum::extract::multipart::{MultipartError, MultipartRejection};
 use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
@@ -39,6 +45,66 @@ pub struct ErrorDetail {
     /// The request's id (also in the `x-request-id` header and the host log).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub request_id: Option<String>,
+}
+
+/// A stable error code: the status it is answered with and when.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Code {
+    /// The HTTP status.
+    pub status: u16,
+    /// The `error.code` of the body.
+    pub code: &'static str,
+    /// When it is answered (for the OpenAPI document; docs/API.md says more).
+    pub when: &'static str,
+}
+
+/// Every stable error code of the API. A new code is added here (and to
+/// [`codes::ALL`], docs/API.md's table and the `openapi::ROUTES` entries of
+/// the routes that can answer it); the tests say what is missing.
+pub mod codes {
+    use super::Code;
+
+    macro_rules! codes {
+        ($($name:ident = $status:literal $code:literal $when:literal;)*) => {
+            $(
+                #[doc = concat!("`", $status, " ", $code, "`: ", $when)]
+                pub const $name: Code = Code { status: $status, code: $code, when: $when };
+            )*
+            /// Every code, by status.
+            pub const ALL: &[Code] = &[$($name),*];
+        };
+    }
+
+    codes! {
+        BAD_REQUEST = 400 "bad_request" "a malformed parameter, query string, path, name, version, priority, limit or instant";
+        INVALID_JSON = 400 "invalid_json" "a JSON body that does not parse or has unknown fields";
+        INVALID_YAML = 400 "invalid_yaml" "a task definition that is not YAML";
+        INVALID_WASM = 400 "invalid_wasm" "an upload that is not WebAssembly, or a core module instead of a component";
+        INVALID_TENANT = 400 "invalid_tenant" "an `X-Ax-Tenant` header that is not a tenant name";
+        UNAUTHORIZED = 401 "unauthorized" "no token, or not a valid one";
+        FORBIDDEN = 403 "forbidden" "a tenant token on an admin route or naming another tenant; a disabled tenant";
+        NOT_FOUND = 404 "not_found" "no such object for this tenant (or no such tenant for the admin)";
+        METHOD_NOT_ALLOWED = 405 "method_not_allowed" "the route exists, not with this method";
+        BODY_TIMEOUT = 408 "body_timeout" "the request body did not arrive within `connections.body_timeout`; the connection is closed";
+        CONFLICT = 409 "conflict" "conflicts with the current state";
+        PAYLOAD_TOO_LARGE = 413 "payload_too_large" "the body is over the route's limit";
+        UNSUPPORTED_MEDIA_TYPE = 415 "unsupported_media_type" "a body of a type this route does not take";
+        INVALID = 422 "invalid" "well-formed but invalid; `details.path` names the field";
+        INVALID_PLUGIN = 422 "invalid_plugin" "a task naming a plugin version not uploaded for this tenant";
+        INVALID_COMPONENT = 422 "invalid_component" "a component that does not compile";
+        WRONG_WORLD = 422 "wrong_world" "a component not targeting the ax world";
+        UNSUPPORTED_IMPORT = 422 "unsupported_import" "a component importing what ax does not provide";
+        QUEUE_FULL = 429 "queue_full" "the tenant's queue is full; `Retry-After` says when to try again";
+        QUOTA_EXCEEDED = 429 "quota_exceeded" "a tenant quota refuses it for now; `Retry-After` says when to try again";
+        INTERNAL = 500 "internal" "a fault of the host; the host log has the details";
+        UNAVAILABLE = 503 "unavailable" "the host cannot serve right now";
+        TOO_MANY_CONNECTIONS = 503 "too_many_connections" "the server is at `connections.max_connections`; `Retry-After` says when to try again";
+    }
+
+    /// The code named `code`.
+    pub fn by_name(code: &str) -> Option<Code> {
+        ALL.iter().copied().find(|c| c.code == code)
+    }
 }
 
 /// Result type of the handlers.
@@ -336,16 +402,177 @@ impl From<MultipartError> for ApiError {
 
 /// Parses a JSON request body into `T`: 400 `invalid_json` when it is not JSON
 /// or not the expected shape (unknown fields included).
+///
+/// A JSON number is a number: `5.0` is read as `5` where a whole number is
+/// expected, as JSON Schema's `integer` (what the API document states)
+/// admits it. That second reading happens only when the body as written does
+/// not fit, so a body that fits keeps every value as sent.
 pub fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> ApiResult<T> {
-    serde_json::from_slice(body).map_err(|e| ApiError::BadRequest {
+    // Every JSON body of the API is an object (or `null` where the body is
+    // optional): serde would also read a struct from an array of its fields.
+    let start = body.iter().find(|b| !b.is_ascii_whitespace());
+    if !matches!(start, Some(b'{' | b'n')) {
+        return Err(ApiError::BadRequest {
+            code: "invalid_json",
+            message: "the request body must be a JSON object".into(),
+        });
+    }
+    let e = match serde_json::from_slice(body) {
+        Ok(value) => return Ok(value),
+        Err(e) => e,
+    };
+    if e.is_data()
+        && let Ok(mut value) = serde_json::from_slice::<Value>(body)
+        && whole_floats_to_integers(&mut value)
+        && let Ok(parsed) = serde_json::from_value(value)
+    {
+        return Ok(parsed);
+    }
+    Err(ApiError::BadRequest {
         code: "invalid_json",
         message: format!("the request body is not valid JSON for this route: {e}"),
     })
 }
 
+/// Turns every float with no fractional part that fits an `i64` or `u64`
+/// into an integer; says whether it changed anything.
+fn whole_floats_to_integers(value: &mut Value) -> bool {
+    match value {
+        Value::Number(n) if n.is_f64() => {
+            let f = n.as_f64().unwrap_or(f64::NAN);
+            // 2^63 and 2^64 are exact in f64; the casts are in range below them.
+            let whole = if f.fract() != 0.0 {
+                None
+            } else if (-9.223_372_036_854_776e18..0.0).contains(&f) {
+                Some(serde_json::Number::from(f as i64))
+            } else if (0.0..1.844_674_407_370_955_2e19).contains(&f) {
+                Some(serde_json::Number::from(f as u64))
+            } else {
+                None
+            };
+            match whole {
+                Some(n) => {
+                    *value = Value::Number(n);
+                    true
+                }
+                None => false,
+            }
+        }
+        Value::Array(items) => items
+            .iter_mut()
+            .fold(false, |changed, v| whole_floats_to_integers(v) | changed),
+        Value::Object(map) => map
+            .values_mut()
+            .fold(false, |changed, v| whole_floats_to_integers(v) | changed),
+        _ => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One error of every kind the API builds, through the paths handlers use.
+    fn every_kind_of_error() -> Vec<ApiError> {
+        let invalid = |path: Option<&str>, message: &str| service::Error::Invalid {
+            path: path.map(str::to_string),
+            message: message.into(),
+        };
+        vec![
+            ApiError::bad_request("x"),
+            ApiError::Unauthorized("x".into()),
+            ApiError::Forbidden("x".into()),
+            ApiError::NotFound("x".into()),
+            ApiError::MethodNotAllowed,
+            ApiError::Conflict("x".into()),
+            ApiError::TooLarge("x".into()),
+            ApiError::UnsupportedMediaType("x".into()),
+            ApiError::QueueFull {
+                message: "x".into(),
+                retry_after: 1,
+            },
+            ApiError::QuotaExceeded {
+                message: "x".into(),
+                retry_after: 1,
+            },
+            ApiError::Unavailable("x".into()),
+            ApiError::Internal("x".into()),
+            parse_json::<bool>(b"{").unwrap_err(),
+            invalid(None, "invalid YAML: x").into(),
+            invalid(Some("steps[0].plugin"), "x").into(),
+            invalid(Some("trigger"), "x").into(),
+            runtime::Error::CoreModule.into(),
+            runtime::Error::Invalid("x".into()).into(),
+            runtime::Error::WrongWorld("x".into()).into(),
+            runtime::Error::UnsupportedImport("x".into()).into(),
+            // What `auth` answers for a bad `X-Ax-Tenant` header.
+            ApiError::BadRequest {
+                code: "invalid_tenant",
+                message: "x".into(),
+            },
+        ]
+    }
+
+    #[test]
+    fn every_error_the_api_builds_has_its_code_in_the_table_and_back() {
+        let built: std::collections::BTreeSet<(u16, &str)> = every_kind_of_error()
+            .iter()
+            .map(|e| {
+                let (status, code) = e.status_and_code();
+                (status.as_u16(), code)
+            })
+            .collect();
+        let table: std::collections::BTreeSet<(u16, &str)> =
+            codes::ALL.iter().map(|c| (c.status, c.code)).collect();
+        assert_eq!(
+            built, table,
+            "codes::ALL and the errors the API builds differ"
+        );
+    }
+
+    #[test]
+    fn the_api_guide_lists_every_code_with_its_status() {
+        let guide = include_str!("../../../docs/API.md");
+        for c in codes::ALL {
+            let row = format!("| {} | `{}` |", c.status, c.code);
+            assert!(guide.contains(&row), "docs/API.md has no row `{row}`");
+        }
+    }
+
+    #[test]
+    fn a_whole_float_is_read_where_an_integer_is_expected() {
+        #[derive(serde::Deserialize, Debug, PartialEq)]
+        struct Q {
+            n: u32,
+            i: Option<i64>,
+            input: Value,
+        }
+        let q: Q = parse_json(br#"{"n": 5.0, "i": -3.0, "input": {"x": 1.5}}"#).unwrap();
+        let big: crate::tenant::Quota =
+            parse_json(br#"{"weight": 37.0, "kv_bytes": 2158935532043897.0}"#).unwrap();
+        assert_eq!(big.kv_bytes, Some(2158935532043897));
+        assert_eq!(
+            q,
+            Q {
+                n: 5,
+                i: Some(-3),
+                input: json!({"x": 1.5})
+            }
+        );
+        // A body that fits as written keeps its values as sent.
+        let q: Q = parse_json(br#"{"n": 5, "i": null, "input": {"x": 1.0}}"#).unwrap();
+        assert_eq!(q.input, json!({"x": 1.0}));
+        for bad in [
+            r#"{"n": 5.5, "input": 0}"#,
+            r#"{"n": 1e30, "input": 0}"#,
+            r#"{"n": -1.0, "input": 0}"#,
+            r#"[5, null, 0]"#,
+            "",
+        ] {
+            let e = parse_json::<Q>(bad.as_bytes()).unwrap_err();
+            assert_eq!(e.status_and_code().1, "invalid_json", "{bad}");
+        }
+    }
 
     #[test]
     fn internal_errors_do_not_leak_their_text() {

@@ -11,11 +11,14 @@
 //! - [`openapi`]: the OpenAPI document, generated from the handlers' annotations.
 //! - `connections`: the accept loop [`serve`] runs — connection cap, idle,
 //!   head and body timeouts.
+//! - [`contract`]: what the document adds to them — every error status of
+//!   every route, the patterns and ranges validation enforces.
 //!
 //! Route reference with examples: docs/API.md.
 
 pub mod auth;
 mod connections;
+pub mod contract;
 mod dashboard;
 pub mod error;
 mod extract;
@@ -119,7 +122,7 @@ fn routes(plugin_limit: usize) -> Vec<(&'static str, MethodRouter<ApiState>)> {
             delete(tenants::revoke_token),
         ),
         ("/v1/tenants/{tenant}/usage", get(tenants::usage)),
-        (openapi::OPENAPI_PATH, get(openapi::document)),
+        (openapi::OPENAPI_PATH, get(openapi::serve_document)),
         ("/healthz", get(ops::healthz)),
         ("/readyz", get(ops::readyz)),
         ("/metrics", get(metrics::scrape)),

@@ -8,6 +8,10 @@
 //!   model's enums, so a renamed field changes the document.
 //! - Things every `/v1` operation shares (the bearer token, the
 //!   `X-Ax-Tenant` header) are added by [`Shared`] rather than repeated.
+//! - What annotations cannot state — every error status each route can
+//!   answer, the patterns, ranges and required fields the server enforces —
+//!   is applied last by [`super::contract`], from one table and from the
+//!   constants validation uses ([`document`] is the result).
 //!
 //! Keeping it in sync with the router: the router is built from one table
 //! ([`super::routes`]); the integration test `openapi::…` compares that
@@ -80,7 +84,7 @@ use super::{metrics, ops, plugins, runs, secrets, tasks, tenants};
         ops::healthz,
         ops::readyz,
         metrics::scrape,
-        document,
+        serve_document,
     ),
     modifiers(&Shared),
     security(("bearer" = [])),
@@ -136,11 +140,19 @@ impl utoipa::Modify for Shared {
 /// Where the document is served.
 pub const OPENAPI_PATH: &str = "/v1/openapi.json";
 
+/// The whole document: utoipa's, with the contract applied.
+pub fn document() -> serde_json::Value {
+    let mut doc = serde_json::to_value(ApiDoc::openapi()).unwrap_or_else(
+        |e| serde_json::json!({"error": format!("cannot render the document: {e}")}),
+    );
+    super::contract::apply(&mut doc);
+    doc
+}
+
 /// The document as JSON text (built on first use).
 pub fn json() -> &'static str {
     static TEXT: LazyLock<String> = LazyLock::new(|| {
-        ApiDoc::openapi()
-            .to_pretty_json()
+        serde_json::to_string_pretty(&document())
             .unwrap_or_else(|e| format!("{{\"error\": \"cannot render the document: {e}\"}}"))
     });
     &TEXT
@@ -149,6 +161,155 @@ pub fn json() -> &'static str {
 /// `GET /v1/openapi.json`.
 #[utoipa::path(get, path = "/v1/openapi.json", tag = "operations", security(()),
     responses((status = 200, description = "This document", content_type = "application/json", body = Object)))]
-pub(super) async fn document() -> Response {
+pub(super) async fn serve_document() -> Response {
     ([(header::CONTENT_TYPE, "application/json")], json()).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::contract::{self, ROUTES};
+
+    const METHODS: [&str; 5] = ["get", "put", "post", "delete", "patch"];
+
+    /// `(method, path, operation)` of every operation of `doc`.
+    fn operations(doc: &serde_json::Value) -> Vec<(String, String, serde_json::Value)> {
+        let mut out = Vec::new();
+        for (path, item) in doc["paths"].as_object().expect("paths") {
+            for m in METHODS {
+                if let Some(op) = item.get(m) {
+                    out.push((m.to_string(), path.clone(), op.clone()));
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn every_operation_has_a_contract_entry_and_every_entry_an_operation() {
+        let doc = document();
+        let ops: std::collections::BTreeSet<(String, String)> = operations(&doc)
+            .into_iter()
+            .map(|(m, p, _)| (m, p))
+            .collect();
+        let table: std::collections::BTreeSet<(String, String)> = ROUTES
+            .iter()
+            .map(|r| (r.method.to_string(), r.path.to_string()))
+            .collect();
+        assert_eq!(
+            ops.difference(&table).collect::<Vec<_>>(),
+            Vec::<&(String, String)>::new(),
+            "operations without an entry in contract::ROUTES"
+        );
+        assert_eq!(
+            table.difference(&ops).collect::<Vec<_>>(),
+            Vec::<&(String, String)>::new(),
+            "contract::ROUTES entries without an operation"
+        );
+    }
+
+    #[test]
+    fn error_statuses_in_annotations_are_in_the_contract_too() {
+        let raw = serde_json::to_value(ApiDoc::openapi()).unwrap();
+        let done = document();
+        for (method, path, op) in operations(&raw) {
+            for status in op["responses"].as_object().unwrap().keys() {
+                if status.as_str() < "400" {
+                    continue;
+                }
+                assert!(
+                    done["paths"][&path][&method]["responses"]
+                        .get(status)
+                        .is_some(),
+                    "{method} {path}: `#[utoipa::path]` says it answers {status}, but \
+                     contract::ROUTES (or contract::shared_codes) does not; declare the \
+                     code there"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn each_error_status_lists_its_codes_and_the_error_body() {
+        let doc = document();
+        let trigger = &doc["paths"]["/v1/tasks/{name}/runs"]["post"]["responses"];
+        let too_many = &trigger["429"];
+        assert!(
+            too_many["description"]
+                .as_str()
+                .unwrap()
+                .contains("`queue_full`"),
+            "{too_many}"
+        );
+        assert_eq!(too_many["headers"]["retry-after"]["required"], true);
+        assert_eq!(
+            trigger["400"]["content"]["application/json"]["schema"]["$ref"],
+            "#/components/schemas/ErrorBody"
+        );
+        let bad = trigger["400"]["description"].as_str().unwrap();
+        for code in ["invalid_tenant", "invalid_json", "bad_request"] {
+            assert!(bad.contains(&format!("`{code}`")), "{bad}");
+        }
+        // The open routes have no token to refuse.
+        let health = &doc["paths"]["/healthz"]["get"]["responses"];
+        assert!(health.get("401").is_none(), "{health}");
+        assert!(health.get("500").is_some(), "{health}");
+        let statuses = |path: &str, m: &str| -> Vec<String> {
+            doc["paths"][path][m]["responses"]
+                .as_object()
+                .unwrap()
+                .keys()
+                .cloned()
+                .collect()
+        };
+        assert_eq!(
+            statuses("/v1/tenants/{tenant}/disable", "post"),
+            ["200", "400", "401", "403", "404", "409", "500"]
+        );
+        let _ = contract::route_of("get", "/v1/runs").expect("an entry");
+    }
+
+    #[test]
+    fn parameters_state_what_the_server_checks() {
+        let doc = document();
+        let param = |path: &str, m: &str, name: &str| -> serde_json::Value {
+            let op = &doc["paths"][path][m];
+            let from_item = doc["paths"][path]["parameters"].as_array().cloned();
+            op["parameters"]
+                .as_array()
+                .cloned()
+                .into_iter()
+                .chain(from_item)
+                .flatten()
+                .find(|p| p["name"] == name)
+                .unwrap_or_else(|| panic!("{m} {path}: no parameter {name}"))
+        };
+        let limit = param("/v1/runs", "get", "limit");
+        assert_eq!(limit["schema"]["minimum"], 1);
+        assert_eq!(limit["schema"]["maximum"], 1000);
+        assert_eq!(
+            param("/v1/tasks", "get", "limit")["schema"],
+            limit["schema"]
+        );
+        assert_eq!(
+            param("/v1/tasks/{name}/next", "get", "count")["schema"]["maximum"],
+            crate::service::MAX_PREVIEW
+        );
+        assert_eq!(
+            param("/v1/tasks/{name}", "put", "name")["schema"]["pattern"],
+            contract::NAME_PATTERN
+        );
+        let tenant = param("/v1/runs", "get", "x-ax-tenant");
+        assert_eq!(tenant["schema"]["pattern"], contract::NAME_PATTERN);
+        let version = param("/v1/plugins", "post", "version");
+        assert_eq!(version["required"], true);
+        assert_eq!(version["schema"]["pattern"], contract::VERSION_PATTERN);
+        let quota = &doc["components"]["schemas"]["Quota"]["properties"]["weight"];
+        assert_eq!(
+            (&quota["minimum"], &quota["maximum"]),
+            (&1.into(), &100.into())
+        );
+        let steps = &doc["components"]["schemas"]["TaskDefinition"]["properties"]["steps"];
+        assert_eq!(steps["maxItems"], crate::task::MAX_STEPS);
+    }
 }

@@ -27,7 +27,7 @@ pub(super) struct CronQuery {
     tz: Option<String>,
     /// RFC 3339 instant to start from, default now.
     from: Option<String>,
-    /// Instants to show, default 5 (at most 100).
+    /// Instants to show, default 5, 1..=100.
     count: Option<usize>,
 }
 
@@ -55,18 +55,15 @@ pub(super) async fn cron_next(
         .tz
         .filter(|t| !t.is_empty())
         .unwrap_or_else(|| "UTC".to_string());
-    let from = query
-        .from
-        .as_deref()
-        .filter(|f| !f.is_empty())
-        .map(parse_instant)
-        .transpose()?;
-    let instants = state.ax.cron_next(
-        &query.expr,
-        &tz,
-        from,
-        query.count.unwrap_or(DEFAULT_PREVIEW),
+    // An empty `from=` is refused like any text that is not an instant.
+    let from = query.from.as_deref().map(parse_instant).transpose()?;
+    let count = super::extract::bounded(
+        "count",
+        query.count,
+        DEFAULT_PREVIEW,
+        super::extract::PREVIEW_COUNTS,
     )?;
+    let instants = state.ax.cron_next(&query.expr, &tz, from, count)?;
     let next: Vec<String> = instants
         .iter()
         .map(|at| rfc3339(at.timestamp_millis()))

@@ -1,5 +1,8 @@
 //! Runs and dead letters: trigger, list (newest first, cursor paging), show,
 //! logs, events, cancel, retry; list, resolve and requeue dead letters.
+//!
+//! The error statuses each route can answer are declared in
+//! `contract::ROUTES`, not in the annotations here.
 
 use axum::Json;
 use axum::extract::State;
@@ -9,9 +12,8 @@ use serde::Deserialize;
 
 use super::ApiState;
 use super::auth::Caller;
-use super::error::ErrorBody;
 use super::error::{ApiError, ApiResult, parse_json};
-use super::extract::{ApiBody, ApiPath, ApiQuery};
+use super::extract::{ApiBody, ApiPath, ApiQuery, PAGE_LIMITS, bounded};
 use super::views::{
     DeadLetterList, DeadLetterView, EventList, EventView, LogList, RunList, RunView,
 };
@@ -26,10 +28,12 @@ const DEFAULT_PAGE: usize = 50;
 #[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct TriggerBody {
-    /// The trigger input (`${input.*}` in templates); default `{}`.
-    #[schema(value_type = Option<Object>)]
+    /// The trigger input (`${input.*}` in templates), any JSON value; default `{}`.
+    #[schema(value_type = Option<serde_json::Value>)]
     input: Option<serde_json::Value>,
-    /// A key already used for this task returns the existing run (200).
+    /// A key already used for this task returns the existing run (200);
+    /// 1 to 256 characters.
+    #[schema(min_length = 1, max_length = 256)]
     idempotency_key: Option<String>,
     /// 0..=9, overrides the task's priority; above the tenant's ceiling
     /// (quota `max_priority`) is `422`.
@@ -40,15 +44,10 @@ pub(super) struct TriggerBody {
 /// `POST /v1/tasks/{name}/runs`: 201 with the new run, 200 with the
 /// existing one for an idempotency key already seen.
 #[utoipa::path(post, path = "/v1/tasks/{name}/runs", tag = "runs", params(("name" = String, Path, description = "Task name")),
-    request_body(content = Option<TriggerBody>, description = "Optional; an empty body is `{}`"),
+    request_body(content = Option<TriggerBody>, description = "Optional; an empty body (or `null`) is `{}`"),
     responses(
         (status = 201, description = "A new run, stored durably", body = RunView),
-        (status = 200, description = "The existing run for this idempotency key", body = RunView),
-        (status = 400, description = "`invalid_json`, `bad_request` (priority)", body = ErrorBody),
-        (status = 401, body = ErrorBody), (status = 404, body = ErrorBody), (status = 413, body = ErrorBody),
-        (status = 422, description = "`invalid` at `priority`: above the tenant's priority ceiling", body = ErrorBody),
-        (status = 429, description = "`queue_full`; `Retry-After` says when to try again", body = ErrorBody,
-            headers(("retry-after" = u64, description = "Seconds")))))]
+        (status = 200, description = "The existing run for this idempotency key", body = RunView)))]
 pub(super) async fn trigger(
     State(state): State<ApiState>,
     caller: Caller,
@@ -58,7 +57,7 @@ pub(super) async fn trigger(
     let body: TriggerBody = if body.iter().all(u8::is_ascii_whitespace) {
         TriggerBody::default()
     } else {
-        parse_json(&body)?
+        parse_json::<Option<TriggerBody>>(&body)?.unwrap_or_default()
     };
     let request = TriggerRequest {
         tenant: caller.tenant.clone(),
@@ -84,9 +83,10 @@ pub(super) async fn trigger(
 pub(super) struct ListQuery {
     /// Only this task's runs.
     task: Option<String>,
-    /// Only runs in this state: queued, running, succeeded, failed, cancelled.
+    /// Only runs in this state.
+    #[param(value_type = Option<RunStatus>)]
     status: Option<String>,
-    /// Page size, default 50 (1..1000).
+    /// Page size, default 50, 1..=1000.
     limit: Option<usize>,
     /// The `next_cursor` of the previous page.
     cursor: Option<String>,
@@ -94,13 +94,15 @@ pub(super) struct ListQuery {
 
 /// `GET /v1/runs`: `{"runs": [...], "next_cursor": ...}`.
 #[utoipa::path(get, path = "/v1/runs", tag = "runs", params(ListQuery),
-    responses((status = 200, body = RunList), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody)))]
+    responses((status = 200, body = RunList)))]
 pub(super) async fn list(
     State(state): State<ApiState>,
     caller: Caller,
     ApiQuery(query): ApiQuery<ListQuery>,
 ) -> ApiResult<Json<RunList>> {
-    let status = match query.status.as_deref().filter(|s| !s.is_empty()) {
+    // An empty `status=` is refused like any other unknown state: the
+    // document lists the states, and clients leave the parameter out.
+    let status = match query.status.as_deref() {
         Some(s) => Some(s.parse::<RunStatus>().map_err(ApiError::bad_request)?),
         None => None,
     };
@@ -108,7 +110,7 @@ pub(super) async fn list(
         tenant: Some(caller.tenant),
         task: query.task.filter(|t| !t.is_empty()),
         status,
-        limit: query.limit.unwrap_or(DEFAULT_PAGE),
+        limit: bounded("limit", query.limit, DEFAULT_PAGE, PAGE_LIMITS)?,
         cursor: query.cursor.filter(|c| !c.is_empty()),
     })?;
     let stats = state.ax.scheduler.stats();
@@ -125,7 +127,7 @@ pub(super) async fn list(
 
 /// `GET /v1/runs/{id}`.
 #[utoipa::path(get, path = "/v1/runs/{id}", tag = "runs", params(("id" = String, Path, description = "Run id")),
-    responses((status = 200, body = RunView), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
+    responses((status = 200, body = RunView)))]
 pub(super) async fn show(
     State(state): State<ApiState>,
     caller: Caller,
@@ -137,7 +139,7 @@ pub(super) async fn show(
 
 /// `GET /v1/runs/{id}/logs`: `{"attempts": [...]}`.
 #[utoipa::path(get, path = "/v1/runs/{id}/logs", tag = "runs", params(("id" = String, Path, description = "Run id")),
-    responses((status = 200, body = LogList), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
+    responses((status = 200, body = LogList)))]
 pub(super) async fn logs(
     State(state): State<ApiState>,
     caller: Caller,
@@ -150,7 +152,7 @@ pub(super) async fn logs(
 
 /// `GET /v1/runs/{id}/events`: `{"events": [...]}`, oldest first.
 #[utoipa::path(get, path = "/v1/runs/{id}/events", tag = "runs", params(("id" = String, Path, description = "Run id")),
-    responses((status = 200, body = EventList), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
+    responses((status = 200, body = EventList)))]
 pub(super) async fn events(
     State(state): State<ApiState>,
     caller: Caller,
@@ -167,7 +169,7 @@ pub(super) async fn events(
 
 /// `POST /v1/runs/{id}/cancel`.
 #[utoipa::path(post, path = "/v1/runs/{id}/cancel", tag = "runs", params(("id" = String, Path, description = "Run id")),
-    responses((status = 200, body = RunView), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, description = "The run already ended", body = ErrorBody)))]
+    responses((status = 200, body = RunView)))]
 pub(super) async fn cancel(
     State(state): State<ApiState>,
     caller: Caller,
@@ -184,7 +186,7 @@ pub(super) async fn cancel(
 
 /// `POST /v1/runs/{id}/retry`.
 #[utoipa::path(post, path = "/v1/runs/{id}/retry", tag = "runs", params(("id" = String, Path, description = "Run id")),
-    responses((status = 200, body = RunView), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, description = "The run succeeded or is active", body = ErrorBody)))]
+    responses((status = 200, body = RunView)))]
 pub(super) async fn retry(
     State(state): State<ApiState>,
     caller: Caller,
@@ -201,7 +203,7 @@ pub(super) async fn retry(
 
 /// `POST /v1/runs/{id}/steps/{step}/rerun`: the step and everything downstream run again.
 #[utoipa::path(post, path = "/v1/runs/{id}/steps/{step}/rerun", tag = "runs", params(("id" = String, Path, description = "Run id"), ("step" = String, Path)),
-    responses((status = 200, body = RunView), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, description = "The run is still active", body = ErrorBody)))]
+    responses((status = 200, body = RunView)))]
 pub(super) async fn rerun_step(
     State(state): State<ApiState>,
     caller: Caller,
@@ -226,7 +228,7 @@ pub(super) struct DeadLetterQuery {
 
 /// `GET /v1/dead-letters`: `{"dead_letters": [...]}`, newest first.
 #[utoipa::path(get, path = "/v1/dead-letters", tag = "dead letters", params(DeadLetterQuery),
-    responses((status = 200, body = DeadLetterList), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody)))]
+    responses((status = 200, body = DeadLetterList)))]
 pub(super) async fn dead_letters(
     State(state): State<ApiState>,
     caller: Caller,
@@ -247,15 +249,15 @@ pub(super) async fn dead_letters(
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct ResolveBody {
-    /// What a person decided.
+    /// What a person decided; not empty.
+    #[schema(min_length = 1)]
     resolution: String,
 }
 
 /// `POST /v1/dead-letters/{id}/resolve` `{resolution}`.
 #[utoipa::path(post, path = "/v1/dead-letters/{id}/resolve", tag = "dead letters",
     params(("id" = String, Path, description = "Dead letter id")), request_body = ResolveBody,
-    responses((status = 200, body = DeadLetterView), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
-        (status = 409, description = "Already resolved", body = ErrorBody)))]
+    responses((status = 200, body = DeadLetterView)))]
 pub(super) async fn resolve(
     State(state): State<ApiState>,
     caller: Caller,
@@ -275,7 +277,7 @@ pub(super) async fn resolve(
 /// `POST /v1/dead-letters/{id}/requeue`: the run, with the step queued again.
 #[utoipa::path(post, path = "/v1/dead-letters/{id}/requeue", tag = "dead letters",
     params(("id" = String, Path, description = "Dead letter id")),
-    responses((status = 200, body = RunView), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+    responses((status = 200, body = RunView)))]
 pub(super) async fn requeue(
     State(state): State<ApiState>,
     caller: Caller,

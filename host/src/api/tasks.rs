@@ -1,7 +1,10 @@
-//! `/v1/tasks`: create or replace (YAML or JSON text), list, show, delete,
-//! pause, resume, the next fire instants and the DAG drawn as text, DOT,
-//! Mermaid or JSON. Parsing and validating a definition is the service's (and
-//! `task`'s) job; drawing the DAG is `graph`'s.
+//! `/v1/tasks`: create or replace (YAML or JSON text), list (by name, cursor
+//! paging), show, delete, pause, resume, the next fire instants and the DAG
+//! drawn as text, DOT, Mermaid or JSON. Parsing and validating a definition
+//! is the service's (and `task`'s) job; drawing the DAG is `graph`'s.
+//!
+//! The error statuses each route can answer are declared in
+//! `contract::ROUTES`, not in the annotations here.
 
 use axum::Json;
 use axum::extract::State;
@@ -11,26 +14,24 @@ use serde::Deserialize;
 
 use super::ApiState;
 use super::auth::Caller;
-use super::error::ErrorBody;
 use super::error::{ApiError, ApiResult};
-use super::extract::{ApiBody, ApiPath, ApiQuery};
+use super::extract::{ApiBody, ApiPath, ApiQuery, PAGE_LIMITS, PREVIEW_COUNTS, bounded};
 use super::views::{NextFires, TaskList, TaskView};
 use crate::graph::Format;
 use crate::scheduler::clock::rfc3339;
 
 /// Fire instants a preview shows when the client does not say.
 const DEFAULT_PREVIEW: usize = 5;
+/// Tasks a page holds when the client does not say.
+const DEFAULT_PAGE: usize = 100;
 
 /// `PUT /v1/tasks/{name}`: 201 created, 200 replaced.
 #[utoipa::path(put, path = "/v1/tasks/{name}", tag = "tasks", params(("name" = String, Path)),
     request_body(description = "The task definition as YAML or JSON text (docs/TASKS.md); its `name` must be the one in the path. At most 1 MiB.",
-        content((String = "application/yaml"), (Object = "application/json"))),
+        content((Object = "application/yaml"), (Object = "application/json"))),
     responses(
         (status = 201, description = "Created", body = TaskView),
-        (status = 200, description = "Replaced", body = TaskView),
-        (status = 400, description = "`bad_request`, `invalid_json`, `invalid_yaml`", body = ErrorBody),
-        (status = 401, body = ErrorBody), (status = 413, body = ErrorBody),
-        (status = 422, description = "`invalid` (with `details.path`), `invalid_plugin`", body = ErrorBody)))]
+        (status = 200, description = "Replaced", body = TaskView)))]
 pub(super) async fn put(
     State(state): State<ApiState>,
     caller: Caller,
@@ -58,25 +59,37 @@ pub(super) async fn put(
     Ok((status, Json(TaskView::new(task, schedule.as_ref(), false))).into_response())
 }
 
-/// `GET /v1/tasks`.
-#[utoipa::path(get, path = "/v1/tasks", tag = "tasks",
-    responses((status = 200, body = TaskList), (status = 401, body = ErrorBody)))]
+/// `?limit=&cursor=` of a task listing.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(super) struct TaskListQuery {
+    /// Page size, default 100, 1..=1000.
+    limit: Option<usize>,
+    /// The `next_cursor` of the previous page.
+    cursor: Option<String>,
+}
+
+/// `GET /v1/tasks?limit=&cursor=`: `{"tasks": [...], "next_cursor": ...}`, by name.
+#[utoipa::path(get, path = "/v1/tasks", tag = "tasks", params(TaskListQuery),
+    responses((status = 200, body = TaskList)))]
 pub(super) async fn list(
     State(state): State<ApiState>,
     caller: Caller,
+    ApiQuery(query): ApiQuery<TaskListQuery>,
 ) -> ApiResult<Json<TaskList>> {
-    let tasks: Vec<TaskView> = state
-        .ax
-        .list_tasks(&caller.tenant)?
+    let limit = bounded("limit", query.limit, DEFAULT_PAGE, PAGE_LIMITS)?;
+    let after = query.cursor.as_deref().filter(|c| !c.is_empty());
+    let (page, next_cursor) = state.ax.list_tasks_page(&caller.tenant, after, limit)?;
+    let tasks: Vec<TaskView> = page
         .into_iter()
         .map(|(task, schedule)| TaskView::new(task, schedule.as_ref(), false))
         .collect();
-    Ok(Json(TaskList { tasks }))
+    Ok(Json(TaskList { tasks, next_cursor }))
 }
 
 /// `GET /v1/tasks/{name}`: with the definition as it was sent (`source`).
 #[utoipa::path(get, path = "/v1/tasks/{name}", tag = "tasks", params(("name" = String, Path)),
-    responses((status = 200, body = TaskView), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
+    responses((status = 200, body = TaskView)))]
 pub(super) async fn show(
     State(state): State<ApiState>,
     caller: Caller,
@@ -88,7 +101,7 @@ pub(super) async fn show(
 
 /// `DELETE /v1/tasks/{name}`: 204.
 #[utoipa::path(delete, path = "/v1/tasks/{name}", tag = "tasks", params(("name" = String, Path)),
-    responses((status = 204, description = "Deleted (its runs stay until retention removes them)"), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
+    responses((status = 204, description = "Deleted (its runs stay until retention removes them)")))]
 pub(super) async fn delete(
     State(state): State<ApiState>,
     caller: Caller,
@@ -111,7 +124,7 @@ async fn set_paused(
 
 /// `POST /v1/tasks/{name}/pause`.
 #[utoipa::path(post, path = "/v1/tasks/{name}/pause", tag = "tasks", params(("name" = String, Path)),
-    responses((status = 200, body = TaskView), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
+    responses((status = 200, body = TaskView)))]
 pub(super) async fn pause(
     State(state): State<ApiState>,
     caller: Caller,
@@ -122,7 +135,7 @@ pub(super) async fn pause(
 
 /// `POST /v1/tasks/{name}/resume`.
 #[utoipa::path(post, path = "/v1/tasks/{name}/resume", tag = "tasks", params(("name" = String, Path)),
-    responses((status = 200, body = TaskView), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
+    responses((status = 200, body = TaskView)))]
 pub(super) async fn resume(
     State(state): State<ApiState>,
     caller: Caller,
@@ -135,20 +148,20 @@ pub(super) async fn resume(
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 pub(super) struct CountQuery {
-    /// Instants to show (default 5, at most 100).
+    /// Instants to show, default 5, 1..=100.
     count: Option<usize>,
 }
 
 /// `GET /v1/tasks/{name}/next?count=N`.
 #[utoipa::path(get, path = "/v1/tasks/{name}/next", tag = "tasks", params(("name" = String, Path), CountQuery),
-    responses((status = 200, body = NextFires), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
+    responses((status = 200, body = NextFires)))]
 pub(super) async fn next(
     State(state): State<ApiState>,
     caller: Caller,
     ApiPath(name): ApiPath<String>,
     ApiQuery(query): ApiQuery<CountQuery>,
 ) -> ApiResult<Json<NextFires>> {
-    let count = query.count.unwrap_or(DEFAULT_PREVIEW);
+    let count = bounded("count", query.count, DEFAULT_PREVIEW, PREVIEW_COUNTS)?;
     let next: Vec<String> = state
         .ax
         .next_fires(&caller.tenant, &name, count)?
@@ -172,15 +185,15 @@ pub(super) struct GraphQuery {
 /// DOT, Mermaid) or as a JSON object; with `run`, that run's step states.
 #[utoipa::path(get, path = "/v1/tasks/{name}/graph", tag = "tasks", params(("name" = String, Path), GraphQuery),
     responses((status = 200, description = "The drawing: text/plain for text, dot, mermaid; a JSON object for json",
-            content((String = "text/plain"), (Object = "application/json"))),
-        (status = 400, description = "An unknown format", body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
+            content((String = "text/plain"), (Object = "application/json")))))]
 pub(super) async fn graph(
     State(state): State<ApiState>,
     caller: Caller,
     ApiPath(name): ApiPath<String>,
     ApiQuery(query): ApiQuery<GraphQuery>,
 ) -> ApiResult<Response> {
-    let format = match query.format.as_deref().filter(|f| !f.is_empty()) {
+    // An empty `format=` is refused like any unknown one.
+    let format = match query.format.as_deref() {
         Some(f) => f
             .parse::<Format>()
             .map_err(|e| ApiError::bad_request(e.to_string()))?,

@@ -261,10 +261,11 @@ pub(super) async fn create_token(
     ApiBody(body): ApiBody,
 ) -> ApiResult<Response> {
     caller.require_admin()?;
+    // No body, or `null` (what the document's optional body admits), is `{}`.
     let request: TokenRequest = if body.iter().all(u8::is_ascii_whitespace) {
         TokenRequest::default()
     } else {
-        parse_json(&body)?
+        parse_json::<Option<TokenRequest>>(&body)?.unwrap_or_default()
     };
     let (token, record) = state.ax.create_token(&name, request.label).await?;
     tracing::info!(tenant = %name, token_id = %record.id, "tenant token created");
@@ -317,21 +318,21 @@ pub(super) struct UsageQuery {
 }
 
 fn instant(field: &str, text: Option<String>) -> ApiResult<Option<DateTime<Utc>>> {
-    text.filter(|t| !t.is_empty())
-        .map(|t| {
-            DateTime::parse_from_rfc3339(&t)
-                .map(|d| d.with_timezone(&Utc))
-                .or_else(|_| {
-                    chrono::NaiveDate::parse_from_str(&t, "%Y-%m-%d")
-                        .map(|d| d.and_hms_opt(0, 0, 0).expect("midnight").and_utc())
-                })
-                .map_err(|_| {
-                    ApiError::bad_request(format!(
-                        "`{field}` must be an RFC 3339 instant or a date (YYYY-MM-DD), not `{t}`"
-                    ))
-                })
-        })
-        .transpose()
+    // An empty `from=` is refused like any other text that is not an instant.
+    text.map(|t| {
+        DateTime::parse_from_rfc3339(&t)
+            .map(|d| d.with_timezone(&Utc))
+            .or_else(|_| {
+                chrono::NaiveDate::parse_from_str(&t, "%Y-%m-%d")
+                    .map(|d| d.and_hms_opt(0, 0, 0).expect("midnight").and_utc())
+            })
+            .map_err(|_| {
+                ApiError::bad_request(format!(
+                    "`{field}` must be an RFC 3339 instant or a date (YYYY-MM-DD), not `{t}`"
+                ))
+            })
+    })
+    .transpose()
 }
 
 /// `GET /v1/tenants/{t}/usage?from=&to=`: totals, per task and per day

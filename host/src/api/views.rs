@@ -338,8 +338,10 @@ pub struct PluginVersions {
 /// `GET /v1/tasks`.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct TaskList {
-    /// The tenant's tasks, by name.
+    /// A page of the tenant's tasks, by name.
     pub tasks: Vec<TaskView>,
+    /// Pass back as `cursor` for the next page; `null` at the end.
+    pub next_cursor: Option<String>,
 }
 
 /// `GET /v1/tasks/{name}/next`.

@@ -6,6 +6,12 @@
 //!
 //! Exit codes: 0 done, 1 a waited-for run did not succeed, 2 an error
 //! (printed as `error: CODE: message`).
+//!
+//! What people read is made terminal-safe by [`super::term::safe`]: every
+//! string from the server goes through [`cell`] (one line) or, for text
+//! that is lines by nature (captured stdout/stderr, a task's source, a
+//! drawing), through `safe(.., Layout::Block)`; tables escape every cell
+//! again. `--json` prints the server's JSON as it came.
 
 use std::fmt::Write as _;
 use std::io::Read as _;
@@ -19,6 +25,8 @@ mod tenant;
 use chrono::{DateTime, Utc};
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
+
+use super::term::{Layout, safe};
 
 /// The elements of a JSON array (none for anything else).
 fn items(v: &Value) -> std::slice::Iter<'_, Value> {
@@ -338,7 +346,11 @@ pub(super) fn run(command: ClientCommand) -> ExitCode {
     match result {
         Ok(code) => code,
         Err(f) => {
-            eprintln!("error: {}: {}", f.code, f.message);
+            eprintln!(
+                "error: {}: {}",
+                safe(&f.code, Layout::Line),
+                safe(&f.message, Layout::Line)
+            );
             ExitCode::from(2)
         }
     }
@@ -517,6 +529,32 @@ fn query(pairs: &[(&str, Option<String>)]) -> String {
     }
 }
 
+/// Items a page of a listing holds when the client follows every page (the
+/// API's largest page).
+const FULL_PAGE: usize = 1000;
+
+/// Every item of a paged listing (`{KEY: [...], "next_cursor": ...}` at
+/// `path`, which has no query string): follows the cursor to the end.
+fn all_pages(client: &Client, path: &str, key: &str) -> Result<Vec<Value>, Failure> {
+    let mut all = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let page = client.get(&format!(
+            "{path}{}",
+            query(&[
+                ("limit", Some(FULL_PAGE.to_string())),
+                ("cursor", cursor.clone())
+            ])
+        ))?;
+        all.extend(items(&page[key]).cloned());
+        match page["next_cursor"].as_str() {
+            // A cursor that does not move would loop for ever.
+            Some(next) if cursor.as_deref() != Some(next) => cursor = Some(next.to_string()),
+            _ => return Ok(all),
+        }
+    }
+}
+
 fn print_json(value: &Value) {
     println!(
         "{}",
@@ -528,12 +566,14 @@ fn print_json(value: &Value) {
 // Output helpers
 // ---------------------------------------------------------------------------
 
-/// A cell: strings as they are, null as `-`, other JSON compactly.
+/// A value for people, on one line: strings as they are, null as `-`,
+/// other JSON compactly; made terminal-safe ([`super::term::safe`]).
 fn cell(v: &Value) -> String {
     match v {
         Value::Null => "-".into(),
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
+        Value::String(s) => safe(s, Layout::Line).into_owned(),
+        // JSON text escapes C0 controls but not DEL, C1 or bidi characters.
+        other => safe(&other.to_string(), Layout::Line).into_owned(),
     }
 }
 
@@ -734,11 +774,12 @@ fn task(args: TaskArgs) -> Outcome {
             show(&v, if status == 201 { "created" } else { "replaced" });
         }
         TaskCommand::List => {
-            let v = client.get("/v1/tasks")?;
+            // Every page: a listing of tasks is short enough to read whole.
+            let tasks = all_pages(&client, "/v1/tasks", "tasks")?;
             if json {
-                print_json(&v);
+                print_json(&json!({ "tasks": tasks, "next_cursor": null }));
             } else {
-                let rows: Vec<Vec<String>> = items(&v["tasks"]).map(task_row).collect();
+                let rows: Vec<Vec<String>> = tasks.iter().map(task_row).collect();
                 print!("{}", table(&TASK_HEADERS, &rows));
             }
         }
@@ -750,8 +791,9 @@ fn task(args: TaskArgs) -> Outcome {
                 print!("{}", table(&TASK_HEADERS, &[task_row(&v)]));
                 println!("created   {}", cell(&v["created_at"]));
                 println!("---");
-                print!("{}", v["source"].as_str().unwrap_or_default());
-                if !v["source"].as_str().unwrap_or_default().ends_with('\n') {
+                let source = v["source"].as_str().unwrap_or_default();
+                print!("{}", safe(source, Layout::Block));
+                if !source.ends_with('\n') {
                     println!();
                 }
             }
@@ -799,7 +841,7 @@ fn graph(args: GraphArgs) -> Outcome {
     );
     match client.get(&path)? {
         // Text, DOT and Mermaid never parse as JSON (a name or keyword, then more).
-        Value::String(text) => print!("{text}"),
+        Value::String(text) => print!("{}", safe(&text, Layout::Block)),
         other => print_json(&other),
     }
     done()
@@ -983,8 +1025,8 @@ fn runs(args: RunsArgs) -> Outcome {
             &rows
         )
     );
-    if let Some(next) = v["next_cursor"].as_str() {
-        println!("more: --cursor {next}");
+    if !v["next_cursor"].is_null() {
+        println!("more: --cursor {}", cell(&v["next_cursor"]));
     }
     done()
 }
@@ -1049,7 +1091,9 @@ fn print_run(r: &Value) {
     );
     for s in steps {
         if !s["output"].is_null() {
-            println!("{} output: {}", cell(&s["name"]), s["output"]);
+            // As JSON (a string output keeps its quotes), made terminal-safe.
+            let output = safe(&s["output"].to_string(), Layout::Line).into_owned();
+            println!("{} output: {output}", cell(&s["name"]));
         }
         if !s["error"].is_null() {
             println!("{} error: {}", cell(&s["name"]), cell(&s["error"]));
@@ -1127,7 +1171,7 @@ fn logs(args: RunIdArgs) -> Outcome {
             let text = a[stream].as_str().unwrap_or_default();
             if !text.is_empty() {
                 println!("-- {stream} --");
-                print!("{text}");
+                print!("{}", safe(text, Layout::Block));
                 if !text.ends_with('\n') {
                     println!();
                 }

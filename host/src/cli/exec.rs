@@ -15,6 +15,7 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use clap::Args;
 
+use super::term::{Layout, safe};
 use super::{LimitArgs, default_cache_dir};
 use crate::bench;
 use crate::capability::{Grants, HttpLimits, KvGrant, KvLimits, KvNamespace, KvScope};
@@ -196,17 +197,20 @@ pub(super) async fn exec(args: ExecArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// The report for people. Everything the plugin wrote is made
+/// terminal-safe ([`super::term::safe`]); `--json` prints it exactly.
 fn print_report(r: &AttemptReport) {
+    let line = |text: &str| safe(text, Layout::Line).into_owned();
     println!("outcome   {}", r.outcome);
     if let Some(output) = &r.output {
-        println!("output    {output}");
+        println!("output    {}", line(&output.to_string()));
     }
     if let Some(error) = &r.error {
         let kind = r
             .error_kind
             .map(|k| format!(" ({k:?})").to_lowercase())
             .unwrap_or_default();
-        println!("error     {error}{kind}");
+        println!("error     {}{kind}", line(error));
     }
     println!("fuel      {}", r.fuel_consumed);
     println!(
@@ -215,12 +219,12 @@ fn print_report(r: &AttemptReport) {
     );
     println!("duration  {:.2} ms", r.duration_ms);
     if let Some(p) = &r.progress {
-        println!("progress  {}% {}", p.percent, p.note);
+        println!("progress  {}% {}", p.percent, line(&p.note));
     }
     for (name, text) in [("stdout", &r.stdout), ("stderr", &r.stderr)] {
         if !text.is_empty() {
             println!("--- {name}");
-            print!("{text}");
+            print!("{}", safe(text, Layout::Block));
             if !text.ends_with('\n') {
                 println!();
             }
@@ -229,12 +233,16 @@ fn print_report(r: &AttemptReport) {
     if !r.logs.is_empty() {
         println!("--- logs");
         for l in &r.logs {
-            let fields: String = l.fields.iter().map(|(k, v)| format!(" {k}={v}")).collect();
+            let fields: String = l
+                .fields
+                .iter()
+                .map(|(k, v)| format!(" {}={}", line(k), line(v)))
+                .collect();
             println!(
                 "{:>6}ms {:5} {}{fields}",
                 l.at_ms,
                 format!("{:?}", l.level).to_uppercase(),
-                l.message
+                line(&l.message)
             );
         }
     }

@@ -11,7 +11,17 @@
 //! - Progress goes to stderr and only when stderr is a terminal, so
 //!   redirected output and `--json` stay clean (indicatif draws nothing to a
 //!   non-terminal either; the explicit check also skips building the bars).
+//! - Text that others wrote — a plugin's logs, field keys and values,
+//!   output, errors and captured stdout/stderr; names and messages from the
+//!   server — is printed through [`safe`], which turns every character a
+//!   terminal would *act on* into a visible escape (`\x1b`, `\r`,
+//!   `\u{202e}`), so a plugin cannot clear the screen, retitle the window,
+//!   rewrite a line with `\r` or reorder text with bidi overrides. Tables
+//!   apply it to every cell. `--json` prints the server's JSON unchanged
+//!   (exact strings, JSON-escaped); only the people-facing output is escaped.
 
+use std::borrow::Cow;
+use std::fmt::Write as _;
 use std::io::{IsTerminal as _, Read};
 use std::time::Duration;
 
@@ -35,6 +45,69 @@ pub(super) fn table_width() -> Option<usize> {
     term.is_term()
         .then(|| term.size_checked().map(|(_, cols)| usize::from(cols)))
         .flatten()
+}
+
+/// How much layout [`safe`] keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Layout {
+    /// One line (a cell, a log message, a field, an error): `\n` and `\t`
+    /// are escaped too, so a value cannot forge the lines after it.
+    Line,
+    /// Lines of text (captured stdout/stderr, a task's source, a drawing):
+    /// `\n` and `\t` stay; everything else is escaped as in [`Layout::Line`].
+    Block,
+}
+
+/// Whether a terminal would act on `c` rather than print it: C0 controls
+/// (ESC starts CSI/OSC sequences, CR rewrites a line, NUL, BEL, BS…), DEL,
+/// C1 controls (U+009B is a one-character CSI for some terminals), the line
+/// and paragraph separators, and the bidirectional marks, embeddings,
+/// overrides and isolates that reorder what follows them (the "Trojan
+/// Source" set: U+061C, U+200E–U+200F, U+202A–U+202E, U+2066–U+2069).
+fn acts_on_terminal(c: char) -> bool {
+    matches!(c,
+        '\u{0}'..='\u{1f}'
+        | '\u{7f}'..='\u{9f}'
+        | '\u{61c}'
+        | '\u{200e}'
+        | '\u{200f}'
+        | '\u{2028}'..='\u{202e}'
+        | '\u{2066}'..='\u{2069}')
+}
+
+/// `text` made safe to print on a terminal: every character a terminal
+/// would act on (see `acts_on_terminal`) becomes a visible escape —
+/// `\n`, `\r`, `\t`, `\x1b` for the other C0 controls and DEL,
+/// `\u{9b}` / `\u{202e}` above ASCII. With [`Layout::Block`], `\n` and
+/// `\t` stay. Everything else is unchanged, backslashes included: the aim
+/// is a terminal that shows what was written, not a reversible encoding
+/// (that is `--json`'s job). Applying it twice changes nothing more.
+pub(super) fn safe(text: &str, layout: Layout) -> Cow<'_, str> {
+    let keep = |c: char| layout == Layout::Block && matches!(c, '\n' | '\t');
+    let needs = |c: char| acts_on_terminal(c) && !keep(c);
+    if !text.chars().any(needs) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if !needs(c) {
+            out.push(c);
+            continue;
+        }
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            // Writing to a String cannot fail.
+            c if c.is_ascii() => {
+                let _ = write!(out, "\\x{:02x}", u32::from(c));
+            }
+            c => {
+                let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
+            }
+        }
+    }
+    Cow::Owned(out)
 }
 
 fn width(text: &str) -> usize {
@@ -88,14 +161,24 @@ fn one_line(cell: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
-/// Columns padded to their width (all but the last), two spaces apart, cut to `max`.
+/// A cell as shown: its first line, made [`safe`].
+fn shown(cell: &str) -> String {
+    safe(&one_line(cell), Layout::Line).into_owned()
+}
+
+/// Columns padded to their width (all but the last), two spaces apart, cut
+/// to `max`. Every cell is made [`safe`] here, whoever built the rows.
 pub(super) fn table(headers: &[&str], rows: &[Vec<String>], max: Option<usize>) -> String {
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|row| row.iter().map(|c| shown(c)).collect())
+        .collect();
     let mut natural: Vec<usize> = headers.iter().map(|h| width(h)).collect();
-    for row in rows {
+    for row in &rows {
         for (i, c) in row.iter().enumerate() {
             if let Some(w) = natural.get_mut(i) {
                 // Tables show one line per row.
-                *w = (*w).max(width(&one_line(c)));
+                *w = (*w).max(width(c));
             }
         }
     }
@@ -105,16 +188,16 @@ pub(super) fn table(headers: &[&str], rows: &[Vec<String>], max: Option<usize>) 
         let mut text = String::new();
         for (i, c) in cells.enumerate() {
             let w = widths.get(i).copied().unwrap_or(0);
-            let shown = clip(&one_line(c), w);
-            let pad = w.saturating_sub(width(&shown));
-            text.push_str(&shown);
+            let cut = clip(c, w);
+            let pad = w.saturating_sub(width(&cut));
+            text.push_str(&cut);
             text.push_str(&" ".repeat(pad + GAP));
         }
         out.push_str(text.trim_end());
         out.push('\n');
     };
     line(&mut headers.iter().copied());
-    for row in rows {
+    for row in &rows {
         line(&mut row.iter().map(String::as_str));
     }
     out
@@ -262,6 +345,77 @@ mod tests {
     fn multi_line_cells_show_their_first_line() {
         let out = table(&["A"], &[vec!["one\ntwo".into()]], None);
         assert_eq!(out, "A\none…\n");
+    }
+
+    /// Whether `text` holds anything a terminal acts on (what the
+    /// integration test of `ax logs` checks too).
+    fn raw_controls(text: &str) -> Vec<char> {
+        text.chars()
+            .filter(|&c| c != '\n' && acts_on_terminal(c))
+            .collect()
+    }
+
+    #[test]
+    fn control_characters_become_visible_escapes() {
+        let hostile = "\u{1b}[2J\u{1b}]0;owned\u{7}all runs succeeded\r\0\u{8}\u{7f}";
+        assert_eq!(
+            safe(hostile, Layout::Line),
+            "\\x1b[2J\\x1b]0;owned\\x07all runs succeeded\\r\\x00\\x08\\x7f"
+        );
+        // C1 controls, bidi overrides and isolates, line separators.
+        assert_eq!(
+            safe(
+                "a\u{9b}31m\u{202e}txt.exe\u{2066}b\u{2069}\u{2028}\u{61c}",
+                Layout::Line
+            ),
+            "a\\u{9b}31m\\u{202e}txt.exe\\u{2066}b\\u{2069}\\u{2028}\\u{61c}"
+        );
+        for c in [
+            '\u{200e}', '\u{200f}', '\u{202a}', '\u{202d}', '\u{2067}', '\u{85}',
+        ] {
+            assert!(
+                raw_controls(&safe(&c.to_string(), Layout::Line)).is_empty(),
+                "{c:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_line_escapes_newlines_and_tabs_and_a_block_keeps_them() {
+        let text = "one\ttwo\nthree\r\n";
+        assert_eq!(safe(text, Layout::Line), "one\\ttwo\\nthree\\r\\n");
+        assert_eq!(safe(text, Layout::Block), "one\ttwo\nthree\\r\n");
+    }
+
+    #[test]
+    fn printable_text_is_left_alone_and_escaping_twice_changes_nothing() {
+        for text in [
+            "plain",
+            "héllo wörld ✓ 日本",
+            "C:\\path\\x1b",
+            "emoji 👩‍💻",
+            "",
+        ] {
+            assert!(
+                matches!(safe(text, Layout::Line), Cow::Borrowed(_)),
+                "{text}"
+            );
+        }
+        let once = safe("\u{1b}[31mred\u{202e}\n", Layout::Line).into_owned();
+        assert!(raw_controls(&once).is_empty() && !once.contains('\n'));
+        assert_eq!(safe(&once, Layout::Line), once);
+        assert_eq!(safe(&once, Layout::Block), once);
+    }
+
+    #[test]
+    fn every_table_cell_is_made_safe() {
+        let out = table(
+            &["A", "B"],
+            &[vec!["\u{1b}[2Jx".into(), "y\r\u{202e}z".into()]],
+            None,
+        );
+        assert_eq!(out, "A         B\n\\x1b[2Jx  y\\r\\u{202e}z\n");
+        assert!(raw_controls(&out).is_empty());
     }
 
     #[test]

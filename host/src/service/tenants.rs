@@ -241,10 +241,13 @@ impl Ax {
 
     /// Changes a tenant's description or HTTP ceiling (fields left out stay).
     pub async fn update_tenant(&self, name: &str, spec: TenantSpec) -> Result<TenantRecord> {
+        // Well-formed, but not this tenant: a field at odds with its context
+        // is `invalid` with its path (like a task sent to another name).
         if spec.name.as_deref().is_some_and(|n| n != name) {
-            return Err(Error::BadRequest(format!(
-                "the body names another tenant than `{name}`"
-            )));
+            return Err(Error::Invalid {
+                path: Some("name".into()),
+                message: format!("the body names another tenant than `{name}`"),
+            });
         }
         Self::check_spec(&spec).await?;
         let mut record = self.tenant_record(name)?;
@@ -356,18 +359,26 @@ impl Ax {
         let to = to.map_or(window_end, |d| d.timestamp_millis());
         let from = from.div_euclid(HOUR_MS) * HOUR_MS;
         let to = (to + HOUR_MS - 1).div_euclid(HOUR_MS) * HOUR_MS;
+        // Each instant parsed (the API refused it otherwise); a range that
+        // does not make sense together is `invalid`.
         if to <= from {
-            return Err(Error::BadRequest(format!(
-                "`to` ({}) must be after `from` ({})",
-                ms_to_utc(to),
-                ms_to_utc(from)
-            )));
+            return Err(Error::Invalid {
+                path: Some("to".into()),
+                message: format!(
+                    "`to` ({}) must be after `from` ({})",
+                    ms_to_utc(to),
+                    ms_to_utc(from)
+                ),
+            });
         }
         if (to - from) / HOUR_MS > MAX_USAGE_HOURS {
-            return Err(Error::BadRequest(format!(
-                "a usage report covers at most {} days",
-                MAX_USAGE_HOURS / 24
-            )));
+            return Err(Error::Invalid {
+                path: Some("to".into()),
+                message: format!(
+                    "a usage report covers at most {} days",
+                    MAX_USAGE_HOURS / 24
+                ),
+            });
         }
         let buckets = self.store.usage(tenant, from, to)?;
         let mut report = UsageReport {

@@ -1,7 +1,9 @@
 //! Test plugin: runs a list of capability operations and reports each
 //! result, so the host's tests can check what a step is (not) granted.
 //! `leak` prints a secret everywhere a plugin can (stdout, stderr, log,
-//! progress, output, error) to test redaction.
+//! progress, output, error) to test redaction. `say` writes a text in all
+//! those places (and as a log field's key), and `fail` fails with one, to
+//! test how hostile text (terminal escapes, bidi overrides) is shown.
 use ax_plugin_sdk::{
     Context, Error, Result, config, export_plugin, http, kv, log, progress, secrets,
 };
@@ -39,6 +41,11 @@ enum Op {
         name: String,
         fail: bool,
     },
+    /// Writes the text as a log message, a log field's key and value, to
+    /// stdout, stderr and progress; the result holds it too.
+    Say(String),
+    /// Fails (fatal) with this error message.
+    Fail(String),
 }
 
 #[derive(Deserialize)]
@@ -94,6 +101,14 @@ fn run(_ctx: Context, input: Input) -> Result<Value> {
                 }
                 json!({ "ok": { "value": value, "nested": [value.clone()] } })
             }
+            Op::Say(text) => {
+                println!("{text}");
+                eprintln!("{text}");
+                log::with_fields(log::Level::Warn, &text, &[(&text, &text)]);
+                progress(10, &text);
+                json!({ "ok": text })
+            }
+            Op::Fail(text) => return Err(Error::fatal(text)),
         });
     }
     Ok(json!({ "results": out }))

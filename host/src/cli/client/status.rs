@@ -86,8 +86,9 @@ fn gather(client: &Client) -> Result<Value, Failure> {
         Err(f) => return Err(f),
     };
     let dead = client.get("/v1/dead-letters")?;
-    let tasks = client.get("/v1/tasks")?;
-    let mut next: Vec<(String, String)> = items(&tasks["tasks"])
+    let tasks = super::all_pages(client, "/v1/tasks", "tasks")?;
+    let mut next: Vec<(String, String)> = tasks
+        .iter()
         .filter_map(|t| Some((t["next_fire"].as_str()?.to_string(), cell(&t["name"]))))
         .collect();
     next.sort();
@@ -109,7 +110,7 @@ fn gather(client: &Client) -> Result<Value, Failure> {
         },
         "dead_letters_open": items(&dead["dead_letters"]).count(),
         "fuel_window": window,
-        "tasks": items(&tasks["tasks"]).count(),
+        "tasks": tasks.len(),
         "next_fires": next.iter().map(|(at, task)| json!({"task": task, "at": at})).collect::<Vec<_>>(),
     }))
 }
@@ -154,9 +155,10 @@ fn print_human(url: &str, s: &Value) {
             Some(b) => format!(" of {b}"),
             None => " (no budget)".into(),
         };
-        let held = match w["held"].as_str() {
-            Some(why) => format!("; HELD: {why}"),
-            None => String::new(),
+        let held = if w["held"].is_string() {
+            format!("; HELD: {}", cell(&w["held"]))
+        } else {
+            String::new()
         };
         format!(
             "{}{budget} used by tenant {} until {}{held}",

@@ -194,8 +194,8 @@ fn print_tenant(t: &Value) {
         "enabled"
     };
     println!("state:       {state}");
-    if let Some(h) = t["held"].as_str() {
-        println!("held:        {h}");
+    if t["held"].is_string() {
+        println!("held:        {}", cell(&t["held"]));
     }
     println!("quota:");
     if let Some(q) = t["quota"].as_object() {
@@ -360,8 +360,8 @@ fn print_usage(v: &Value) {
         w["wall_ms_used"].as_f64().unwrap_or(0.0),
         of(&w["wall_ms_budget"]),
     );
-    if let Some(h) = w["held"].as_str() {
-        println!("{h}");
+    if w["held"].is_string() {
+        println!("{}", cell(&w["held"]));
     }
     let headers = ["", "FUEL", "ATTEMPTS", "WALL_MS", "OUTCOMES"];
     let mut rows = vec![usage_row("total", &v["total"])];
