@@ -17,6 +17,10 @@ use serde_json::{Value, json};
 use crate::runtime;
 use crate::service;
 
+/// Seconds an upload refused with `compile_queue_full` is told to wait
+/// (`Retry-After`): about one compilation of a large component.
+pub const COMPILE_QUEUE_RETRY_AFTER_SECS: u64 = 5;
+
 /// The body of every error answer.
 #[derive(Debug, serde::Serialize, utoipa::ToSchema)]
 pub struct ErrorBody {
@@ -98,6 +102,22 @@ pub enum ApiError {
     Unavailable(String),
     /// 500: a fault of the host. The text is logged, never sent.
     Internal(String),
+    /// 408 `request_timeout`: the request body did not arrive in time.
+    Timeout(String),
+    /// 429 `compile_queue_full`: as many plugin uploads as may be are
+    /// compiling or waiting to.
+    CompileQueueFull {
+        /// What happened.
+        message: String,
+        /// Seconds to wait (sent as `Retry-After`).
+        retry_after: u64,
+    },
+    /// 429 `plugin_count_quota`: the tenant keeps as many plugin versions as
+    /// its `max_plugins` quota allows (no `Retry-After`: waiting frees nothing).
+    TooManyPlugins(String),
+    /// 413 `plugin_bytes_quota`: the upload would take the tenant's plugins
+    /// over its `plugin_bytes` quota.
+    PluginBytesQuota(String),
 }
 
 impl ApiError {
@@ -127,6 +147,12 @@ impl ApiError {
             ApiError::QuotaExceeded { .. } => (StatusCode::TOO_MANY_REQUESTS, "quota_exceeded"),
             ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+            ApiError::Timeout(_) => (StatusCode::REQUEST_TIMEOUT, "request_timeout"),
+            ApiError::CompileQueueFull { .. } => {
+                (StatusCode::TOO_MANY_REQUESTS, "compile_queue_full")
+            }
+            ApiError::TooManyPlugins(_) => (StatusCode::TOO_MANY_REQUESTS, "plugin_count_quota"),
+            ApiError::PluginBytesQuota(_) => (StatusCode::PAYLOAD_TOO_LARGE, "plugin_bytes_quota"),
         }
     }
 
@@ -143,7 +169,11 @@ impl ApiError {
             | ApiError::Invalid { message, .. }
             | ApiError::QueueFull { message, .. }
             | ApiError::QuotaExceeded { message, .. }
-            | ApiError::Unavailable(message) => message.clone(),
+            | ApiError::Unavailable(message)
+            | ApiError::Timeout(message)
+            | ApiError::CompileQueueFull { message, .. }
+            | ApiError::TooManyPlugins(message)
+            | ApiError::PluginBytesQuota(message) => message.clone(),
             ApiError::MethodNotAllowed => "this route does not accept this method".into(),
             ApiError::Internal(_) => "internal error; the host logged the details".into(),
         }
@@ -169,7 +199,10 @@ impl IntoResponse for ApiError {
         let details = match &self {
             ApiError::Invalid { details, .. } => details.clone().unwrap_or(Value::Null),
             ApiError::QueueFull { retry_after, .. }
-            | ApiError::QuotaExceeded { retry_after, .. } => json!({ "retry_after": retry_after }),
+            | ApiError::QuotaExceeded { retry_after, .. }
+            | ApiError::CompileQueueFull { retry_after, .. } => {
+                json!({ "retry_after": retry_after })
+            }
             _ => Value::Null,
         };
         let body = ErrorBody {
@@ -187,7 +220,8 @@ impl IntoResponse for ApiError {
                 headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
             }
             ApiError::QueueFull { retry_after, .. }
-            | ApiError::QuotaExceeded { retry_after, .. } => {
+            | ApiError::QuotaExceeded { retry_after, .. }
+            | ApiError::CompileQueueFull { retry_after, .. } => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from(*retry_after));
             }
             _ => {}
@@ -256,6 +290,8 @@ impl From<service::Error> for ApiError {
                 retry_after,
             },
             service::Error::Internal(message) => ApiError::Internal(message),
+            service::Error::TooManyPlugins(message) => ApiError::TooManyPlugins(message),
+            service::Error::PluginBytesQuota(message) => ApiError::PluginBytesQuota(message),
         }
     }
 }
@@ -277,6 +313,10 @@ impl From<runtime::Error> for ApiError {
             runtime::Error::WrongWorld(_) => invalid("wrong_world"),
             runtime::Error::UnsupportedImport(_) => invalid("unsupported_import"),
             runtime::Error::Limits(_) | runtime::Error::Host(_) => ApiError::Internal(message),
+            runtime::Error::CompileQueueFull(_) => ApiError::CompileQueueFull {
+                message,
+                retry_after: COMPILE_QUEUE_RETRY_AFTER_SECS,
+            },
         }
     }
 }
@@ -423,6 +463,28 @@ mod tests {
         assert_eq!(
             code(runtime::Error::Host("x".into())).0,
             StatusCode::INTERNAL_SERVER_ERROR
+        );
+        assert_eq!(
+            code(runtime::Error::CompileQueueFull(5)),
+            (StatusCode::TOO_MANY_REQUESTS, "compile_queue_full")
+        );
+    }
+
+    #[test]
+    fn plugin_quota_errors_have_their_statuses_and_codes() {
+        let code = |e: service::Error| ApiError::from(e).status_and_code();
+        assert_eq!(
+            code(service::Error::TooManyPlugins("x".into())),
+            (StatusCode::TOO_MANY_REQUESTS, "plugin_count_quota")
+        );
+        assert_eq!(
+            code(service::Error::PluginBytesQuota("x".into())),
+            (StatusCode::PAYLOAD_TOO_LARGE, "plugin_bytes_quota")
+        );
+        let full = ApiError::from(runtime::Error::CompileQueueFull(5)).into_response();
+        assert_eq!(
+            full.headers()[header::RETRY_AFTER],
+            COMPILE_QUEUE_RETRY_AFTER_SECS.to_string().as_str()
         );
     }
 }
