@@ -250,7 +250,7 @@ async fn a_full_compile_line_refuses_uploads_with_429_until_it_frees() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn loaded_plugins_stay_within_their_byte_budget_and_evicted_ones_run_again() {
-    // hostile_bulky carries 4 MiB of data: each copy is charged ~8.5 MiB.
+    // hostile_bulky carries 4 MiB of data: each copy is charged ~9 MiB.
     let budget_mb = 24;
     let live = Live::start(|c| c.loaded_plugins_mb = budget_mb).await;
     let bulky = plugin_bytes("hostile_bulky");
@@ -281,7 +281,7 @@ async fn loaded_plugins_stay_within_their_byte_budget_and_evicted_ones_run_again
     let loaded = metric(&m, "ax_plugins_loaded");
     assert!(
         (1.0..=2.0).contains(&loaded),
-        "{loaded} copies of ~8.5 MiB loaded within 24 MiB"
+        "{loaded} copies of ~9 MiB loaded within 24 MiB"
     );
     assert!(metric(&m, "ax_plugin_evictions_total") >= 4.0, "{m:?}");
     assert_eq!(
@@ -296,6 +296,67 @@ async fn loaded_plugins_stay_within_their_byte_budget_and_evicted_ones_run_again
     assert!(
         sums.iter().all(|s| *s == sums[0]),
         "same data in every copy"
+    );
+    live.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ax_tenant_quota_sets_and_unsets_the_plugin_quotas() {
+    let live = Live::start(|_| {}).await;
+    let base = live.base.clone();
+    let ax = move |args: &'static [&'static str]| {
+        let base = base.clone();
+        tokio::task::spawn_blocking(move || {
+            let out = std::process::Command::new(env!("CARGO_BIN_EXE_ax"))
+                .args(args)
+                .env("AX_URL", &base)
+                .env("AX_TOKEN", TOKEN)
+                .env_remove("AX_TENANT")
+                .output()
+                .expect("running ax");
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        })
+    };
+    let out = ax(&[
+        "tenant",
+        "quota",
+        "default",
+        "--max-plugins",
+        "1",
+        "--plugin-bytes",
+        "1000000",
+    ])
+    .await
+    .expect("the CLI");
+    assert!(
+        out.contains("max_plugins") && out.contains("plugin_bytes"),
+        "{out}"
+    );
+    let quota = live.get("/v1/tenants/default").await["quota"].clone();
+    assert_eq!(
+        (quota["max_plugins"].clone(), quota["plugin_bytes"].clone()),
+        (json!(1), json!(1_000_000))
+    );
+    assert_eq!(
+        upload(&live, "echo", plugin_bytes("echo")).await.status,
+        201
+    );
+    let r = upload(&live, "hello", plugin_bytes("hello")).await;
+    assert_eq!(code(&r), "plugin_count_quota", "{}", r.text);
+
+    ax(&["tenant", "quota", "default", "--unset", "max_plugins"])
+        .await
+        .expect("the CLI");
+    let quota = live.get("/v1/tenants/default").await["quota"].clone();
+    assert!(quota["max_plugins"].is_null(), "{quota}");
+    assert_eq!(
+        upload(&live, "hello", plugin_bytes("hello")).await.status,
+        201
     );
     live.stop().await;
 }
