@@ -154,6 +154,21 @@ pub struct Config {
     /// A token that reads `GET /metrics` and nothing else (else `AX_METRICS_TOKEN`);
     /// without one only the admin token reads the metrics.
     pub metrics_token: Option<String>,
+
+    // Plugin memory, compilation and storage (docs/RUNTIME.md, docs/TENANTS.md).
+    /// Memory the loaded plugins may take, MiB; past it the least recently
+    /// used are dropped (and reloaded from their artifact when next used).
+    pub loaded_plugins_mb: u64,
+    /// Plugin compilations at once (default: half the cores, at least one).
+    pub max_compiles: Option<usize>,
+    /// Plugin uploads that may wait for a compilation; past them an upload
+    /// gets `429 compile_queue_full`.
+    pub compile_queue: usize,
+    /// Plugin versions each tenant may keep, unless its quota says otherwise.
+    pub plugin_quota_count: u32,
+    /// Bytes of plugin versions each tenant may keep, MiB, unless its quota
+    /// says otherwise.
+    pub plugin_quota_mb: u64,
 }
 
 impl Default for Config {
@@ -175,6 +190,11 @@ impl Default for Config {
             kv_quota_kb: crate::capability::kv::DEFAULT_QUOTA_BYTES >> 10,
             connections: ConnectionsConfig::default(),
             metrics_token: None,
+            loaded_plugins_mb: crate::runtime::DEFAULT_LOADED_BYTES >> 20,
+            max_compiles: None,
+            compile_queue: crate::runtime::DEFAULT_COMPILE_QUEUE,
+            plugin_quota_count: crate::service::DEFAULT_MAX_PLUGINS_PER_TENANT,
+            plugin_quota_mb: crate::service::DEFAULT_PLUGIN_BYTES_PER_TENANT >> 20,
         }
     }
 }

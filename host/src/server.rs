@@ -154,6 +154,11 @@ pub async fn start(config: Config, demo: bool) -> anyhow::Result<Server> {
         max_instances: config.max_instances,
         max_memory_bytes: (config.caps.max_memory_mb << 20)
             .max(crate::runtime::DEFAULT_MAX_MEMORY_BYTES),
+        loaded_bytes: config.loaded_plugins_mb.saturating_mul(1 << 20),
+        max_compiles: config
+            .max_compiles
+            .unwrap_or_else(crate::runtime::default_max_compiles),
+        compile_queue: config.compile_queue,
         ..RuntimeConfig::default()
     })?;
     let mut queue =
@@ -244,6 +249,10 @@ pub async fn start(config: Config, demo: bool) -> anyhow::Result<Server> {
         caps,
         max_plugin_bytes: config.max_plugin_mb << 20,
         concurrency,
+        plugin_quota: crate::service::PluginQuota::new(
+            config.plugin_quota_count,
+            config.plugin_quota_mb.saturating_mul(1 << 20),
+        ),
     };
     let token_hash = admin_token(store.as_ref(), config.admin_token.as_deref())?;
     if demo {

@@ -25,6 +25,11 @@ use crate::task::{self, Caps, TaskSpec};
 
 /// Largest plugin accepted by default (compiling untrusted input is bounded by size).
 pub const DEFAULT_MAX_PLUGIN_BYTES: usize = 32 << 20;
+/// Plugin versions a tenant may keep by default (its `max_plugins` quota).
+pub const DEFAULT_MAX_PLUGINS_PER_TENANT: u32 = 100;
+/// Bytes of plugin versions a tenant may keep by default (its `plugin_bytes`
+/// quota): sixteen of the largest uploads, or hundreds of typical ones.
+pub const DEFAULT_PLUGIN_BYTES_PER_TENANT: u64 = 512 << 20;
 /// Most fire instants a preview returns.
 pub const MAX_PREVIEW: usize = 100;
 
@@ -77,6 +82,12 @@ pub enum Error {
     /// A fault of the host (store, scheduler stopped).
     #[error("internal error: {0}")]
     Internal(String),
+    /// The tenant keeps as many plugin versions as its `max_plugins` quota allows.
+    #[error("{0}")]
+    TooManyPlugins(String),
+    /// The upload would take the tenant's plugins over its `plugin_bytes` quota.
+    #[error("{0}")]
+    PluginBytesQuota(String),
 }
 
 /// Result type of the service.
@@ -140,6 +151,43 @@ pub struct Ax {
     pub max_plugin_bytes: usize,
     /// Tenants and tokens (see [`load_registry`]).
     pub tenants: crate::tenant::Registry,
+    /// Host defaults of the per-tenant plugin quotas.
+    pub plugin_quota: PluginQuota,
+}
+
+/// The host's default per-tenant plugin quotas (a tenant's own `max_plugins`
+/// and `plugin_bytes` replace them), and the lock that makes an upload's
+/// quota check and its store write one step: two uploads that only one fits
+/// cannot both pass.
+#[derive(Clone, Debug)]
+pub struct PluginQuota {
+    /// Plugin versions a tenant may keep.
+    pub max_plugins: u32,
+    /// Bytes of plugin versions (the sum of their sizes) a tenant may keep.
+    pub plugin_bytes: u64,
+    /// Held from the check of an upload (or a deletion's "is the blob still
+    /// used") to its store write. Uploads compile before taking it.
+    writes: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl PluginQuota {
+    /// These defaults, with a fresh lock.
+    pub fn new(max_plugins: u32, plugin_bytes: u64) -> Self {
+        Self {
+            max_plugins,
+            plugin_bytes,
+            writes: Arc::default(),
+        }
+    }
+}
+
+impl Default for PluginQuota {
+    fn default() -> Self {
+        Self::new(
+            DEFAULT_MAX_PLUGINS_PER_TENANT,
+            DEFAULT_PLUGIN_BYTES_PER_TENANT,
+        )
+    }
 }
 
 pub use self::tenants::{TenantSpec, UsageReport, UsageTotals, WindowUsage, load_registry};
@@ -187,11 +235,18 @@ impl Ax {
                 self.max_plugin_bytes
             )));
         }
+        // Before compiling, so a tenant at its quota costs no compilation;
+        // checked again, authoritatively, with the write.
+        if self.store.get_plugin(tenant, name, version)?.is_none() {
+            self.check_plugin_quota(tenant, bytes.len() as u64)?;
+        }
         let runtime = self.runtime.clone();
         let (plugin, bytes) =
             tokio::task::spawn_blocking(move || runtime.load(&bytes).map(|p| (p, bytes)))
                 .await
                 .map_err(|e| Error::Internal(e.to_string()))??;
+        let writes = self.plugin_quota.writes.clone();
+        let _writing = writes.lock().await;
         if let Some(existing) = self.store.get_plugin(tenant, name, version)? {
             if existing.digest == plugin.digest() {
                 return Ok((existing, false));
@@ -201,6 +256,7 @@ impl Ax {
                 existing.digest
             )));
         }
+        self.check_plugin_quota(tenant, bytes.len() as u64)?;
         let digest = self.store.put_blob(&bytes)?;
         let record = PluginRecord {
             tenant: tenant.to_string(),
@@ -211,8 +267,39 @@ impl Ax {
             created_at: self.clock.now_ms(),
         };
         self.store.put_plugin(&record)?;
+        drop(_writing);
         self.sync().await?;
         Ok((record, true))
+    }
+
+    /// Refuses a new version of `size` bytes that the tenant's plugin quotas
+    /// (its own, else the host's defaults) leave no room for. Every version
+    /// counts its full size, even one whose bytes another version shares.
+    fn check_plugin_quota(&self, tenant: &str, size: u64) -> Result<()> {
+        let quota = self.tenants.tenant(tenant).map(|t| t.quota);
+        let max_plugins = quota
+            .as_ref()
+            .and_then(|q| q.max_plugins)
+            .unwrap_or(self.plugin_quota.max_plugins);
+        let max_bytes = quota
+            .as_ref()
+            .and_then(|q| q.plugin_bytes)
+            .unwrap_or(self.plugin_quota.plugin_bytes);
+        let kept = self.store.list_plugins(tenant)?;
+        let used: u64 = kept.iter().map(|p| p.size).sum();
+        if kept.len() as u64 >= u64::from(max_plugins) {
+            return Err(Error::TooManyPlugins(format!(
+                "tenant `{tenant}` keeps {} plugin versions, its `max_plugins` quota is {max_plugins}; delete a version first",
+                kept.len()
+            )));
+        }
+        if used.saturating_add(size) > max_bytes {
+            return Err(Error::PluginBytesQuota(format!(
+                "a plugin of {size} bytes would take tenant `{tenant}`'s plugins to {} bytes, over its `plugin_bytes` quota of {max_bytes} bytes ({used} in use)",
+                used.saturating_add(size)
+            )));
+        }
+        Ok(())
     }
 
     /// A tenant's plugins.
@@ -260,16 +347,30 @@ impl Ax {
                 users.join(", ")
             )));
         }
+        let writes = self.plugin_quota.writes.clone();
+        let writing = writes.lock().await;
         self.store.delete_plugin(tenant, name, version)?;
         self.scheduler.plugin_deleted(tenant, name, version);
-        let still_used = self
-            .store
-            .list_plugins(tenant)?
-            .iter()
-            .any(|p| p.digest == record.digest);
+        // Blobs are stored by digest for all tenants: keep one another
+        // version (of any tenant) still names. Under the write lock, so an
+        // upload of the same bytes cannot land in between.
+        let mut still_used = false;
+        for t in self.tenants.tenants() {
+            if self
+                .store
+                .list_plugins(&t.name)?
+                .iter()
+                .any(|p| p.digest == record.digest)
+            {
+                still_used = true;
+                break;
+            }
+        }
         if !still_used {
             self.store.delete_blob(&record.digest)?;
+            self.runtime.evict(&record.digest);
         }
+        drop(writing);
         self.sync().await
     }
 

@@ -104,6 +104,13 @@ pub struct Quota {
     pub weight: u32,
     /// Bytes of key-value data the tenant may keep.
     pub kv_bytes: Option<u64>,
+
+    // Plugin storage (absent: the host's `plugin_quota_count` / `plugin_quota_mb`).
+    /// Plugin versions the tenant may keep (absent: the host default, 100).
+    pub max_plugins: Option<u32>,
+    /// Bytes of plugin versions (the sum of their sizes) the tenant may keep
+    /// (absent: the host default, 512 MiB).
+    pub plugin_bytes: Option<u64>,
 }
 
 impl Default for Quota {
@@ -122,6 +129,8 @@ impl Default for Quota {
             out_of_fuel: OutOfFuel::Hold,
             weight: 1,
             kv_bytes: None,
+            max_plugins: None,
+            plugin_bytes: None,
         }
     }
 }

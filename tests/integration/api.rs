@@ -84,6 +84,7 @@ pub(crate) async fn host() -> Host {
         },
         max_plugin_bytes: DEFAULT_MAX_PLUGIN_BYTES,
         concurrency: 2,
+        plugin_quota: Default::default(),
     };
     let state = ApiState {
         ax,

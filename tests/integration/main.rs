@@ -17,6 +17,7 @@ mod live;
 mod logs;
 mod metrics;
 mod openapi;
+mod plugins_quota;
 mod retention;
 mod sandbox;
 mod serve_cli;

@@ -23,6 +23,10 @@ use serde_json::{Value, json};
 use crate::runtime;
 use crate::service;
 
+/// Seconds an upload refused with `compile_queue_full` is told to wait
+/// (`Retry-After`): about one compilation of a large component.
+pub const COMPILE_QUEUE_RETRY_AFTER_SECS: u64 = 5;
+
 /// The body of every error answer.
 #[derive(Debug, serde::Serialize, utoipa::ToSchema)]
 pub struct ErrorBody {
@@ -94,6 +98,9 @@ pub mod codes {
         INVALID_COMPONENT = 422 "invalid_component" "a component that does not compile";
         WRONG_WORLD = 422 "wrong_world" "a component not targeting the ax world";
         UNSUPPORTED_IMPORT = 422 "unsupported_import" "a component importing what ax does not provide";
+        PLUGIN_BYTES_QUOTA = 413 "plugin_bytes_quota" "a plugin upload that would take the tenant's plugins over its `plugin_bytes` quota";
+        PLUGIN_COUNT_QUOTA = 429 "plugin_count_quota" "a plugin upload past the tenant's `max_plugins` versions (delete one first)";
+        COMPILE_QUEUE_FULL = 429 "compile_queue_full" "as many plugin uploads as the host allows are compiling or waiting to; `Retry-After` says when to try again";
         QUEUE_FULL = 429 "queue_full" "the tenant's queue is full; `Retry-After` says when to try again";
         QUOTA_EXCEEDED = 429 "quota_exceeded" "a tenant quota refuses it for now; `Retry-After` says when to try again";
         INTERNAL = 500 "internal" "a fault of the host; the host log has the details";
@@ -167,6 +174,20 @@ pub enum ApiError {
     Unavailable(String),
     /// 500: a fault of the host. The text is logged, never sent.
     Internal(String),
+    /// 429 `compile_queue_full`: as many plugin uploads as may be are
+    /// compiling or waiting to.
+    CompileQueueFull {
+        /// What happened.
+        message: String,
+        /// Seconds to wait (sent as `Retry-After`).
+        retry_after: u64,
+    },
+    /// 429 `plugin_count_quota`: the tenant keeps as many plugin versions as
+    /// its `max_plugins` quota allows (no `Retry-After`: waiting frees nothing).
+    TooManyPlugins(String),
+    /// 413 `plugin_bytes_quota`: the upload would take the tenant's plugins
+    /// over its `plugin_bytes` quota.
+    PluginBytesQuota(String),
 }
 
 impl ApiError {
@@ -197,6 +218,11 @@ impl ApiError {
             ApiError::QuotaExceeded { .. } => (StatusCode::TOO_MANY_REQUESTS, "quota_exceeded"),
             ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+            ApiError::CompileQueueFull { .. } => {
+                (StatusCode::TOO_MANY_REQUESTS, "compile_queue_full")
+            }
+            ApiError::TooManyPlugins(_) => (StatusCode::TOO_MANY_REQUESTS, "plugin_count_quota"),
+            ApiError::PluginBytesQuota(_) => (StatusCode::PAYLOAD_TOO_LARGE, "plugin_bytes_quota"),
         }
     }
 
@@ -214,7 +240,10 @@ impl ApiError {
             | ApiError::Invalid { message, .. }
             | ApiError::QueueFull { message, .. }
             | ApiError::QuotaExceeded { message, .. }
-            | ApiError::Unavailable(message) => message.clone(),
+            | ApiError::Unavailable(message)
+            | ApiError::CompileQueueFull { message, .. }
+            | ApiError::TooManyPlugins(message)
+            | ApiError::PluginBytesQuota(message) => message.clone(),
             ApiError::MethodNotAllowed => "this route does not accept this method".into(),
             ApiError::Internal(_) => "internal error; the host logged the details".into(),
         }
@@ -240,7 +269,10 @@ impl IntoResponse for ApiError {
         let details = match &self {
             ApiError::Invalid { details, .. } => details.clone().unwrap_or(Value::Null),
             ApiError::QueueFull { retry_after, .. }
-            | ApiError::QuotaExceeded { retry_after, .. } => json!({ "retry_after": retry_after }),
+            | ApiError::QuotaExceeded { retry_after, .. }
+            | ApiError::CompileQueueFull { retry_after, .. } => {
+                json!({ "retry_after": retry_after })
+            }
             _ => Value::Null,
         };
         let body = ErrorBody {
@@ -258,7 +290,8 @@ impl IntoResponse for ApiError {
                 headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
             }
             ApiError::QueueFull { retry_after, .. }
-            | ApiError::QuotaExceeded { retry_after, .. } => {
+            | ApiError::QuotaExceeded { retry_after, .. }
+            | ApiError::CompileQueueFull { retry_after, .. } => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from(*retry_after));
             }
             _ => {}
@@ -327,6 +360,8 @@ impl From<service::Error> for ApiError {
                 retry_after,
             },
             service::Error::Internal(message) => ApiError::Internal(message),
+            service::Error::TooManyPlugins(message) => ApiError::TooManyPlugins(message),
+            service::Error::PluginBytesQuota(message) => ApiError::PluginBytesQuota(message),
         }
     }
 }
@@ -348,6 +383,10 @@ impl From<runtime::Error> for ApiError {
             runtime::Error::WrongWorld(_) => invalid("wrong_world"),
             runtime::Error::UnsupportedImport(_) => invalid("unsupported_import"),
             runtime::Error::Limits(_) | runtime::Error::Host(_) => ApiError::Internal(message),
+            runtime::Error::CompileQueueFull(_) => ApiError::CompileQueueFull {
+                message,
+                retry_after: COMPILE_QUEUE_RETRY_AFTER_SECS,
+            },
         }
     }
 }
@@ -661,6 +700,28 @@ mod tests {
         assert_eq!(
             code(runtime::Error::Host("x".into())).0,
             StatusCode::INTERNAL_SERVER_ERROR
+        );
+        assert_eq!(
+            code(runtime::Error::CompileQueueFull(5)),
+            (StatusCode::TOO_MANY_REQUESTS, "compile_queue_full")
+        );
+    }
+
+    #[test]
+    fn plugin_quota_errors_have_their_statuses_and_codes() {
+        let code = |e: service::Error| ApiError::from(e).status_and_code();
+        assert_eq!(
+            code(service::Error::TooManyPlugins("x".into())),
+            (StatusCode::TOO_MANY_REQUESTS, "plugin_count_quota")
+        );
+        assert_eq!(
+            code(service::Error::PluginBytesQuota("x".into())),
+            (StatusCode::PAYLOAD_TOO_LARGE, "plugin_bytes_quota")
+        );
+        let full = ApiError::from(runtime::Error::CompileQueueFull(5)).into_response();
+        assert_eq!(
+            full.headers()[header::RETRY_AFTER],
+            COMPILE_QUEUE_RETRY_AFTER_SECS.to_string().as_str()
         );
     }
 }

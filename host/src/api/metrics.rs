@@ -308,6 +308,7 @@ fn render(
         "Bytes the store occupies on disk (database and blobs).",
         store_bytes as f64,
     );
+    plugin_metrics(&mut e, &state.ax.runtime.stats());
 
     e.family(
         "ax_http_requests_total",
@@ -326,4 +327,61 @@ fn render(
         );
     }
     e.finish()
+}
+
+/// The loaded-plugin cache and the compile gate (docs/RUNTIME.md).
+fn plugin_metrics(e: &mut Encoder, rt: &crate::runtime::RuntimeStats) {
+    let rows: [(&str, &str, &str, f64); 8] = [
+        (
+            "ax_plugins_loaded",
+            "gauge",
+            "Plugins loaded in memory (compiled, imports resolved).",
+            rt.loaded as f64,
+        ),
+        (
+            "ax_plugins_loaded_bytes",
+            "gauge",
+            "Bytes the loaded plugins are charged (image + memory images + overhead).",
+            rt.loaded_bytes as f64,
+        ),
+        (
+            "ax_plugins_loaded_budget_bytes",
+            "gauge",
+            "The bound on ax_plugins_loaded_bytes (loaded_plugins_mb).",
+            rt.loaded_budget as f64,
+        ),
+        (
+            "ax_plugin_evictions_total",
+            "counter",
+            "Loaded plugins dropped to stay within the budget.",
+            rt.evictions as f64,
+        ),
+        (
+            "ax_plugin_compiles_running",
+            "gauge",
+            "Plugin compilations running.",
+            rt.compiles.running as f64,
+        ),
+        (
+            "ax_plugin_compiles_waiting",
+            "gauge",
+            "Plugin loads waiting for a compilation permit.",
+            rt.compiles.waiting as f64,
+        ),
+        (
+            "ax_plugin_uploads_in_progress",
+            "gauge",
+            "Plugin uploads admitted and not finished (reading, waiting, compiling).",
+            rt.compiles.uploads as f64,
+        ),
+        (
+            "ax_plugin_uploads_refused_total",
+            "counter",
+            "Plugin uploads refused with compile_queue_full.",
+            rt.compiles.refused as f64,
+        ),
+    ];
+    for (name, kind, help, value) in rows {
+        e.family(name, kind, help).sample(name, &[], value);
+    }
 }

@@ -48,7 +48,7 @@ pub use self::error::ApiError;
 /// Largest body of any route but plugin upload (task definitions, trigger inputs).
 pub const MAX_BODY_BYTES: usize = 1 << 20;
 /// Room for the multipart framing around an uploaded plugin, over the plugin limit.
-const MULTIPART_OVERHEAD: usize = 64 << 10;
+pub(super) const MULTIPART_OVERHEAD: usize = 64 << 10;
 
 /// What every handler can reach. Cheap to clone.
 #[derive(Clone)]

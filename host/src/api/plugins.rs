@@ -1,7 +1,9 @@
 //! `/v1/plugins`: upload (raw `application/wasm` or multipart), list, show,
-//! delete. Validation (component? ax world? compiles?) is the service's and
-//! the runtime's; this module only gets the bytes and the names out of the
-//! request.
+//! delete. Validation (component? ax world? compiles?) and the tenant's
+//! plugin quotas are the service's and the runtime's; this module gets the
+//! bytes and the names out of the request, after taking the upload's place
+//! in the compile line (so a refused upload's body is never read) and within
+//! [`UPLOAD_BODY_TIMEOUT`].
 
 use axum::Json;
 use axum::body::Bytes;
@@ -9,6 +11,7 @@ use axum::extract::{FromRequest, Multipart, Request, State};
 use axum::http::{StatusCode, header::CONTENT_TYPE};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
+use std::time::Duration;
 
 use super::ApiState;
 use super::auth::Caller;
@@ -16,6 +19,11 @@ use super::error::ErrorBody;
 use super::error::{ApiError, ApiResult};
 use super::extract::{ApiPath, ApiQuery};
 use super::views::{PluginList, PluginVersions, PluginView};
+
+/// How long an upload's body may take to arrive. Its place in the compile
+/// line is held meanwhile, so a client sending slowly cannot keep it: 32 MiB
+/// in two minutes needs ~2.3 Mbit/s.
+pub(super) const UPLOAD_BODY_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// `?name=N&version=V` of an upload.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
@@ -34,19 +42,21 @@ pub(super) struct UploadQuery {
         content((Vec<u8> = "application/wasm"), (Vec<u8> = "application/octet-stream"), (Vec<u8> = "multipart/form-data"))),
     responses(
         (status = 201, description = "Stored", body = PluginView),
-        (status = 200, description = "These bytes were already uploaded as this version", body = PluginView),
-        (status = 400, description = "`bad_request`, `invalid_wasm`", body = ErrorBody),
-        (status = 401, body = ErrorBody),
-        (status = 409, description = "The version exists with other bytes", body = ErrorBody),
-        (status = 413, body = ErrorBody),
-        (status = 415, body = ErrorBody),
-        (status = 422, description = "`invalid_component`, `wrong_world`, `unsupported_import`", body = ErrorBody)))]
+        (status = 200, description = "These bytes were already uploaded as this version", body = PluginView)))]
 pub(super) async fn upload(
     State(state): State<ApiState>,
     caller: Caller,
     ApiQuery(query): ApiQuery<UploadQuery>,
     req: Request,
 ) -> ApiResult<Response> {
+    // Held to the end of the upload; refused before the body is kept.
+    let _place = match state.ax.runtime.admit_upload() {
+        Ok(place) => place,
+        Err(refused) => {
+            discard_body(&state, req).await;
+            return Err(refused.into());
+        }
+    };
     let content_type = req
         .headers()
         .get(CONTENT_TYPE)
@@ -60,14 +70,75 @@ pub(super) async fn upload(
         .trim()
         .to_string();
     let (mut name, mut version) = (query.name, query.version);
-    let bytes = match mime.as_str() {
+    let body = async { read_body(&state, req, &mime, &mut name, &mut version).await };
+    let bytes = tokio::time::timeout(UPLOAD_BODY_TIMEOUT, body)
+        .await
+        .map_err(|_| {
+            ApiError::BodyTimeout(format!(
+                "the plugin body did not arrive within {}s",
+                UPLOAD_BODY_TIMEOUT.as_secs()
+            ))
+        })??;
+    let name = name.ok_or_else(|| {
+        ApiError::bad_request("missing plugin `name` (query parameter or multipart field)")
+    })?;
+    let version = version.ok_or_else(|| {
+        ApiError::bad_request("missing plugin `version` (query parameter or multipart field)")
+    })?;
+    let (record, created) = state
+        .ax
+        .upload_plugin(&caller.tenant, &name, &version, Vec::from(bytes))
+        .await?;
+    tracing::info!(tenant = %caller.tenant, plugin = %name, version = %version, digest = %record.digest, created, "plugin uploaded");
+    let status = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(PluginView::from(record))).into_response())
+}
+
+/// Reads and drops a refused upload's body, so a client that sends its whole
+/// body before reading the answer (most do, unless they ask `Expect:
+/// 100-continue`) gets the refusal rather than a broken pipe. Nothing is
+/// kept: memory stays bounded by the compile line. A client that asked to
+/// continue is answered without its body being sent at all.
+async fn discard_body(state: &ApiState, req: Request) {
+    use http_body_util::BodyExt as _;
+    let expects_continue = req
+        .headers()
+        .get(axum::http::header::EXPECT)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    if expects_continue {
+        return;
+    }
+    let limit = state
+        .ax
+        .max_plugin_bytes
+        .saturating_add(super::MULTIPART_OVERHEAD);
+    let mut body = http_body_util::Limited::new(req.into_body(), limit);
+    let _ = tokio::time::timeout(UPLOAD_BODY_TIMEOUT, async {
+        while let Some(Ok(_)) = body.frame().await {}
+    })
+    .await;
+}
+
+/// The component's bytes (and, in a multipart body, the name and version).
+async fn read_body(
+    state: &ApiState,
+    req: Request,
+    mime: &str,
+    name: &mut Option<String>,
+    version: &mut Option<String>,
+) -> ApiResult<Bytes> {
+    let bytes = match mime {
         "multipart/form-data" => {
-            let mut form = Multipart::from_request(req, &state).await?;
+            let mut form = Multipart::from_request(req, state).await?;
             let mut file = None;
             while let Some(field) = form.next_field().await? {
                 match field.name().unwrap_or_default() {
-                    "name" => name = Some(field.text().await?),
-                    "version" => version = Some(field.text().await?),
+                    "name" => *name = Some(field.text().await?),
+                    "version" => *version = Some(field.text().await?),
                     "file" => file = Some(field.bytes().await?),
                     other => {
                         return Err(ApiError::bad_request(format!(
@@ -79,7 +150,7 @@ pub(super) async fn upload(
             file.ok_or_else(|| ApiError::bad_request("the multipart body has no `file` field"))?
         }
         "" | "application/wasm" | "application/octet-stream" => {
-            Bytes::from_request(req, &state).await?
+            Bytes::from_request(req, state).await?
         }
         other => {
             return Err(ApiError::UnsupportedMediaType(format!(
@@ -87,23 +158,7 @@ pub(super) async fn upload(
             )));
         }
     };
-    let name = name.ok_or_else(|| {
-        ApiError::bad_request("missing plugin `name` (query parameter or multipart field)")
-    })?;
-    let version = version.ok_or_else(|| {
-        ApiError::bad_request("missing plugin `version` (query parameter or multipart field)")
-    })?;
-    let (record, created) = state
-        .ax
-        .upload_plugin(&caller.tenant, &name, &version, bytes.to_vec())
-        .await?;
-    tracing::info!(tenant = %caller.tenant, plugin = %name, version = %version, digest = %record.digest, created, "plugin uploaded");
-    let status = if created {
-        StatusCode::CREATED
-    } else {
-        StatusCode::OK
-    };
-    Ok((status, Json(PluginView::from(record))).into_response())
+    Ok(bytes)
 }
 
 /// `GET /v1/plugins`.

@@ -4,7 +4,9 @@
 //! - one shared [`wasmtime::Engine`] (component model, fuel, epoch interruption,
 //!   pooling allocator) and one [`Linker`] with WASI p2 and the ax host imports;
 //! - validation of uploaded bytes against the ax world ([`validate`]);
-//! - the compiled-artifact cache, on disk and in memory ([`cache`]);
+//! - the compiled-artifact cache, on disk and in memory, the latter bounded
+//!   by bytes ([`cache`]), and the gate that bounds compilations and the
+//!   uploads waiting for one ([`compile`]);
 //! - per-attempt execution: a fresh `Store` with a fuel budget, a memory limiter
 //!   that records denials, an epoch deadline driven by one ticker thread, an
 //!   outer timeout for time blocked in host calls, and bounded capture;
@@ -19,11 +21,11 @@
 
 mod cache;
 mod capture;
+mod compile;
 mod host;
 mod http;
 mod validate;
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -44,6 +46,7 @@ use self::capture::{CapturePipe, LogSink};
 use self::host::{HostState, MemoryLimiter};
 use self::http::HttpHooks;
 
+pub use self::compile::{DEFAULT_COMPILE_QUEUE, GateStats, UploadTicket, default_max_compiles};
 pub use self::validate::WORLD;
 
 /// Bindings generated from `wit/` — the same file the guests build against.
@@ -86,6 +89,9 @@ pub enum Error {
     /// The host could not do its part (capacity, cache I/O, engine set-up).
     #[error("host fault: {0}")]
     Host(String),
+    /// As many uploads as may be in progress are (compiling or waiting to).
+    #[error("{0} plugin uploads are being compiled or waiting to be; try again shortly")]
+    CompileQueueFull(usize),
 }
 
 /// Result type of the runtime.
@@ -111,6 +117,14 @@ pub struct RuntimeConfig {
     pub memory_keep_resident: usize,
     /// Use `PAGEMAP_SCAN` where the kernel has it (reset only dirtied pages).
     pub pagemap_scan: bool,
+    /// Bytes the loaded plugins may take in memory (see `cache::resident_bytes`
+    /// for how an entry is counted); past it the least recently used are
+    /// dropped, and loaded again from their artifact on their next use.
+    pub loaded_bytes: u64,
+    /// Compilations at once.
+    pub max_compiles: usize,
+    /// Uploads that may wait for a compilation beyond those compiling.
+    pub compile_queue: usize,
 }
 
 /// Pooling slots by default: many more than cores, since attempts also wait on I/O.
@@ -128,6 +142,10 @@ pub const DEFAULT_EPOCH_TICK: Duration = Duration::from_millis(5);
 /// guest also yields ~2,000 times a second — a fiber switch each, negligible
 /// beside the work of the slice.
 pub const FUEL_SLICE: u64 = 1_000_000;
+/// Loaded plugins kept in memory by default, in bytes. An example plugin
+/// takes ~1 MiB, an 18 MiB componentize-py one ~60 MiB (docs/RUNTIME.md): a
+/// few hundred small plugins or eight Python ones stay loaded.
+pub const DEFAULT_LOADED_BYTES: u64 = 512 << 20;
 
 impl Default for RuntimeConfig {
     fn default() -> Self {
@@ -139,6 +157,9 @@ impl Default for RuntimeConfig {
             pooling: true,
             memory_keep_resident: DEFAULT_MEMORY_KEEP_RESIDENT,
             pagemap_scan: true,
+            loaded_bytes: DEFAULT_LOADED_BYTES,
+            max_compiles: default_max_compiles(),
+            compile_queue: DEFAULT_COMPILE_QUEUE,
         }
     }
 }
@@ -152,6 +173,8 @@ pub struct Plugin {
 struct LoadedPlugin {
     digest: String,
     size: usize,
+    /// What it is charged in the loaded-plugin cache (`cache::resident_bytes`).
+    resident: u64,
     pre: bindings::TaskPre<HostState>,
 }
 
@@ -161,9 +184,14 @@ impl Plugin {
         &self.inner.digest
     }
 
-    /// The size of the component bytes.
+    /// The size of the component bytes (0 when loaded from its artifact).
     pub fn size(&self) -> usize {
         self.inner.size
+    }
+
+    /// The bytes it keeps in memory while loaded, as the cache counts them.
+    pub fn resident_bytes(&self) -> u64 {
+        self.inner.resident
     }
 }
 
@@ -187,6 +215,21 @@ pub enum LoadSource {
     Compiled,
 }
 
+/// What the runtime holds, for metrics and tests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RuntimeStats {
+    /// Plugins loaded in memory.
+    pub loaded: usize,
+    /// Bytes charged to them.
+    pub loaded_bytes: u64,
+    /// The budget of those bytes.
+    pub loaded_budget: u64,
+    /// Loaded plugins dropped to make room, since the start.
+    pub evictions: u64,
+    /// Compilations and uploads.
+    pub compiles: GateStats,
+}
+
 /// The sandbox host. Clone it freely: clones share the engine and caches.
 #[derive(Clone)]
 pub struct Runtime {
@@ -198,7 +241,8 @@ struct Inner {
     linker: Linker<HostState>,
     config: RuntimeConfig,
     cache: cache::ArtifactCache,
-    loaded: Mutex<HashMap<String, Plugin>>,
+    loaded: Mutex<cache::Lru<Plugin>>,
+    gate: Arc<compile::Gate>,
     /// Bounds concurrent instances to the pool's slots, so a burst waits instead of failing.
     slots: Arc<tokio::sync::Semaphore>,
     ticker_stop: Arc<AtomicBool>,
@@ -233,9 +277,13 @@ impl Runtime {
                 slots: Arc::new(tokio::sync::Semaphore::new(config.max_instances as usize)),
                 engine,
                 linker,
+                loaded: Mutex::new(cache::Lru::new(config.loaded_bytes)),
+                gate: Arc::new(compile::Gate::new(
+                    config.max_compiles,
+                    config.compile_queue,
+                )),
                 config,
                 cache,
-                loaded: Mutex::default(),
                 ticker_stop,
             }),
         })
@@ -249,8 +297,9 @@ impl Runtime {
     /// Validates `bytes` against the ax world and makes the plugin ready to run.
     ///
     /// Compiles at most once per digest: later loads come from memory or from
-    /// the on-disk artifact cache. Blocking (compilation takes ~100 ms); call it
-    /// from a blocking thread in async code.
+    /// the on-disk artifact cache. A compilation waits for one of the
+    /// `max_compiles` permits. Blocking (compilation takes ~100 ms to
+    /// seconds); call it from a blocking thread in async code.
     pub fn load(&self, bytes: &[u8]) -> Result<Plugin> {
         self.load_traced(bytes).map(|(plugin, _)| plugin)
     }
@@ -259,33 +308,113 @@ impl Runtime {
     pub fn load_traced(&self, bytes: &[u8]) -> Result<(Plugin, LoadSource)> {
         validate::check_header(bytes)?;
         let digest = cache::digest(bytes);
-        if let Some(plugin) = self.lock_loaded().get(&digest) {
-            return Ok((plugin.clone(), LoadSource::Memory));
+        if let Some(found) = self.load_cached_traced(&digest)? {
+            return Ok(found);
         }
-        let (component, source) = self
-            .inner
-            .cache
-            .component(&self.inner.engine, &digest, bytes)?;
-        validate::check_world(&self.inner.engine, &component)?;
-        let pre = self.inner.linker.instantiate_pre(&component).map_err(|e| {
+        let _permit = self.inner.gate.permit();
+        // Another load of the same bytes may have compiled them meanwhile.
+        if let Some(found) = self.load_cached_traced(&digest)? {
+            return Ok(found);
+        }
+        let component = cache::ArtifactCache::compile(&self.inner.engine, bytes)?;
+        let plugin = self.prepare(&digest, bytes.len(), &component)?;
+        // Only a valid component's artifact is kept: distinct invalid uploads
+        // leave nothing on disk.
+        self.inner.cache.store(&digest, &component);
+        self.keep(&plugin);
+        Ok((plugin, LoadSource::Compiled))
+    }
+
+    /// The plugin with this digest from memory, else from the artifact ax
+    /// compiled earlier (no compilation; `None` when neither has it).
+    /// Blocking: a disk load reads and deserializes the artifact.
+    pub fn load_cached(&self, digest: &str) -> Result<Option<Plugin>> {
+        Ok(self.load_cached_traced(digest)?.map(|(plugin, _)| plugin))
+    }
+
+    fn load_cached_traced(&self, digest: &str) -> Result<Option<(Plugin, LoadSource)>> {
+        if let Some(plugin) = self.get(digest) {
+            return Ok(Some((plugin, LoadSource::Memory)));
+        }
+        let Some(component) = self.inner.cache.load(&self.inner.engine, digest) else {
+            return Ok(None);
+        };
+        match self.prepare(digest, 0, &component) {
+            Ok(plugin) => {
+                self.keep(&plugin);
+                Ok(Some((plugin, LoadSource::DiskCache)))
+            }
+            Err(e) => {
+                // An artifact written before invalid components stopped being
+                // cached; drop it, the caller compiles and reports the error.
+                tracing::warn!(digest, error = %e, "discarding the artifact of an invalid component");
+                self.inner.cache.remove(digest);
+                Ok(None)
+            }
+        }
+    }
+
+    /// Checks the world and resolves the imports once (`InstancePre`).
+    fn prepare(
+        &self,
+        digest: &str,
+        size: usize,
+        component: &wasmtime::component::Component,
+    ) -> Result<Plugin> {
+        validate::check_world(&self.inner.engine, component)?;
+        let pre = self.inner.linker.instantiate_pre(component).map_err(|e| {
             Error::UnsupportedImport(format!("an interface of the wrong type ({e:#})"))
         })?;
         let pre = bindings::TaskPre::new(pre)
             .map_err(|e| Error::WrongWorld(format!("its `run` export does not match ({e:#})")))?;
-        let plugin = Plugin {
+        Ok(Plugin {
             inner: Arc::new(LoadedPlugin {
-                digest: digest.clone(),
-                size: bytes.len(),
+                digest: digest.to_string(),
+                size,
+                resident: cache::resident_bytes(component),
                 pre,
             }),
-        };
-        self.lock_loaded().insert(digest, plugin.clone());
-        Ok((plugin, source))
+        })
+    }
+
+    fn keep(&self, plugin: &Plugin) {
+        let (digest, bytes) = (plugin.digest().to_string(), plugin.resident_bytes());
+        if !self.lock_loaded().insert(digest, plugin.clone(), bytes) {
+            tracing::warn!(
+                digest = plugin.digest(),
+                bytes,
+                budget = self.inner.config.loaded_bytes,
+                "a plugin larger than the loaded-plugin budget is not kept in memory"
+            );
+        }
+    }
+
+    /// A place in line for an upload (see [`compile`]): hold it for the whole
+    /// upload, from before its body is read to its end. Refused with
+    /// [`Error::CompileQueueFull`] when `max_compiles + compile_queue`
+    /// uploads are in progress.
+    pub fn admit_upload(&self) -> Result<UploadTicket> {
+        self.inner
+            .gate
+            .admit()
+            .ok_or_else(|| Error::CompileQueueFull(self.inner.gate.max_uploads()))
+    }
+
+    /// What the caches and the compile gate hold now.
+    pub fn stats(&self) -> RuntimeStats {
+        let loaded = self.lock_loaded();
+        RuntimeStats {
+            loaded: loaded.len(),
+            loaded_bytes: loaded.bytes(),
+            loaded_budget: loaded.budget(),
+            evictions: loaded.evictions(),
+            compiles: self.inner.gate.stats(),
+        }
     }
 
     /// A plugin already loaded in this process, by digest.
     pub fn get(&self, digest: &str) -> Option<Plugin> {
-        self.lock_loaded().get(digest).cloned()
+        self.lock_loaded().get(digest)
     }
 
     /// Forgets a loaded plugin and its cached artifact (after it is deleted).
@@ -294,9 +423,10 @@ impl Runtime {
         self.inner.cache.remove(digest);
     }
 
-    fn lock_loaded(&self) -> std::sync::MutexGuard<'_, HashMap<String, Plugin>> {
-        // The map is only read and inserted into; a panic elsewhere cannot leave
-        // it half-updated, so a poisoned lock is safe to use.
+    fn lock_loaded(&self) -> std::sync::MutexGuard<'_, cache::Lru<Plugin>> {
+        // Each update of the map completes before the lock is released and
+        // none calls out while holding it, so a panic elsewhere cannot leave
+        // it half-updated: a poisoned lock is safe to use.
         self.inner
             .loaded
             .lock()
@@ -690,5 +820,93 @@ mod tests {
             err.to_string().contains("above this host's maximum"),
             "{err}"
         );
+    }
+
+    fn example(name: &str) -> Vec<u8> {
+        let path = std::path::Path::new(env!("AX_PLUGIN_DIR")).join(format!("{name}.wasm"));
+        std::fs::read(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
+    }
+
+    fn context() -> AttemptContext {
+        AttemptContext {
+            run_id: "run-1".into(),
+            tenant: "t".into(),
+            task: "t".into(),
+            step: "s".into(),
+            attempt: 1,
+            scheduled_for: "2026-12-01T00:00:00Z".into(),
+            trigger: TriggerKind::Manual,
+        }
+    }
+
+    /// Room for the larger of echo and hello, not both.
+    fn one_plugin_runtime(cache_dir: Option<PathBuf>) -> Runtime {
+        let probe = Runtime::new(RuntimeConfig {
+            pooling: false,
+            ..RuntimeConfig::default()
+        })
+        .unwrap();
+        let echo = probe.load(&example("echo")).unwrap().resident_bytes();
+        let hello = probe.load(&example("hello")).unwrap().resident_bytes();
+        Runtime::new(RuntimeConfig {
+            pooling: false,
+            cache_dir,
+            loaded_bytes: echo + hello - 1,
+            ..RuntimeConfig::default()
+        })
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn an_evicted_plugin_still_runs_for_whoever_holds_it() {
+        let runtime = one_plugin_runtime(None);
+        let echo = runtime.load(&example("echo")).unwrap();
+        let hello = runtime.load(&example("hello")).unwrap();
+        assert!(
+            runtime.get(echo.digest()).is_none(),
+            "echo made room for hello"
+        );
+        assert!(runtime.get(hello.digest()).is_some());
+        let stats = runtime.stats();
+        assert_eq!((stats.loaded, stats.evictions), (1, 1));
+        assert_eq!(stats.loaded_bytes, hello.resident_bytes());
+        assert!(stats.loaded_bytes <= stats.loaded_budget);
+        let report = runtime
+            .run(&echo, &context(), r#"{"x":1}"#, &Limits::default(), None)
+            .await
+            .unwrap();
+        assert_eq!(report.outcome, Outcome::Succeeded, "{report:?}");
+        assert_eq!(report.output.unwrap()["input"]["x"], 1);
+    }
+
+    #[test]
+    fn an_evicted_plugin_comes_back_from_its_artifact_without_compiling() {
+        let dir = tempfile::tempdir().unwrap();
+        let runtime = one_plugin_runtime(Some(dir.path().to_path_buf()));
+        let echo = runtime.load(&example("echo")).unwrap();
+        runtime.load(&example("hello")).unwrap();
+        assert!(runtime.get(echo.digest()).is_none());
+        let (_, source) = runtime.load_traced(&example("echo")).unwrap();
+        assert_eq!(source, LoadSource::DiskCache);
+        // By digest alone, as the scheduler reloads it: hello is evicted now.
+        let hello = cache::digest(&example("hello"));
+        assert!(runtime.get(&hello).is_none());
+        assert!(runtime.load_cached(&hello).unwrap().is_some());
+        assert!(runtime.load_cached(&"0".repeat(64)).unwrap().is_none());
+    }
+
+    #[test]
+    fn an_invalid_component_leaves_no_artifact() {
+        let dir = tempfile::tempdir().unwrap();
+        let runtime = Runtime::new(RuntimeConfig {
+            pooling: false,
+            cache_dir: Some(dir.path().to_path_buf()),
+            ..RuntimeConfig::default()
+        })
+        .unwrap();
+        let err = runtime.load(&example("invalid-not-ax")).unwrap_err();
+        assert!(matches!(err, Error::WrongWorld(_)), "{err}");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+        assert_eq!(runtime.stats().loaded, 0);
     }
 }

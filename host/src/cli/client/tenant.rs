@@ -140,6 +140,14 @@ struct QuotaFlags {
     /// Bytes of key-value data.
     #[arg(long)]
     kv_bytes: Option<u64>,
+
+    // Plugin storage.
+    /// Plugin versions the tenant may keep (host default 100).
+    #[arg(long)]
+    max_plugins: Option<u32>,
+    /// Bytes of plugin versions the tenant may keep (host default 512 MiB).
+    #[arg(long)]
+    plugin_bytes: Option<u64>,
 }
 
 impl QuotaFlags {
@@ -171,6 +179,9 @@ impl QuotaFlags {
             ("out_of_fuel", self.out_of_fuel.clone().map(Value::from)),
             ("weight", self.weight.map(Value::from)),
             ("kv_bytes", self.kv_bytes.map(Value::from)),
+            // Plugin storage.
+            ("max_plugins", self.max_plugins.map(Value::from)),
+            ("plugin_bytes", self.plugin_bytes.map(Value::from)),
         ];
         pairs
             .into_iter()
