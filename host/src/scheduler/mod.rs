@@ -14,6 +14,7 @@
 
 mod actor;
 pub mod clock;
+mod cond_pool;
 pub mod queue;
 mod quota;
 mod readiness;
@@ -31,6 +32,7 @@ use crate::store::{self, Store};
 use crate::tenant::TenantRecord;
 
 pub use self::clock::{Clock, SystemClock, TokioClock};
+pub use self::cond_pool::COND_WORKERS;
 pub use self::queue::{PoolConfig, QueueConfig};
 pub use self::runner::{AttemptRequest, RunFuture, Runner, WasmRunner};
 
@@ -91,6 +93,11 @@ pub struct SchedulerConfig {
     /// How long before its instant a scheduled run is created and stored;
     /// it starts at the instant ([`FIRE_AHEAD_MS`]).
     pub fire_ahead_ms: crate::model::Millis,
+    /// Threads evaluating `when` conditions off the actor ([`COND_WORKERS`]).
+    pub cond_workers: usize,
+    /// The limits of one condition evaluation (default: the budget the
+    /// check on save assumes, see [`crate::cond::Budget`]).
+    pub cond_budget: crate::cond::Budget,
 }
 
 /// Scheduled runs are stored this long before their instant, so the store's
@@ -109,6 +116,8 @@ impl Default for SchedulerConfig {
             max_lost_attempts: 3,
             alerts: crate::alerts::Alerter::default(),
             fire_ahead_ms: FIRE_AHEAD_MS,
+            cond_workers: COND_WORKERS,
+            cond_budget: crate::cond::Budget::default(),
         }
     }
 }
