@@ -196,7 +196,11 @@ mod meter {
 /// not need it.
 static ENV: LazyLock<Arc<Env>> = LazyLock::new(|| {
     let mut env = Env::stdlib().with_optional_support(false);
-    let meters: [(&str, Vec<cel::common::types::Type>, cel::common::functions::Function); 6] = [
+    let meters: [(
+        &str,
+        Vec<cel::common::types::Type>,
+        cel::common::functions::Function,
+    ); 6] = [
         (meter::READ, vec![DYN_TYPE], meter_read),
         (meter::COPY, vec![DYN_TYPE], meter_copy),
         (meter::LOOKUP, vec![DYN_TYPE], meter_lookup),
@@ -214,6 +218,40 @@ static ENV: LazyLock<Arc<Env>> = LazyLock::new(|| {
     }
     Arc::new(env)
 });
+
+/// Conditions [`Condition::parse_cached`] keeps: a parsed condition of
+/// [`MAX_LEN`] bytes takes up to ~50 KiB, so this is at most ~12 MiB.
+pub const PARSE_CACHE: usize = 256;
+
+/// The conditions parsed last, by text, oldest first out.
+static PARSED: LazyLock<std::sync::Mutex<Parsed>> =
+    LazyLock::new(|| std::sync::Mutex::new(Parsed::default()));
+
+#[derive(Default)]
+struct Parsed {
+    by_text: HashMap<Arc<str>, Condition>,
+    order: std::collections::VecDeque<Arc<str>>,
+}
+
+impl Parsed {
+    fn get(&self, text: &str) -> Option<Condition> {
+        self.by_text.get(text).cloned()
+    }
+
+    fn insert(&mut self, text: &str, parsed: Condition) {
+        if self.by_text.contains_key(text) {
+            return;
+        }
+        while self.order.len() >= PARSE_CACHE {
+            if let Some(old) = self.order.pop_front() {
+                self.by_text.remove(&old);
+            }
+        }
+        let text: Arc<str> = text.into();
+        self.order.push_back(Arc::clone(&text));
+        self.by_text.insert(text, parsed);
+    }
+}
 
 /// Why a condition was refused or could not be evaluated. The `Display` text
 /// follows the field's path: `steps[2].when: is 1100 bytes; the limit is 1024`.
@@ -345,6 +383,22 @@ impl Condition {
             uses_input: found.uses_input,
             uses_run: found.uses_run,
         })
+    }
+
+    /// [`Condition::parse`], remembering the last [`PARSE_CACHE`] conditions
+    /// parsed (by text): parsing takes a thread and the ANTLR parser
+    /// (~0.3–3 ms), which the scheduler's thread should not pay per run.
+    /// Saving a task parses through here, so runs find theirs ready.
+    pub fn parse_cached(expr: &str) -> Result<Self, CondError> {
+        if let Some(found) = PARSED.lock().unwrap_or_else(|e| e.into_inner()).get(expr) {
+            return Ok(found);
+        }
+        let parsed = Self::parse(expr)?;
+        PARSED
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(expr, parsed.clone());
+        Ok(parsed)
     }
 
     /// The condition's text.
@@ -2395,10 +2449,15 @@ mod tests {
         // messages.
         let input = json!({ "x": "orders-2026", "p": "^orders-[0-9]{4}$", "bad": "(foo" });
         let ok = Budget::default();
-        assert_eq!(eval_input("input.x.matches(input.p)", &input, ok).0, Ok(true));
-        assert_eq!(eval_input("matches(input.x, input.p)", &input, ok).0, Ok(true));
-        let Err(CondError::Eval(m)) = eval_input("input.x.matches(input.bad)", &input, ok).0
-        else {
+        assert_eq!(
+            eval_input("input.x.matches(input.p)", &input, ok).0,
+            Ok(true)
+        );
+        assert_eq!(
+            eval_input("matches(input.x, input.p)", &input, ok).0,
+            Ok(true)
+        );
+        let Err(CondError::Eval(m)) = eval_input("input.x.matches(input.bad)", &input, ok).0 else {
             panic!("a bad pattern fails the evaluation");
         };
         assert!(
@@ -2418,6 +2477,26 @@ mod tests {
         let (result, took) = eval_input(expr, &long, ok);
         budget_error(&result);
         assert!(took < Duration::from_secs(2), "{took:?}");
+    }
+
+    #[test]
+    fn parsed_conditions_are_remembered_within_a_bound() {
+        let first = Condition::parse_cached("input.n == 3").unwrap();
+        let again = Condition::parse_cached("input.n == 3").unwrap();
+        assert!(Arc::ptr_eq(&first.expr, &again.expr), "parsed once");
+        assert!(Condition::parse_cached("input.n ==").is_err());
+        let mut cache = Parsed::default();
+        for i in 0..PARSE_CACHE + 10 {
+            let text = format!("input.n == {i}");
+            cache.insert(&text, Condition::parse(&text).unwrap());
+        }
+        assert_eq!(cache.by_text.len(), PARSE_CACHE);
+        assert!(cache.get("input.n == 0").is_none());
+        assert!(
+            cache
+                .get(&format!("input.n == {}", PARSE_CACHE + 9))
+                .is_some()
+        );
     }
 
     #[test]

@@ -1559,7 +1559,11 @@ pub fn validate(spec: &TaskSpec, caps: &Caps) -> Result<(), SpecError> {
     let mut conditions = Vec::with_capacity(spec.steps.len());
     for (i, step) in spec.steps.iter().enumerate() {
         validate_step(step, &format!("steps[{i}]"), caps)?;
-        let when = step.when.as_deref().map(Condition::parse).transpose();
+        let when = step
+            .when
+            .as_deref()
+            .map(Condition::parse_cached)
+            .transpose();
         conditions
             .push(when.map_err(|e| SpecError::new(format!("steps[{i}].when"), e.to_string()))?);
     }

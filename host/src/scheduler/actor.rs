@@ -11,12 +11,12 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::clock::{Clock, from_ms, rfc3339};
+use super::cond_pool::{CondDone, CondJob, CondPool, RunState};
 use super::queue::{DispatchQueue, Entry};
 use super::quota::{Admit, TenantQuota};
 use super::readiness::{Decision, Graph, Readiness};
 use super::runner::{AttemptRequest, Runner};
 use super::{Command, Error, Result, SchedulerConfig, Stats, TriggerRequest};
-use super::cond_pool::{CondDone, CondJob, CondPool, RunState};
 use crate::cond::{CondError, Condition};
 use crate::model::{
     AttemptContext, AttemptRecord, AttemptReport, DeadLetter, ErrorKind, Event, Millis, Outcome,
@@ -168,7 +168,12 @@ impl ActiveRun {
         let conds = spec
             .steps
             .iter()
-            .map(|s| s.when.as_deref().map(Condition::parse).and_then(Result::ok))
+            .map(|s| {
+                s.when
+                    .as_deref()
+                    .map(Condition::parse_cached)
+                    .and_then(Result::ok)
+            })
             .collect();
         Self {
             tz: task_timezone(&spec),
@@ -192,7 +197,9 @@ impl ActiveRun {
     fn condition_job(&self, i: usize) -> std::result::Result<(Condition, RunState), CondError> {
         let cond = match &self.conds[i] {
             Some(c) => c.clone(),
-            None => Condition::parse(self.spec.steps[i].when.as_deref().unwrap_or_default())?,
+            None => {
+                Condition::parse_cached(self.spec.steps[i].when.as_deref().unwrap_or_default())?
+            }
         };
         let names = cond.referenced_steps();
         let steps = self
@@ -200,13 +207,7 @@ impl ActiveRun {
             .steps
             .iter()
             .filter(|s| names.contains(&s.name))
-            .map(|s| {
-                (
-                    s.name.clone(),
-                    step_status_name(s.status),
-                    s.output.clone(),
-                )
-            })
+            .map(|s| (s.name.clone(), step_status_name(s.status), s.output.clone()))
             .collect();
         let trigger = serde_json::to_value(self.rec.trigger)
             .ok()
@@ -1772,7 +1773,15 @@ impl Actor {
             }
             Some((status, reason)) => {
                 run.rec.steps[i].error = Some(reason.clone());
-                set_step(&mut run.rec, i, status, now, reason, "scheduler", &mut events);
+                set_step(
+                    &mut run.rec,
+                    i,
+                    status,
+                    now,
+                    reason,
+                    "scheduler",
+                    &mut events,
+                );
             }
         }
         // Settles the step for its downstream steps and marks the run dirty.

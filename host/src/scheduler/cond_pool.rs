@@ -276,6 +276,9 @@ mod tests {
         got.sort_by_key(|g| g.0);
         assert_eq!(got[0], (1, Ok(true)));
         assert_eq!(got[1], (2, Ok(false)));
-        assert!(got[2].1.as_ref().unwrap_err().contains("No such key"), "{got:?}");
+        assert!(
+            got[2].1.as_ref().unwrap_err().contains("No such key"),
+            "{got:?}"
+        );
     }
 }

@@ -956,7 +956,10 @@ async fn wait_terminal_real(h: &Harness, id: &str) -> RunRecord {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    panic!("run {id} did not finish: {:?}", h.store.get_run(id).unwrap());
+    panic!(
+        "run {id} did not finish: {:?}",
+        h.store.get_run(id).unwrap()
+    );
 }
 
 /// The actor hands conditions to threads of their own and takes the result
@@ -971,13 +974,20 @@ async fn a_slow_condition_does_not_delay_another_tenants_fires() {
         ..test_config()
     };
     let h = Harness::start_with(Arc::new(MemoryStore::new()), config).await;
-    h.put_task_for("b", "name: tick\ntrigger: { every: 1s }\nplugin: ok@1.0.0\n")
-        .await;
+    h.put_task_for(
+        "b",
+        "name: tick\ntrigger: { every: 1s }\nplugin: ok@1.0.0\n",
+    )
+    .await;
     h.put_task_for("a", CUBIC).await;
     tokio::time::sleep(Duration::from_millis(2_500)).await;
     let before = h.runs_for("b", "tick").len();
     let slow = h
-        .trigger_for("a", "cubic", serde_json::json!({ "l": (0..1000).collect::<Vec<_>>() }))
+        .trigger_for(
+            "a",
+            "cubic",
+            serde_json::json!({ "l": (0..1000).collect::<Vec<_>>() }),
+        )
         .await;
     // Virtual time goes on while the condition is out.
     while h.runs_for("b", "tick").len() < before + 3 {
@@ -1026,7 +1036,10 @@ async fn a_condition_out_at_a_crash_is_evaluated_again() {
     let h = Harness::start_with(store.clone(), config).await;
     h.put_task(CUBIC).await;
     let run = h
-        .trigger("cubic", serde_json::json!({ "l": (0..1000).collect::<Vec<_>>() }))
+        .trigger(
+            "cubic",
+            serde_json::json!({ "l": (0..1000).collect::<Vec<_>>() }),
+        )
         .await;
     tokio::time::sleep(Duration::from_millis(50)).await;
     h.shutdown.cancel();
@@ -1068,7 +1081,11 @@ async fn conditions_decide_their_steps_when_they_come_back() {
     .await;
     let run = h.trigger("w", serde_json::json!({ "n": 2 })).await;
     let run = wait_terminal_real(&h, &run.id).await;
-    let states: Vec<_> = run.steps.iter().map(|s| (s.name.as_str(), s.status)).collect();
+    let states: Vec<_> = run
+        .steps
+        .iter()
+        .map(|s| (s.name.as_str(), s.status))
+        .collect();
     assert_eq!(
         states,
         [
