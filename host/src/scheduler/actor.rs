@@ -11,13 +11,13 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::clock::{Clock, from_ms, rfc3339};
-use super::cond_pool::{CondDone, CondJob, CondPool, RunState};
+use super::cond_pool::{CondDone, CondJob, CondPool};
 use super::queue::{DispatchQueue, Entry};
 use super::quota::{Admit, TenantQuota};
 use super::readiness::{Decision, Graph, Readiness};
 use super::runner::{AttemptRequest, Runner};
 use super::{Command, Error, Result, SchedulerConfig, Stats, TriggerRequest};
-use crate::cond::{CondError, Condition};
+use crate::cond::{CondError, CondVars, Condition, Extract};
 use crate::model::{
     AttemptContext, AttemptRecord, AttemptReport, DeadLetter, ErrorKind, Event, Millis, Outcome,
     RECORD_FORMAT, RunRecord, RunStatus, ScheduleState, StepRunRecord, StepStatus, TriggerKind,
@@ -191,41 +191,48 @@ impl ActiveRun {
     }
 
     /// What evaluating step `i`'s `when` needs, copied out of the run for
-    /// the condition threads: the parsed condition and the state it reads
-    /// (only the steps it names, the input only if it reads it). `Err` when
-    /// the condition no longer parses (it was checked on save).
-    fn condition_job(&self, i: usize) -> std::result::Result<(Condition, RunState), CondError> {
+    /// the condition threads: the parsed condition and the parts of the
+    /// run's data it reads (bounded by `budget`). `Err` when the condition
+    /// no longer parses (it was checked on save).
+    fn condition_job(
+        &self,
+        i: usize,
+        budget: &crate::cond::Budget,
+    ) -> std::result::Result<(Condition, Extract), CondError> {
         let cond = match &self.conds[i] {
             Some(c) => c.clone(),
             None => {
                 Condition::parse_cached(self.spec.steps[i].when.as_deref().unwrap_or_default())?
             }
         };
-        let names = cond.referenced_steps();
-        let steps = self
+        let statuses: Vec<(&str, &str, Option<&serde_json::Value>)> = self
             .rec
             .steps
             .iter()
-            .filter(|s| names.contains(&s.name))
-            .map(|s| (s.name.clone(), step_status_name(s.status), s.output.clone()))
+            .map(|s| {
+                (
+                    s.name.as_str(),
+                    step_status_name(s.status),
+                    s.output.as_ref(),
+                )
+            })
             .collect();
+        let biz_date = schedule::biz_date(from_ms(self.rec.scheduled_for), self.tz);
+        let scheduled_for = rfc3339(self.rec.scheduled_for);
         let trigger = serde_json::to_value(self.rec.trigger)
             .ok()
             .and_then(|v| v.as_str().map(str::to_string))
             .unwrap_or_default();
-        let state = RunState {
-            steps,
-            input: if cond.uses_input() {
-                self.rec.input.clone()
-            } else {
-                serde_json::Value::Null
-            },
-            run_id: self.rec.id.clone(),
-            scheduled_for: rfc3339(self.rec.scheduled_for),
-            biz_date: schedule::biz_date(from_ms(self.rec.scheduled_for), self.tz),
-            trigger,
+        let vars = CondVars {
+            steps: &statuses,
+            input: &self.rec.input,
+            run_id: &self.rec.id,
+            scheduled_for: &scheduled_for,
+            biz_date: &biz_date,
+            trigger: &trigger,
         };
-        Ok((cond, state))
+        let data = cond.extract(&vars, budget);
+        Ok((cond, data))
     }
 }
 
@@ -1640,8 +1647,8 @@ impl Actor {
                 }
                 let settle_as = match run.readiness.decide(&run.graph, i) {
                     Decision::Run if run.spec.steps[i].when.is_some() => {
-                        match run.condition_job(i) {
-                            Ok((cond, state)) => {
+                        match run.condition_job(i, &self.config.cond_budget) {
+                            Ok((cond, data)) => {
                                 self.cond_token += 1;
                                 run.evaluating.insert(i, self.cond_token);
                                 self.cond_pool.submit(CondJob {
@@ -1650,7 +1657,7 @@ impl Actor {
                                     token: self.cond_token,
                                     tenant: run.rec.tenant.clone(),
                                     cond,
-                                    state,
+                                    data,
                                 });
                                 None
                             }

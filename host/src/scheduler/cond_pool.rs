@@ -21,23 +21,11 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use tokio::sync::mpsc;
 
-use crate::cond::{Budget, CondError, CondVars, Condition, EVAL_STACK};
+use crate::cond::{Budget, CondError, Condition, EVAL_STACK, Extract};
 
 /// Threads evaluating conditions, per scheduler. Two: the budget keeps each
 /// evaluation short, so more would mostly take cores from attempts.
 pub const COND_WORKERS: usize = 2;
-
-/// The part of a run a condition reads, copied out of the actor's state.
-pub(super) struct RunState {
-    /// (name, status, output) of the steps the condition names.
-    pub(super) steps: Vec<(String, &'static str, Option<serde_json::Value>)>,
-    /// The trigger input (`null` when the condition does not read it).
-    pub(super) input: serde_json::Value,
-    pub(super) run_id: String,
-    pub(super) scheduled_for: String,
-    pub(super) biz_date: String,
-    pub(super) trigger: String,
-}
 
 /// One evaluation to run.
 pub(super) struct CondJob {
@@ -47,7 +35,8 @@ pub(super) struct CondJob {
     pub(super) token: u64,
     pub(super) tenant: String,
     pub(super) cond: Condition,
-    pub(super) state: RunState,
+    /// The run's data it reads, copied out of the actor's state.
+    pub(super) data: Extract,
 }
 
 /// The result of a [`CondJob`], for the actor.
@@ -192,7 +181,7 @@ fn work(shared: &Shared, budget: &Budget, done: &mpsc::UnboundedSender<CondDone>
                 queues = shared.wake.wait(queues).unwrap_or_else(|e| e.into_inner());
             }
         };
-        let result = evaluate(&job, budget);
+        let result = job.cond.eval_extract(&job.data, budget);
         let report = CondDone {
             run_id: job.run_id,
             step: job.step,
@@ -205,43 +194,28 @@ fn work(shared: &Shared, budget: &Budget, done: &mpsc::UnboundedSender<CondDone>
     }
 }
 
-fn evaluate(job: &CondJob, budget: &Budget) -> Result<bool, CondError> {
-    let s = &job.state;
-    let steps: Vec<(&str, &str, Option<&serde_json::Value>)> = s
-        .steps
-        .iter()
-        .map(|(name, status, output)| (name.as_str(), *status, output.as_ref()))
-        .collect();
-    let vars = CondVars {
-        steps: &steps,
-        input: &s.input,
-        run_id: &s.run_id,
-        scheduled_for: &s.scheduled_for,
-        biz_date: &s.biz_date,
-        trigger: &s.trigger,
-    };
-    job.cond.eval_here(&vars, budget)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn job(tenant: &str, n: usize, when: &str) -> CondJob {
+        let cond = Condition::parse(when).unwrap();
+        let input = serde_json::json!({ "n": n });
+        let vars = crate::cond::CondVars {
+            steps: &[],
+            input: &input,
+            run_id: "r",
+            scheduled_for: "",
+            biz_date: "",
+            trigger: "manual",
+        };
         CondJob {
             run_id: format!("{tenant}-{n}"),
             step: n,
             token: n as u64,
             tenant: tenant.to_owned(),
-            cond: Condition::parse(when).unwrap(),
-            state: RunState {
-                steps: Vec::new(),
-                input: serde_json::json!({ "n": n }),
-                run_id: format!("{tenant}-{n}"),
-                scheduled_for: String::new(),
-                biz_date: String::new(),
-                trigger: "manual".to_owned(),
-            },
+            data: cond.extract(&vars, &Budget::default()),
+            cond,
         }
     }
 

@@ -1022,7 +1022,7 @@ async fn a_slow_condition_does_not_delay_another_tenants_fires() {
 
 /// Nothing about an evaluation in flight is stored: stopped while one is
 /// out, the step is still `pending`, and after the restart it is evaluated
-/// again (here under the default budget, which stops it at once).
+/// again (here under the default budget, which stops it soon).
 #[tokio::test(start_paused = true)]
 async fn a_condition_out_at_a_crash_is_evaluated_again() {
     let store = Arc::new(MemoryStore::new());
@@ -1055,7 +1055,7 @@ async fn a_condition_out_at_a_crash_is_evaluated_again() {
             .error
             .as_deref()
             .unwrap()
-            .starts_with("condition exceeded its budget: more than 1000000 steps"),
+            .starts_with("condition exceeded its budget: "),
         "{:?}",
         done.steps[0]
     );
