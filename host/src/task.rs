@@ -55,8 +55,9 @@ pub const MAX_BACKOFF_ENTRIES: usize = 100;
 pub const MAX_BACKOFF: Duration = Duration::from_secs(24 * 3600);
 /// Largest exponential backoff factor.
 pub const MAX_BACKOFF_FACTOR: f64 = 10.0;
-/// Longest `when` expression, in bytes (the CEL evaluator has no cost budget,
-/// so size and nesting are bounded before it ever sees the text).
+/// Longest `when` expression, in bytes (the CEL parser recurses deeply, so
+/// size and nesting are bounded before it ever sees the text; the cost of
+/// evaluating is bounded by [`cond::Budget`]).
 pub const MAX_WHEN_BYTES: usize = cond::MAX_LEN;
 /// Deepest bracket nesting in a `when` expression.
 pub const MAX_WHEN_DEPTH: usize = cond::MAX_DEPTH;
@@ -1544,7 +1545,11 @@ pub fn validate(spec: &TaskSpec, caps: &Caps) -> Result<(), SpecError> {
     let mut conditions = Vec::with_capacity(spec.steps.len());
     for (i, step) in spec.steps.iter().enumerate() {
         validate_step(step, &format!("steps[{i}]"), caps)?;
-        let when = step.when.as_deref().map(Condition::parse).transpose();
+        let when = step
+            .when
+            .as_deref()
+            .map(Condition::parse_cached)
+            .transpose();
         conditions
             .push(when.map_err(|e| SpecError::new(format!("steps[{i}].when"), e.to_string()))?);
     }
@@ -3111,6 +3116,24 @@ steps:
             (
                 "a > 1)".to_owned(),
                 "has a `)` that closes nothing".to_owned(),
+            ),
+            (
+                // Seven nested `map`s over ten items: 10⁷ values at run time.
+                format!(
+                    "{}a{}.size() > 0",
+                    ["a", "b", "c", "d", "e", "f", "g"]
+                        .map(|v| format!("[0,1,2,3,4,5,6,7,8,9].map({v},"))
+                        .concat(),
+                    ")".repeat(7)
+                ),
+                "would take about 83333330 steps evaluated over its literal lists (nested \
+                 macros multiply); a condition may take at most 1000000; nest fewer macros or \
+                 use shorter lists"
+                    .to_owned(),
+            ),
+            (
+                "input.x.matches('(a')".to_owned(),
+                "the pattern of matches() '(a' not a valid regex:\nregex parse error:\n    (a\n    ^\nerror: unclosed group".to_owned(),
             ),
         ];
         for (when, message) in cases {

@@ -16,6 +16,13 @@
 //! number, an object stays an object). A `${x}` inside longer text is spliced
 //! as text: strings as they are, other values as compact JSON.
 //!
+//! Rendering cannot loop or multiply: it is one pass over the template, and a
+//! substituted value is never read again as a template (a `${input}` inside
+//! the input stays text). What substitution adds is capped at
+//! [`MAX_RENDERED_BYTES`], measured as it is added (a measure stops at what
+//! is left), so one render costs time linear in the template's size plus
+//! that cap, whatever the template.
+//!
 //! This module does no I/O and knows nothing about how a run obtains its
 //! values: the caller fills [`Vars`]. Whether a `steps.NAME` reference is
 //! allowed (NAME must be upstream of the step) is checked by `task::validate`.
@@ -891,6 +898,41 @@ mod tests {
                 limit: MAX_RENDERED_BYTES
             }
         );
+    }
+
+    #[test]
+    fn substituted_values_are_not_expanded_again() {
+        let input = json!({ "t": "${input.t} ${input}", "n": 1 });
+        let none = |_: &str| None;
+        let vars = vars_with(&input, &none);
+        assert_eq!(
+            render(&json!("${input.t}"), &vars).unwrap(),
+            json!("${input.t} ${input}")
+        );
+        assert_eq!(
+            render(&json!("<${input.t}>"), &vars).unwrap(),
+            json!("<${input.t} ${input}>")
+        );
+    }
+
+    #[test]
+    fn many_references_to_a_large_value_stop_at_the_cap() {
+        // 100,000 references to 64 KiB would be 6.4 GB; the cap stops the
+        // render after 64 of them, having measured no more than the cap.
+        let big = json!("x".repeat(64 << 10));
+        let none = |_: &str| None;
+        let vars = vars_with(&big, &none);
+        let refs = Value::Array(vec![json!("${input}"); 100_000]);
+        let started = std::time::Instant::now();
+        assert_eq!(
+            render(&refs, &vars).unwrap_err(),
+            TemplateError::TooLarge {
+                limit: MAX_RENDERED_BYTES
+            }
+        );
+        assert!(started.elapsed() < std::time::Duration::from_secs(2));
+        let spliced = json!("${input}".repeat(100_000));
+        assert!(render(&spliced, &vars).is_err());
     }
 
     #[test]

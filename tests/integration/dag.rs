@@ -382,3 +382,56 @@ fn a_finished_task_triggers_its_after_task_with_its_outputs() {
     assert_eq!(run["trigger"], "after");
     assert_eq!(run["steps"][0]["output"]["input"]["rows"], 42);
 }
+
+#[test]
+fn conditions_over_their_budget_are_refused_on_save_or_stopped_at_run_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let ax = Ax::start(dir.path());
+    // Seven nested `map`s over ten items: refused on save, with the reason.
+    let mut nested = "a".to_owned();
+    for v in ["g", "f", "e", "d", "c", "b", "a"] {
+        nested = format!("[0,1,2,3,4,5,6,7,8,9].map({v},{nested})");
+    }
+    let yaml = format!(
+        "name: maps\nsteps:\n  - name: a\n    plugin: echo@1.0.0\n  - name: b\n    needs: [a]\n    when: \"{nested}.size() > 0\"\n    plugin: echo@1.0.0\n"
+    );
+    let (status, body) = ax.apply(&yaml);
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["error"]["details"]["path"], "steps[1].when", "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("would take about 83333330 steps"),
+        "{body}"
+    );
+    // n³ over the trigger input: cannot be known on save; stopped when run.
+    let cubic = r#"
+name: cubic
+steps:
+  - name: a
+    plugin: echo@1.0.0
+  - name: b
+    needs: [a]
+    when: "input.l.all(x, input.l.all(y, input.l.all(z, x + y + z >= 0)))"
+    plugin: echo@1.0.0
+"#;
+    assert_eq!(ax.apply(cubic).0, 201);
+    let started = Instant::now();
+    let run = ax.run("cubic", json!({ "l": (0..1000).collect::<Vec<_>>() }));
+    let took = started.elapsed();
+    assert_eq!(step(&run, "b")["status"], "failed", "{run}");
+    assert!(
+        step(&run, "b")["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("condition exceeded its budget: "),
+        "{run}"
+    );
+    assert_eq!(run["status"], "failed");
+    // Unbounded, this was ~13 minutes of the scheduler's thread.
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    // Small inputs are evaluated as ever.
+    let run = ax.run("cubic", json!({ "l": [1, 2, 3] }));
+    assert_eq!(run["status"], "succeeded", "{run}");
+}

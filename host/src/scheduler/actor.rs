@@ -11,12 +11,13 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::clock::{Clock, from_ms, rfc3339};
+use super::cond_pool::{CondDone, CondJob, CondPool};
 use super::queue::{DispatchQueue, Entry};
 use super::quota::{Admit, Grant, TenantQuota, WindowUse, duration_ms};
 use super::readiness::{Decision, Graph, Readiness};
 use super::runner::{AttemptRequest, Runner};
 use super::{Command, Error, Result, SchedulerConfig, Stats, TriggerRequest};
-use crate::cond::{CondVars, Condition};
+use crate::cond::{CondError, CondVars, Condition, Extract};
 use crate::model::{
     AttemptContext, AttemptRecord, AttemptReport, DeadLetter, ErrorKind, Event, Millis, Outcome,
     RECORD_FORMAT, RunRecord, RunStatus, ScheduleState, StepRunRecord, StepStatus, TriggerKind,
@@ -148,6 +149,9 @@ struct ActiveRun {
     candidates: Vec<usize>,
     /// Parsed `when` conditions, by step.
     conds: Vec<Option<Condition>>,
+    /// Steps whose condition is being evaluated, with the token of that
+    /// evaluation (`cond_pool`): they stay `pending` until it is back.
+    evaluating: HashMap<usize, u64>,
     /// Waiting behind an active run of its task (`overlap: queue_one`).
     held: bool,
     /// Set when a person cancelled the run.
@@ -168,7 +172,12 @@ impl ActiveRun {
         let conds = spec
             .steps
             .iter()
-            .map(|s| s.when.as_deref().map(Condition::parse).and_then(Result::ok))
+            .map(|s| {
+                s.when
+                    .as_deref()
+                    .map(Condition::parse_cached)
+                    .and_then(Result::ok)
+            })
             .collect();
         Self {
             tz: task_timezone(&spec),
@@ -178,23 +187,26 @@ impl ActiveRun {
             readiness,
             candidates,
             conds,
+            evaluating: HashMap::new(),
             held,
             cancelled: false,
             cancels: HashMap::new(),
         }
     }
 
-    /// Evaluates step `i`'s `when` (true when it has none).
-    fn condition_holds(&self, i: usize) -> std::result::Result<bool, String> {
-        let Some(expr) = self.spec.steps[i].when.as_deref() else {
-            return Ok(true);
-        };
+    /// What evaluating step `i`'s `when` needs, copied out of the run for
+    /// the condition threads: the parsed condition and the parts of the
+    /// run's data it reads (bounded by `budget`). `Err` when the condition
+    /// no longer parses (it was checked on save).
+    fn condition_job(
+        &self,
+        i: usize,
+        budget: &crate::cond::Budget,
+    ) -> std::result::Result<(Condition, Extract), CondError> {
         let cond = match &self.conds[i] {
-            Some(c) => c,
+            Some(c) => c.clone(),
             None => {
-                return Condition::parse(expr)
-                    .map(|_| true)
-                    .map_err(|e| e.to_string());
+                Condition::parse_cached(self.spec.steps[i].when.as_deref().unwrap_or_default())?
             }
         };
         let statuses: Vec<(&str, &str, Option<&serde_json::Value>)> = self
@@ -223,7 +235,8 @@ impl ActiveRun {
             biz_date: &biz_date,
             trigger: &trigger,
         };
-        cond.eval(&vars).map_err(|e| e.to_string())
+        let data = cond.extract(&vars, budget);
+        Ok((cond, data))
     }
 }
 
@@ -262,6 +275,11 @@ pub(super) struct Actor {
     after_index: HashMap<(String, String), Vec<(String, AfterOn)>>,
     done_tx: mpsc::UnboundedSender<AttemptDone>,
     done_rx: Option<mpsc::UnboundedReceiver<AttemptDone>>,
+    /// Evaluates `when` conditions off this thread; results come on `cond_rx`.
+    cond_pool: CondPool,
+    cond_rx: Option<mpsc::UnboundedReceiver<CondDone>>,
+    /// The token of the last evaluation handed out.
+    cond_token: u64,
     rng: rand::rngs::StdRng,
     /// Per-tenant metrics, looked up without a lock (see `crate::metrics`).
     tenant_metrics: crate::metrics::TenantCache,
@@ -362,6 +380,17 @@ fn event(
     }
 }
 
+/// How a condition that could not be evaluated fails its step: `condition
+/// exceeded its budget: …` past the budget, else `condition could not be
+/// evaluated: …`.
+fn condition_failed(e: &CondError) -> (StepStatus, String) {
+    let reason = match e {
+        CondError::Budget(_) => format!("condition {e}"),
+        e => format!("condition could not be evaluated: {e}"),
+    };
+    (StepStatus::Failed, reason)
+}
+
 fn step_status_name(s: StepStatus) -> &'static str {
     match s {
         StepStatus::Pending => "pending",
@@ -449,6 +478,8 @@ impl Actor {
         stats: Arc<Stats>,
     ) -> Self {
         let (done_tx, done_rx) = mpsc::unbounded_channel();
+        let (cond_tx, cond_rx) = mpsc::unbounded_channel();
+        let cond_pool = CondPool::new(config.cond_workers, config.cond_budget, cond_tx);
         let now = clock.now_ms();
         Self {
             queue: DispatchQueue::new(config.queue.clone(), now),
@@ -470,6 +501,9 @@ impl Actor {
             after_index: HashMap::new(),
             done_tx,
             done_rx: Some(done_rx),
+            cond_pool,
+            cond_rx: Some(cond_rx),
+            cond_token: 0,
             rng: rand::rngs::StdRng::from_os_rng(),
             tenant_metrics: crate::metrics::TenantCache::new(stats.tenants.clone()),
             quotas: HashMap::new(),
@@ -629,6 +663,7 @@ impl Actor {
         shutdown: CancellationToken,
     ) {
         let mut done_rx = self.done_rx.take().expect("taken once");
+        let mut cond_rx = self.cond_rx.take().expect("taken once");
         self.writer = Some(spawn_writer(self.store.clone()));
         self.mailbox = Some(mailbox);
         let mut last_flush = tokio::time::Instant::now();
@@ -697,6 +732,15 @@ impl Actor {
                     for _ in 0..BATCH {
                         match done_rx.try_recv() {
                             Ok(done) => self.guard(|a| a.on_done(done)),
+                            Err(_) => break,
+                        }
+                    }
+                }
+                Some(done) = cond_rx.recv() => {
+                    self.guard(|a| a.on_condition(done));
+                    for _ in 0..BATCH {
+                        match cond_rx.try_recv() {
+                            Ok(done) => self.guard(|a| a.on_condition(done)),
                             Err(_) => break,
                         }
                     }
@@ -1620,33 +1664,42 @@ impl Actor {
                 if run.rec.steps[i].status != StepStatus::Pending {
                     continue;
                 }
+                // A condition out for evaluation decides the step when it is back.
+                if run.evaluating.contains_key(&i) {
+                    continue;
+                }
                 let settle_as = match run.readiness.decide(&run.graph, i) {
-                    Decision::Run => match run.condition_holds(i) {
-                        Ok(true) => {
-                            set_step(
-                                &mut run.rec,
-                                i,
-                                StepStatus::Queued,
-                                now,
-                                "ready",
-                                actor,
-                                events,
-                            );
-                            ready.push(i);
-                            None
+                    Decision::Run if run.spec.steps[i].when.is_some() => {
+                        match run.condition_job(i, &self.config.cond_budget) {
+                            Ok((cond, data)) => {
+                                self.cond_token += 1;
+                                run.evaluating.insert(i, self.cond_token);
+                                self.cond_pool.submit(CondJob {
+                                    run_id: id.to_string(),
+                                    step: i,
+                                    token: self.cond_token,
+                                    tenant: run.rec.tenant.clone(),
+                                    cond,
+                                    data,
+                                });
+                                None
+                            }
+                            Err(e) => Some(condition_failed(&e)),
                         }
-                        Ok(false) => Some((
-                            StepStatus::Skipped,
-                            format!(
-                                "condition is false: {}",
-                                run.spec.steps[i].when.as_deref().unwrap_or_default()
-                            ),
-                        )),
-                        Err(e) => Some((
-                            StepStatus::Failed,
-                            format!("condition could not be evaluated: {e}"),
-                        )),
-                    },
+                    }
+                    Decision::Run => {
+                        set_step(
+                            &mut run.rec,
+                            i,
+                            StepStatus::Queued,
+                            now,
+                            "ready",
+                            actor,
+                            events,
+                        );
+                        ready.push(i);
+                        None
+                    }
                     Decision::Settle(status, reason) => Some((status, reason.to_string())),
                 };
                 if let Some((status, reason)) = settle_as {
@@ -1707,6 +1760,65 @@ impl Actor {
             self.finish_run(id, now)?;
         }
         Ok(())
+    }
+
+    /// Takes up an evaluated condition: runs, skips or fails its step, then
+    /// decides what follows. A result nobody waits for any more (the run
+    /// ended or was cancelled, the step was decided otherwise) is dropped.
+    fn on_condition(&mut self, done: CondDone) -> Result<()> {
+        let now = self.clock.now_ms();
+        let Some(run) = self.runs.get_mut(&done.run_id) else {
+            return Ok(());
+        };
+        let i = done.step;
+        if run.evaluating.get(&i) != Some(&done.token) {
+            return Ok(());
+        }
+        run.evaluating.remove(&i);
+        if run.cancelled || run.rec.steps.get(i).map(|s| s.status) != Some(StepStatus::Pending) {
+            return Ok(());
+        }
+        let mut events = Vec::new();
+        let settle_as = match done.result {
+            Ok(true) => None,
+            Ok(false) => Some((
+                StepStatus::Skipped,
+                format!(
+                    "condition is false: {}",
+                    run.spec.steps[i].when.as_deref().unwrap_or_default()
+                ),
+            )),
+            Err(e) => Some(condition_failed(&e)),
+        };
+        match settle_as {
+            None => {
+                set_step(
+                    &mut run.rec,
+                    i,
+                    StepStatus::Queued,
+                    now,
+                    "ready",
+                    "scheduler",
+                    &mut events,
+                );
+                let entry = self.entry_for(&done.run_id, i, now);
+                self.queue.push(entry);
+            }
+            Some((status, reason)) => {
+                run.rec.steps[i].error = Some(reason.clone());
+                set_step(
+                    &mut run.rec,
+                    i,
+                    status,
+                    now,
+                    reason,
+                    "scheduler",
+                    &mut events,
+                );
+            }
+        }
+        // Settles the step for its downstream steps and marks the run dirty.
+        self.advance(&done.run_id, now, "scheduler", &mut events)
     }
 
     /// The write-behind interval for the runs now waiting to be written.

@@ -14,6 +14,7 @@
 
 mod actor;
 pub mod clock;
+mod cond_pool;
 pub mod queue;
 mod quota;
 mod readiness;
@@ -31,6 +32,7 @@ use crate::store::{self, Store};
 use crate::tenant::TenantRecord;
 
 pub use self::clock::{Clock, SystemClock, TokioClock};
+pub use self::cond_pool::COND_WORKERS;
 pub use self::queue::{PoolConfig, QueueConfig};
 pub use self::runner::{AttemptRequest, RunFuture, Runner, WasmRunner};
 
@@ -94,6 +96,11 @@ pub struct SchedulerConfig {
     /// The host's per-attempt caps (config `caps`); a tenant's quota lowers
     /// them. Every start clamps a step's limits, defaults included, to them.
     pub caps: crate::model::Caps,
+    /// Threads evaluating `when` conditions off the actor ([`COND_WORKERS`]).
+    pub cond_workers: usize,
+    /// The limits of one condition evaluation (default: the budget the
+    /// check on save assumes, see [`crate::cond::Budget`]).
+    pub cond_budget: crate::cond::Budget,
 }
 
 /// Scheduled runs are stored this long before their instant, so the store's
@@ -113,6 +120,8 @@ impl Default for SchedulerConfig {
             alerts: crate::alerts::Alerter::default(),
             fire_ahead_ms: FIRE_AHEAD_MS,
             caps: crate::model::Caps::UNLIMITED,
+            cond_workers: COND_WORKERS,
+            cond_budget: crate::cond::Budget::default(),
         }
     }
 }
