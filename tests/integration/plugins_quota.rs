@@ -360,3 +360,55 @@ async fn ax_tenant_quota_sets_and_unsets_the_plugin_quotas() {
     );
     live.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_version_keeps_bytes_another_tenant_still_uses() {
+    let live = Live::start(|_| {}).await;
+    live.send(
+        "POST",
+        "/v1/tenants",
+        "application/json",
+        r#"{"name": "other"}"#,
+    )
+    .await;
+    let other = [("x-ax-tenant", "other")];
+    let mine = upload(&live, "echo", plugin_bytes("echo")).await;
+    assert_eq!(mine.status, 201, "{}", mine.text);
+    let digest = mine.json()["digest"]
+        .as_str()
+        .expect("a digest")
+        .to_string();
+    let theirs = live
+        .call(
+            "POST",
+            "/v1/plugins?name=echo&version=1.0.0",
+            &other,
+            Some(("application/wasm", plugin_bytes("echo"))),
+        )
+        .await;
+    assert_eq!(theirs.status, 201, "{}", theirs.text);
+    let blob = |live: &Live| {
+        live.server
+            .as_ref()
+            .expect("running")
+            .ax
+            .store
+            .get_blob(&digest)
+            .expect("the store answers")
+    };
+
+    let r = live
+        .call("DELETE", "/v1/plugins/echo/1.0.0", &[], None)
+        .await;
+    assert_eq!(r.status, 204, "{}", r.text);
+    assert!(
+        blob(&live).is_some(),
+        "the other tenant's version still needs the bytes"
+    );
+    let r = live
+        .call("DELETE", "/v1/plugins/echo/1.0.0", &other, None)
+        .await;
+    assert_eq!(r.status, 204, "{}", r.text);
+    assert!(blob(&live).is_none(), "no version names the bytes any more");
+    live.stop().await;
+}
