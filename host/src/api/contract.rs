@@ -6,22 +6,23 @@
 //!   its handler can answer; [`shared_codes`] adds those every operation of
 //!   its kind can (the bearer check and the tenant header on `/v1`, an
 //!   undecodable path segment or query string, a body over the limit, a
-//!   host fault). Each status's response is built from [`codes`] (status,
-//!   meaning, headers), so a status is declared once per route, never in an
-//!   annotation. Tests fail when an operation has no entry, when an entry
-//!   names no operation, or when an annotation declares an error status the
-//!   table does not produce; the schemathesis run (`scripts/api-check`)
-//!   fails on any status the server answers that the document lacks.
+//!   host fault). Each status's response is built from
+//!   [`super::error::codes`] (status, meaning, headers), so a status is
+//!   declared once per route, never in an annotation. Tests fail when an
+//!   operation has no entry, when an entry names no operation, or when an
+//!   annotation declares an error status the table does not produce; the
+//!   schemathesis run (`scripts/api-check`) fails on any status the server
+//!   answers that the document lacks.
 //! - **Parameters and bodies.** Patterns, ranges, enums and required fields,
 //!   taken from the constants and validators that enforce them
-//!   ([`NAME_PATTERN`] is `task::is_valid_name`, [`extract::PAGE_LIMITS`],
+//!   ([`NAME_PATTERN`] is `task::is_valid_name`, `extract::PAGE_LIMITS`,
 //!   `task::MAX_STEPS`…), so the document and validation agree; a test
 //!   checks each pattern against its validator.
 //!
-//! Where to add a status: a new code goes to [`codes`] (and docs/API.md);
-//! a route that can answer it gets it in its [`ROUTES`] entry; a code every
-//! route of a kind can answer (a connection cap's 503, say) goes to
-//! [`shared_codes`].
+//! Where to add a status: a new code goes to [`super::error::codes`] (and
+//! docs/API.md's table); a route that can answer it gets it in its
+//! [`ROUTES`] entry; a code every route of a kind can answer (a connection
+//! cap's 503, say) goes to [`shared_codes`].
 
 use std::collections::BTreeMap;
 
@@ -265,13 +266,13 @@ const METHODS: [&str; 8] = [
 pub fn apply(doc: &mut Value) {
     if let Some(paths) = doc.get_mut("paths").and_then(Value::as_object_mut) {
         for (path, item) in paths.iter_mut() {
-            refine_parameters(path, None, item);
+            refine_parameters(path, item);
             for method in METHODS {
                 let Some(op) = item.get_mut(method) else {
                     continue;
                 };
                 set_error_responses(path, method, op);
-                refine_parameters(path, Some(method), op);
+                refine_parameters(path, op);
                 refine_body(path, method, op);
             }
         }
@@ -389,7 +390,8 @@ fn parameter_schema(path: &str, location: &str, name: &str) -> Option<(Value, Op
 /// `graph::Format`'s names (a test parses each).
 const GRAPH_FORMATS: [&str; 4] = ["text", "dot", "mermaid", "json"];
 
-fn refine_parameters(path: &str, _method: Option<&str>, holder: &mut Value) {
+/// Refines the parameters of an operation or a path item (`holder`).
+fn refine_parameters(path: &str, holder: &mut Value) {
     // `get_mut`, not indexing: indexing a JSON object inserts `null`.
     let Some(params) = holder.get_mut("parameters").and_then(Value::as_array_mut) else {
         return;
