@@ -264,7 +264,7 @@ mod tests {
         };
         assert_eq!(
             statuses("/v1/tenants/{tenant}/disable", "post"),
-            ["200", "400", "401", "403", "404", "409", "500"]
+            ["200", "400", "401", "403", "404", "409", "500", "503"]
         );
         let _ = contract::route_of("get", "/v1/runs").expect("an entry");
     }
