@@ -149,6 +149,8 @@ const MAX_MESSAGE_CHARS: usize = 240;
 /// Wall time is checked every this many meter calls (`Instant::now` is not
 /// free; a meter call between two checks is bounded by the step budget).
 const CLOCK_EVERY: u32 = 32;
+/// Patterns computed at run time kept compiled during one evaluation.
+const MAX_COMPUTED_PATTERNS: usize = 16;
 /// Steps charged per NFA state to compile a pattern at run time.
 const COMPILE_STEPS_PER_STATE: u64 = 4;
 /// A match costs text bytes × NFA states / this in steps: the engine's
@@ -1491,7 +1493,12 @@ impl Meter {
         let compiled = Pattern::compile(pattern).map(Arc::new);
         if let Ok(p) = &compiled {
             self.spend(1 + COMPILE_STEPS_PER_STATE.saturating_mul(p.states))?;
-            self.computed.insert(pattern.to_owned(), Arc::clone(p));
+            // Kept for this evaluation, a few of them: many distinct
+            // patterns are each compiled (and charged) again instead.
+            if self.computed.len() < MAX_COMPUTED_PATTERNS {
+                self.build(p.bytes)?;
+                self.computed.insert(pattern.to_owned(), Arc::clone(p));
+            }
         }
         Ok(compiled)
     }
@@ -1623,6 +1630,9 @@ struct Pattern {
     /// States of its Thompson NFA: the engine's work per byte in the worst
     /// case.
     states: u64,
+    /// Estimated heap size: the NFA's, four times over (the engine builds
+    /// several automata from it).
+    bytes: u64,
 }
 
 impl Pattern {
@@ -1652,6 +1662,7 @@ impl Pattern {
         Ok(Self {
             regex,
             states: nfa.states().len() as u64,
+            bytes: 4 * nfa.memory_usage() as u64,
         })
     }
 }
@@ -2849,6 +2860,16 @@ mod tests {
             m,
             "found no matching overload for 'matches' applied to 'string.(int)'"
         );
+        // Unicode classes fit the limit.
+        assert!(
+            Condition::parse(r"input.x.matches('^\\w+@\\w+\\.com$') || input.x.matches('\\d{4}')")
+                .is_ok()
+        );
+        // A new pattern per item is compiled (and charged) per item.
+        let many = json!({ "l": (0..100_000).map(|i| format!("^a{i}$")).collect::<Vec<_>>() });
+        let (result, took) = eval_input("input.l.all(p, !'zzz'.matches(p))", &many, ok);
+        budget_error(&result);
+        assert!(took < Duration::from_secs(10), "{took:?}");
         // Each match is charged as the engine's worst case: text × states.
         let long = json!({ "s": "a".repeat(1 << 20), "l": (0..100).collect::<Vec<_>>() });
         let expr = "input.l.all(i, !input.s.matches('[a-z]{200}b'))";
