@@ -512,6 +512,7 @@ fn refine_schemas(schemas: &mut Map<String, Value>) {
         ("max_fuel_per_attempt", u64::MAX),
         ("max_memory_mb", u64::MAX),
         ("max_concurrent_attempts", u64::from(u32::MAX)),
+        ("wall_ms_per_window", u64::MAX),
     ] {
         set_property(
             schemas,
@@ -520,6 +521,13 @@ fn refine_schemas(schemas: &mut Map<String, Value>) {
             json!({"type": ["integer", "null"], "minimum": 1, "maximum": max}),
         );
     }
+    set_property(
+        schemas,
+        "Quota",
+        "max_priority",
+        json!({"type": ["integer", "null"], "minimum": 0,
+            "maximum": crate::task::MAX_PRIORITY}),
+    );
     set_property(
         schemas,
         "Quota",

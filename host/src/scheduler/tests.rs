@@ -1218,6 +1218,8 @@ async fn host_caps_lower_the_defaults_at_every_start() {
     let attempt = &run.steps[0].attempts[0];
     assert_eq!(attempt.outcome, Some(Outcome::FuelExhausted), "{attempt:?}");
     assert_eq!(attempt.fuel_consumed, 50);
+}
+
 /// The actor hands conditions to threads of their own and takes the result
 /// as an event: while one tenant's expensive condition is being evaluated,
 /// another tenant's `every: 1s` task keeps firing, each run starting at its
