@@ -947,34 +947,12 @@ async fn wait_for(h: &Harness, id: &str, f: impl Fn(&RunRecord) -> bool) -> RunR
     for _ in 0..10_000 {
         let run = h.store.get_run(id).unwrap().unwrap();
         if f(&run) {
-/// A task whose only step's `when` is n³ over `input.l`.
-const CUBIC: &str = "name: cubic\nsteps:\n  - name: s\n    plugin: ok@1.0.0\n    when: \"input.l.all(x, input.l.all(y, input.l.all(z, x + y + z >= 0)))\"\n";
-
-/// A budget that lets [`CUBIC`] over 1,000 items run for a good while of
-/// real time (~1 s in a debug build) before it stops it.
-fn slow_budget() -> crate::cond::Budget {
-    crate::cond::Budget {
-        steps: 5_000_000,
-        bytes: u64::MAX,
-        deadline: Duration::from_secs(20),
-    }
-}
-
-/// Polls the store until `run` is terminal, for at most 30 s of real time
-/// (a condition is evaluated on a thread of its own, in real time; virtual
-/// time runs on meanwhile).
-async fn wait_terminal_real(h: &Harness, id: &str) -> RunRecord {
-    let started = std::time::Instant::now();
-    while started.elapsed() < Duration::from_secs(30) {
-        let run = h.store.get_run(id).unwrap().unwrap();
-        if run.status.is_terminal() {
             return run;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     panic!(
         "run {id} never got there: {:?}",
-        "run {id} did not finish: {:?}",
         h.store.get_run(id).unwrap()
     );
 }
@@ -1218,6 +1196,37 @@ async fn host_caps_lower_the_defaults_at_every_start() {
     let attempt = &run.steps[0].attempts[0];
     assert_eq!(attempt.outcome, Some(Outcome::FuelExhausted), "{attempt:?}");
     assert_eq!(attempt.fuel_consumed, 50);
+}
+
+/// A task whose only step's `when` is n³ over `input.l`.
+const CUBIC: &str = "name: cubic\nsteps:\n  - name: s\n    plugin: ok@1.0.0\n    when: \"input.l.all(x, input.l.all(y, input.l.all(z, x + y + z >= 0)))\"\n";
+
+/// A budget that lets [`CUBIC`] over 1,000 items run for a good while of
+/// real time (~1 s in a debug build) before it stops it.
+fn slow_budget() -> crate::cond::Budget {
+    crate::cond::Budget {
+        steps: 5_000_000,
+        bytes: u64::MAX,
+        deadline: Duration::from_secs(20),
+    }
+}
+
+/// Polls the store until `run` is terminal, for at most 30 s of real time
+/// (a condition is evaluated on a thread of its own, in real time; virtual
+/// time runs on meanwhile).
+async fn wait_terminal_real(h: &Harness, id: &str) -> RunRecord {
+    let started = std::time::Instant::now();
+    while started.elapsed() < Duration::from_secs(30) {
+        let run = h.store.get_run(id).unwrap().unwrap();
+        if run.status.is_terminal() {
+            return run;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!(
+        "run {id} did not finish: {:?}",
+        h.store.get_run(id).unwrap()
+    );
 }
 
 /// The actor hands conditions to threads of their own and takes the result
