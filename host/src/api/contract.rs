@@ -596,7 +596,6 @@ mod tests {
         for s in samples() {
             let want = crate::task::is_valid_name(&s);
             assert_eq!(re.is_match(&s), want, "{s:?}");
-            assert_eq!(crate::api::auth::valid_tenant(&s), want, "{s:?}");
             assert_eq!(crate::capability::valid_name(&s), want, "{s:?}");
         }
     }
