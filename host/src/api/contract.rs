@@ -33,7 +33,7 @@ use super::error::codes::*;
 use super::extract::{PAGE_LIMITS, PREVIEW_COUNTS};
 
 /// A task, step, plugin, secret or tenant name (`task::is_valid_name`,
-/// `auth::valid_tenant`, `capability::valid_name`).
+/// tenant names and `capability::valid_name` use it).
 pub const NAME_PATTERN: &str = "^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$";
 
 /// A semver 2.0 version as `task::is_valid_version` reads it (at most 64
