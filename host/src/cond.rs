@@ -38,6 +38,14 @@
 //! steps, [`MAX_EVAL_BYTES`] of values built, [`EVAL_DEADLINE`] of wall
 //! time.
 //!
+//! Why meters in cel's own evaluation rather than the alternatives: a bound
+//! computed before evaluating, from the input's sizes, cannot know the
+//! sizes of intermediate values (a `map` result feeding another macro,
+//! strings doubled by `+`), so it would be either loose by orders of
+//! magnitude or open to a cleverer expression; an interpreter of our own
+//! would have to re-implement CEL's semantics (mixed-number comparisons,
+//! errors forgiven by `||`, `all` and `exists`, …) and drift from them.
+//!
 //! How, given that the interpreter has no hooks: on parse, the tree is
 //! rewritten with calls to meter functions of our own around the operands
 //! whose size makes work (an operand of `+` is copied, one of `==` compared,
@@ -76,7 +84,6 @@
 //!   [`MAX_REGEX_BYTES`] and each match is charged as the worst case of the
 //!   engine's fallback, text bytes × NFA states. Literal patterns are
 //!   compiled (and refused if invalid) on save.
-//!
 //! - The run's data is converted to CEL values before evaluating: only the
 //!   parts the condition names (`steps.a.output.rows` is one field, whatever
 //!   else `a` returned; a name compared, iterated or passed on whole is read
