@@ -38,6 +38,14 @@
 //! steps, [`MAX_EVAL_BYTES`] of values built, [`EVAL_DEADLINE`] of wall
 //! time.
 //!
+//! Why meters in cel's own evaluation rather than the alternatives: a bound
+//! computed before evaluating, from the input's sizes, cannot know the
+//! sizes of intermediate values (a `map` result feeding another macro,
+//! strings doubled by `+`), so it would be either loose by orders of
+//! magnitude or open to a cleverer expression; an interpreter of our own
+//! would have to re-implement CEL's semantics (mixed-number comparisons,
+//! errors forgiven by `||`, `all` and `exists`, …) and drift from them.
+//!
 //! How, given that the interpreter has no hooks: on parse, the tree is
 //! rewritten with calls to meter functions of our own around the operands
 //! whose size makes work (an operand of `+` is copied, one of `==` compared,
@@ -76,7 +84,6 @@
 //!   [`MAX_REGEX_BYTES`] and each match is charged as the worst case of the
 //!   engine's fallback, text bytes × NFA states. Literal patterns are
 //!   compiled (and refused if invalid) on save.
-//!
 //! - The run's data is converted to CEL values before evaluating: only the
 //!   parts the condition names (`steps.a.output.rows` is one field, whatever
 //!   else `a` returned; a name compared, iterated or passed on whole is read
@@ -189,6 +196,8 @@ mod meter {
     pub(super) const COPY: &str = "@ax_copy";
     /// The right side of `in`: a map is a hash lookup, a list is read.
     pub(super) const LOOKUP: &str = "@ax_lookup";
+    /// The argument of `size()`: a string's text is walked, nothing else.
+    pub(super) const TEXT: &str = "@ax_text";
     /// A macro's range, with the steps of one pass of its body.
     pub(super) const RANGE: &str = "@ax_range";
     /// `matches(text, pattern)` written as a function.
@@ -196,7 +205,7 @@ mod meter {
     /// `text.matches(pattern)`, the same with a method's error messages.
     pub(super) const MATCHES_METHOD: &str = "@ax_matches_method";
     /// Every meter, for the static estimate to see through them.
-    pub(super) const ALL: [&str; 4] = [READ, COPY, LOOKUP, RANGE];
+    pub(super) const ALL: [&str; 5] = [READ, COPY, LOOKUP, TEXT, RANGE];
 }
 
 /// The standard CEL environment plus the meters, built once (it registers
@@ -208,10 +217,11 @@ static ENV: LazyLock<Arc<Env>> = LazyLock::new(|| {
         &str,
         Vec<cel::common::types::Type>,
         cel::common::functions::Function,
-    ); 6] = [
+    ); 7] = [
         (meter::READ, vec![DYN_TYPE], meter_read),
         (meter::COPY, vec![DYN_TYPE], meter_copy),
         (meter::LOOKUP, vec![DYN_TYPE], meter_lookup),
+        (meter::TEXT, vec![DYN_TYPE], meter_text),
         (meter::RANGE, vec![DYN_TYPE, INT_TYPE], meter_range),
         (meter::MATCHES, vec![DYN_TYPE, DYN_TYPE], meter_matches),
         (
@@ -1005,6 +1015,8 @@ fn syntax_error(errors: &ParseErrors) -> CondError {
 /// deep, and this runs on the parsing thread's large stack.
 #[derive(Default)]
 struct Rewrite {
+    /// The variables of the macros around the node being rewritten.
+    scope: Vec<String>,
     /// The literal `matches` patterns, compiled.
     patterns: HashMap<String, Arc<Pattern>>,
     /// The first literal pattern that does not compile.
@@ -1079,7 +1091,10 @@ impl Rewrite {
     /// costs nothing (a scalar literal, an internal name).
     fn metered(&mut self, name: &str, e: IdedExpr) -> IdedExpr {
         let e = self.node(e);
+        // A name that is no variable is a namespace (`optional.of(x)`) or
+        // undeclared: cel must see it as written to resolve it.
         let free = is_internal(&e)
+            || (is_name(&e) && !self.is_variable(&e))
             || matches!(
                 &e.expr,
                 Expr::Literal(
@@ -1091,6 +1106,23 @@ impl Rewrite {
                 )
             );
         if free { e } else { call(name, vec![e]) }
+    }
+
+    /// Whether the name `e` starts with a variable: `input`, `steps`,
+    /// `run` or a macro's in scope.
+    fn is_variable(&self, e: &IdedExpr) -> bool {
+        let mut e = e;
+        loop {
+            match &e.expr {
+                Expr::Select(s) => e = &s.operand,
+                Expr::Ident(name) => {
+                    let name = name.trim_start_matches('.');
+                    return ["input", "steps", "run"].contains(&name)
+                        || self.scope.iter().any(|v| v == name);
+                }
+                _ => return true,
+            }
+        }
     }
 
     fn metered_all(&mut self, name: &str, list: Vec<IdedExpr>) -> Vec<IdedExpr> {
@@ -1111,16 +1143,20 @@ impl Rewrite {
         let plain_target = |r: &mut Self, t: Option<Box<IdedExpr>>| t.map(|t| Box::new(r.node(*t)));
         let (target, args) = match name {
             // O(1) on their operands: booleans, a branch passed through, a
-            // size, a type. The loop steps of `all`/`exists`
-            // (`@result && x`) keep the shape cel looks for.
+            // type. The loop steps of `all`/`exists` (`@result && x`) keep
+            // the shape cel looks for.
             operators::LOGICAL_AND
             | operators::LOGICAL_OR
             | operators::LOGICAL_NOT
             | operators::CONDITIONAL
             | operators::NOT_STRICTLY_FALSE
-            | "size"
             | "type"
             | "dyn" => (plain_target(self, target), self.plain_all(args)),
+            // O(1) for a list or map; a string's characters are counted.
+            "size" => (
+                target.map(|t| Box::new(self.metered(meter::TEXT, *t))),
+                self.metered_all(meter::TEXT, args),
+            ),
             // A list index or a map lookup: the container is not walked.
             operators::INDEX | operators::OPT_INDEX if args.len() == 2 => {
                 let mut args = args.into_iter();
@@ -1201,18 +1237,24 @@ impl Rewrite {
 
     /// A macro: its range metered with the steps of one pass of its body.
     fn comprehension(&mut self, c: ComprehensionExpr) -> ComprehensionExpr {
+        let range = self.node(c.iter_range);
+        let accu_init = self.node(c.accu_init);
+        let depth = self.scope.len();
+        self.scope.push(c.iter_var.clone());
+        self.scope.extend(c.iter_var2.clone());
         let loop_cond = self.node(c.loop_cond);
         let loop_step = self.node(c.loop_step);
+        let result = self.node(c.result);
+        self.scope.truncate(depth);
         let body = steps_outside_bodies(&loop_cond) + steps_outside_bodies(&loop_step);
-        let range = self.node(c.iter_range);
         let body = i64::try_from(body).unwrap_or(i64::MAX);
         ComprehensionExpr {
             iter_range: call(
                 meter::RANGE,
                 vec![range, node(Expr::Literal(LiteralValue::Int(body.into())))],
             ),
-            accu_init: self.node(c.accu_init),
-            result: self.node(c.result),
+            accu_init,
+            result,
             loop_cond,
             loop_step,
             ..c
@@ -1534,6 +1576,15 @@ fn meter_lookup<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, Exe
     } else {
         charge(|m| m.read(v.as_ref()).map(|_| ()));
     }
+    Ok(v)
+}
+
+/// `@ax_text(x)`: the argument of `size()`, which counts a string's
+/// characters and reads nothing else.
+fn meter_text<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let v = only(args)?;
+    let text = v.downcast_ref::<CelString>().map_or(0, |s| s.inner().len());
+    charge(|m| m.spend(1 + text as u64 / BYTES_PER_STEP));
     Ok(v)
 }
 
@@ -2649,6 +2700,8 @@ mod tests {
             "size(input.list) == 3 && input.list.size() == 3 && size('abc') == 3",
             "string(input.n) == '3' && int('4') == 4 && double(input.n) == 3.0",
             "bytes('ab') == b'ab' && string(b'ab') == 'ab' && type(1) == int && dyn(1) == 1",
+            "optional.of(input.n).hasValue() && optional.none().orValue(input.n) == 3",
+            "[1].all(input, input == 1) && input.n == 3",
             "input.x.startsWith('y') && input.x.endsWith('y') && input.x.contains('y')",
             "input.x.matches('^y$') && matches(input.x, 'y') && !input.x.matches(input.mode)",
             "input.n - 1 == 2 && input.n % 2 == 1 && input.n / 2 == 1 && -input.n == -3",
@@ -2692,7 +2745,7 @@ mod tests {
         assert!(nested_maps(8).len() < MAX_LEN);
         assert_eq!(
             Condition::parse(&nested_maps(7)).unwrap_err().to_string(),
-            "would take about 83333330 steps evaluated over its literal lists (nested macros \
+            "would take about 83333331 steps evaluated over its literal lists (nested macros \
              multiply); a condition may take at most 1000000; nest fewer macros or use shorter lists"
         );
         // `all` and `exists` count as if they went through every item.
@@ -2798,6 +2851,13 @@ mod tests {
             budget_error(&result);
             assert!(took < Duration::from_secs(10), "{expr}: {took:?}");
         }
+        // `size()` of a string counts its characters.
+        let (result, _) = eval_input(
+            "input.l.all(x, input.l.all(y, size(input.big) > 0))",
+            &input,
+            budget,
+        );
+        budget_error(&result);
         // Reading a large value without walking it costs little.
         for cheap in [
             "size(input.big) > 0 && size(input.l) == 400",

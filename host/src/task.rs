@@ -3126,7 +3126,7 @@ steps:
                         .concat(),
                     ")".repeat(7)
                 ),
-                "would take about 83333330 steps evaluated over its literal lists (nested \
+                "would take about 83333331 steps evaluated over its literal lists (nested \
                  macros multiply); a condition may take at most 1000000; nest fewer macros or \
                  use shorter lists"
                     .to_owned(),

@@ -402,7 +402,7 @@ fn conditions_over_their_budget_are_refused_on_save_or_stopped_at_run_time() {
         body["error"]["message"]
             .as_str()
             .unwrap()
-            .contains("would take about 83333330 steps"),
+            .contains("would take about 83333331 steps"),
         "{body}"
     );
     // n³ over the trigger input: cannot be known on save; stopped when run.

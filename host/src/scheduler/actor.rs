@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::clock::{Clock, from_ms, rfc3339};
-use super::cond_pool::{CondDone, CondJob, CondPool};
+use super::cond_pool::{CondDone, CondJob, CondPool, Request as CondRequest};
 use super::queue::{DispatchQueue, Entry};
 use super::quota::{Admit, Grant, TenantQuota, WindowUse, duration_ms};
 use super::readiness::{Decision, Graph, Readiness};
@@ -196,19 +196,14 @@ impl ActiveRun {
 
     /// What evaluating step `i`'s `when` needs, copied out of the run for
     /// the condition threads: the parsed condition and the parts of the
-    /// run's data it reads (bounded by `budget`). `Err` when the condition
-    /// no longer parses (it was checked on save).
+    /// run's data it reads (bounded by `budget`). `None` if it is not parsed
+    /// (`advance` parses it before asking for an evaluation).
     fn condition_job(
         &self,
         i: usize,
         budget: &crate::cond::Budget,
-    ) -> std::result::Result<(Condition, Extract), CondError> {
-        let cond = match &self.conds[i] {
-            Some(c) => c.clone(),
-            None => {
-                Condition::parse_cached(self.spec.steps[i].when.as_deref().unwrap_or_default())?
-            }
-        };
+    ) -> Option<(Condition, Extract)> {
+        let cond = self.conds[i].clone()?;
         let statuses: Vec<(&str, &str, Option<&serde_json::Value>)> = self
             .rec
             .steps
@@ -236,7 +231,7 @@ impl ActiveRun {
             trigger: &trigger,
         };
         let data = cond.extract(&vars, budget);
-        Ok((cond, data))
+        Some((cond, data))
     }
 }
 
@@ -1670,17 +1665,24 @@ impl Actor {
                 }
                 let settle_as = match run.readiness.decide(&run.graph, i) {
                     Decision::Run if run.spec.steps[i].when.is_some() => {
-                        match run.condition_job(i, &self.config.cond_budget) {
-                            Ok((cond, data)) => {
+                        // Parsed when the run was loaded; one that did not
+                        // parse then is tried again, and fails its step now.
+                        let parsed = match &run.conds[i] {
+                            Some(_) => Ok(()),
+                            None => Condition::parse_cached(
+                                run.spec.steps[i].when.as_deref().unwrap_or_default(),
+                            )
+                            .map(|c| run.conds[i] = Some(c)),
+                        };
+                        match parsed {
+                            Ok(()) => {
                                 self.cond_token += 1;
                                 run.evaluating.insert(i, self.cond_token);
-                                self.cond_pool.submit(CondJob {
+                                self.cond_pool.request(CondRequest {
                                     run_id: id.to_string(),
                                     step: i,
                                     token: self.cond_token,
                                     tenant: run.rec.tenant.clone(),
-                                    cond,
-                                    data,
                                 });
                                 None
                             }
@@ -1759,13 +1761,44 @@ impl Actor {
         if finished && !attempts_out {
             self.finish_run(id, now)?;
         }
+        self.start_conditions();
         Ok(())
+    }
+
+    /// Hands waiting conditions to free evaluation threads, tenants in
+    /// turn, copying each one's data out of its run now; drops those whose
+    /// step no longer waits (the run ended or was cancelled).
+    fn start_conditions(&mut self) {
+        let budget = self.config.cond_budget;
+        while let Some(request) = self.cond_pool.next() {
+            let Some(run) = self.runs.get(&request.run_id) else {
+                continue;
+            };
+            let i = request.step;
+            let waits = !run.cancelled
+                && run.evaluating.get(&i) == Some(&request.token)
+                && run.rec.steps.get(i).map(|s| s.status) == Some(StepStatus::Pending);
+            if let Some((cond, data)) = waits.then(|| run.condition_job(i, &budget)).flatten() {
+                self.cond_pool.start(CondJob {
+                    request,
+                    cond,
+                    data,
+                });
+            }
+        }
     }
 
     /// Takes up an evaluated condition: runs, skips or fails its step, then
     /// decides what follows. A result nobody waits for any more (the run
     /// ended or was cancelled, the step was decided otherwise) is dropped.
     fn on_condition(&mut self, done: CondDone) -> Result<()> {
+        self.cond_pool.finished();
+        let taken = self.take_condition(done);
+        self.start_conditions();
+        taken
+    }
+
+    fn take_condition(&mut self, done: CondDone) -> Result<()> {
         let now = self.clock.now_ms();
         let Some(run) = self.runs.get_mut(&done.run_id) else {
             return Ok(());

@@ -1,19 +1,25 @@
 //! `when` conditions evaluated off the actor: a few threads of their own,
-//! with the stack CEL needs, take evaluations from per-tenant queues in
-//! turn and send each result back to the actor as an event.
+//! with the stack CEL needs, evaluate them, and each result comes back to
+//! the actor as an event.
 //!
 //! Why: an evaluation is bounded by [`crate::cond::Budget`] (steps, bytes,
-//! a deadline) but can still take tens of milliseconds; on the actor it
-//! would hold up every fire, trigger and finished attempt of every tenant
-//! meanwhile. Why turns by tenant: one tenant queueing many expensive
-//! conditions then delays another tenant's by at most one evaluation per
-//! tenant ahead of it, not by its whole backlog.
+//! a deadline) but can still take a good fraction of a second; on the actor
+//! it would hold up every fire, trigger and finished attempt of every
+//! tenant meanwhile.
 //!
-//! The actor keeps the step `pending` while its condition is out, and takes
-//! the result only if the step still waits for that very evaluation (a
-//! token per dispatch). Nothing is stored about an evaluation in flight: a
-//! host stopping meanwhile leaves the step pending, and recovery evaluates
-//! it again. The deadline is the budget's, counted from when a thread takes
+//! Steps waiting for their condition queue here by tenant, holding nothing
+//! but their ids, and tenants take turns: one tenant queueing many
+//! expensive conditions delays another tenant's by at most one evaluation
+//! per tenant ahead of it, not by its whole backlog. A step's data is copied
+//! out of the run only when a thread is free to take it
+//! ([`CondPool::next`]), so at most [`COND_WORKERS`] copies (each bounded by
+//! the budget) exist at once, however many steps wait.
+//!
+//! The actor keeps a step `pending` while its condition waits or runs, and
+//! takes a result only if the step still waits for that very evaluation (a
+//! token per request). Nothing about an evaluation is stored: a host
+//! stopping meanwhile leaves the step pending, and recovery asks for it
+//! again. The deadline is the budget's, counted from when a thread takes
 //! the evaluation up (time in the queue is not the condition's doing).
 
 use std::collections::{HashMap, VecDeque};
@@ -27,13 +33,19 @@ use crate::cond::{Budget, CondError, Condition, EVAL_STACK, Extract};
 /// evaluation short, so more would mostly take cores from attempts.
 pub const COND_WORKERS: usize = 2;
 
-/// One evaluation to run.
-pub(super) struct CondJob {
+/// A step waiting for its condition to be evaluated.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Request {
     pub(super) run_id: String,
     pub(super) step: usize,
     /// Tells this evaluation apart from an earlier one of the same step.
     pub(super) token: u64,
     pub(super) tenant: String,
+}
+
+/// One evaluation to run.
+pub(super) struct CondJob {
+    pub(super) request: Request,
     pub(super) cond: Condition,
     /// The run's data it reads, copied out of the actor's state.
     pub(super) data: Extract,
@@ -48,48 +60,74 @@ pub(super) struct CondDone {
     pub(super) result: Result<bool, CondError>,
 }
 
-/// Jobs waiting, by tenant, and the order tenants take turns in.
+/// Queues by tenant, taken in turns.
+struct Turns<T> {
+    by_tenant: HashMap<String, VecDeque<T>>,
+    /// Tenants with something waiting, next first; each appears once.
+    order: VecDeque<String>,
+}
+
+impl<T> Default for Turns<T> {
+    fn default() -> Self {
+        Self {
+            by_tenant: HashMap::new(),
+            order: VecDeque::new(),
+        }
+    }
+}
+
+impl<T> Turns<T> {
+    fn push(&mut self, tenant: &str, item: T) {
+        let queue = self.by_tenant.entry(tenant.to_owned()).or_default();
+        queue.push_back(item);
+        if queue.len() == 1 {
+            self.order.push_back(tenant.to_owned());
+        }
+    }
+
+    /// The next tenant's oldest item; the tenant goes to the back.
+    fn pop(&mut self) -> Option<T> {
+        let tenant = self.order.pop_front()?;
+        let queue = self.by_tenant.get_mut(&tenant)?;
+        let item = queue.pop_front();
+        if queue.is_empty() {
+            self.by_tenant.remove(&tenant);
+        } else {
+            self.order.push_back(tenant);
+        }
+        item
+    }
+}
+
+/// The jobs handed to the threads (at most one per thread).
 #[derive(Default)]
-struct Queues {
-    by_tenant: HashMap<String, VecDeque<CondJob>>,
-    /// Tenants with jobs waiting, next first; each appears once.
-    turns: VecDeque<String>,
+struct Jobs {
+    ready: VecDeque<CondJob>,
     /// Set when the pool is dropped: threads finish their job and stop.
     closed: bool,
 }
 
-impl Queues {
-    /// The next tenant's oldest job; the tenant goes to the back of the turns.
-    fn next(&mut self) -> Option<CondJob> {
-        let tenant = self.turns.pop_front()?;
-        let queue = self.by_tenant.get_mut(&tenant)?;
-        let job = queue.pop_front();
-        if queue.is_empty() {
-            self.by_tenant.remove(&tenant);
-        } else {
-            self.turns.push_back(tenant);
-        }
-        job
-    }
-}
-
 struct Shared {
-    queues: Mutex<Queues>,
+    jobs: Mutex<Jobs>,
     wake: Condvar,
 }
 
 impl Shared {
-    /// The queues; a thread that panicked holding the lock left them
+    /// The jobs; a thread that panicked holding the lock left them
     /// consistent (every change is one push or pop), so poisoning is ignored.
-    fn lock(&self) -> MutexGuard<'_, Queues> {
-        self.queues.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> MutexGuard<'_, Jobs> {
+        self.jobs.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
-/// The evaluation threads of one scheduler; started on the first job,
-/// stopped when dropped.
+/// The evaluation threads of one scheduler and the steps waiting for them;
+/// used from the actor only. Threads start with the first job and stop when
+/// the pool is dropped.
 pub(super) struct CondPool {
     shared: Arc<Shared>,
+    waiting: Turns<Request>,
+    /// Jobs handed out whose result the actor has not taken yet.
+    running: usize,
     workers: usize,
     started: usize,
     budget: Budget,
@@ -106,9 +144,11 @@ impl CondPool {
     ) -> Self {
         Self {
             shared: Arc::new(Shared {
-                queues: Mutex::new(Queues::default()),
+                jobs: Mutex::new(Jobs::default()),
                 wake: Condvar::new(),
             }),
+            waiting: Turns::default(),
+            running: 0,
             workers: workers.max(1),
             started: 0,
             budget,
@@ -116,8 +156,25 @@ impl CondPool {
         }
     }
 
-    /// Queues `job` behind the tenant's earlier ones; never blocks.
-    pub(super) fn submit(&mut self, job: CondJob) {
+    /// Queues a step behind its tenant's earlier ones.
+    pub(super) fn request(&mut self, request: Request) {
+        let tenant = request.tenant.clone();
+        self.waiting.push(&tenant, request);
+    }
+
+    /// The next step to evaluate, tenants in turn, if a thread is free for
+    /// it: the caller copies its data and hands it to [`CondPool::start`],
+    /// or drops it if the step no longer waits.
+    pub(super) fn next(&mut self) -> Option<Request> {
+        if self.running >= self.workers {
+            return None;
+        }
+        self.waiting.pop()
+    }
+
+    /// Hands `job` to a thread; its result comes as a [`CondDone`].
+    pub(super) fn start(&mut self, job: CondJob) {
+        self.running += 1;
         while self.started < self.workers {
             if let Err(e) = self.spawn() {
                 tracing::error!(error = %e, "cannot start a condition thread");
@@ -127,24 +184,22 @@ impl CondPool {
         }
         if self.started == 0 {
             let _ = self.done.send(CondDone {
-                run_id: job.run_id,
-                step: job.step,
-                token: job.token,
+                run_id: job.request.run_id,
+                step: job.request.step,
+                token: job.request.token,
                 result: Err(CondError::Internal(
                     "no thread could be started to evaluate it".to_owned(),
                 )),
             });
             return;
         }
-        let mut queues = self.shared.lock();
-        let tenant = job.tenant.clone();
-        let queue = queues.by_tenant.entry(tenant.clone()).or_default();
-        queue.push_back(job);
-        if queue.len() == 1 {
-            queues.turns.push_back(tenant);
-        }
-        drop(queues);
+        self.shared.lock().ready.push_back(job);
         self.shared.wake.notify_one();
+    }
+
+    /// Takes note that the actor received a result: a thread is free.
+    pub(super) fn finished(&mut self) {
+        self.running = self.running.saturating_sub(1);
     }
 
     fn spawn(&self) -> std::io::Result<()> {
@@ -170,22 +225,22 @@ impl Drop for CondPool {
 fn work(shared: &Shared, budget: &Budget, done: &mpsc::UnboundedSender<CondDone>) {
     loop {
         let job = {
-            let mut queues = shared.lock();
+            let mut jobs = shared.lock();
             loop {
-                if queues.closed {
+                if jobs.closed {
                     return;
                 }
-                if let Some(job) = queues.next() {
+                if let Some(job) = jobs.ready.pop_front() {
                     break job;
                 }
-                queues = shared.wake.wait(queues).unwrap_or_else(|e| e.into_inner());
+                jobs = shared.wake.wait(jobs).unwrap_or_else(|e| e.into_inner());
             }
         };
         let result = job.cond.eval_extract(&job.data, budget);
         let report = CondDone {
-            run_id: job.run_id,
-            step: job.step,
-            token: job.token,
+            run_id: job.request.run_id,
+            step: job.request.step,
+            token: job.request.token,
             result,
         };
         if done.send(report).is_err() {
@@ -198,9 +253,18 @@ fn work(shared: &Shared, budget: &Budget, done: &mpsc::UnboundedSender<CondDone>
 mod tests {
     use super::*;
 
-    fn job(tenant: &str, n: usize, when: &str) -> CondJob {
+    fn request(tenant: &str, n: usize) -> Request {
+        Request {
+            run_id: format!("{tenant}-{n}"),
+            step: n,
+            token: n as u64,
+            tenant: tenant.to_owned(),
+        }
+    }
+
+    fn job(request: Request, when: &str) -> CondJob {
         let cond = Condition::parse(when).unwrap();
-        let input = serde_json::json!({ "n": n });
+        let input = serde_json::json!({ "n": request.step });
         let vars = crate::cond::CondVars {
             steps: &[],
             input: &input,
@@ -210,41 +274,46 @@ mod tests {
             trigger: "manual",
         };
         CondJob {
-            run_id: format!("{tenant}-{n}"),
-            step: n,
-            token: n as u64,
-            tenant: tenant.to_owned(),
+            request,
             data: cond.extract(&vars, &Budget::default()),
             cond,
         }
     }
 
     #[test]
-    fn tenants_take_turns() {
-        let mut queues = Queues::default();
+    fn tenants_take_turns_and_only_free_threads_take_work() {
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let mut pool = CondPool::new(2, Budget::default(), tx);
         for (tenant, n) in [("a", 0), ("a", 1), ("a", 2), ("b", 3), ("c", 4), ("b", 5)] {
-            let job = job(tenant, n, "true");
-            let queue = queues.by_tenant.entry(tenant.to_owned()).or_default();
-            queue.push_back(job);
-            if queue.len() == 1 {
-                queues.turns.push_back(tenant.to_owned());
-            }
+            pool.request(request(tenant, n));
         }
-        let order: Vec<usize> = std::iter::from_fn(|| queues.next().map(|j| j.step)).collect();
-        assert_eq!(order, [0, 3, 4, 1, 5, 2]);
-        assert!(queues.by_tenant.is_empty() && queues.turns.is_empty());
+        // Two threads: two requests out, then none until one is finished.
+        pool.running = 0;
+        let first = pool.next().unwrap();
+        pool.running += 1;
+        let second = pool.next().unwrap();
+        pool.running += 1;
+        assert_eq!((first.step, second.step), (0, 3));
+        assert_eq!(pool.next(), None);
+        pool.finished();
+        let mut order = Vec::new();
+        while let Some(r) = pool.next() {
+            order.push(r.step);
+        }
+        assert_eq!(order, [4, 1, 5, 2]);
     }
 
     #[tokio::test]
     async fn results_come_back_as_events_with_their_token() {
         let (tx, mut rx) = mpsc::unbounded_channel();
         let mut pool = CondPool::new(2, Budget::default(), tx);
-        pool.submit(job("a", 1, "input.n == 1"));
-        pool.submit(job("b", 2, "input.n == 1"));
-        pool.submit(job("b", 3, "input.nope"));
+        pool.start(job(request("a", 1), "input.n == 1"));
+        pool.start(job(request("b", 2), "input.n == 1"));
+        pool.start(job(request("b", 3), "input.nope"));
         let mut got = Vec::new();
         for _ in 0..3 {
             let d = rx.recv().await.unwrap();
+            pool.finished();
             got.push((d.token, d.result.map_err(|e| e.to_string())));
         }
         got.sort_by_key(|g| g.0);
@@ -254,5 +323,6 @@ mod tests {
             got[2].1.as_ref().unwrap_err().contains("No such key"),
             "{got:?}"
         );
+        assert_eq!(pool.running, 0);
     }
 }

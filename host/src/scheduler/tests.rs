@@ -1368,3 +1368,45 @@ async fn conditions_decide_their_steps_when_they_come_back() {
     );
     assert_eq!(run.status, RunStatus::Succeeded);
 }
+
+/// Steps waiting for their condition take turns by tenant: with one
+/// evaluation thread busy with tenant `a`'s ten costly conditions, tenant
+/// `b`'s condition is evaluated after at most two of them, not after all.
+#[tokio::test(start_paused = true)]
+async fn one_tenants_conditions_do_not_hold_up_another_tenants() {
+    let config = SchedulerConfig {
+        cond_workers: 1,
+        cond_budget: crate::cond::Budget {
+            deadline: Duration::from_secs(600),
+            ..crate::cond::Budget::default()
+        },
+        ..test_config()
+    };
+    let h = Harness::start_with(Arc::new(MemoryStore::new()), config).await;
+    let task = |name: &str| {
+        format!(
+            "name: {name}\nsteps:\n  - name: s\n    plugin: ok@1.0.0\n    when: \"input.l.all(x, input.l.all(y, x + y >= 0))\"\n"
+        )
+    };
+    h.put_task_for("a", &task("many")).await;
+    h.put_task_for("b", &task("one")).await;
+    let costly = serde_json::json!({ "l": (0..150).collect::<Vec<_>>() });
+    let mut a_runs = Vec::new();
+    for _ in 0..10 {
+        a_runs.push(h.trigger_for("a", "many", costly.clone()).await);
+    }
+    let b = h
+        .trigger_for("b", "one", serde_json::json!({ "l": [1] }))
+        .await;
+    wait_terminal_real(&h, &b.id).await;
+    for run in &a_runs {
+        assert_eq!(
+            wait_terminal_real(&h, &run.id).await.status,
+            RunStatus::Succeeded
+        );
+    }
+    let calls = h.runner.calls.lock().unwrap().clone();
+    let b_at = calls.iter().position(|(run, _, _)| *run == b.id).unwrap();
+    assert!(b_at <= 2, "{b_at} of a's steps ran before b's: {calls:?}");
+    h.shutdown.cancel();
+}
