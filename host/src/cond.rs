@@ -97,6 +97,11 @@
 //! refuses conditions that would exceed the budget whatever the input
 //! (nested macros over literal lists) with [`CondError::TooCostly`].
 
+// The budget stops an evaluation by unwinding out of the interpreter; with
+// `panic = "abort"` that would abort the host instead.
+#[cfg(panic = "abort")]
+compile_error!("cond's budget unwinds out of the CEL interpreter: build with panic = \"unwind\"");
+
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fmt;
