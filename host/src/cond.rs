@@ -97,6 +97,11 @@
 //! refuses conditions that would exceed the budget whatever the input
 //! (nested macros over literal lists) with [`CondError::TooCostly`].
 
+// The budget stops an evaluation by unwinding out of the interpreter; with
+// `panic = "abort"` that would abort the host instead.
+#[cfg(panic = "abort")]
+compile_error!("cond's budget unwinds out of the CEL interpreter: build with panic = \"unwind\"");
+
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fmt;
@@ -129,7 +134,8 @@ pub const MAX_EXPR_DEPTH: usize = 64;
 pub const MAX_VALUE_DEPTH: usize = 256;
 
 /// Most steps one evaluation may take (see the module docs for what a step
-/// is). Measured in a release build: ~70 ms for the slowest kind of step.
+/// is). The costliest conditions it lets through took 25–50 ms in a release
+/// build on 2 cores (maps built per item, time zones, regexes, n³ macros).
 pub const MAX_EVAL_STEPS: u64 = 1_000_000;
 /// Most bytes of values one evaluation may build (estimated heap size:
 /// [`VALUE_BYTES`] per value plus the bytes of text).
