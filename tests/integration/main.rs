@@ -13,6 +13,7 @@ mod connections;
 mod contract;
 mod crash;
 mod dag;
+mod layers;
 mod live;
 mod logs;
 mod metrics;
