@@ -46,13 +46,18 @@ pub const MAX_WINDOW: Duration = Duration::from_secs(31 * 24 * 3600);
 pub const MAX_TOKENS_PER_TENANT: usize = 100;
 /// Longest usage report, in hourly buckets (a bit over a year).
 pub const MAX_USAGE_HOURS: i64 = 400 * 24;
-/// Highest priority there is.
-pub const MAX_PRIORITY: u8 = crate::task::MAX_PRIORITY;
-/// The priority ceiling of a tenant whose quota sets none: one below
-/// [`HIGH_PRIORITY`](crate::scheduler::queue::HIGH_PRIORITY), so the share
-/// of slots reserved for urgent work is the admin's to hand out, not any
-/// tenant's to take by asking for priority 9.
-pub const DEFAULT_MAX_PRIORITY: u8 = crate::scheduler::queue::HIGH_PRIORITY - 1;
+pub use crate::model::priority::{DEFAULT_MAX_PRIORITY, MAX_PRIORITY};
+
+/// Compares two digests in time independent of where they differ, so the
+/// answer time says nothing about how close a guess was.
+pub fn constant_time_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
+    let diff = a
+        .iter()
+        .zip(b.iter())
+        .fold(0u8, |acc, (x, y)| acc | (x ^ y));
+    // `black_box` keeps the optimiser from turning the fold into an early exit.
+    std::hint::black_box(diff) == 0
+}
 
 /// What happens to a run of a tenant whose fuel for the window is used up.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -451,7 +456,7 @@ impl Registry {
         };
         let mut stored = [0u8; 32];
         if hex::decode_to_slice(&token.secret_sha256, &mut stored).is_err()
-            || !crate::api::auth::constant_time_eq(&digest, &stored)
+            || !constant_time_eq(&digest, &stored)
             || token.revoked_at.is_some()
         {
             return TokenCheck::Invalid;

@@ -17,6 +17,60 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::model::Millis;
+
+/// A failure of the storage under the capability (I/O, a corrupt entry). The
+/// store that implements [`KvStore`] boxes its own error here, keeping it as
+/// the source, so this layer need not name the store.
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct KvBackendError(pub Box<dyn std::error::Error + Send + Sync>);
+
+/// Result of a [`KvStore`] call.
+pub type KvResult<T> = Result<T, KvBackendError>;
+
+/// What a `set` did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SetOutcome {
+    /// The value is stored.
+    Stored,
+    /// Refused: the tenant's quota would be exceeded (the reason says by how much).
+    OverQuota(String),
+}
+
+/// A tenant-scoped key-value store with TTLs and a per-tenant byte quota.
+/// `now` is passed in so expiry is testable without sleeping.
+pub trait KvStore: Send + Sync + 'static {
+    /// The live value of `key`, if any.
+    fn get(&self, ns: &KvNamespace, key: &str, now: Millis) -> KvResult<Option<Vec<u8>>>;
+    /// Stores `value` under `key` (expiring at `expires_at`, if given) unless
+    /// the tenant would then hold more than `quota` bytes.
+    fn set(
+        &self,
+        ns: &KvNamespace,
+        key: &str,
+        value: &[u8],
+        expires_at: Option<Millis>,
+        quota: u64,
+        now: Millis,
+    ) -> KvResult<SetOutcome>;
+    /// Removes `key`; says whether a live value was there.
+    fn delete(&self, ns: &KvNamespace, key: &str, now: Millis) -> KvResult<bool>;
+    /// Live keys starting with `prefix`, in order, at most `limit`.
+    fn list(
+        &self,
+        ns: &KvNamespace,
+        prefix: &str,
+        limit: usize,
+        now: Millis,
+    ) -> KvResult<Vec<String>>;
+    /// Bytes the tenant holds (keys + values, both scopes).
+    fn usage(&self, tenant: &str) -> KvResult<u64>;
+    /// Makes every write so far durable (a no-op in memory).
+    fn flush(&self) -> KvResult<()>;
+}
+
+
 /// How wide a step's view of the key-value store is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

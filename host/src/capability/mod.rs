@@ -23,10 +23,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::model::AttemptReport;
-use crate::store::kv::KvStore;
 
 pub use self::http::HttpPattern;
-pub use self::kv::{KvLimits, KvNamespace, KvScope};
+pub use self::kv::{KvBackendError, KvLimits, KvNamespace, KvScope, KvStore, SetOutcome};
 
 /// What replaces a secret value in captured text.
 pub const REDACTED: &str = "[redacted]";
@@ -210,7 +209,7 @@ fn redact_json(value: &mut serde_json::Value, secrets: &[&str]) {
 /// Whether `name` is a valid config key or secret name:
 /// `[A-Za-z0-9][A-Za-z0-9_.-]{0,63}`, like task names.
 pub fn valid_name(name: &str) -> bool {
-    crate::task::is_valid_name(name)
+    crate::model::name::is_valid_name(name)
 }
 
 #[cfg(test)]

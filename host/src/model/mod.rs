@@ -3,6 +3,10 @@
 //! scheduler, the store and the API can use these without knowing how a plugin
 //! is executed.
 
+pub mod name;
+pub mod priority;
+pub mod time;
+
 use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;

@@ -20,7 +20,7 @@ use super::http::{HttpHooks, SharedLogs};
 use crate::capability::KvGrant;
 use crate::capability::kv::MAX_LIST;
 use crate::model::{LogLevel, LogRecord, Progress};
-use crate::store::kv::SetOutcome;
+use crate::capability::kv::{KvBackendError, SetOutcome};
 
 /// Caps on the other instance resources a plugin could ask for. Generous for
 /// real components (a Rust plugin uses ~4 instances and a few tables), small
@@ -219,7 +219,7 @@ impl HostState {
     }
 }
 
-fn unavailable(e: crate::store::Error) -> kv::KvError {
+fn unavailable(e: KvBackendError) -> kv::KvError {
     kv::KvError::Unavailable(format!("the key-value store failed: {e}"))
 }
 

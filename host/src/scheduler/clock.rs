@@ -5,7 +5,7 @@
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
-use chrono::{DateTime, TimeZone, Utc};
+use chrono::{DateTime, Utc};
 
 use crate::model::Millis;
 
@@ -66,15 +66,7 @@ impl Clock for TokioClock {
     }
 }
 
-/// Converts stored milliseconds to an instant (clamped to the representable range).
-pub fn from_ms(ms: Millis) -> DateTime<Utc> {
-    Utc.timestamp_millis_opt(ms).single().unwrap_or_default()
-}
-
-/// RFC 3339 with milliseconds, UTC (`2026-12-01T01:30:00.000Z`).
-pub fn rfc3339(ms: Millis) -> String {
-    from_ms(ms).to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
-}
+pub use crate::model::time::{from_ms, rfc3339};
 
 /// Wakes the scheduler at an instant, to within tens of microseconds.
 ///

@@ -49,8 +49,7 @@ use crate::model::Millis;
 
 /// How much one priority level is worth in queueing time (ms).
 pub const AGING_STEP_MS: Millis = 10_000;
-/// Priorities at or above this may use the reserved share.
-pub const HIGH_PRIORITY: u8 = 7;
+pub use crate::model::priority::HIGH_PRIORITY;
 /// Pool of steps that name none.
 pub const DEFAULT_POOL: &str = "default";
 

@@ -1,5 +1,5 @@
-//! The plugins' key-value store: the [`KvStore`] trait, and its sled and
-//! in-memory implementations over one shared algorithm.
+//! The plugins' key-value store: the sled and in-memory implementations of
+//! the capability's [`KvStore`] trait, over one shared algorithm.
 //!
 //! Kept apart from the big [`super::Store`] trait on purpose: it is reached
 //! through one accessor ([`super::Store::kv`]), has its own conformance tests
@@ -23,48 +23,14 @@ use std::path::Path;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use super::{Error, Result};
-use crate::capability::kv::{KvNamespace, entry_bytes, fits_quota};
+pub use crate::capability::kv::{KvStore, SetOutcome};
+use crate::capability::kv::{KvBackendError, KvNamespace, KvResult, entry_bytes, fits_quota};
 use crate::model::Millis;
 
-/// What a `set` did.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum SetOutcome {
-    /// The value is stored.
-    Stored,
-    /// Refused: the tenant's quota would be exceeded (the reason says by how much).
-    OverQuota(String),
-}
-
-/// A tenant-scoped key-value store with TTLs and a per-tenant byte quota.
-/// `now` is passed in so expiry is testable without sleeping.
-pub trait KvStore: Send + Sync + 'static {
-    /// The live value of `key`, if any.
-    fn get(&self, ns: &KvNamespace, key: &str, now: Millis) -> Result<Option<Vec<u8>>>;
-    /// Stores `value` under `key` (expiring at `expires_at`, if given) unless
-    /// the tenant would then hold more than `quota` bytes.
-    fn set(
-        &self,
-        ns: &KvNamespace,
-        key: &str,
-        value: &[u8],
-        expires_at: Option<Millis>,
-        quota: u64,
-        now: Millis,
-    ) -> Result<SetOutcome>;
-    /// Removes `key`; says whether a live value was there.
-    fn delete(&self, ns: &KvNamespace, key: &str, now: Millis) -> Result<bool>;
-    /// Live keys starting with `prefix`, in order, at most `limit`.
-    fn list(
-        &self,
-        ns: &KvNamespace,
-        prefix: &str,
-        limit: usize,
-        now: Millis,
-    ) -> Result<Vec<String>>;
-    /// Bytes the tenant holds (keys + values, both scopes).
-    fn usage(&self, tenant: &str) -> Result<u64>;
-    /// Makes every write so far durable (a no-op in memory).
-    fn flush(&self) -> Result<()>;
+impl From<Error> for KvBackendError {
+    fn from(e: Error) -> Self {
+        KvBackendError(Box::new(e))
+    }
 }
 
 /// An ordered byte map: what the KV and secret algorithms need from a backend.
@@ -341,7 +307,7 @@ fn user_key_len(raw_key: &[u8], tenant_prefix_len: usize) -> usize {
 }
 
 impl<M: OrderedMap> KvStore for KvEngine<M> {
-    fn get(&self, ns: &KvNamespace, key: &str, now: Millis) -> Result<Option<Vec<u8>>> {
+    fn get(&self, ns: &KvNamespace, key: &str, now: Millis) -> KvResult<Option<Vec<u8>>> {
         let raw_key = entry_key(ns, key);
         let Some(raw) = self.map.get(&raw_key)? else {
             return Ok(None);
@@ -361,7 +327,7 @@ impl<M: OrderedMap> KvStore for KvEngine<M> {
         expires_at: Option<Millis>,
         quota: u64,
         now: Millis,
-    ) -> Result<SetOutcome> {
+    ) -> KvResult<SetOutcome> {
         let raw_key = entry_key(ns, key);
         let _guard = self.lock();
         let old = match self.map.get(&raw_key)? {
@@ -390,7 +356,7 @@ impl<M: OrderedMap> KvStore for KvEngine<M> {
         Ok(SetOutcome::Stored)
     }
 
-    fn delete(&self, ns: &KvNamespace, key: &str, now: Millis) -> Result<bool> {
+    fn delete(&self, ns: &KvNamespace, key: &str, now: Millis) -> KvResult<bool> {
         let raw_key = entry_key(ns, key);
         let _guard = self.lock();
         let Some(raw) = self.map.get(&raw_key)? else {
@@ -407,7 +373,7 @@ impl<M: OrderedMap> KvStore for KvEngine<M> {
         prefix: &str,
         limit: usize,
         now: Millis,
-    ) -> Result<Vec<String>> {
+    ) -> KvResult<Vec<String>> {
         let base = ns_prefix(ns);
         let mut scan = base.clone();
         scan.extend_from_slice(prefix.as_bytes());
@@ -425,12 +391,12 @@ impl<M: OrderedMap> KvStore for KvEngine<M> {
         Ok(keys)
     }
 
-    fn usage(&self, tenant: &str) -> Result<u64> {
-        self.read_usage(tenant)
+    fn usage(&self, tenant: &str) -> KvResult<u64> {
+        Ok(self.read_usage(tenant)?)
     }
 
-    fn flush(&self) -> Result<()> {
-        self.map.flush()
+    fn flush(&self) -> KvResult<()> {
+        Ok(self.map.flush()?)
     }
 }
 

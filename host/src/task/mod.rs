@@ -37,14 +37,10 @@ pub const MAX_SPEC_BYTES: usize = 1 << 20;
 /// Cap on the values (scalars, lists, mappings) in one definition, counted
 /// after YAML aliases are expanded: a second line of defence against alias bombs.
 pub const MAX_SPEC_NODES: usize = 100_000;
-/// Longest task, step, pool or plugin name.
-pub const MAX_NAME_LEN: usize = 64;
+pub use crate::model::name::{MAX_NAME_LEN, is_valid_name, is_valid_version};
 /// Most steps in one task (docs/TASKS.md states it; a test holds them equal).
 pub const MAX_STEPS: usize = 256;
-/// Highest priority (0 is lowest).
-pub const MAX_PRIORITY: u8 = 9;
-/// Priority when none is given.
-pub const DEFAULT_PRIORITY: u8 = 5;
+pub use crate::model::priority::{DEFAULT_PRIORITY, MAX_PRIORITY};
 /// Longest `description`, in bytes.
 pub const MAX_DESCRIPTION_BYTES: usize = 4096;
 /// Most attempts a retry policy may allow.
@@ -545,15 +541,6 @@ impl TaskSpec {
 // Names and versions
 // ---------------------------------------------------------------------------
 
-/// Whether `name` is a valid task, step, pool or plugin name:
-/// `[A-Za-z0-9][A-Za-z0-9_.-]{0,63}`.
-pub fn is_valid_name(name: &str) -> bool {
-    let mut bytes = name.bytes();
-    matches!(bytes.next(), Some(b) if b.is_ascii_alphanumeric())
-        && name.len() <= MAX_NAME_LEN
-        && bytes.all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
-}
-
 fn name_error(path: &str, what: &str, name: &str) -> SpecError {
     SpecError::new(
         path,
@@ -565,37 +552,6 @@ fn name_error(path: &str, what: &str, name: &str) -> SpecError {
     )
 }
 
-/// Whether `version` is a semver 2.0 version: `MAJOR.MINOR.PATCH` (no
-/// leading zeros), then optional `-pre.release` and `+build` identifiers.
-pub fn is_valid_version(version: &str) -> bool {
-    fn numeric(s: &str) -> bool {
-        !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) && (s == "0" || !s.starts_with('0'))
-    }
-    fn idents(s: &str, pre: bool) -> bool {
-        s.split('.').all(|id| {
-            !id.is_empty()
-                && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-                // Numeric pre-release identifiers must not have leading zeros.
-                && (!pre || !id.bytes().all(|b| b.is_ascii_digit()) || numeric(id))
-        })
-    }
-    if version.is_empty() || version.len() > MAX_NAME_LEN {
-        return false;
-    }
-    let (rest, build) = match version.split_once('+') {
-        Some((rest, build)) => (rest, Some(build)),
-        None => (version, None),
-    };
-    let (core, pre) = match rest.split_once('-') {
-        Some((core, pre)) => (core, Some(pre)),
-        None => (rest, None),
-    };
-    let parts: Vec<&str> = core.split('.').collect();
-    parts.len() == 3
-        && parts.iter().all(|p| numeric(p))
-        && pre.is_none_or(|p| idents(p, true))
-        && build.is_none_or(|b| idents(b, false))
-}
 
 impl fmt::Display for PluginRef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -1,0 +1,47 @@
+//! Names and versions: the one rule for what a task, step, pool, plugin or
+//! tenant may be called, and which plugin versions exist. Upload, task
+//! references, the API's path checks and the capability grants all call these.
+
+/// Longest task, step, pool, plugin or tenant name.
+pub const MAX_NAME_LEN: usize = 64;
+
+/// Whether `name` is a valid task, step, pool or plugin name:
+/// `[A-Za-z0-9][A-Za-z0-9_.-]{0,63}`.
+pub fn is_valid_name(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    matches!(bytes.next(), Some(b) if b.is_ascii_alphanumeric())
+        && name.len() <= MAX_NAME_LEN
+        && bytes.all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+}
+
+/// Whether `version` is a semver 2.0 version: `MAJOR.MINOR.PATCH` (no
+/// leading zeros), then optional `-pre.release` and `+build` identifiers.
+pub fn is_valid_version(version: &str) -> bool {
+    fn numeric(s: &str) -> bool {
+        !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) && (s == "0" || !s.starts_with('0'))
+    }
+    fn idents(s: &str, pre: bool) -> bool {
+        s.split('.').all(|id| {
+            !id.is_empty()
+                && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                // Numeric pre-release identifiers must not have leading zeros.
+                && (!pre || !id.bytes().all(|b| b.is_ascii_digit()) || numeric(id))
+        })
+    }
+    if version.is_empty() || version.len() > MAX_NAME_LEN {
+        return false;
+    }
+    let (rest, build) = match version.split_once('+') {
+        Some((rest, build)) => (rest, Some(build)),
+        None => (version, None),
+    };
+    let (core, pre) = match rest.split_once('-') {
+        Some((core, pre)) => (core, Some(pre)),
+        None => (rest, None),
+    };
+    let parts: Vec<&str> = core.split('.').collect();
+    parts.len() == 3
+        && parts.iter().all(|p| numeric(p))
+        && pre.is_none_or(|p| idents(p, true))
+        && build.is_none_or(|b| idents(b, false))
+}
