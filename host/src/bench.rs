@@ -650,9 +650,9 @@ pub async fn soak(config: SoakConfig) -> anyhow::Result<SoakStats> {
         admin_token: Some("bench".into()),
         max_queued_per_tenant: 1_000_000,
         high_water: 1_000_000,
-        retention: crate::retention::RetentionConfig {
+        retention: crate::scheduler::retention::RetentionConfig {
             sweep_every: config.sweep_every,
-            ..crate::retention::RetentionConfig::default()
+            ..crate::scheduler::retention::RetentionConfig::default()
         },
         ..crate::config::Config::default()
     };

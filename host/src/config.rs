@@ -77,13 +77,13 @@ pub struct ConnectionsConfig {
     /// Connections served at once.
     pub max_connections: usize,
     /// From a request's first byte to the end of its head.
-    #[serde(with = "crate::alerts::humantime_text")]
+    #[serde(with = "crate::scheduler::alerts::humantime_text")]
     pub header_read_timeout: Duration,
     /// From a request's head to the end of its body.
-    #[serde(with = "crate::alerts::humantime_text")]
+    #[serde(with = "crate::scheduler::alerts::humantime_text")]
     pub body_timeout: Duration,
     /// Without a request under way, the longest silence in both directions.
-    #[serde(with = "crate::alerts::humantime_text")]
+    #[serde(with = "crate::scheduler::alerts::humantime_text")]
     pub idle_timeout: Duration,
 }
 
@@ -144,9 +144,9 @@ pub struct Config {
     /// Wasm instances that may exist at once (pooling allocator slots).
     pub max_instances: u32,
     /// History kept by default and how often the sweeper runs (docs/TASKS.md).
-    pub retention: crate::retention::RetentionConfig,
-    /// Webhook alert delivery and per-tenant alerts (`crate::alerts`).
-    pub alerts: crate::alerts::AlertsConfig,
+    pub retention: crate::scheduler::retention::RetentionConfig,
+    /// Webhook alert delivery and per-tenant alerts (`crate::scheduler::alerts`).
+    pub alerts: crate::scheduler::alerts::AlertsConfig,
     /// Key-value bytes (keys + values) each tenant may keep, KiB (16 MiB by default).
     pub kv_quota_kb: u64,
     /// What HTTP clients may hold open: connection cap and timeouts (docs/OPERATIONS.md).
@@ -185,8 +185,8 @@ impl Default for Config {
             caps: CapsFile::default(),
             max_plugin_mb: 32,
             max_instances: crate::runtime::DEFAULT_MAX_INSTANCES,
-            retention: crate::retention::RetentionConfig::default(),
-            alerts: crate::alerts::AlertsConfig::default(),
+            retention: crate::scheduler::retention::RetentionConfig::default(),
+            alerts: crate::scheduler::alerts::AlertsConfig::default(),
             kv_quota_kb: crate::capability::kv::DEFAULT_QUOTA_BYTES >> 10,
             connections: ConnectionsConfig::default(),
             metrics_token: None,

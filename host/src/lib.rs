@@ -35,7 +35,6 @@
 //! Dependency direction: `api`/`cli` → `service` → `scheduler` → (`store`,
 //! `runtime` through traits) → `model`. Nothing imports `api`.
 
-pub mod alerts;
 pub mod api;
 pub mod bench;
 pub mod capability;
@@ -46,7 +45,6 @@ pub mod dag;
 pub mod graph;
 pub mod metrics;
 pub mod model;
-pub mod retention;
 pub mod runtime;
 pub mod schedule;
 pub mod scheduler;

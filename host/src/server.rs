@@ -200,7 +200,7 @@ pub async fn start(config: Config, demo: bool) -> anyhow::Result<Server> {
         ..SchedulerConfig::default()
     };
     let shutdown = CancellationToken::new();
-    crate::alerts::validate_config(&config.alerts)
+    crate::scheduler::alerts::validate_config(&config.alerts)
         .await
         .map_err(|e| anyhow::anyhow!("config: {e}"))?;
     let clock = Arc::new(SystemClock);
@@ -214,7 +214,7 @@ pub async fn start(config: Config, demo: bool) -> anyhow::Result<Server> {
     )?;
     let scheduler_config = SchedulerConfig {
         // Task webhooks are checked against the live tenant ceilings.
-        alerts: crate::alerts::Alerter::start(
+        alerts: crate::scheduler::alerts::Alerter::start(
             config.alerts.clone(),
             tenants.clone(),
             shutdown.clone(),
@@ -277,7 +277,7 @@ pub async fn start(config: Config, demo: bool) -> anyhow::Result<Server> {
         shutdown.clone(),
     ));
     // Retention: stops with everything else; its deletions go through the scheduler.
-    crate::retention::spawn_sweeper(
+    crate::scheduler::retention::spawn_sweeper(
         ax.store.clone(),
         ax.scheduler.clone(),
         ax.clock.clone(),

@@ -223,9 +223,9 @@ pub struct TenantRecord {
     /// A disabled tenant's tokens are refused (403), its triggers refused and
     /// its fires skipped; its queued runs wait.
     pub disabled: bool,
-    /// Webhook alerts for every task of the tenant (`crate::alerts`).
+    /// Webhook alerts for every task of the tenant (`crate::task::alerts`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub alerts: Option<crate::alerts::AlertSpec>,
+    pub alerts: Option<crate::task::alerts::AlertSpec>,
     /// When created (ms).
     pub created_at: Millis,
     /// When last changed (ms).

@@ -153,9 +153,9 @@ async fn failures_and_dead_letters_are_posted_and_retried() {
         fast_retries(c);
         c.alerts.tenants.insert(
             "default".into(),
-            ax::alerts::AlertSpec {
+            ax::scheduler::alerts::AlertSpec {
                 webhook: tenant_hook.clone(),
-                on: vec![ax::alerts::AlertOn::DeadLetter],
+                on: vec![ax::scheduler::alerts::AlertOn::DeadLetter],
                 late_after: None,
             },
         );

@@ -14,6 +14,9 @@ fn the_module_graph_has_no_circle_and_no_upward_edge() {
         .output()
         .expect("python3 runs scripts/layers");
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "scripts/layers found problems:\n{text}");
+    assert!(
+        out.status.success(),
+        "scripts/layers found problems:\n{text}"
+    );
     assert!(text.contains("0 problems"), "{text}");
 }

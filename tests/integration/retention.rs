@@ -7,13 +7,13 @@ use std::time::Duration;
 
 use crate::live::Live;
 
-async fn sweep(live: &Live) -> ax::retention::SweepReport {
+async fn sweep(live: &Live) -> ax::scheduler::retention::SweepReport {
     let ax = &live.server.as_ref().expect("running").ax;
-    ax::retention::sweep(
+    ax::scheduler::retention::sweep(
         &ax.store,
         &ax.scheduler,
         &ax.clock,
-        &ax::retention::RetentionConfig::default(),
+        &ax::scheduler::retention::RetentionConfig::default(),
     )
     .await
     .expect("a sweep")

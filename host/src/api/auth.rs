@@ -18,8 +18,8 @@ use sha2::{Digest, Sha256};
 
 use super::ApiState;
 use super::error::ApiError;
-pub use crate::tenant::constant_time_eq;
 use crate::tenant::TokenCheck;
+pub use crate::tenant::constant_time_eq;
 
 /// The header naming the tenant an admin acts on.
 pub const TENANT_HEADER: &str = "x-ax-tenant";

@@ -31,7 +31,7 @@ pub struct TenantView {
     /// Whether it is disabled.
     pub disabled: bool,
     /// Webhook alerts for every task of the tenant.
-    pub alerts: Option<crate::alerts::AlertSpec>,
+    pub alerts: Option<crate::task::alerts::AlertSpec>,
     /// The fairness limits in force, defaults filled in (quota fields left
     /// out get the host's defaults: docs/TENANTS.md).
     pub effective: EffectiveLimits,

@@ -70,7 +70,6 @@ pub trait KvStore: Send + Sync + 'static {
     fn flush(&self) -> KvResult<()>;
 }
 
-
 /// How wide a step's view of the key-value store is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -19,8 +19,8 @@ use super::bindings::ax::plugin::{config, kv, log, progress, secrets, types};
 use super::http::{HttpHooks, SharedLogs};
 use crate::capability::KvGrant;
 use crate::capability::kv::MAX_LIST;
-use crate::model::{LogLevel, LogRecord, Progress};
 use crate::capability::kv::{KvBackendError, SetOutcome};
+use crate::model::{LogLevel, LogRecord, Progress};
 
 /// Caps on the other instance resources a plugin could ask for. Generous for
 /// real components (a Rust plugin uses ~4 instances and a few tables), small

@@ -818,8 +818,12 @@ impl Actor {
                         && !self.dirty.runs.contains_key(id)
                         && !self.finished.contains_key(id)
                 });
-                let job =
-                    crate::retention::purge_job(self.store.clone(), self.stats.clone(), ids, reply);
+                let job = crate::scheduler::retention::purge_job(
+                    self.store.clone(),
+                    self.stats.clone(),
+                    ids,
+                    reply,
+                );
                 if let Err(e) = self.flush_then(Some(job)) {
                     tracing::error!(error = %e, "cannot queue a retention purge");
                 }

@@ -13,11 +13,13 @@
 //! Design notes: docs/SCHEDULER.md.
 
 mod actor;
+pub mod alerts;
 pub mod clock;
 mod cond_pool;
 pub mod queue;
 mod quota;
 mod readiness;
+pub mod retention;
 pub mod runner;
 
 use std::sync::Arc;
@@ -89,7 +91,7 @@ pub struct SchedulerConfig {
     /// Attempts lost to host crashes that do not count against a step's retries.
     pub max_lost_attempts: u32,
     /// Where webhook alerts go (inert by default: no worker, no webhooks).
-    pub alerts: crate::alerts::Alerter,
+    pub alerts: crate::scheduler::alerts::Alerter,
     /// How long before its instant a scheduled run is created and stored;
     /// it starts at the instant ([`FIRE_AHEAD_MS`]).
     pub fire_ahead_ms: crate::model::Millis,
@@ -117,7 +119,7 @@ impl Default for SchedulerConfig {
             high_water: 50_000,
             shed_below_priority: 3,
             max_lost_attempts: 3,
-            alerts: crate::alerts::Alerter::default(),
+            alerts: crate::scheduler::alerts::Alerter::default(),
             fire_ahead_ms: FIRE_AHEAD_MS,
             caps: crate::model::Caps::UNLIMITED,
             cond_workers: COND_WORKERS,
@@ -172,7 +174,7 @@ pub struct Stats {
     /// Finished runs deleted by retention.
     pub runs_deleted: AtomicU64,
     /// The alert handle (its delivery counters are metrics).
-    pub alerts: crate::alerts::Alerter,
+    pub alerts: crate::scheduler::alerts::Alerter,
     /// Why each held tenant's runs wait (fuel used up, disabled).
     pub holds: std::sync::Mutex<std::collections::HashMap<String, String>>,
 }

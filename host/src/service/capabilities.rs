@@ -34,13 +34,13 @@ impl Ax {
 
     /// A task's alert webhook is outbound HTTP on the tenant's behalf: it
     /// must be allowed by the same ceiling, and not point at an address the
-    /// rules refuse ([`crate::alerts::check_webhook`]).
+    /// rules refuse ([`crate::scheduler::alerts::check_webhook`]).
     pub(crate) async fn check_alert_webhook(&self, tenant: &str, spec: &TaskSpec) -> Result<()> {
         let Some(alerts) = &spec.alerts else {
             return Ok(());
         };
         let ceiling = self.http_ceiling(tenant)?;
-        crate::alerts::check_webhook(alerts, Some(&ceiling))
+        crate::scheduler::alerts::check_webhook(alerts, Some(&ceiling))
             .await
             .map_err(|message| Error::Invalid {
                 path: Some("alerts.webhook".into()),

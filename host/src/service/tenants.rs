@@ -114,7 +114,7 @@ pub struct TenantSpec {
     pub allow_http: Option<Vec<String>>,
     /// Webhook alerts for every task of the tenant (docs/TASKS.md, *Alerts*).
     #[serde(default)]
-    pub alerts: Option<crate::alerts::AlertSpec>,
+    pub alerts: Option<crate::task::alerts::AlertSpec>,
 }
 
 fn ms_to_utc(ms: Millis) -> DateTime<Utc> {
@@ -170,7 +170,7 @@ impl Ax {
         }
         if let Some(alerts) = &spec.alerts {
             // The admin's own webhook grants itself; the address rules apply.
-            crate::alerts::check_webhook(alerts, None)
+            crate::scheduler::alerts::check_webhook(alerts, None)
                 .await
                 .map_err(|message| Error::Invalid {
                     path: Some("alerts.webhook".into()),

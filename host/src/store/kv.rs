@@ -23,8 +23,8 @@ use std::path::Path;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use super::{Error, Result};
-pub use crate::capability::kv::{KvStore, SetOutcome};
 use crate::capability::kv::{KvBackendError, KvNamespace, KvResult, entry_bytes, fits_quota};
+pub use crate::capability::kv::{KvStore, SetOutcome};
 use crate::model::Millis;
 
 impl From<Error> for KvBackendError {

@@ -15,6 +15,9 @@
 //! converter backs `Deserialize`, so stored specs are read exactly like
 //! submitted ones.
 
+pub mod alerts;
+pub mod retention;
+
 use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -94,14 +97,14 @@ pub struct TaskSpec {
     pub priority: u8,
     /// The DAG, in declaration order (at least one step).
     pub steps: Vec<StepSpec>,
-    /// How much finished history to keep (`crate::retention`); `None`: the
+    /// How much finished history to keep (`crate::scheduler::retention`); `None`: the
     /// server defaults.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub retention: Option<crate::retention::RetentionSpec>,
+    pub retention: Option<retention::RetentionSpec>,
     /// Where failures, dead letters and late starts are reported
-    /// (`crate::alerts`); `None`: only the tenant's alerts, if any.
+    /// (`crate::scheduler::alerts`); `None`: only the tenant's alerts, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub alerts: Option<crate::alerts::AlertSpec>,
+    pub alerts: Option<alerts::AlertSpec>,
     /// Config values every step can read (`config.get`); a step's own
     /// `config` overrides single keys.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
@@ -551,7 +554,6 @@ fn name_error(path: &str, what: &str, name: &str) -> SpecError {
         ),
     )
 }
-
 
 impl fmt::Display for PluginRef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -1122,8 +1124,8 @@ fn task_from_value(value: &Value) -> Result<(TaskSpec, bool)> {
                 .ok_or_else(|| SpecError::new(p, format!("{n} is outside 0..={MAX_PRIORITY}")))
         })?
         .unwrap_or(DEFAULT_PRIORITY);
-    let retention = task.opt("retention", crate::retention::RetentionSpec::from_value)?;
-    let alerts = task.opt("alerts", crate::alerts::AlertSpec::from_value)?;
+    let retention = task.opt("retention", retention::RetentionSpec::from_value)?;
+    let alerts = task.opt("alerts", alerts::AlertSpec::from_value)?;
 
     let shorthand_keys: Vec<&str> = SHORTHAND_FIELDS
         .into_iter()
@@ -3345,7 +3347,7 @@ steps:
 
     #[test]
     fn the_documented_limits_are_the_enforced_ones() {
-        let docs = include_str!("../../docs/TASKS.md");
+        let docs = include_str!("../../../docs/TASKS.md");
         let steps = format!("| 1 to {MAX_STEPS} steps |");
         assert!(docs.contains(&steps), "docs/TASKS.md must say `{steps}`");
         // The *Limits* table: the row naming each constant gives its value.

@@ -40,81 +40,22 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::model::Millis;
 use crate::scheduler::{Clock, Scheduler};
 use crate::store::{RunSummary, Store, id_millis};
-use crate::task::{SpecError, TaskSpec};
+use crate::task::TaskSpec;
+pub use crate::task::retention::{
+    DEFAULT_KEEP_FOR, DEFAULT_KEEP_RUNS, MAX_KEEP_RUNS, MIN_KEEP_FOR, RetentionSpec,
+};
 
-/// Finished runs kept per task unless the task or the config says otherwise.
-pub const DEFAULT_KEEP_RUNS: u64 = 1000;
-/// How long finished runs are kept unless the task or the config says otherwise.
-pub const DEFAULT_KEEP_FOR: Duration = Duration::from_secs(30 * 24 * 3600);
 /// How often the sweeper runs by default.
 pub const DEFAULT_SWEEP_EVERY: Duration = Duration::from_secs(60);
-/// Most `keep_runs` a task may ask for.
-pub const MAX_KEEP_RUNS: u64 = 1_000_000;
-/// Shortest `keep_for`.
-pub const MIN_KEEP_FOR: Duration = Duration::from_secs(1);
 /// Runs handed to the scheduler per deletion batch: the deletions run on the
 /// run writer, so a batch must stay short (a few ms) to not delay writes.
 pub const PURGE_BATCH: usize = 256;
-
-/// `retention:` of a task; absent fields take the server defaults.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RetentionSpec {
-    /// Newest finished runs kept.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub keep_runs: Option<u64>,
-    /// Finished runs created longer ago than this are deleted (`30d`, `12h`).
-    #[serde(
-        default,
-        with = "crate::schedule::spec::opt_duration",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub keep_for: Option<Duration>,
-}
-
-impl RetentionSpec {
-    /// Reads `retention:` of a task definition; errors name the field.
-    pub fn from_value(value: &serde_json::Value, path: &str) -> Result<Self, SpecError> {
-        let spec: RetentionSpec = serde_json::from_value(value.clone()).map_err(|e| {
-            SpecError::new(
-                path,
-                format!("{e}; expected {{keep_runs: N, keep_for: DURATION}}"),
-            )
-        })?;
-        spec.validate(path)?;
-        Ok(spec)
-    }
-
-    /// Bounds: `keep_runs` 1..=1,000,000, `keep_for` at least 1 s.
-    pub fn validate(&self, path: &str) -> Result<(), SpecError> {
-        if let Some(n) = self.keep_runs
-            && !(1..=MAX_KEEP_RUNS).contains(&n)
-        {
-            return Err(SpecError::new(
-                format!("{path}.keep_runs"),
-                format!("{n} is outside 1..={MAX_KEEP_RUNS}"),
-            ));
-        }
-        if let Some(d) = self.keep_for
-            && d < MIN_KEEP_FOR
-        {
-            return Err(SpecError::new(
-                format!("{path}.keep_for"),
-                format!(
-                    "{} is below the minimum of 1s",
-                    humantime::format_duration(d)
-                ),
-            ));
-        }
-        Ok(())
-    }
-}
 
 /// The server's defaults and sweep interval (`retention:` in the config file).
 #[derive(Clone, Debug, PartialEq, Deserialize)]
@@ -213,11 +154,11 @@ pub async fn sweep(
     scheduler: &Scheduler,
     clock: &Arc<dyn Clock>,
     defaults: &RetentionConfig,
-) -> anyhow::Result<SweepReport> {
+) -> Result<SweepReport, SweepError> {
     let now = clock.now_ms();
     let (store2, defaults2) = (store.clone(), defaults.clone());
-    let (scanned, chosen, kept_for_dead_letters) =
-        tokio::task::spawn_blocking(move || -> anyhow::Result<(usize, Vec<RunSummary>, usize)> {
+    let (scanned, chosen, kept_for_dead_letters) = tokio::task::spawn_blocking(
+        move || -> Result<(usize, Vec<RunSummary>, usize), crate::store::Error> {
             let runs = store2.run_summaries()?;
             let scanned = runs.len();
             let mut policies = HashMap::new();
@@ -240,8 +181,9 @@ pub async fn sweep(
                 .collect();
             let kept = before - chosen.len();
             Ok((scanned, chosen, kept))
-        })
-        .await??;
+        },
+    )
+    .await??;
     let mut report = SweepReport {
         scanned,
         candidates: chosen.len() + kept_for_dead_letters,
@@ -253,6 +195,20 @@ pub async fn sweep(
         report.deleted += scheduler.purge(ids).await?;
     }
     Ok(report)
+}
+
+/// Why a sweep stopped (it is tried again at the next tick).
+#[derive(Debug, thiserror::Error)]
+pub enum SweepError {
+    /// Reading what to delete failed.
+    #[error("retention: reading the store failed")]
+    Store(#[from] crate::store::Error),
+    /// The scheduler refused or stopped before deleting.
+    #[error("retention: the scheduler could not delete")]
+    Scheduler(#[from] crate::scheduler::Error),
+    /// The blocking thread that reads the store panicked or was cancelled.
+    #[error("retention: the reading thread failed")]
+    Join(#[from] tokio::task::JoinError),
 }
 
 /// Runs [`sweep`] every `defaults.sweep_every` until `shutdown` fires. A
@@ -280,7 +236,9 @@ pub fn spawn_sweeper(
                     "retention sweep"
                 ),
                 Ok(r) => tracing::debug!(scanned = r.scanned, "retention sweep: nothing to delete"),
-                Err(e) => tracing::warn!(error = %e, "retention sweep failed"),
+                Err(e) => {
+                    tracing::warn!(error = %e, cause = ?std::error::Error::source(&e), "retention sweep failed")
+                }
             }
         }
     })
