@@ -12,7 +12,7 @@ use super::auth::Caller;
 use super::error::{ApiError, ApiResult, ErrorBody};
 use super::extract::ApiQuery;
 use super::views::{CronPreview, Health};
-use crate::scheduler::clock::rfc3339;
+use crate::model::time::rfc3339;
 
 /// Instants a cron preview shows when the client does not say.
 const DEFAULT_PREVIEW: usize = 5;

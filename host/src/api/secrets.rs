@@ -12,7 +12,7 @@ use super::ApiState;
 use super::auth::Caller;
 use super::error::{ApiError, ApiResult, ErrorBody};
 use super::extract::{ApiBody, ApiPath};
-use crate::scheduler::clock::rfc3339;
+use crate::model::time::rfc3339;
 
 /// The answer to setting a secret: never its value.
 #[derive(Debug, Serialize, utoipa::ToSchema)]

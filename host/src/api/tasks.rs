@@ -18,7 +18,7 @@ use super::error::{ApiError, ApiResult};
 use super::extract::{ApiBody, ApiPath, ApiQuery, PAGE_LIMITS, PREVIEW_COUNTS, bounded};
 use super::views::{NextFires, TaskList, TaskView};
 use crate::graph::Format;
-use crate::scheduler::clock::rfc3339;
+use crate::model::time::rfc3339;
 
 /// Fire instants a preview shows when the client does not say.
 const DEFAULT_PREVIEW: usize = 5;

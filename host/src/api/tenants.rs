@@ -13,7 +13,7 @@ use super::ApiState;
 use super::auth::Caller;
 use super::error::{ApiError, ApiResult, ErrorBody, parse_json};
 use super::extract::{ApiBody, ApiPath, ApiQuery};
-use crate::scheduler::clock::rfc3339;
+use crate::model::time::rfc3339;
 use crate::service::TenantSpec;
 use crate::tenant::{Quota, TenantRecord, TokenRecord};
 

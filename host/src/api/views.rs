@@ -7,11 +7,11 @@ use serde::Serialize;
 use serde_json::Value;
 use utoipa::ToSchema;
 
+use crate::model::time::rfc3339;
 use crate::model::{
     AttemptRecord, DeadLetter, ErrorKind, Event, Millis, Outcome, PluginRecord, RunRecord,
     RunStatus, ScheduleState, StepRunRecord, StepStatus, TaskRecord, TriggerKind,
 };
-use crate::scheduler::clock::rfc3339;
 
 fn instant(ms: Millis) -> String {
     rfc3339(ms)

@@ -84,8 +84,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::capability::http::{self as allow, Destination, HttpPattern};
+use crate::model::time::rfc3339;
 use crate::model::{DeadLetter, Millis, RunRecord, RunStatus};
-use crate::scheduler::clock::rfc3339;
 use crate::task::TaskSpec;
 pub use crate::task::alerts::{AlertOn, AlertSpec, DEFAULT_LATE_AFTER, all_events};
 use crate::tenant::Registry;

@@ -230,7 +230,7 @@ impl TenantQuota {
         if self.disabled {
             return Some(format!("held: tenant `{tenant}` is disabled"));
         }
-        let end = crate::scheduler::clock::rfc3339(self.window_end());
+        let end = crate::model::time::rfc3339(self.window_end());
         let budgets = [
             ("fuel budget", "", self.fuel, self.quota.fuel_per_window),
             (
