@@ -44,6 +44,7 @@ use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::model::Millis;
+use crate::model::ids::TaskKey;
 use crate::scheduler::{Clock, Scheduler};
 use crate::store::{RunSummary, Store, id_millis};
 use crate::task::TaskSpec;
@@ -122,19 +123,19 @@ fn policy(spec: Option<&RetentionSpec>, defaults: &RetentionConfig) -> (u64, Dur
 /// the newest `keep_runs` or created before `now - keep_for`. Pure.
 pub fn choose(
     mut runs: Vec<RunSummary>,
-    policies: &HashMap<(String, String), Option<RetentionSpec>>,
+    policies: &HashMap<TaskKey, Option<RetentionSpec>>,
     defaults: &RetentionConfig,
     now: Millis,
 ) -> Vec<RunSummary> {
     // Newest first within each task: ids sort by creation.
     runs.sort_by(|a, b| (&a.tenant, &a.task, &b.id).cmp(&(&b.tenant, &b.task, &a.id)));
     let mut chosen = Vec::new();
-    let mut kept: BTreeMap<(String, String), u64> = BTreeMap::new();
+    let mut kept: BTreeMap<TaskKey, u64> = BTreeMap::new();
     for run in runs {
         if !run.status.is_terminal() {
             continue;
         }
-        let key = (run.tenant.clone(), run.task.clone());
+        let key = TaskKey::new(run.tenant.as_str(), run.task.as_str());
         let (keep_runs, keep_for) = policy(policies.get(&key).and_then(Option::as_ref), defaults);
         let n = kept.entry(key).or_default();
         *n += 1;
@@ -164,7 +165,10 @@ pub async fn sweep(
             let mut policies = HashMap::new();
             for task in store2.list_tasks(None)? {
                 let spec: Option<TaskSpec> = serde_json::from_value(task.spec).ok();
-                policies.insert((task.tenant, task.name), spec.and_then(|s| s.retention));
+                policies.insert(
+                    TaskKey::new(task.tenant, task.name),
+                    spec.and_then(|s| s.retention),
+                );
             }
             let chosen = choose(runs, &policies, &defaults2, now);
             let tenants: HashSet<&str> = chosen.iter().map(|r| r.tenant.as_str()).collect();
@@ -294,7 +298,7 @@ mod tests {
         ];
         let mut policies = HashMap::new();
         policies.insert(
-            ("t".to_string(), "a".to_string()),
+            TaskKey::new("t", "a"),
             Some(RetentionSpec {
                 keep_runs: Some(1),
                 keep_for: None,

@@ -12,6 +12,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use sha2::{Digest, Sha256};
 
 use super::{AttemptLogs, Error, Insert, NewRun, Result, RunPage, RunQuery, Store, SyncTicket};
+use crate::model::ids::TaskKey;
 use crate::model::{
     DeadLetter, Event, Millis, PluginRecord, RunRecord, RunStatus, ScheduleState, TaskRecord,
 };
@@ -77,9 +78,9 @@ struct State {
     /// Keyed by (tenant, name, version).
     plugins: BTreeMap<(String, String, String), PluginRecord>,
     /// Keyed by (tenant, name).
-    tasks: BTreeMap<(String, String), TaskRecord>,
+    tasks: BTreeMap<TaskKey, TaskRecord>,
     /// Keyed by (tenant, task).
-    schedules: BTreeMap<(String, String), ScheduleState>,
+    schedules: BTreeMap<TaskKey, ScheduleState>,
     /// Keyed by id; ids sort by creation time.
     runs: BTreeMap<String, RunRecord>,
     /// (tenant, task, key) → run id.
@@ -141,8 +142,8 @@ impl MemoryStore {
     }
 }
 
-fn key2(a: &str, b: &str) -> (String, String) {
-    (a.to_owned(), b.to_owned())
+fn key2(tenant: &str, task: &str) -> TaskKey {
+    TaskKey::new(tenant, task)
 }
 
 impl Store for MemoryStore {
