@@ -1,0 +1,452 @@
+//! The task and step types a user writes, after parsing: [`TaskSpec`],
+//! [`StepSpec`], [`PluginRef`] and [`StepLimits`], with the little behaviour
+//! they carry: the limits, HTTP limits and grants an attempt of a step gets,
+//! and the `(name, needs)` graph [`crate::dag`] takes. Plain data: the retry
+//! policy is `task::retry`, trigger rules `task::rules`; reading these types
+//! from text is `task::convert` (which also implements their `Deserialize`),
+//! checking them `task::validate`.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::de;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::Value;
+
+use super::retry::RetryPolicy;
+use super::rules::TriggerRule;
+use super::{alerts, retention};
+use crate::capability::{self, HttpPattern, KvScope, StepGrants};
+use crate::model::name::{MAX_NAME_LEN, is_valid_name, is_valid_version};
+use crate::model::{Caps, Limits};
+use crate::schedule::{CatchUp, Overlap, TriggerSpec};
+use crate::template::shorten;
+
+/// A task definition (SPEC §4), after parsing. Serializes to the canonical
+/// `steps` form (a shorthand one-step task comes back with one step).
+///
+/// `Deserialize` is implemented by hand with the same converter as
+/// [`parse`](super::parse), which refuses unknown fields with their path (the
+/// effect of `deny_unknown_fields`, with better messages).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TaskSpec {
+    /// Unique per tenant; `[A-Za-z0-9][A-Za-z0-9_.-]{0,63}`.
+    pub name: String,
+    /// Free text for people.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// When the task fires; `None` means manual/API only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trigger: Option<TriggerSpec>,
+    /// What to do with fire instants missed while ax was down.
+    pub catch_up: CatchUp,
+    /// What to do when a fire comes while the previous run is active.
+    pub overlap: Overlap,
+    /// 0..=9, higher first in the dispatch queue.
+    pub priority: u8,
+    /// The DAG, in declaration order (at least one step).
+    pub steps: Vec<StepSpec>,
+    /// How much finished history to keep (`crate::scheduler::retention`); `None`: the
+    /// server defaults.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retention: Option<retention::RetentionSpec>,
+    /// Where failures, dead letters and late starts are reported
+    /// (`crate::scheduler::alerts`); `None`: only the tenant's alerts, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub alerts: Option<alerts::AlertSpec>,
+    /// Config values every step can read (`config.get`); a step's own
+    /// `config` overrides single keys.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub config: BTreeMap<String, String>,
+}
+
+/// One node of a task's DAG.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct StepSpec {
+    /// Unique within the task; same charset as task names.
+    pub name: String,
+    /// The plugin to run, `name@version`.
+    pub plugin: PluginRef,
+    /// The input template (see [`crate::template`]); `{}` when absent.
+    pub input: Value,
+    /// Per-attempt limits; unset fields take [`Limits::default`].
+    #[serde(skip_serializing_if = "StepLimits::is_unset")]
+    pub limits: StepLimits,
+    /// A named slot pool bounding concurrency across tasks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pool: Option<String>,
+    /// How failed attempts are retried.
+    pub retry: RetryPolicy,
+    /// Steps that must finish first (per [`StepSpec::trigger_rule`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub needs: Vec<String>,
+    /// A CEL condition; false means the step is skipped. Stored now, evaluated at run time.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub when: Option<String>,
+    /// How upstream results decide whether this step runs.
+    pub trigger_rule: TriggerRule,
+    /// Destinations this step may send HTTP requests to (none by default).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub allow_http: Vec<HttpPattern>,
+    /// Names of the tenant's secrets this step may read (none by default).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<String>,
+    /// The key-value store this step sees, if any (none by default).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kv: Option<KvScope>,
+    /// Config values for this step, over the task's.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub config: BTreeMap<String, String>,
+}
+
+/// A plugin version, written `name@version` (semver).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PluginRef {
+    /// The plugin's name.
+    pub name: String,
+    /// Its semver version, `x.y.z` with optional `-pre` and `+build`.
+    pub version: String,
+}
+
+/// Per-attempt limits a step asks for. Each is checked against the tenant's
+/// [`Caps`] on save.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct StepLimits {
+    /// Instruction budget (wasmtime fuel).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fuel: Option<u64>,
+    /// Linear memory cap, in MiB.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_mb: Option<u64>,
+    /// Wall-clock budget, written `30s`.
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "duration_text::option"
+    )]
+    pub timeout: Option<Duration>,
+    /// Outbound HTTP requests per attempt.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub http_requests: Option<u32>,
+    /// Per-request HTTP timeout, written `10s`.
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "duration_text::option"
+    )]
+    pub http_timeout: Option<Duration>,
+    /// Largest HTTP response body, in KiB.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub http_response_kb: Option<u64>,
+}
+
+impl StepLimits {
+    /// Whether no limit is set (all defaults).
+    pub fn is_unset(&self) -> bool {
+        *self == StepLimits::default()
+    }
+}
+
+/// MiB to bytes, saturating (validation keeps real values far below overflow).
+fn mib(mb: u64) -> u64 {
+    mb.saturating_mul(1 << 20)
+}
+
+impl StepSpec {
+    /// The limits an attempt of this step gets: [`Limits::default`] with the
+    /// step's `fuel`, `memory_mb` and `timeout` applied.
+    pub fn limits_or_default(&self) -> Limits {
+        let mut limits = Limits::default();
+        if let Some(fuel) = self.limits.fuel {
+            limits.fuel = fuel;
+        }
+        if let Some(mb) = self.limits.memory_mb {
+            limits.memory_bytes = mib(mb);
+        }
+        if let Some(timeout) = self.limits.timeout {
+            limits.timeout = timeout;
+        }
+        limits
+    }
+
+    /// [`StepSpec::limits_or_default`], each value lowered to its cap
+    /// ([`Limits::capped`]): what an attempt of this step gets at its start.
+    pub fn limits_capped(&self, caps: &Caps) -> Limits {
+        self.limits_or_default().capped(caps)
+    }
+}
+
+impl StepSpec {
+    /// The HTTP limits an attempt of this step gets (defaults where unset).
+    pub fn http_limits(&self) -> capability::HttpLimits {
+        let mut http = capability::HttpLimits::default();
+        if let Some(n) = self.limits.http_requests {
+            http.max_requests = n;
+        }
+        if let Some(t) = self.limits.http_timeout {
+            http.timeout = t;
+        }
+        if let Some(kb) = self.limits.http_response_kb {
+            http.max_response_bytes = kb.saturating_mul(1 << 10);
+        }
+        http
+    }
+}
+
+impl TaskSpec {
+    /// What step `i` declares: its allow-list, HTTP limits, secret names, KV
+    /// scope and config (the task's, overridden by the step's).
+    pub fn step_grants(&self, i: usize) -> StepGrants {
+        let step = &self.steps[i];
+        let mut config = self.config.clone();
+        config.extend(step.config.iter().map(|(k, v)| (k.clone(), v.clone())));
+        StepGrants {
+            allow_http: step.allow_http.clone(),
+            http_limits: step.http_limits(),
+            secrets: step.secrets.clone(),
+            kv: step.kv,
+            config,
+        }
+    }
+
+    /// The steps as `(name, needs)` pairs, the shape [`crate::dag`] takes.
+    pub fn graph(&self) -> Vec<(&str, &[String])> {
+        self.steps
+            .iter()
+            .map(|s| (s.name.as_str(), s.needs.as_slice()))
+            .collect()
+    }
+
+    /// The step with this name.
+    pub fn step(&self, name: &str) -> Option<&StepSpec> {
+        self.steps.iter().find(|s| s.name == name)
+    }
+}
+
+impl fmt::Display for PluginRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}@{}", self.name, self.version)
+    }
+}
+
+impl FromStr for PluginRef {
+    type Err = String;
+
+    /// Reads `name@version`, checking the name's charset and the version's semver syntax.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let Some((name, version)) = s.split_once('@') else {
+            return Err(format!(
+                "`{}` has no version: write the plugin as name@1.2.3",
+                shorten(s)
+            ));
+        };
+        if !is_valid_name(name) {
+            return Err(format!(
+                "`{}` is not a valid plugin name: use letters, digits, `_`, `.` and `-`, \
+                 start with a letter or digit, at most {MAX_NAME_LEN} characters",
+                shorten(name)
+            ));
+        }
+        if !is_valid_version(version) {
+            return Err(format!(
+                "`{}` is not a semver version (like 1.2.0 or 1.2.0-rc.1)",
+                shorten(version)
+            ));
+        }
+        Ok(PluginRef {
+            name: name.to_owned(),
+            version: version.to_owned(),
+        })
+    }
+}
+
+impl Serialize for PluginRef {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for PluginRef {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d)?.parse().map_err(de::Error::custom)
+    }
+}
+
+/// Durations written as humantime text (`30s`, `2m`, `1h 30m`); the retry
+/// policy's backoff uses them too.
+pub(super) mod duration_text {
+    use std::time::Duration;
+
+    use serde::Serializer;
+
+    pub(in crate::task) fn plain<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(&humantime::format_duration(*d))
+    }
+
+    pub(in crate::task) fn option<S: Serializer>(
+        d: &Option<Duration>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => plain(d, s),
+            None => s.serialize_none(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::task::load;
+    use crate::task::test_support::{CAPS, SPEC_EXAMPLE, plugin, secs};
+
+    #[test]
+    fn plugin_ref_round_trips_as_text() {
+        let p = plugin("extract-orders@1.2.0-rc.1");
+        assert_eq!(p.name, "extract-orders");
+        assert_eq!(p.version, "1.2.0-rc.1");
+        assert_eq!(
+            serde_json::to_value(&p).unwrap(),
+            json!("extract-orders@1.2.0-rc.1")
+        );
+        assert_eq!(
+            serde_json::from_value::<PluginRef>(json!("extract-orders@1.2.0-rc.1")).unwrap(),
+            p
+        );
+        assert!(serde_json::from_value::<PluginRef>(json!("nope")).is_err());
+    }
+
+    #[test]
+    fn semver_versions_are_recognised() {
+        for ok in [
+            "0.0.0",
+            "1.2.3",
+            "10.20.30",
+            "1.0.0-rc.1",
+            "1.0.0-alpha-1.0",
+            "1.0.0+build.5",
+            "1.0.0-0.3.7+exp.sha.5114f85",
+        ] {
+            assert!(is_valid_version(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "1",
+            "1.2",
+            "1.2.3.4",
+            "v1.2.3",
+            "1.02.3",
+            "1.2.3-",
+            "1.2.3-01",
+            "1.2.3+",
+            "1.2.3-a..b",
+            "1.2.x",
+        ] {
+            assert!(!is_valid_version(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn names_follow_the_charset() {
+        for ok in ["a", "order_report", "A.b-c_9", "9lives", &"x".repeat(64)] {
+            assert!(is_valid_name(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "_a",
+            "-a",
+            ".a",
+            "a b",
+            "a/b",
+            "é",
+            &"x".repeat(65),
+            "a@b",
+        ] {
+            assert!(!is_valid_name(bad), "{bad}");
+        }
+    }
+
+    const CAPS_TASK: &str = "name: t\nconfig: { endpoint: \"http://x\", retries: 3, verbose: true }\nsteps:\n  - name: a\n    plugin: p@1.0.0\n    allow_http: [\"https://*.example.com\", \"http://127.0.0.1:*\"]\n    secrets: [token]\n    kv: task\n    config: { retries: 5 }\n    limits: { http_requests: 7, http_timeout: 2s, http_response_kb: 64 }\n  - name: b\n    plugin: p@1.0.0\n    kv: true\n";
+
+    #[test]
+    fn capability_fields_are_read_and_merged_into_step_grants() {
+        let spec = load(CAPS_TASK, &CAPS).unwrap();
+        let a = spec.step_grants(0);
+        assert_eq!(
+            a.allow_http
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>(),
+            ["https://*.example.com", "http://127.0.0.1:*"]
+        );
+        assert_eq!(a.secrets, ["token"]);
+        assert_eq!(a.kv, Some(KvScope::Task));
+        assert_eq!(a.config["retries"], "5", "the step overrides the task");
+        assert_eq!(a.config["endpoint"], "http://x");
+        assert_eq!(a.config["verbose"], "true");
+        assert_eq!(a.http_limits.max_requests, 7);
+        assert_eq!(a.http_limits.timeout, secs(2));
+        assert_eq!(a.http_limits.max_response_bytes, 64 << 10);
+        let b = spec.step_grants(1);
+        assert_eq!(b.kv, Some(KvScope::Tenant));
+        assert!(b.allow_http.is_empty() && b.secrets.is_empty());
+        assert_eq!(b.config["retries"], "3");
+        assert_eq!(b.http_limits, capability::HttpLimits::default());
+    }
+
+    #[test]
+    fn capability_fields_survive_storing() {
+        let spec = load(CAPS_TASK, &CAPS).unwrap();
+        let stored = serde_json::to_value(&spec).unwrap();
+        let back: TaskSpec = serde_json::from_value(stored).unwrap();
+        assert_eq!(back, spec);
+    }
+
+    #[test]
+    fn a_step_declaring_nothing_is_granted_nothing() {
+        let spec = load("name: t\nplugin: p@1.0.0\n", &CAPS).unwrap();
+        let g = spec.step_grants(0);
+        assert!(g.allow_http.is_empty() && g.secrets.is_empty() && g.config.is_empty());
+        assert_eq!(g.kv, None);
+        let spec = load("name: t\nplugin: p@1.0.0\nkv: false\n", &CAPS).unwrap();
+        assert_eq!(spec.step_grants(0).kv, None);
+    }
+
+    #[test]
+    fn limits_or_default_overrides_only_what_is_set() {
+        let spec = load(SPEC_EXAMPLE, &CAPS).unwrap();
+        let extract = spec.steps[0].limits_or_default();
+        assert_eq!(extract.fuel, 50_000_000);
+        assert_eq!(extract.memory_bytes, 64 << 20);
+        assert_eq!(extract.timeout, secs(30));
+        assert_eq!(extract.max_output_bytes, Limits::default().max_output_bytes);
+        assert_eq!(spec.steps[1].limits_or_default(), Limits::default());
+        let partial = load("name: t\nplugin: p@1.0.0\nlimits: {memory_mb: 16}\n", &CAPS).unwrap();
+        let limits = partial.steps[0].limits_or_default();
+        assert_eq!(
+            (limits.fuel, limits.memory_bytes, limits.timeout),
+            (Limits::default().fuel, 16 << 20, Limits::default().timeout)
+        );
+    }
+
+    #[test]
+    fn limits_capped_lowers_defaults_to_the_caps() {
+        let spec = load("name: t\nplugin: p@1.0.0\n", &CAPS).unwrap();
+        let small = Caps {
+            max_fuel: 1000,
+            max_memory_mb: 8,
+            max_timeout: secs(5),
+        };
+        let limits = spec.steps[0].limits_capped(&small);
+        assert_eq!(
+            (limits.fuel, limits.memory_bytes, limits.timeout),
+            (1000, 8 << 20, secs(5))
+        );
+        assert_eq!(
+            spec.steps[0].limits_capped(&Caps::UNLIMITED),
+            Limits::default()
+        );
+    }
+}
