@@ -45,3 +45,58 @@ pub fn is_valid_version(version: &str) -> bool {
         && pre.is_none_or(|p| idents(p, true))
         && build.is_none_or(|b| idents(b, false))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn semver_versions_are_recognised() {
+        for ok in [
+            "0.0.0",
+            "1.2.3",
+            "10.20.30",
+            "1.0.0-rc.1",
+            "1.0.0-alpha-1.0",
+            "1.0.0+build.5",
+            "1.0.0-0.3.7+exp.sha.5114f85",
+        ] {
+            assert!(is_valid_version(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "1",
+            "1.2",
+            "1.2.3.4",
+            "v1.2.3",
+            "1.02.3",
+            "1.2.3-",
+            "1.2.3-01",
+            "1.2.3+",
+            "1.2.3-a..b",
+            "1.2.x",
+        ] {
+            assert!(!is_valid_version(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn names_follow_the_charset() {
+        for ok in ["a", "order_report", "A.b-c_9", "9lives", &"x".repeat(64)] {
+            assert!(is_valid_name(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "_a",
+            "-a",
+            ".a",
+            "a b",
+            "a/b",
+            "é",
+            &"x".repeat(65),
+            "a@b",
+        ] {
+            assert!(!is_valid_name(bad), "{bad}");
+        }
+    }
+}
