@@ -2173,7 +2173,7 @@ mod tests {
 
     #[test]
     fn documented_examples_hold() {
-        let docs = include_str!("../../docs/TASKS.md");
+        let docs = include_str!("../../../docs/TASKS.md");
         let section = &docs[docs.find("## Conditions (`when`)").unwrap()..];
         let block = section.split("```").nth(3).expect("the examples block");
         let mut seen = 0;
