@@ -31,7 +31,7 @@
 //! - here: the variables ([`VARIABLES`], [`VarRef`]) and [`TemplateError`];
 //! - `parse`: template strings → text and references ([`references`],
 //!   [`for_each_string`]);
-//! - `render`: a template and a run's [`Vars`] → the step's input ([`render`]).
+//! - `render`: a template and a run's [`Vars`] → the step's input ([`render()`]).
 
 use std::fmt;
 

@@ -1,7 +1,7 @@
 //! Reading templates: one string parsed into text and `${...}` pieces, the
-//! reference inside the braces checked against [`VARIABLES`](super::VARIABLES),
-//! and every string of a JSON template walked with its path, for listing
-//! the variables a template refers to.
+//! reference inside the braces checked against [`VARIABLES`], and every
+//! string of a JSON template walked with its path, for listing the
+//! variables a template refers to.
 
 use serde_json::Value;
 
