@@ -79,7 +79,27 @@ pub enum Error {
     /// disabled tenant).
     #[error("{0}")]
     Forbidden(String),
-    /// A fault of the host (store, scheduler stopped).
+    /// The store failed (I/O, a corrupt record): a fault of the host.
+    #[error("internal error: {0}")]
+    Store(#[source] store::Error),
+    /// The scheduler failed (it is stopping, or its store failed): a fault
+    /// of the host.
+    #[error("internal error: {0}")]
+    Scheduler(#[source] scheduler::Error),
+    /// A stored record does not read back (or a value does not serialize):
+    /// a fault of the host.
+    #[error("internal error: {what}: {source}")]
+    Record {
+        /// Which record (e.g. "the definition of task `nightly`").
+        what: String,
+        /// What serde said.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The blocking task that compiles an upload panicked or was cancelled.
+    #[error("internal error: compiling the plugin: {0}")]
+    Compile(#[source] tokio::task::JoinError),
+    /// Another fault of the host (a stored setting that no longer reads).
     #[error("internal error: {0}")]
     Internal(String),
     /// The tenant keeps as many plugin versions as its `max_plugins` quota allows.
@@ -95,7 +115,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl From<store::Error> for Error {
     fn from(e: store::Error) -> Self {
-        Error::Internal(e.to_string())
+        Error::Store(e)
     }
 }
 
@@ -115,7 +135,8 @@ impl From<scheduler::Error> for Error {
                 retry_after: retry_after.as_secs_f64().ceil().max(1.0) as u64,
             },
             scheduler::Error::Conflict(m) => Error::Conflict(m),
-            other => Error::Internal(other.to_string()),
+            scheduler::Error::Store(e) => Error::Store(e),
+            other => Error::Scheduler(other),
         }
     }
 }
@@ -126,6 +147,14 @@ impl From<task::SpecError> for Error {
             path: (!e.path.is_empty()).then_some(e.path),
             message: e.message,
         }
+    }
+}
+
+/// A stored task definition that does not read back.
+fn record_of(task: &str, source: serde_json::Error) -> Error {
+    Error::Record {
+        what: format!("the definition of task `{task}`"),
+        source,
     }
 }
 
@@ -244,7 +273,7 @@ impl Ax {
         let (plugin, bytes) =
             tokio::task::spawn_blocking(move || runtime.load(&bytes).map(|p| (p, bytes)))
                 .await
-                .map_err(|e| Error::Internal(e.to_string()))??;
+                .map_err(Error::Compile)??;
         let writes = self.plugin_quota.writes.clone();
         let _writing = writes.lock().await;
         if let Some(existing) = self.store.get_plugin(tenant, name, version)? {
@@ -383,8 +412,8 @@ impl Ax {
             .list_tasks(Some(tenant))?
             .into_iter()
             .map(|t| {
-                let spec = serde_json::from_value(t.spec.clone())
-                    .map_err(|e| Error::Internal(format!("task `{}`: {e}", t.name)))?;
+                let spec =
+                    serde_json::from_value(t.spec.clone()).map_err(|e| record_of(&t.name, e))?;
                 Ok((t, spec))
             })
             .collect()
@@ -442,7 +471,10 @@ impl Ax {
             format: RECORD_FORMAT,
             tenant: tenant.to_string(),
             name: name.to_string(),
-            spec: serde_json::to_value(&spec).map_err(|e| Error::Internal(e.to_string()))?,
+            spec: serde_json::to_value(&spec).map_err(|source| Error::Record {
+                what: format!("the definition of task `{name}`"),
+                source,
+            })?,
             source: body.to_string(),
             created_at,
             updated_at: now.timestamp_millis(),
@@ -563,8 +595,7 @@ impl Ax {
     /// The next `count` fire instants of a task's trigger.
     pub fn next_fires(&self, tenant: &str, name: &str, count: usize) -> Result<Vec<DateTime<Utc>>> {
         let (task, schedule) = self.get_task(tenant, name)?;
-        let spec: TaskSpec =
-            serde_json::from_value(task.spec).map_err(|e| Error::Internal(e.to_string()))?;
+        let spec: TaskSpec = serde_json::from_value(task.spec).map_err(|e| record_of(name, e))?;
         let trigger = Trigger::compile(spec.trigger.as_ref(), from_ms(task.created_at))
             .map_err(|e| Error::Internal(e.to_string()))?;
         let Some(first) = schedule.and_then(|s| if s.paused { None } else { s.next_fire }) else {
@@ -750,8 +781,11 @@ impl Ax {
                 let mut states = std::collections::BTreeMap::new();
                 for step in &run.steps {
                     // The API's names for step states: serde's snake_case.
-                    let status = serde_json::to_value(step.status)
-                        .map_err(|e| Error::Internal(e.to_string()))?;
+                    let status =
+                        serde_json::to_value(step.status).map_err(|source| Error::Record {
+                            what: format!("the state of step `{}`", step.name),
+                            source,
+                        })?;
                     let status = status
                         .as_str()
                         .map_or_else(|| status.to_string(), str::to_owned);
@@ -761,8 +795,7 @@ impl Ax {
             }
             None => (self.get_task(tenant, name)?.0.spec, None),
         };
-        let spec: TaskSpec =
-            serde_json::from_value(spec).map_err(|e| Error::Internal(e.to_string()))?;
+        let spec: TaskSpec = serde_json::from_value(spec).map_err(|e| record_of(name, e))?;
         Ok(crate::graph::render(&spec, states.as_ref(), format))
     }
 
