@@ -26,6 +26,7 @@ mod tenants;
 use std::sync::Arc;
 
 use crate::runtime::{self, Runtime};
+use crate::schedule;
 use crate::scheduler::{self, Clock, Scheduler};
 use crate::store::{self, Store};
 use crate::task::{self, Caps};
@@ -100,6 +101,15 @@ pub enum Error {
         /// What serde said.
         #[source]
         source: serde_json::Error,
+    },
+    /// A saved task's trigger no longer compiles (it did when it was saved).
+    #[error("internal error: the trigger of task `{task}`: {source}")]
+    Trigger {
+        /// The task.
+        task: String,
+        /// Why it does not compile.
+        #[source]
+        source: schedule::Error,
     },
     /// The blocking task that compiles an upload panicked or was cancelled.
     #[error("internal error: compiling the plugin: {0}")]

@@ -19,8 +19,12 @@ impl Ax {
     pub fn next_fires(&self, tenant: &str, name: &str, count: usize) -> Result<Vec<DateTime<Utc>>> {
         let (task, schedule) = self.get_task(tenant, name)?;
         let spec: TaskSpec = serde_json::from_value(task.spec).map_err(|e| record_of(name, e))?;
-        let trigger = Trigger::compile(spec.trigger.as_ref(), from_ms(task.created_at))
-            .map_err(|e| Error::Internal(e.to_string()))?;
+        let trigger = Trigger::compile(spec.trigger.as_ref(), from_ms(task.created_at)).map_err(
+            |source| Error::Trigger {
+                task: name.to_string(),
+                source,
+            },
+        )?;
         let Some(first) = schedule.and_then(|s| if s.paused { None } else { s.next_fire }) else {
             return Ok(Vec::new());
         };
