@@ -199,23 +199,60 @@ impl Default for Config {
     }
 }
 
+/// Why the configuration could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The file could not be read.
+    #[error("reading config {}: {source}", path.display())]
+    Read {
+        /// The config file.
+        path: PathBuf,
+        /// What the file system said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not a valid configuration (YAML or JSON of [`Config`]).
+    #[error("config {}: {source}", path.display())]
+    Parse {
+        /// The config file.
+        path: PathBuf,
+        /// What the parser said (boxed: it carries the offending snippet).
+        #[source]
+        source: Box<serde_saphyr::Error>,
+    },
+    /// `AX_LISTEN` is not a socket address.
+    #[error("AX_LISTEN `{value}`: {source}")]
+    Listen {
+        /// The variable's value.
+        value: String,
+        /// Why it does not parse.
+        #[source]
+        source: std::net::AddrParseError,
+    },
+}
+
 impl Config {
     /// Reads `path` (YAML or JSON), or the defaults without a file; then
     /// applies `AX_LISTEN`, `AX_DATA_DIR`, `AX_ADMIN_TOKEN`, `AX_METRICS_TOKEN`.
-    pub fn load(path: Option<&Path>) -> anyhow::Result<Self> {
+    pub fn load(path: Option<&Path>) -> Result<Self, Error> {
         let mut config = match path {
             Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|e| anyhow::anyhow!("reading config {}: {e}", path.display()))?;
-                serde_saphyr::from_str::<Config>(&text)
-                    .map_err(|e| anyhow::anyhow!("config {}: {e}", path.display()))?
+                let text = std::fs::read_to_string(path).map_err(|source| Error::Read {
+                    path: path.to_path_buf(),
+                    source,
+                })?;
+                serde_saphyr::from_str::<Config>(&text).map_err(|source| Error::Parse {
+                    path: path.to_path_buf(),
+                    source: Box::new(source),
+                })?
             }
             None => Config::default(),
         };
         if let Ok(listen) = std::env::var("AX_LISTEN") {
-            config.listen = listen
-                .parse()
-                .map_err(|e| anyhow::anyhow!("AX_LISTEN `{listen}`: {e}"))?;
+            config.listen = listen.parse().map_err(|source| Error::Listen {
+                value: listen.clone(),
+                source,
+            })?;
         }
         if let Some(dir) = std::env::var_os("AX_DATA_DIR") {
             config.data_dir = PathBuf::from(dir);

@@ -1,6 +1,9 @@
 //! Wiring for `ax serve`: open the store, build the runtime and the
 //! scheduler, settle the admin token, optionally load the demo, serve HTTP
-//! until SIGINT/SIGTERM, then stop the scheduler.
+//! until SIGINT/SIGTERM, then stop the scheduler. The adapter that runs the
+//! scheduler's attempts in the wasm runtime is wiring too ([`runner`]).
+
+mod runner;
 
 use std::sync::Arc;
 
@@ -11,13 +14,13 @@ use tokio_util::sync::CancellationToken;
 use crate::api::{self, ApiState};
 use crate::config::Config;
 use crate::runtime::{Runtime, RuntimeConfig};
-use crate::scheduler::{
-    PoolConfig, QueueConfig, Scheduler, SchedulerConfig, SystemClock, WasmRunner,
-};
+use crate::scheduler::{PoolConfig, QueueConfig, Scheduler, SchedulerConfig, SystemClock};
 use crate::service::Ax;
 use crate::store::Store;
 use crate::store::sled_store::SledStore;
 use crate::task::Caps;
+
+pub use self::runner::{WasmRunner, resolve_grants};
 
 /// Meta key of the admin token's sha256.
 const ADMIN_TOKEN_META: &str = "admin_token_sha256";

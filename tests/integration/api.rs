@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ax::api::{ApiState, auth::hash_token, router};
-use ax::scheduler::{Scheduler, SchedulerConfig, SystemClock, WasmRunner};
+use ax::scheduler::{Scheduler, SchedulerConfig, SystemClock};
+use ax::server::WasmRunner;
 use ax::service::{Ax, DEFAULT_MAX_PLUGIN_BYTES};
 use ax::store::Store;
 use ax::store::memory::MemoryStore;

@@ -359,6 +359,12 @@ impl From<service::Error> for ApiError {
                 message,
                 retry_after,
             },
+            // Faults of the host: logged with their causes, never sent.
+            e @ (service::Error::Store(_)
+            | service::Error::Scheduler(_)
+            | service::Error::Record { .. }
+            | service::Error::Trigger { .. }
+            | service::Error::Compile(_)) => ApiError::Internal(causes(&e)),
             service::Error::Internal(message) => ApiError::Internal(message),
             service::Error::TooManyPlugins(message) => ApiError::TooManyPlugins(message),
             service::Error::PluginBytesQuota(message) => ApiError::PluginBytesQuota(message),
@@ -389,6 +395,27 @@ impl From<runtime::Error> for ApiError {
             },
         }
     }
+}
+
+/// An internal error's text for the log: its own message without the
+/// `internal error: ` its display starts with, then each cause the message
+/// does not already show.
+fn causes(e: &service::Error) -> String {
+    let text = e.to_string();
+    let mut out = text
+        .strip_prefix("internal error: ")
+        .unwrap_or(&text)
+        .to_owned();
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        let shown = cause.to_string();
+        if !out.contains(&shown) {
+            out.push_str(": ");
+            out.push_str(&shown);
+        }
+        source = cause.source();
+    }
+    out
 }
 
 /// Maps an axum rejection (known by its status and text) into the error shape.
@@ -718,6 +745,27 @@ mod tests {
             code(runtime::Error::CompileQueueFull(5)),
             (StatusCode::TOO_MANY_REQUESTS, "compile_queue_full")
         );
+    }
+
+    #[test]
+    fn host_faults_are_internal_and_keep_their_causes() {
+        let store = || crate::store::Error::Backend("disk on fire".into());
+        let faults = [
+            service::Error::Store(store()),
+            service::Error::from(crate::scheduler::Error::Store(store())),
+            service::Error::from(crate::scheduler::Error::Stopped),
+        ];
+        for fault in faults {
+            let kept = std::error::Error::source(&fault).map(ToString::to_string);
+            let e = ApiError::from(fault);
+            assert_eq!(
+                e.status_and_code(),
+                (StatusCode::INTERNAL_SERVER_ERROR, "internal")
+            );
+            assert!(kept.is_some(), "{e}");
+            assert!(e.to_string().contains(&kept.unwrap()), "{e}");
+            assert!(!e.public_message().contains("fire"), "{e}");
+        }
     }
 
     #[test]

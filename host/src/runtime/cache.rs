@@ -164,8 +164,20 @@ fn load_artifact(engine: &Engine, path: &Path) -> wasmtime::Result<Component> {
     unsafe { Component::deserialize(engine, &bytes) }
 }
 
-fn store_artifact(component: &Component, path: &Path) -> anyhow::Result<()> {
-    let bytes = component.serialize()?;
+/// Why an artifact could not be written (only logged: the cache is an
+/// optimisation).
+#[derive(Debug, thiserror::Error)]
+enum ArtifactError {
+    /// wasmtime could not serialize the compiled component.
+    #[error("serializing the component: {0:#}")]
+    Serialize(wasmtime::Error),
+    /// Writing, syncing or renaming the file failed.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
+fn store_artifact(component: &Component, path: &Path) -> Result<(), ArtifactError> {
+    let bytes = component.serialize().map_err(ArtifactError::Serialize)?;
     let tmp = path.with_extension(format!("tmp{}", std::process::id()));
     let mut file = fs::File::create(&tmp)?;
     file.write_all(&bytes)?;

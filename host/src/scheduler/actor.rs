@@ -70,7 +70,7 @@ struct AttemptDone {
     grant: Grant,
     /// Whether its timeout was cut to the tenant's wall time left.
     wall_cut: bool,
-    result: std::result::Result<AttemptReport, String>,
+    result: std::result::Result<AttemptReport, super::runner::HostFault>,
 }
 
 /// The active runs of one task: how many, and which wait behind the others

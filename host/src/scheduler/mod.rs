@@ -36,7 +36,7 @@ use crate::tenant::TenantRecord;
 pub use self::clock::{Clock, SystemClock, TokioClock};
 pub use self::cond_pool::COND_WORKERS;
 pub use self::queue::{PoolConfig, QueueConfig};
-pub use self::runner::{AttemptRequest, RunFuture, Runner, WasmRunner};
+pub use self::runner::{AttemptRequest, HostFault, RunFuture, Runner};
 
 /// Errors the scheduler answers with.
 #[derive(Debug, thiserror::Error)]

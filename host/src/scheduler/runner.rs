@@ -1,24 +1,22 @@
 //! How the scheduler runs an attempt: through the [`Runner`] trait, so its
-//! tests can use a scripted fake and production uses the wasm runtime.
+//! tests can use a scripted fake and production uses the wasm runtime (the
+//! adapter, `server::WasmRunner`, lives in the wiring: the scheduler does not
+//! know which sandbox runs its attempts).
 //!
-//! The production runner also resolves what a step declares
-//! ([`StepGrants`]) into what the attempt gets ([`Grants`]): secret values
-//! read from the tenant's secrets, the key-value store attached with the
-//! tenant's quota.
+//! A runner ends an attempt in one of two ways: an [`AttemptReport`] for
+//! everything the plugin did (succeeded, failed, trapped, timed out), or a
+//! [`HostFault`] when the host could not do its part (a store read, loading
+//! the plugin, making its writes durable). Only the second is the host's
+//! problem; the scheduler records it as a fatal failure of the attempt.
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
-use std::collections::BTreeMap;
-
-use crate::capability::{Grants, KvGrant, KvLimits, KvNamespace, StepGrants, http};
+use crate::capability::StepGrants;
 use crate::model::{AttemptContext, AttemptReport, Limits};
-use crate::runtime::Runtime;
-use crate::store::Store;
-use crate::tenant::{Registry, TenantRecord};
+use crate::store;
 
 /// Everything needed to run one attempt.
 #[derive(Clone, Debug)]
@@ -37,157 +35,50 @@ pub struct AttemptRequest {
     pub cancel: CancellationToken,
 }
 
-/// A boxed future returned by [`Runner::run`].
-pub type RunFuture = Pin<Box<dyn Future<Output = Result<AttemptReport, String>> + Send>>;
+/// Why the host could not run an attempt to its end (its texts are what the
+/// attempt's `error` shows after `host fault: `).
+#[derive(Debug, thiserror::Error)]
+pub enum HostFault {
+    /// A secret the step lists could not be read.
+    #[error("reading secret `{name}`: {source}")]
+    Secret {
+        /// The secret's name.
+        name: String,
+        /// What the store answered.
+        #[source]
+        source: store::Error,
+    },
+    /// The plugin's component is not in the store (its version was saved,
+    /// its blob is gone).
+    #[error("plugin blob {digest} is missing")]
+    MissingBlob {
+        /// The sha256 of the component.
+        digest: String,
+    },
+    /// A store read the attempt needs failed (the plugin's blob).
+    #[error(transparent)]
+    Store(#[from] store::Error),
+    /// The sandbox could not load or start the plugin (an artifact that does
+    /// not load, no instance slot, limits it refuses). Boxed: the scheduler
+    /// does not name the sandbox.
+    #[error(transparent)]
+    Sandbox(Box<dyn std::error::Error + Send + Sync>),
+    /// The blocking task that loads the plugin panicked or was cancelled.
+    #[error("loading the plugin: {0}")]
+    Loader(#[source] tokio::task::JoinError),
+    /// The key-value writes of the attempt could not be made durable, so its
+    /// result cannot be recorded as done.
+    #[error("making key-value writes durable: {0}")]
+    Durability(#[source] store::Error),
+}
 
-/// Runs attempts. `Err` is a host fault (the plugin could not even be
-/// started), which the scheduler records as a fatal failure of the attempt.
+/// A boxed future returned by [`Runner::run`].
+pub type RunFuture = Pin<Box<dyn Future<Output = Result<AttemptReport, HostFault>> + Send>>;
+
+/// Runs attempts. `Err` is a [`HostFault`] (the plugin could not even be
+/// started, or its result not kept), which the scheduler records as a fatal
+/// failure of the attempt.
 pub trait Runner: Send + Sync + 'static {
     /// Runs one attempt to its end.
     fn run(&self, request: AttemptRequest) -> RunFuture;
-}
-
-/// The production runner: plugins from the store, run in the wasm sandbox.
-#[derive(Clone)]
-pub struct WasmRunner {
-    runtime: Runtime,
-    store: Arc<dyn Store>,
-    kv_limits: KvLimits,
-    /// Live tenant records: their KV quota and HTTP ceiling apply per attempt.
-    tenants: Option<Registry>,
-}
-
-impl WasmRunner {
-    /// A runner loading plugin blobs from `store` into `runtime`.
-    pub fn new(runtime: Runtime, store: Arc<dyn Store>) -> Self {
-        Self {
-            runtime,
-            store,
-            kv_limits: KvLimits::default(),
-            tenants: None,
-        }
-    }
-
-    /// Applies each tenant's current record to its attempts: its `kv_bytes`
-    /// quota, and its HTTP ceiling (a step keeps only the patterns its tenant
-    /// still allows, should the admin have narrowed the list since the task
-    /// was saved).
-    pub fn with_tenants(mut self, tenants: Registry) -> Self {
-        self.tenants = Some(tenants);
-        self
-    }
-
-    /// Sets the key-value caps and the default per-tenant quota.
-    pub fn with_kv_limits(mut self, kv_limits: KvLimits) -> Self {
-        self.kv_limits = kv_limits;
-        self
-    }
-}
-
-/// Resolves a step's declarations for one attempt: reads the listed secrets
-/// of the tenant (a listed secret the tenant has not set reads as absent),
-/// attaches the key-value store in the step's scope, and applies the tenant's
-/// record when there is one (its KV quota; its HTTP ceiling).
-pub fn resolve_grants(
-    store: &dyn Store,
-    ctx: &AttemptContext,
-    declared: &StepGrants,
-    mut kv_limits: KvLimits,
-    tenant: Option<&TenantRecord>,
-) -> Result<Grants, String> {
-    let mut allow_http = declared.allow_http.clone();
-    if let Some(tenant) = tenant {
-        if let Some(bytes) = tenant.quota.kv_bytes {
-            kv_limits.quota_bytes = bytes;
-        }
-        if !allow_http.is_empty() {
-            let ceiling = http::parse_list(&tenant.allow_http).unwrap_or_default();
-            allow_http.retain(|p| http::within_ceiling(&ceiling, std::slice::from_ref(p)).is_ok());
-        }
-    }
-    let secrets_store = store.secrets();
-    let mut secrets = BTreeMap::new();
-    for name in &declared.secrets {
-        let value = secrets_store
-            .get_secret(&ctx.tenant, name)
-            .map_err(|e| format!("reading secret `{name}`: {e}"))?;
-        secrets.insert(name.clone(), value);
-    }
-    let kv = declared.kv.map(|scope| KvGrant {
-        store: store.kv(),
-        namespace: KvNamespace::new(&ctx.tenant, &ctx.task, scope),
-        limits: kv_limits,
-    });
-    Ok(Grants {
-        allow_http,
-        http_limits: declared.http_limits,
-        config: declared.config.clone(),
-        secrets,
-        kv,
-    })
-}
-
-impl Runner for WasmRunner {
-    fn run(&self, request: AttemptRequest) -> RunFuture {
-        let (runtime, store) = (self.runtime.clone(), self.store.clone());
-        let kv_limits = self.kv_limits;
-        let tenant = self
-            .tenants
-            .as_ref()
-            .and_then(|t| t.tenant(&request.ctx.tenant));
-        Box::pin(async move {
-            let grants = resolve_grants(
-                &*store,
-                &request.ctx,
-                &request.grants,
-                kv_limits,
-                tenant.as_ref(),
-            )?;
-            let plugin = match runtime.get(&request.digest) {
-                Some(plugin) => plugin,
-                None => {
-                    let digest = request.digest.clone();
-                    let rt = runtime.clone();
-                    let store = store.clone();
-                    // Loading the cached artifact (or compiling) blocks. The
-                    // artifact needs no blob read: a plugin evicted from
-                    // memory comes back in about a millisecond.
-                    tokio::task::spawn_blocking(move || {
-                        if let Some(plugin) = rt.load_cached(&digest).map_err(|e| e.to_string())? {
-                            return Ok(plugin);
-                        }
-                        let bytes = store
-                            .get_blob(&digest)
-                            .map_err(|e| e.to_string())?
-                            .ok_or_else(|| format!("plugin blob {digest} is missing"))?;
-                        rt.load(&bytes).map_err(|e| e.to_string())
-                    })
-                    .await
-                    .map_err(|e| format!("loading the plugin: {e}"))??
-                }
-            };
-            let report = runtime
-                .run_with(
-                    &plugin,
-                    &request.ctx,
-                    &request.input,
-                    &request.limits,
-                    &grants,
-                    Some(&request.cancel),
-                )
-                .await
-                .map_err(|e| e.to_string())?;
-            // KV writes are durable before the attempt is reported: a step
-            // recorded as done never loses the state it wrote (a crash before
-            // this point makes the attempt `lost`, and it runs again).
-            if grants.kv.is_some() {
-                store
-                    .sync_ticket()
-                    .wait()
-                    .await
-                    .map_err(|e| format!("making key-value writes durable: {e}"))?;
-            }
-            Ok(report)
-        })
-    }
 }

@@ -99,7 +99,11 @@ impl Runner for FakeRunner {
                     r.duration_ms = started.elapsed().as_secs_f64() * 1e3;
                     r
                 }
-                other => return Err(format!("no such fake plugin {other}")),
+                other => {
+                    return Err(HostFault::MissingBlob {
+                        digest: other.into(),
+                    });
+                }
             })
         })
     }

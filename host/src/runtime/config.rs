@@ -1,0 +1,69 @@
+//! How the runtime is set up ([`RuntimeConfig`]): pooling slots, the
+//! memory ceiling, the epoch tick, the loaded-plugin budget, compilations at
+//! once; with the defaults as named constants.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::compile::{DEFAULT_COMPILE_QUEUE, default_max_compiles};
+
+/// How the runtime is set up; fixed for the life of the process.
+#[derive(Clone, Debug)]
+pub struct RuntimeConfig {
+    /// Where compiled artifacts are cached across restarts; `None` keeps them in memory only.
+    pub cache_dir: Option<PathBuf>,
+    /// Instances that may exist at once (pooling allocator slots). Attempts
+    /// beyond this wait for a slot rather than fail.
+    pub max_instances: u32,
+    /// The largest memory cap any attempt may ask for, in bytes.
+    pub max_memory_bytes: u64,
+    /// Period of the epoch ticker: the granularity of timeouts and of yielding.
+    pub epoch_tick: Duration,
+    /// Use the pooling allocator (fast instantiation; reserves virtual memory up front).
+    pub pooling: bool,
+    /// Bytes of each linear memory kept resident between instances (reset in
+    /// place rather than unmapped). With `PAGEMAP_SCAN` (Linux 6.7+) only the
+    /// pages an instance dirtied are reset.
+    pub memory_keep_resident: usize,
+    /// Use `PAGEMAP_SCAN` where the kernel has it (reset only dirtied pages).
+    pub pagemap_scan: bool,
+    /// Bytes the loaded plugins may take in memory (see `cache::resident_bytes`
+    /// for how an entry is counted); past it the least recently used are
+    /// dropped, and loaded again from their artifact on their next use.
+    pub loaded_bytes: u64,
+    /// Compilations at once.
+    pub max_compiles: usize,
+    /// Uploads that may wait for a compilation beyond those compiling.
+    pub compile_queue: usize,
+}
+
+/// Pooling slots by default: many more than cores, since attempts also wait on I/O.
+pub const DEFAULT_MAX_INSTANCES: u32 = 128;
+/// Ceiling for per-attempt memory caps by default.
+pub const DEFAULT_MAX_MEMORY_BYTES: u64 = 1 << 30;
+/// Keep-resident size of each pooled linear memory (see docs/PERFORMANCE.md).
+pub const DEFAULT_MEMORY_KEEP_RESIDENT: usize = 1 << 20;
+/// 5 ms ticks: a timeout lands within ~5 ms and a busy guest yields ~200 times a
+/// second, at the cost of one thread waking that often.
+pub const DEFAULT_EPOCH_TICK: Duration = Duration::from_millis(5);
+/// Loaded plugins kept in memory by default, in bytes. An example plugin
+/// takes ~1 MiB, an 18 MiB componentize-py one ~60 MiB (docs/RUNTIME.md): a
+/// few hundred small plugins or eight Python ones stay loaded.
+pub const DEFAULT_LOADED_BYTES: u64 = 512 << 20;
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        Self {
+            cache_dir: None,
+            max_instances: DEFAULT_MAX_INSTANCES,
+            max_memory_bytes: DEFAULT_MAX_MEMORY_BYTES,
+            epoch_tick: DEFAULT_EPOCH_TICK,
+            pooling: true,
+            memory_keep_resident: DEFAULT_MEMORY_KEEP_RESIDENT,
+            pagemap_scan: true,
+            loaded_bytes: DEFAULT_LOADED_BYTES,
+            max_compiles: default_max_compiles(),
+            compile_queue: DEFAULT_COMPILE_QUEUE,
+        }
+    }
+}

@@ -1,0 +1,208 @@
+//! The operations of ax as one facade over the store, the runtime and the
+//! scheduler: what the HTTP API (and, through it, the CLI) can ask for. Every
+//! call is scoped to a tenant; an object of another tenant is "not found".
+//!
+//! Write paths that answer a client wait for the store's sync ticket, so a
+//! 2xx means the change is on disk.
+
+//!
+//! # Layout
+//! One file per concept, each an `impl Ax` block: `plugins` (upload, list,
+//! delete), `tasks` (save, show, list, delete, pause), `runs` (trigger, show,
+//! list, run control), `dead_letters`, `graph` (render a task's DAG),
+//! `preview` (next fires, cron preview), `tenants` (administration, usage)
+//! and `capabilities` (secrets, the HTTP ceiling). This file holds the facade
+//! itself and its error.
+
+mod capabilities;
+mod dead_letters;
+mod graph;
+mod plugins;
+mod preview;
+mod runs;
+mod tasks;
+mod tenants;
+
+use std::sync::Arc;
+
+use crate::runtime::{self, Runtime};
+use crate::schedule;
+use crate::scheduler::{self, Clock, Scheduler};
+use crate::store::{self, Store};
+use crate::task::{self, Caps};
+
+pub use self::plugins::{
+    DEFAULT_MAX_PLUGIN_BYTES, DEFAULT_MAX_PLUGINS_PER_TENANT, DEFAULT_PLUGIN_BYTES_PER_TENANT,
+    PluginList, PluginQuota,
+};
+pub use self::preview::{MAX_PREVIEW, describe};
+pub use self::tasks::TaskPage;
+pub use self::tenants::{TenantSpec, UsageReport, UsageTotals, WindowUsage, load_registry};
+
+/// What went wrong, by class; the API maps each class to a status and code.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The request is malformed (bad syntax, bad parameter).
+    #[error("{0}")]
+    BadRequest(String),
+    /// The request is well-formed but invalid (validation failed); `path` names the field.
+    #[error("{}{message}", path.as_deref().map(|p| format!("{p}: ")).unwrap_or_default())]
+    Invalid {
+        /// Where in the document (e.g. `steps[0].limits.fuel`).
+        path: Option<String>,
+        /// What is wrong.
+        message: String,
+    },
+    /// An uploaded plugin is not an ax plugin.
+    #[error(transparent)]
+    Plugin(#[from] runtime::Error),
+    /// No such object for this tenant.
+    #[error("{0} not found")]
+    NotFound(String),
+    /// The request conflicts with current state.
+    #[error("{0}")]
+    Conflict(String),
+    /// The body is over the limit.
+    #[error("{0}")]
+    TooLarge(String),
+    /// The tenant's queue is full.
+    #[error("{message}")]
+    QueueFull {
+        /// What happened.
+        message: String,
+        /// Seconds to wait.
+        retry_after: u64,
+    },
+    /// A tenant quota refuses the request for now.
+    #[error("{message}")]
+    Quota {
+        /// Which limit, and until when.
+        message: String,
+        /// Seconds to wait.
+        retry_after: u64,
+    },
+    /// The caller may not do this (a tenant token on an admin route, a
+    /// disabled tenant).
+    #[error("{0}")]
+    Forbidden(String),
+    /// The store failed (I/O, a corrupt record): a fault of the host.
+    #[error("internal error: {0}")]
+    Store(#[source] store::Error),
+    /// The scheduler failed (it is stopping, or its store failed): a fault
+    /// of the host.
+    #[error("internal error: {0}")]
+    Scheduler(#[source] scheduler::Error),
+    /// A stored record does not read back (or a value does not serialize):
+    /// a fault of the host.
+    #[error("internal error: {what}: {source}")]
+    Record {
+        /// Which record (e.g. "the definition of task `nightly`").
+        what: String,
+        /// What serde said.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A saved task's trigger no longer compiles (it did when it was saved).
+    #[error("internal error: the trigger of task `{task}`: {source}")]
+    Trigger {
+        /// The task.
+        task: String,
+        /// Why it does not compile.
+        #[source]
+        source: schedule::Error,
+    },
+    /// The blocking task that compiles an upload panicked or was cancelled.
+    #[error("internal error: compiling the plugin: {0}")]
+    Compile(#[source] tokio::task::JoinError),
+    /// Another fault of the host (a stored setting that no longer reads).
+    #[error("internal error: {0}")]
+    Internal(String),
+    /// The tenant keeps as many plugin versions as its `max_plugins` quota allows.
+    #[error("{0}")]
+    TooManyPlugins(String),
+    /// The upload would take the tenant's plugins over its `plugin_bytes` quota.
+    #[error("{0}")]
+    PluginBytesQuota(String),
+}
+
+/// Result type of the service.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl From<store::Error> for Error {
+    fn from(e: store::Error) -> Self {
+        Error::Store(e)
+    }
+}
+
+impl From<scheduler::Error> for Error {
+    fn from(e: scheduler::Error) -> Self {
+        match e {
+            scheduler::Error::NotFound(what) => Error::NotFound(what),
+            scheduler::Error::QueueFull { retry_after, .. } => Error::QueueFull {
+                message: e.to_string(),
+                retry_after: retry_after.as_secs().max(1),
+            },
+            scheduler::Error::Quota {
+                message,
+                retry_after,
+            } => Error::Quota {
+                message,
+                retry_after: retry_after.as_secs_f64().ceil().max(1.0) as u64,
+            },
+            scheduler::Error::Conflict(m) => Error::Conflict(m),
+            scheduler::Error::Store(e) => Error::Store(e),
+            other => Error::Scheduler(other),
+        }
+    }
+}
+
+impl From<task::SpecError> for Error {
+    fn from(e: task::SpecError) -> Self {
+        Error::Invalid {
+            path: (!e.path.is_empty()).then_some(e.path),
+            message: e.message,
+        }
+    }
+}
+
+/// A stored task definition that does not read back.
+fn record_of(task: &str, source: serde_json::Error) -> Error {
+    Error::Record {
+        what: format!("the definition of task `{task}`"),
+        source,
+    }
+}
+
+/// The ax facade. Cheap to clone.
+#[derive(Clone)]
+pub struct Ax {
+    /// Durable state.
+    pub store: Arc<dyn Store>,
+    /// The sandbox (for validating uploads).
+    pub runtime: Runtime,
+    /// The scheduler actor.
+    pub scheduler: Scheduler,
+    /// Wall time.
+    pub clock: Arc<dyn Clock>,
+    /// Per-attempt caps every task is checked against.
+    pub caps: Caps,
+    /// Attempts the scheduler runs at once (for benchmarks and status).
+    pub concurrency: usize,
+    /// Largest plugin accepted.
+    pub max_plugin_bytes: usize,
+    /// Tenants and tokens (see [`load_registry`]).
+    pub tenants: crate::tenant::Registry,
+    /// Host defaults of the per-tenant plugin quotas.
+    pub plugin_quota: PluginQuota,
+}
+
+impl Ax {
+    /// Attempts the scheduler runs at once.
+    pub fn scheduler_concurrency(&self) -> usize {
+        self.concurrency
+    }
+
+    async fn sync(&self) -> Result<()> {
+        self.store.sync_ticket().wait().await.map_err(Error::from)
+    }
+}
