@@ -2,6 +2,7 @@
 //! priority bounds, the idempotency key rule and a disabled tenant), show,
 //! list, logs, events, and run control (cancel, retry, rerun a step).
 
+use crate::model::priority::MAX_PRIORITY;
 use crate::model::{Event, RunRecord};
 use crate::scheduler::TriggerRequest;
 use crate::service::{Ax, Error, Result};
@@ -12,9 +13,11 @@ impl Ax {
     /// was returned for a known idempotency key.
     pub async fn trigger(&self, request: TriggerRequest) -> Result<(RunRecord, bool)> {
         if let Some(p) = request.priority
-            && p > 9
+            && p > MAX_PRIORITY
         {
-            return Err(Error::BadRequest(format!("priority {p} is not in 0..=9")));
+            return Err(Error::BadRequest(format!(
+                "priority {p} is not in 0..={MAX_PRIORITY}"
+            )));
         }
         if let Some(p) = request.priority {
             self.check_priority(&request.tenant, p)?;
