@@ -1,0 +1,249 @@
+//! Run control asked by a person: cancel, retry, requeue a dead letter,
+//! rerun a step (and what reopening a finished run does).
+
+use super::*;
+
+impl Actor {
+    pub(super) fn on_cancel(&mut self, run_id: &str, actor: &str) -> Result<RunRecord> {
+        let now = self.clock.now_ms();
+        let Some(run) = self.runs.get_mut(run_id) else {
+            let rec = self
+                .store
+                .get_run(run_id)?
+                .ok_or_else(|| Error::NotFound(format!("run `{run_id}`")))?;
+            return Err(Error::Conflict(format!(
+                "run `{}` is already {}",
+                rec.id,
+                rec.status.as_str()
+            )));
+        };
+        if run.cancelled {
+            return Err(Error::Conflict(format!(
+                "run `{run_id}` is already cancelled"
+            )));
+        }
+        run.cancelled = true;
+        run.rec.reason = Some(format!("cancelled by {actor}"));
+        let mut events = Vec::new();
+        for i in 0..run.rec.steps.len() {
+            match run.rec.steps[i].status {
+                StepStatus::Running => {
+                    if let Some(token) = run.cancels.get(&i) {
+                        token.cancel();
+                    }
+                    set_step(
+                        &mut run.rec,
+                        i,
+                        StepStatus::Cancelled,
+                        now,
+                        format!("cancelled by {actor}"),
+                        actor,
+                        &mut events,
+                    );
+                }
+                s if !s.is_terminal() => set_step(
+                    &mut run.rec,
+                    i,
+                    StepStatus::Cancelled,
+                    now,
+                    format!("cancelled by {actor}"),
+                    actor,
+                    &mut events,
+                ),
+                _ => {}
+            }
+        }
+        self.queue.remove_run(run_id);
+        let reason = format!("cancelled by {actor}");
+        let run = self.runs.get_mut(run_id).expect("present");
+        if run.rec.status == RunStatus::Queued {
+            self.queued_runs
+                .entry(run.rec.tenant.clone())
+                .and_modify(|n| *n = n.saturating_sub(1));
+        }
+        set_run(
+            &mut run.rec,
+            RunStatus::Cancelled,
+            now,
+            reason,
+            actor,
+            &mut events,
+        );
+        let rec = run.rec.clone();
+        let attempts_out = !run.cancels.is_empty();
+        self.dirty.add(run_id, run.rec.steps.len(), &mut events);
+        // With attempts still running, the run stays in memory until they
+        // report, so each is recorded (outcome, end, fuel) and charged.
+        if !attempts_out {
+            self.finish_run(run_id, now)?;
+        }
+        Ok(rec)
+    }
+
+    pub(super) fn on_retry(&mut self, run_id: &str, actor: &str) -> Result<RunRecord> {
+        // The stored run must be current before it is read back.
+        self.flush()?;
+        let now = self.clock.now_ms();
+        if self.runs.contains_key(run_id) {
+            return Err(Error::Conflict(format!("run `{run_id}` is still active")));
+        }
+        let rec = self
+            .store
+            .get_run(run_id)?
+            .ok_or_else(|| Error::NotFound(format!("run `{run_id}`")))?;
+        if rec.status == RunStatus::Succeeded {
+            return Err(Error::Conflict(format!(
+                "run `{run_id}` succeeded; nothing to retry"
+            )));
+        }
+        self.reopen(
+            rec,
+            |s| !matches!(s.status, StepStatus::Succeeded | StepStatus::Skipped),
+            actor,
+            now,
+            "retry requested",
+        )
+    }
+
+    pub(super) fn on_requeue(&mut self, dead_id: &str, actor: &str) -> Result<RunRecord> {
+        self.flush()?;
+        let now = self.clock.now_ms();
+        let mut dead = self
+            .store
+            .get_dead_letter(dead_id)?
+            .ok_or_else(|| Error::NotFound(format!("dead letter `{dead_id}`")))?;
+        if dead.resolution.is_some() {
+            return Err(Error::Conflict(format!(
+                "dead letter `{dead_id}` is already resolved"
+            )));
+        }
+        if self.runs.contains_key(&dead.run_id) {
+            return Err(Error::Conflict(format!(
+                "run `{}` is still active",
+                dead.run_id
+            )));
+        }
+        let rec = self
+            .store
+            .get_run(&dead.run_id)?
+            .ok_or_else(|| Error::NotFound(format!("run `{}`", dead.run_id)))?;
+        let step = dead.step.clone();
+        let reopened = self.reopen(
+            rec,
+            |s| s.name == step || matches!(s.status, StepStatus::Cancelled),
+            actor,
+            now,
+            "dead letter requeued",
+        )?;
+        dead.resolution = Some(format!("requeued by {actor}"));
+        dead.resolved_at = Some(now);
+        self.store.put_dead_letter(&dead)?;
+        Ok(reopened)
+    }
+
+    pub(super) fn on_rerun_step(
+        &mut self,
+        run_id: &str,
+        step: &str,
+        actor: &str,
+    ) -> Result<RunRecord> {
+        self.flush()?;
+        let now = self.clock.now_ms();
+        if self.runs.contains_key(run_id) {
+            return Err(Error::Conflict(format!("run `{run_id}` is still active")));
+        }
+        let rec = self
+            .store
+            .get_run(run_id)?
+            .ok_or_else(|| Error::NotFound(format!("run `{run_id}`")))?;
+        let spec: TaskSpec = serde_json::from_value(rec.spec.clone())
+            .map_err(|e| Error::Conflict(format!("the run's task snapshot is unreadable: {e}")))?;
+        let i = spec
+            .steps
+            .iter()
+            .position(|s| s.name == step)
+            .ok_or_else(|| Error::NotFound(format!("step `{step}` in run `{run_id}`")))?;
+        let names: std::collections::HashSet<String> = Graph::new(&spec)
+            .with_descendants(i)
+            .into_iter()
+            .map(|j| spec.steps[j].name.clone())
+            .collect();
+        self.reopen(
+            rec,
+            |s| names.contains(&s.name),
+            actor,
+            now,
+            &format!("rerun of step `{step}` requested"),
+        )
+    }
+
+    /// Puts a finished run back to work: the steps `reset` selects go back to
+    /// pending (their attempts kept, so numbering continues), the rest keep their results.
+    pub(super) fn reopen(
+        &mut self,
+        mut rec: RunRecord,
+        reset: impl Fn(&StepRunRecord) -> bool,
+        actor: &str,
+        now: Millis,
+        reason: &str,
+    ) -> Result<RunRecord> {
+        let spec: TaskSpec = serde_json::from_value(rec.spec.clone())
+            .map_err(|e| Error::Conflict(format!("the run's task snapshot is unreadable: {e}")))?;
+        let mut events = Vec::new();
+        for i in 0..rec.steps.len() {
+            if reset(&rec.steps[i]) {
+                rec.steps[i].error = None;
+                rec.steps[i].output = None;
+                rec.steps[i].next_attempt_at = None;
+                // Retries start afresh for the reopened step.
+                rec.steps[i].lost_attempts = 0;
+                rec.steps[i].round_start = rec.steps[i].attempts.len() as u32;
+                set_step(
+                    &mut rec,
+                    i,
+                    StepStatus::Pending,
+                    now,
+                    reason,
+                    actor,
+                    &mut events,
+                );
+            }
+        }
+        rec.finished_at = None;
+        rec.reason = None;
+        let from = rec.status;
+        rec.status = RunStatus::Queued;
+        events.push(event(
+            &rec,
+            None,
+            Some(from.as_str()),
+            "queued",
+            now,
+            reason,
+            actor,
+        ));
+        self.store.update_run(&rec, &events)?;
+        let key = (rec.tenant.clone(), rec.task.clone());
+        self.track(key, &rec.id, false);
+        *self.queued_runs.entry(rec.tenant.clone()).or_default() += 1;
+        let id = rec.id.clone();
+        self.runs
+            .insert(id.clone(), ActiveRun::new(rec, spec, false));
+        let mut events = Vec::new();
+        self.advance(&id, now, actor, &mut events)?;
+        Ok(
+            match self
+                .runs
+                .get(&id)
+                .map(|r| r.rec.clone())
+                .or_else(|| self.finished.get(&id).cloned())
+            {
+                Some(r) => r,
+                None => self
+                    .store
+                    .get_run(&id)?
+                    .ok_or_else(|| Error::NotFound(format!("run `{id}`")))?,
+            },
+        )
+    }
+}
