@@ -15,9 +15,9 @@
 mod actor;
 pub mod clock;
 mod cond_pool;
+mod core;
 pub mod queue;
 mod quota;
-mod readiness;
 pub mod runner;
 
 use std::sync::Arc;

@@ -3,60 +3,37 @@
 
 use super::*;
 
-/// An active run held in memory, with its parsed definition.
+/// An active run held in memory: the core's state of it, with what only
+/// the actor needs (its time zone, the cancellation of running attempts).
+/// It derefs to the [`RunState`].
 pub(super) struct ActiveRun {
-    pub(super) rec: RunRecord,
-    pub(super) spec: TaskSpec,
+    pub(super) state: RunState,
     pub(super) tz: chrono_tz::Tz,
-    /// The DAG as indices, and per-step counters of ended upstreams.
-    pub(super) graph: Graph,
-    pub(super) readiness: Readiness,
-    /// Steps whose upstreams all ended but which are not decided yet (the
-    /// run is held or cancelled, or it was just activated).
-    pub(super) candidates: Vec<usize>,
-    /// Parsed `when` conditions, by step.
-    pub(super) conds: Vec<Option<Condition>>,
-    /// Steps whose condition is being evaluated, with the token of that
-    /// evaluation (`cond_pool`): they stay `pending` until it is back.
-    pub(super) evaluating: HashMap<usize, u64>,
-    /// Waiting behind an active run of its task (`overlap: queue_one`).
-    pub(super) held: bool,
-    /// Set when a person cancelled the run.
-    pub(super) cancelled: bool,
     /// Cancellation of running attempts, by step index.
     pub(super) cancels: HashMap<usize, CancellationToken>,
+}
+
+impl std::ops::Deref for ActiveRun {
+    type Target = RunState;
+
+    fn deref(&self) -> &RunState {
+        &self.state
+    }
+}
+
+impl std::ops::DerefMut for ActiveRun {
+    fn deref_mut(&mut self) -> &mut RunState {
+        &mut self.state
+    }
 }
 
 impl ActiveRun {
     /// Brings a run into memory: indexes its DAG, counts ended upstreams
     /// from the stored states, parses its conditions.
     pub(super) fn new(rec: RunRecord, spec: TaskSpec, held: bool) -> Self {
-        let graph = Graph::new(&spec);
-        let states: Vec<StepStatus> = rec.steps.iter().map(|s| s.status).collect();
-        let (readiness, candidates) = Readiness::new(&graph, &states);
-        // Conditions were validated on save; one that no longer parses fails
-        // its step when evaluated.
-        let conds = spec
-            .steps
-            .iter()
-            .map(|s| {
-                s.when
-                    .as_deref()
-                    .map(Condition::parse_cached)
-                    .and_then(Result::ok)
-            })
-            .collect();
         Self {
             tz: task_timezone(&spec),
-            rec,
-            spec,
-            graph,
-            readiness,
-            candidates,
-            conds,
-            evaluating: HashMap::new(),
-            held,
-            cancelled: false,
+            state: RunState::new(rec, spec, held),
             cancels: HashMap::new(),
         }
     }

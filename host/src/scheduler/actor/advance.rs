@@ -16,10 +16,8 @@ impl Actor {
         }
     }
 
-    /// Counts steps that ended since the last call, decides the steps whose
-    /// upstreams have all ended (queue, skip or cancel them per trigger rule
-    /// and `when`), finishes the run when every step is terminal, and marks
-    /// the run for the next write with `events`.
+    /// Moves a run on after a change (the core decides: [`decide::run::advance`])
+    /// and marks it for the next write with `events`.
     pub(super) fn advance(
         &mut self,
         id: &str,
@@ -30,137 +28,95 @@ impl Actor {
         let Some(run) = self.runs.get_mut(id) else {
             return Ok(());
         };
-        let mut ready = Vec::new();
-        let mut decidable = std::mem::take(&mut run.candidates);
-        for i in 0..run.rec.steps.len() {
-            let status = run.rec.steps[i].status;
-            if status.is_terminal() && !run.readiness.is_settled(i) {
-                run.readiness.settle(&run.graph, i, status, &mut decidable);
-            }
-        }
-        // A run created ahead of its instant waits for it (`fire`). Only for
-        // as long as the lead: a run further ahead means the clock stepped
-        // back, and its runs (manual ones too) must not wait for that.
-        let ahead = run.rec.scheduled_for - now;
-        let early = ahead > 0 && ahead <= self.config.fire_ahead_ms;
-        if early && !run.cancelled {
-            self.timers.insert((
-                run.rec.scheduled_for,
-                Timer::Release {
-                    run_id: id.to_string(),
-                },
-            ));
-        }
-        if run.held || run.cancelled || early {
-            run.candidates = decidable;
-        } else {
-            while let Some(i) = decidable.pop() {
-                if run.rec.steps[i].status != StepStatus::Pending {
-                    continue;
-                }
-                // A condition out for evaluation decides the step when it is back.
-                if run.evaluating.contains_key(&i) {
-                    continue;
-                }
-                let settle_as = match run.readiness.decide(&run.graph, i) {
-                    Decision::Run if run.spec.steps[i].when.is_some() => {
-                        // Parsed when the run was loaded; one that did not
-                        // parse then is tried again, and fails its step now.
-                        let parsed = match &run.conds[i] {
-                            Some(_) => Ok(()),
-                            None => Condition::parse_cached(
-                                run.spec.steps[i].when.as_deref().unwrap_or_default(),
-                            )
-                            .map(|c| run.conds[i] = Some(c)),
-                        };
-                        match parsed {
-                            Ok(()) => {
-                                self.cond_token += 1;
-                                run.evaluating.insert(i, self.cond_token);
-                                self.cond_pool.request(CondRequest {
-                                    run_id: id.to_string(),
-                                    step: i,
-                                    token: self.cond_token,
-                                    tenant: run.rec.tenant.clone(),
-                                });
-                                None
-                            }
-                            Err(e) => Some(condition_failed(&e)),
-                        }
-                    }
-                    Decision::Run => {
-                        set_step(
-                            &mut run.rec,
-                            i,
-                            StepStatus::Queued,
-                            now,
-                            "ready",
-                            actor,
-                            events,
-                        );
-                        ready.push(i);
-                        None
-                    }
-                    Decision::Settle(status, reason) => Some((status, reason.to_string())),
-                };
-                if let Some((status, reason)) = settle_as {
-                    run.rec.steps[i].error = Some(reason.clone());
-                    set_step(&mut run.rec, i, status, now, reason, actor, events);
-                    run.readiness.settle(&run.graph, i, status, &mut decidable);
-                }
-            }
-        }
-        let finished = run.rec.steps.iter().all(|s| s.status.is_terminal());
-        // Steps of a cancelled run are terminal before their attempts end:
-        // the run is forgotten only once those have reported (`on_done`).
+        let mut effects = Vec::new();
         let attempts_out = !run.cancels.is_empty();
-        if finished && !run.rec.status.is_terminal() {
-            // Like Airflow: the run's result is its leaf steps' results. A
-            // failure handled downstream (`one_success`, `all_done`) does not
-            // fail the run; an unhandled one reaches a leaf as `cancelled`.
-            let graph = &run.graph;
-            let failed = run
-                .rec
-                .steps
-                .iter()
-                .enumerate()
-                .find(|(i, s)| {
-                    graph.is_leaf(*i)
-                        && matches!(
-                            s.status,
-                            StepStatus::Failed | StepStatus::Dead | StepStatus::Cancelled
-                        )
-                })
-                .map(|(_, s)| s);
-            let (status, reason) = if run.cancelled {
-                (
-                    RunStatus::Cancelled,
-                    run.rec.reason.clone().unwrap_or_else(|| "cancelled".into()),
-                )
-            } else if let Some(step) = failed {
-                (
-                    RunStatus::Failed,
-                    format!("step `{}` {}", step.name, step_status_name(step.status)),
-                )
-            } else {
-                (RunStatus::Succeeded, String::new())
-            };
-            if run.rec.status == RunStatus::Queued {
-                self.queued_runs
-                    .entry(run.rec.tenant.clone())
-                    .and_modify(|n| *n = n.saturating_sub(1));
-            }
-            set_run(&mut run.rec, status, now, reason, actor, events);
-        }
+        decide::run::advance(
+            &mut run.state,
+            Ctx { now, actor },
+            self.config.fire_ahead_ms,
+            attempts_out,
+            &mut effects,
+            events,
+        );
         self.dirty.add(id, run.rec.steps.len(), events);
-        for i in ready {
-            let entry = self.entry_for(id, i, now);
-            self.queue.push(entry);
+        self.apply(id, effects, now)?;
+        self.start_conditions();
+        Ok(())
+    }
+
+    /// Applies what a decision of the core about run `id` asks for, in
+    /// order; a finished run is forgotten last.
+    pub(super) fn apply(&mut self, id: &str, effects: Vec<Effect>, now: Millis) -> Result<()> {
+        let mut finished = false;
+        for effect in effects {
+            match effect {
+                Effect::Enqueue(i) => {
+                    let entry = self.entry_for(id, i, now);
+                    self.queue.push(entry);
+                }
+                Effect::Evaluate(i) => {
+                    let Some(run) = self.runs.get_mut(id) else {
+                        continue;
+                    };
+                    self.cond_token += 1;
+                    run.evaluating.insert(i, self.cond_token);
+                    self.cond_pool.request(CondRequest {
+                        run_id: id.to_string(),
+                        step: i,
+                        token: self.cond_token,
+                        tenant: run.rec.tenant.clone(),
+                    });
+                }
+                Effect::ReleaseAt(at) => {
+                    let run_id = id.to_string();
+                    self.timers.insert((at, Timer::Release { run_id }));
+                }
+                Effect::Retry { step, at } => {
+                    let run_id = id.to_string();
+                    self.timers.insert((at, Timer::Retry { run_id, step }));
+                    self.stats.retries.fetch_add(1, Ordering::Relaxed);
+                }
+                Effect::RetryTimer { step, at } => {
+                    let run_id = id.to_string();
+                    self.timers.insert((at, Timer::Retry { run_id, step }));
+                }
+                Effect::DeadLetter(dead) => {
+                    if let Err(e) = self.store.put_dead_letter(&dead) {
+                        tracing::error!(error = %e, "recording a dead letter failed");
+                    }
+                    self.stats.dead_letters.fetch_add(1, Ordering::Relaxed);
+                    if let Some(run) = self.runs.get(id) {
+                        self.config.alerts.dead_letter(&run.rec, &run.spec, &dead);
+                    }
+                    tracing::warn!(run = %id, tenant = %dead.tenant, task = %dead.task, step = %dead.step,
+                        attempts = dead.attempts, dead_letter = %dead.id,
+                        outcome = %dead.outcome.unwrap_or(Outcome::Failed), "step dead-lettered");
+                }
+                Effect::Lost => {
+                    self.stats.count_attempt(Outcome::Lost);
+                    if let Some(run) = self.runs.get(id) {
+                        self.tenant_metrics.of(&run.rec.tenant).count(Outcome::Lost);
+                    }
+                }
+                Effect::StopAttempt(i) => {
+                    if let Some(token) = self.runs.get(id).and_then(|r| r.cancels.get(&i)) {
+                        token.cancel();
+                    }
+                }
+                Effect::Unqueue => self.queue.remove_run(id),
+                Effect::LeftQueue => {
+                    if let Some(run) = self.runs.get(id) {
+                        self.queued_runs
+                            .entry(run.rec.tenant.clone())
+                            .and_modify(|n| *n = n.saturating_sub(1));
+                    }
+                }
+                Effect::Finished => finished = true,
+            }
         }
-        if finished && !attempts_out {
+        if finished {
             self.finish_run(id, now)?;
         }
-        self.start_conditions();
         Ok(())
     }
 
@@ -202,53 +158,24 @@ impl Actor {
         let Some(run) = self.runs.get_mut(&done.run_id) else {
             return Ok(());
         };
-        let i = done.step;
-        if run.evaluating.get(&i) != Some(&done.token) {
-            return Ok(());
-        }
-        run.evaluating.remove(&i);
-        if run.cancelled || run.rec.steps.get(i).map(|s| s.status) != Some(StepStatus::Pending) {
-            return Ok(());
-        }
-        let mut events = Vec::new();
-        let settle_as = match done.result {
-            Ok(true) => None,
-            Ok(false) => Some((
-                StepStatus::Skipped,
-                format!(
-                    "condition is false: {}",
-                    run.spec.steps[i].when.as_deref().unwrap_or_default()
-                ),
-            )),
-            Err(e) => Some(condition_failed(&e)),
+        let (mut effects, mut events) = (Vec::new(), Vec::new());
+        let ctx = Ctx {
+            now,
+            actor: "scheduler",
         };
-        match settle_as {
-            None => {
-                set_step(
-                    &mut run.rec,
-                    i,
-                    StepStatus::Queued,
-                    now,
-                    "ready",
-                    "scheduler",
-                    &mut events,
-                );
-                let entry = self.entry_for(&done.run_id, i, now);
-                self.queue.push(entry);
-            }
-            Some((status, reason)) => {
-                run.rec.steps[i].error = Some(reason.clone());
-                set_step(
-                    &mut run.rec,
-                    i,
-                    status,
-                    now,
-                    reason,
-                    "scheduler",
-                    &mut events,
-                );
-            }
+        let (i, token) = (done.step, done.token);
+        if !decide::run::condition_done(
+            &mut run.state,
+            i,
+            token,
+            done.result,
+            ctx,
+            &mut effects,
+            &mut events,
+        ) {
+            return Ok(());
         }
+        self.apply(&done.run_id, effects, now)?;
         // Settles the step for its downstream steps and marks the run dirty.
         self.advance(&done.run_id, now, "scheduler", &mut events)
     }
@@ -281,7 +208,7 @@ impl Actor {
         }
         self.fire_after(&run.rec, now);
         let was_held = run.held;
-        self.finished.insert(id.to_string(), run.rec);
+        self.finished.insert(id.to_string(), run.state.rec);
         let mut next_held = None;
         if let Some(t) = self.by_task.get_mut(&key) {
             t.active = t.active.saturating_sub(1);

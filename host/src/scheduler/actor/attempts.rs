@@ -66,27 +66,22 @@ impl Actor {
             (Err(e), _) => Err(format!("input: {e}")),
             (_, None) => Err(format!("plugin `{}` is not uploaded", spec.plugin)),
         };
-        if run.rec.status == RunStatus::Queued {
+        let mut effects = Vec::new();
+        let late = decide::attempt::run_started(&mut run.rec, now, &mut effects, &mut events);
+        // Leaving the queue is the only effect of a start.
+        if effects.contains(&Effect::LeftQueue) {
             self.queued_runs
                 .entry(run.rec.tenant.clone())
                 .and_modify(|n| *n = n.saturating_sub(1));
-            run.rec.started_at = Some(now);
-            set_run(
-                &mut run.rec,
-                RunStatus::Running,
-                now,
-                "first step started",
-                "scheduler",
-                &mut events,
-            );
-            if run.rec.trigger != TriggerKind::Manual {
-                let late = (now - run.rec.scheduled_for).max(0) as f64;
-                self.stats.record_lateness(late);
-                self.config
-                    .alerts
-                    .started_late(&run.rec, &run.spec, late as i64, now);
-                self.tenant_metrics.of(&run.rec.tenant).fire_late(late);
-            }
+        }
+        if let Some(late) = late {
+            self.stats.record_lateness(late as f64);
+            self.config
+                .alerts
+                .started_late(&run.rec, &run.spec, late, now);
+            self.tenant_metrics
+                .of(&run.rec.tenant)
+                .fire_late(late as f64);
         }
         let (input, plugin) = match prepared {
             Ok(p) => p,
@@ -95,41 +90,12 @@ impl Actor {
                     q.settle(grant, WindowUse::default(), now);
                 }
                 let run = self.runs.get_mut(&entry.run_id).expect("present");
-                run.rec.steps[i].error = Some(reason.clone());
-                set_step(
-                    &mut run.rec,
-                    i,
-                    StepStatus::Failed,
-                    now,
-                    reason,
-                    "scheduler",
-                    &mut events,
-                );
+                decide::attempt::start_failed(&mut run.rec, i, reason, now, &mut events);
                 self.queue.finish(&entry.tenant, &entry.pool);
                 return self.advance(&entry.run_id, now, "scheduler", &mut events);
             }
         };
-        run.rec.steps[i].input = Some(input.clone());
-        run.rec.steps[i].attempts.push(AttemptRecord {
-            number,
-            outcome: None,
-            started_at: now,
-            finished_at: None,
-            fuel_consumed: 0,
-            memory_peak_bytes: 0,
-            duration_ms: 0.0,
-            error: None,
-            error_kind: None,
-        });
-        set_step(
-            &mut run.rec,
-            i,
-            StepStatus::Running,
-            now,
-            format!("attempt {number} started"),
-            "scheduler",
-            &mut events,
-        );
+        decide::attempt::attempt_begun(&mut run.rec, i, number, input.clone(), now, &mut events);
         self.dirty
             .add(&entry.run_id, run.rec.steps.len(), &mut events);
         let cancel = CancellationToken::new();
@@ -294,16 +260,8 @@ impl Actor {
             return Ok(());
         };
         run.cancels.remove(&done.step);
-        let step = &mut run.rec.steps[i];
-        if let Some(a) = step.attempts.iter_mut().find(|a| a.number == done.attempt) {
-            a.outcome = Some(report.outcome);
-            a.finished_at = Some(now);
-            a.fuel_consumed = report.fuel_consumed;
-            a.memory_peak_bytes = report.memory_peak_bytes;
-            a.duration_ms = report.duration_ms;
-            a.error = report.error.clone();
-            a.error_kind = report.error_kind;
-        }
+        let step = &mut run.state.rec.steps[i];
+        decide::attempt::record_report(step, done.attempt, &report, now);
         // An attempt that printed and logged nothing has no log entry.
         let quiet = report.stdout.is_empty()
             && report.stderr.is_empty()
@@ -322,178 +280,50 @@ impl Actor {
                 },
             )?;
         }
-        let mut events = Vec::new();
-        let outcome_reason = match &report.error {
-            Some(e) => format!("attempt {}: {} ({e})", done.attempt, report.outcome),
-            None => format!("attempt {}: {}", done.attempt, report.outcome),
-        };
         if report.outcome != Outcome::Succeeded {
             tracing::info!(run = %done.run_id, tenant = %done.tenant, task = %run.rec.task,
-                step = %step.name, attempt = done.attempt, outcome = %report.outcome,
+                step = %run.rec.steps[i].name, attempt = done.attempt, outcome = %report.outcome,
                 error = report.error.as_deref().unwrap_or(""), "attempt did not succeed");
         }
-        if step.status != StepStatus::Running {
-            // Cancelled while running: the step was already settled.
-            return self.advance(&done.run_id, now, "scheduler", &mut events);
-        }
-        match report.outcome {
-            Outcome::Succeeded => {
-                step.output = report.output;
-                step.error = None;
-                set_step(
-                    &mut run.rec,
-                    i,
-                    StepStatus::Succeeded,
-                    now,
-                    outcome_reason,
-                    "scheduler",
-                    &mut events,
-                );
-            }
-            Outcome::Cancelled => {
-                step.error = report.error;
-                set_step(
-                    &mut run.rec,
-                    i,
-                    StepStatus::Cancelled,
-                    now,
-                    outcome_reason,
-                    "scheduler",
-                    &mut events,
-                );
-            }
-            outcome => {
-                step.error = report.error.clone();
-                let kind = report.error_kind;
-                self.after_failure(
-                    &done.run_id,
-                    i,
-                    (outcome, kind),
-                    now,
-                    "scheduler",
-                    &mut events,
-                );
-            }
-        }
-        self.advance(&done.run_id, now, "scheduler", &mut events)
-    }
-
-    /// A failed attempt: wait and retry, or fail the step (dead-lettering it
-    /// when its retries ran out).
-    pub(super) fn after_failure(
-        &mut self,
-        run_id: &str,
-        i: usize,
-        (outcome, kind): (Outcome, Option<ErrorKind>),
-        now: Millis,
-        actor: &str,
-        events: &mut Vec<Event>,
-    ) {
-        let Some(run) = self.runs.get_mut(run_id) else {
-            return;
+        let ended = decide::attempt::Ended {
+            attempt: done.attempt,
+            outcome: report.outcome,
+            kind: report.error_kind,
+            output: report.output,
+            error: report.error,
         };
-        let policy = run.spec.steps[i].retry.clone();
-        let step = &run.rec.steps[i];
-        // Attempts lost to host crashes (up to the bound) do not use up retries.
-        let counted = (step.attempts.len() as u32)
-            .saturating_sub(step.round_start)
-            .saturating_sub(step.lost_attempts.min(self.config.max_lost_attempts));
-        let error = step.error.clone().unwrap_or_else(|| outcome.to_string());
-        if policy.should_retry(counted, outcome, kind) && !run.cancelled {
-            let delay = policy.delay(counted, &mut self.rng);
-            let at = now + delay.as_millis() as Millis;
-            run.rec.steps[i].next_attempt_at = Some(at);
-            set_step(
-                &mut run.rec,
-                i,
-                StepStatus::RetryWait,
-                now,
-                format!(
-                    "{outcome}; retrying in {}",
-                    humantime::format_duration(delay)
-                ),
-                actor,
-                events,
-            );
-            self.timers.insert((
-                at,
-                Timer::Retry {
-                    run_id: run_id.to_string(),
-                    step: i,
-                },
-            ));
-            self.stats.retries.fetch_add(1, Ordering::Relaxed);
-            return;
-        }
-        let exhausted = policy.max_attempts > 1 && policy.should_retry(0, outcome, kind);
-        if exhausted {
-            let dead = DeadLetter {
-                id: new_id("d", now),
-                tenant: run.rec.tenant.clone(),
-                task: run.rec.task.clone(),
-                run_id: run_id.to_string(),
-                step: run.rec.steps[i].name.clone(),
-                input: run.rec.steps[i].input.clone(),
-                error: Some(error.clone()),
-                outcome: Some(outcome),
-                attempts: run.rec.steps[i].attempts.len() as u32,
-                created_at: now,
-                resolution: None,
-                resolved_at: None,
-            };
-            if let Err(e) = self.store.put_dead_letter(&dead) {
-                tracing::error!(error = %e, "recording a dead letter failed");
-            }
-            self.stats.dead_letters.fetch_add(1, Ordering::Relaxed);
-            self.config.alerts.dead_letter(&run.rec, &run.spec, &dead);
-            tracing::warn!(run = %run_id, tenant = %dead.tenant, task = %dead.task, step = %dead.step,
-                attempts = dead.attempts, dead_letter = %dead.id, %outcome, "step dead-lettered");
-            set_step(
-                &mut run.rec,
-                i,
-                StepStatus::Dead,
-                now,
-                format!(
-                    "{outcome} after {} attempts; dead letter {}",
-                    dead.attempts, dead.id
-                ),
-                actor,
-                events,
-            );
-        } else {
-            set_step(
-                &mut run.rec,
-                i,
-                StepStatus::Failed,
-                now,
-                format!("{outcome}: {error}"),
-                actor,
-                events,
-            );
-        }
+        let (mut effects, mut events) = (Vec::new(), Vec::new());
+        let mut retries = decide::attempt::Retries {
+            max_lost: self.config.max_lost_attempts,
+            rng: &mut self.rng,
+            dead_letter_id,
+        };
+        let ctx = Ctx {
+            now,
+            actor: "scheduler",
+        };
+        decide::attempt::attempt_finished(
+            &mut run.state,
+            i,
+            ended,
+            ctx,
+            &mut retries,
+            &mut effects,
+            &mut events,
+        );
+        self.apply(&done.run_id, effects, now)?;
+        self.advance(&done.run_id, now, "scheduler", &mut events)
     }
 
     pub(super) fn retry_due(&mut self, run_id: &str, i: usize, now: Millis) -> Result<()> {
         let Some(run) = self.runs.get_mut(run_id) else {
             return Ok(());
         };
-        if run.rec.steps[i].status != StepStatus::RetryWait {
+        let (mut effects, mut events) = (Vec::new(), Vec::new());
+        if !decide::attempt::retry_due(&mut run.rec, i, now, &mut effects, &mut events) {
             return Ok(());
         }
-        let mut events = Vec::new();
-        run.rec.steps[i].next_attempt_at = None;
-        set_step(
-            &mut run.rec,
-            i,
-            StepStatus::Queued,
-            now,
-            "backoff elapsed",
-            "scheduler",
-            &mut events,
-        );
         self.dirty.add(run_id, run.rec.steps.len(), &mut events);
-        let entry = self.entry_for(run_id, i, now);
-        self.queue.push(entry);
-        Ok(())
+        self.apply(run_id, effects, now)
     }
 }

@@ -17,66 +17,17 @@ impl Actor {
                 rec.status.as_str()
             )));
         };
-        if run.cancelled {
+        let attempts_out = !run.cancels.is_empty();
+        let (mut effects, mut events) = (Vec::new(), Vec::new());
+        let ctx = Ctx { now, actor };
+        if !decide::control::cancel(&mut run.state, ctx, attempts_out, &mut effects, &mut events) {
             return Err(Error::Conflict(format!(
                 "run `{run_id}` is already cancelled"
             )));
         }
-        run.cancelled = true;
-        run.rec.reason = Some(format!("cancelled by {actor}"));
-        let mut events = Vec::new();
-        for i in 0..run.rec.steps.len() {
-            match run.rec.steps[i].status {
-                StepStatus::Running => {
-                    if let Some(token) = run.cancels.get(&i) {
-                        token.cancel();
-                    }
-                    set_step(
-                        &mut run.rec,
-                        i,
-                        StepStatus::Cancelled,
-                        now,
-                        format!("cancelled by {actor}"),
-                        actor,
-                        &mut events,
-                    );
-                }
-                s if !s.is_terminal() => set_step(
-                    &mut run.rec,
-                    i,
-                    StepStatus::Cancelled,
-                    now,
-                    format!("cancelled by {actor}"),
-                    actor,
-                    &mut events,
-                ),
-                _ => {}
-            }
-        }
-        self.queue.remove_run(run_id);
-        let reason = format!("cancelled by {actor}");
-        let run = self.runs.get_mut(run_id).expect("present");
-        if run.rec.status == RunStatus::Queued {
-            self.queued_runs
-                .entry(run.rec.tenant.clone())
-                .and_modify(|n| *n = n.saturating_sub(1));
-        }
-        set_run(
-            &mut run.rec,
-            RunStatus::Cancelled,
-            now,
-            reason,
-            actor,
-            &mut events,
-        );
         let rec = run.rec.clone();
-        let attempts_out = !run.cancels.is_empty();
         self.dirty.add(run_id, run.rec.steps.len(), &mut events);
-        // With attempts still running, the run stays in memory until they
-        // report, so each is recorded (outcome, end, fuel) and charged.
-        if !attempts_out {
-            self.finish_run(run_id, now)?;
-        }
+        self.apply(run_id, effects, now)?;
         Ok(rec)
     }
 
@@ -98,7 +49,7 @@ impl Actor {
         }
         self.reopen(
             rec,
-            |s| !matches!(s.status, StepStatus::Succeeded | StepStatus::Skipped),
+            decide::control::retry_resets,
             actor,
             now,
             "retry requested",
@@ -130,7 +81,7 @@ impl Actor {
         let step = dead.step.clone();
         let reopened = self.reopen(
             rec,
-            |s| s.name == step || matches!(s.status, StepStatus::Cancelled),
+            decide::control::requeue_resets(&step),
             actor,
             now,
             "dead letter requeued",
@@ -163,11 +114,7 @@ impl Actor {
             .iter()
             .position(|s| s.name == step)
             .ok_or_else(|| Error::NotFound(format!("step `{step}` in run `{run_id}`")))?;
-        let names: std::collections::HashSet<String> = Graph::new(&spec)
-            .with_descendants(i)
-            .into_iter()
-            .map(|j| spec.steps[j].name.clone())
-            .collect();
+        let names = decide::control::rerun_resets(&spec, i);
         self.reopen(
             rec,
             |s| names.contains(&s.name),
@@ -190,38 +137,7 @@ impl Actor {
         let spec: TaskSpec = serde_json::from_value(rec.spec.clone())
             .map_err(|e| Error::Conflict(format!("the run's task snapshot is unreadable: {e}")))?;
         let mut events = Vec::new();
-        for i in 0..rec.steps.len() {
-            if reset(&rec.steps[i]) {
-                rec.steps[i].error = None;
-                rec.steps[i].output = None;
-                rec.steps[i].next_attempt_at = None;
-                // Retries start afresh for the reopened step.
-                rec.steps[i].lost_attempts = 0;
-                rec.steps[i].round_start = rec.steps[i].attempts.len() as u32;
-                set_step(
-                    &mut rec,
-                    i,
-                    StepStatus::Pending,
-                    now,
-                    reason,
-                    actor,
-                    &mut events,
-                );
-            }
-        }
-        rec.finished_at = None;
-        rec.reason = None;
-        let from = rec.status;
-        rec.status = RunStatus::Queued;
-        events.push(event(
-            &rec,
-            None,
-            Some(from.as_str()),
-            "queued",
-            now,
-            reason,
-            actor,
-        ));
+        decide::control::reopen(&mut rec, reset, Ctx { now, actor }, reason, &mut events);
         self.store.update_run(&rec, &events)?;
         let key = (rec.tenant.clone(), rec.task.clone());
         self.track(key, &rec.id, false);

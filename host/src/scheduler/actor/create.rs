@@ -375,9 +375,8 @@ impl Actor {
             return Ok((rec, true));
         }
         let key = (rec.tenant.clone(), rec.task.clone());
-        let held = rec.trigger != TriggerKind::Manual
-            && spec.overlap == Overlap::QueueOne
-            && self.by_task.get(&key).is_some_and(|t| t.active > 0);
+        let active = self.by_task.get(&key).map_or(0, |t| t.active);
+        let held = decide::fire::held_on_create(rec.trigger, spec.overlap, active);
         self.track(key, &rec.id, held);
         let id = rec.id.clone();
         self.runs

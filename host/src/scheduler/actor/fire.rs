@@ -2,6 +2,7 @@
 //! schedules, due timers, and firing a task's instants.
 
 use super::*;
+use crate::scheduler::core::fire::{Fire, Firing};
 
 impl Actor {
     /// Arms a task's timer for its next instant `at`: `fire_ahead` before
@@ -132,7 +133,7 @@ impl Actor {
             Armed {
                 task: Arc::new(record),
                 spec: Arc::new(spec),
-                trigger,
+                trigger: Arc::new(trigger),
                 schedule,
             },
         );
@@ -190,59 +191,27 @@ impl Actor {
             return Ok(());
         };
         let (task, spec) = (armed.task.clone(), armed.spec.clone());
+        let trigger = armed.trigger.clone();
         let mut sched = armed.schedule.clone();
-        let Some(next_fire) = sched.next_fire else {
+        let active = self.by_task.get(&key).map_or(0, |t| t.active);
+        let lead = self.config.fire_ahead_ms;
+        let Some(mut firing) = Firing::new(&trigger, &sched, &spec, active, now, lead) else {
             return Ok(());
         };
-        let due = schedule::due(
-            &armed.trigger,
-            from_ms(next_fire),
-            from_ms(now),
-            spec.catch_up,
-        );
-        let kind = armed.trigger.kind();
-        if due.skipped > 0 {
-            tracing::info!(%tenant, task = %task_name, skipped = due.skipped, "missed fires skipped per catch_up");
+        let kind = trigger.kind();
+        if firing.missed > 0 {
+            tracing::info!(%tenant, task = %task_name, skipped = firing.missed, "missed fires skipped per catch_up");
         }
-        sched.next_fire = due.next.map(|d| d.timestamp_millis());
-        let mut fires: Vec<Millis> = due.fire.iter().map(|d| d.timestamp_millis()).collect();
-        let active = self.by_task.get(&key).map_or(0, |t| t.active);
-        // Runs created by this call are active too once stored.
-        let overlaps = |created: usize| match spec.overlap {
-            Overlap::Skip => active + created >= 1,
-            Overlap::QueueOne => active + created >= 2,
-            Overlap::Allow => false,
-        };
-        let (mut last_created, mut created) = (None, 0);
-        let mut ahead = true;
-        let mut taken = 0;
-        loop {
-            // The due instants, then the next one if it is within the lead.
-            if taken == fires.len() {
-                match sched.next_fire {
-                    Some(next) if next <= now + self.config.fire_ahead_ms => {
-                        if overlaps(created) {
-                            ahead = false;
-                            break;
-                        }
-                        fires.push(next);
-                        sched.next_fire = self
-                            .armed
-                            .get(&key)
-                            .and_then(|a| a.trigger.next_after(from_ms(next)))
-                            .map(|d| d.timestamp_millis());
-                    }
-                    _ => break,
+        let mut last_created = None;
+        while let Some(fire) = firing.next(&trigger) {
+            let instant = match fire {
+                Fire::Create(instant) => instant,
+                Fire::Skip(instant) => {
+                    self.stats.overlap_skips.fetch_add(1, Ordering::Relaxed);
+                    tracing::info!(%tenant, task = %task_name, at = %rfc3339(instant), overlap = ?spec.overlap, "fire skipped: previous run still active");
+                    continue;
                 }
-            }
-            let instant = fires[taken];
-            taken += 1;
-            sched.last_fired = Some(instant);
-            if overlaps(created) {
-                self.stats.overlap_skips.fetch_add(1, Ordering::Relaxed);
-                tracing::info!(%tenant, task = %task_name, at = %rfc3339(instant), overlap = ?spec.overlap, "fire skipped: previous run still active");
-                continue;
-            }
+            };
             let origin = Origin {
                 trigger: kind,
                 scheduled_for: instant,
@@ -252,9 +221,12 @@ impl Actor {
             };
             let rec = self.new_run(&task, &spec, origin, now);
             let pending = self.create_run(rec, (*spec).clone(), true, "scheduler", now, None);
-            created += usize::from(self.pending[pending].shed.is_none());
+            firing.created(self.pending[pending].shed.is_none());
             last_created = Some(pending);
         }
+        sched.next_fire = firing.next_fire;
+        sched.last_fired = firing.last_fired;
+        let ahead = firing.ahead;
         // The runs, their fire keys and the schedule's progress are one
         // write: after a crash either all are there or none, so no instant
         // fires twice.

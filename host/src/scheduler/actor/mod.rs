@@ -22,17 +22,18 @@ use tokio_util::sync::CancellationToken;
 
 use super::clock::{Clock, from_ms, rfc3339};
 use super::cond_pool::{CondDone, CondJob, CondPool, Request as CondRequest};
+use super::core::run::{event, set_run, set_step, step_status_name};
+use super::core::{self as decide, Ctx, Effect, RunState};
 use super::queue::{DispatchQueue, Entry};
 use super::quota::{Admit, Grant, TenantQuota, WindowUse, duration_ms};
-use super::readiness::{Decision, Graph, Readiness};
 use super::runner::{AttemptRequest, Runner};
 use super::{Command, Error, Result, SchedulerConfig, Stats, TriggerRequest};
-use crate::cond::{CondError, CondVars, Condition, Extract};
+use crate::cond::{CondVars, Condition, Extract};
 use crate::model::{
-    AttemptContext, AttemptRecord, AttemptReport, DeadLetter, ErrorKind, Event, Millis, Outcome,
-    RECORD_FORMAT, RunRecord, RunStatus, ScheduleState, StepRunRecord, StepStatus, TriggerKind,
+    AttemptContext, AttemptReport, ErrorKind, Event, Millis, Outcome, RECORD_FORMAT, RunRecord,
+    RunStatus, ScheduleState, StepRunRecord, StepStatus, TriggerKind,
 };
-use crate::schedule::{self, AfterOn, Overlap, Trigger};
+use crate::schedule::{self, AfterOn, Trigger};
 use crate::store::{AttemptLogs, Insert, NewRun, Store, new_id};
 use crate::task::TaskSpec;
 use crate::template;
@@ -102,7 +103,7 @@ struct Origin {
 struct Armed {
     task: Arc<crate::model::TaskRecord>,
     spec: Arc<TaskSpec>,
-    trigger: Trigger,
+    trigger: Arc<Trigger>,
     schedule: ScheduleState,
 }
 
@@ -163,111 +164,13 @@ pub(super) struct Actor {
     plugins: HashMap<(String, String, String), crate::model::PluginRecord>,
 }
 
+/// A new dead letter's id (the store's id scheme), for the core.
+fn dead_letter_id(now: Millis) -> String {
+    new_id("d", now)
+}
+
 /// The answer to a trigger: the run, and whether it is new.
 type TriggerReply = tokio::sync::oneshot::Sender<Result<(RunRecord, bool)>>;
-
-/// One event; `step` names the step and attempt for step-level changes.
-fn event(
-    run: &RunRecord,
-    step: Option<(&str, Option<u32>)>,
-    from: Option<&str>,
-    to: &str,
-    at: Millis,
-    reason: impl Into<String>,
-    actor: &str,
-) -> Event {
-    Event {
-        run_id: run.id.clone(),
-        step: step.map(|(s, _)| s.to_string()),
-        attempt: step.and_then(|(_, a)| a),
-        from: from.map(str::to_string),
-        to: to.to_string(),
-        at,
-        reason: reason.into(),
-        actor: actor.to_string(),
-    }
-}
-
-/// How a condition that could not be evaluated fails its step: `condition
-/// exceeded its budget: …` past the budget, else `condition could not be
-/// evaluated: …`.
-fn condition_failed(e: &CondError) -> (StepStatus, String) {
-    let reason = match e {
-        CondError::Budget(_) => format!("condition {e}"),
-        e => format!("condition could not be evaluated: {e}"),
-    };
-    (StepStatus::Failed, reason)
-}
-
-fn step_status_name(s: StepStatus) -> &'static str {
-    match s {
-        StepStatus::Pending => "pending",
-        StepStatus::Queued => "queued",
-        StepStatus::Running => "running",
-        StepStatus::RetryWait => "retry_wait",
-        StepStatus::Succeeded => "succeeded",
-        StepStatus::Failed => "failed",
-        StepStatus::Skipped => "skipped",
-        StepStatus::Cancelled => "cancelled",
-        StepStatus::Dead => "dead",
-    }
-}
-
-/// Sets a step's status and records the event.
-fn set_step(
-    run: &mut RunRecord,
-    i: usize,
-    to: StepStatus,
-    at: Millis,
-    reason: impl Into<String>,
-    actor: &str,
-    events: &mut Vec<Event>,
-) {
-    let from = run.steps[i].status;
-    run.steps[i].status = to;
-    let attempt = run.steps[i].attempts.last().map(|a| a.number);
-    let name = run.steps[i].name.clone();
-    events.push(event(
-        run,
-        Some((&name, attempt)),
-        Some(step_status_name(from)),
-        step_status_name(to),
-        at,
-        reason,
-        actor,
-    ));
-}
-
-fn set_run(
-    run: &mut RunRecord,
-    to: RunStatus,
-    at: Millis,
-    reason: impl Into<String>,
-    actor: &str,
-    events: &mut Vec<Event>,
-) {
-    let from = run.status;
-    if from == to {
-        return;
-    }
-    run.status = to;
-    let reason = reason.into();
-    events.push(event(
-        run,
-        None,
-        Some(from.as_str()),
-        to.as_str(),
-        at,
-        reason.clone(),
-        actor,
-    ));
-    if to.is_terminal() {
-        run.finished_at = Some(at);
-        if !reason.is_empty() {
-            run.reason = Some(reason);
-        }
-    }
-}
 
 impl Actor {
     pub(super) fn new(

@@ -51,10 +51,9 @@ impl Actor {
                 }
             };
             let key = (rec.tenant.clone(), rec.task.clone());
+            let active = self.by_task.get(&key).map_or(0, |t| t.active);
             let held = rec.status == RunStatus::Queued
-                && rec.trigger != TriggerKind::Manual
-                && spec.overlap == Overlap::QueueOne
-                && self.by_task.get(&key).is_some_and(|t| t.active > 0);
+                && decide::fire::held_on_create(rec.trigger, spec.overlap, active);
             if rec.status == RunStatus::Queued {
                 *self.queued_runs.entry(rec.tenant.clone()).or_default() += 1;
             }
@@ -76,65 +75,21 @@ impl Actor {
     }
 
     pub(super) fn recover_run(&mut self, id: &str, now: Millis) -> Result<()> {
-        let max_lost = self.config.max_lost_attempts;
         let Some(run) = self.runs.get_mut(id) else {
             return Ok(());
         };
-        let mut events = Vec::new();
-        let (mut queued, mut lost) = (Vec::new(), Vec::new());
-        for i in 0..run.rec.steps.len() {
-            match run.rec.steps[i].status {
-                StepStatus::Running => {
-                    if let Some(a) = run.rec.steps[i].attempts.last_mut()
-                        && a.outcome.is_none()
-                    {
-                        a.outcome = Some(Outcome::Lost);
-                        a.finished_at = Some(now);
-                        a.error = Some("the host stopped while this attempt was running".into());
-                    }
-                    run.rec.steps[i].lost_attempts += 1;
-                    lost.push(i);
-                }
-                StepStatus::Queued => queued.push(i),
-                StepStatus::RetryWait => {
-                    let at = run.rec.steps[i].next_attempt_at.unwrap_or(now);
-                    self.timers.insert((
-                        at,
-                        Timer::Retry {
-                            run_id: id.to_string(),
-                            step: i,
-                        },
-                    ));
-                }
-                _ => {}
-            }
-        }
-        for i in lost {
-            self.stats.count_attempt(Outcome::Lost);
-            let run = self.runs.get_mut(id).expect("present");
-            self.tenant_metrics.of(&run.rec.tenant).count(Outcome::Lost);
-            let step = &run.rec.steps[i];
-            let attempt = step.attempts.last().map_or(0, |a| a.number);
-            if step.lost_attempts <= max_lost {
-                set_step(
-                    &mut run.rec,
-                    i,
-                    StepStatus::Queued,
-                    now,
-                    format!("attempt {attempt} lost in a host crash; running it again"),
-                    "recovery",
-                    &mut events,
-                );
-                queued.push(i);
-            } else {
-                run.rec.steps[i].error = Some("attempts keep getting lost in host crashes".into());
-                self.after_failure(id, i, (Outcome::Lost, None), now, "recovery", &mut events);
-            }
-        }
-        for i in queued {
-            let entry = self.entry_for(id, i, now);
-            self.queue.push(entry);
-        }
+        let (mut effects, mut events) = (Vec::new(), Vec::new());
+        let mut retries = decide::attempt::Retries {
+            max_lost: self.config.max_lost_attempts,
+            rng: &mut self.rng,
+            dead_letter_id,
+        };
+        let ctx = Ctx {
+            now,
+            actor: "recovery",
+        };
+        decide::attempt::recover(&mut run.state, ctx, &mut retries, &mut effects, &mut events);
+        self.apply(id, effects, now)?;
         self.advance(id, now, "recovery", &mut events)
     }
 }
