@@ -1,7 +1,17 @@
 //! Active runs held in memory: a run's record with its parsed definition,
 //! DAG counters, conditions and the cancellation of its running attempts.
 
-use super::*;
+use std::collections::HashMap;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::cond::{CondVars, Condition, Extract};
+use crate::model::RunRecord;
+use crate::schedule;
+use crate::scheduler::clock::{from_ms, rfc3339};
+use crate::scheduler::core::RunState;
+use crate::scheduler::core::run::step_status_name;
+use crate::task::TaskSpec;
 
 /// An active run held in memory: the core's state of it, with what only
 /// the actor needs (its time zone, the cancellation of running attempts).

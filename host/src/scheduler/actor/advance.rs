@@ -1,7 +1,14 @@
 //! Moving a run on: deciding the steps whose upstreams ended, `when`
 //! conditions, finishing a run and releasing the next held run of its task.
 
-use super::*;
+use std::sync::atomic::Ordering;
+
+use super::{Actor, Timer};
+use crate::model::{Event, Millis, Outcome, RunStatus, StepStatus};
+use crate::scheduler::cond_pool::{CondDone, CondJob, Request as CondRequest};
+use crate::scheduler::core::{Ctx, Effect};
+use crate::scheduler::queue::Entry;
+use crate::scheduler::{Result, core as decide};
 
 impl Actor {
     pub(super) fn entry_for(&self, run_id: &str, step: usize, now: Millis) -> Entry {

@@ -1,7 +1,19 @@
 //! Attempts: dispatching queued steps, starting an attempt (limits, quota,
 //! input, plugin), taking up its result, and failure, retry and dead letters.
 
-use super::*;
+use tokio_util::sync::CancellationToken;
+
+use super::{Actor, AttemptDone, dead_letter_id};
+use crate::model::{AttemptContext, AttemptReport, ErrorKind, Millis, Outcome, StepStatus};
+use crate::scheduler::clock::{from_ms, rfc3339};
+use crate::scheduler::core::{Ctx, Effect};
+use crate::scheduler::queue::Entry;
+use crate::scheduler::quota::{Admit, Grant, WindowUse, duration_ms};
+use crate::scheduler::runner::AttemptRequest;
+use crate::scheduler::{Result, core as decide};
+use crate::store::AttemptLogs;
+use crate::tenant::UsageBucket;
+use crate::{schedule, template};
 
 impl Actor {
     pub(super) fn dispatch(&mut self) {

@@ -1,7 +1,12 @@
 //! Run control asked by a person: cancel, retry, requeue a dead letter,
 //! rerun a step (and what reopening a finished run does).
 
-use super::*;
+use super::Actor;
+use super::active::ActiveRun;
+use crate::model::{Millis, RunRecord, RunStatus, StepRunRecord};
+use crate::scheduler::core::Ctx;
+use crate::scheduler::{Error, Result, core as decide};
+use crate::task::TaskSpec;
 
 impl Actor {
     pub(super) fn on_cancel(&mut self, run_id: &str, actor: &str) -> Result<RunRecord> {

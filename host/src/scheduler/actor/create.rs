@@ -1,7 +1,19 @@
 //! Creating runs: manual triggers and their limits (queue bounds, quotas,
 //! shedding), `after` triggers, and storing the runs of one loop turn together.
 
-use super::*;
+use std::sync::atomic::Ordering;
+
+use super::active::ActiveRun;
+use super::{Actor, Origin, TriggerReply};
+use crate::model::{
+    Millis, RECORD_FORMAT, RunRecord, RunStatus, StepRunRecord, StepStatus, TriggerKind,
+};
+use crate::schedule::AfterOn;
+use crate::scheduler::clock::rfc3339;
+use crate::scheduler::core::run::{event, set_run, set_step};
+use crate::scheduler::{Error, Result, TriggerRequest, core as decide};
+use crate::store::{Insert, NewRun, new_id};
+use crate::task::TaskSpec;
 
 /// A run created but not yet stored. The runs created in one turn of the
 /// loop (triggers drained together, fires due together) are inserted in one

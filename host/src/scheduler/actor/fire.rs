@@ -1,8 +1,16 @@
 //! Time triggers: arming and disarming fire timers, storing and pausing task
 //! schedules, due timers, and firing a task's instants.
 
-use super::*;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use super::{Actor, Armed, Origin, Timer};
+use crate::model::{Millis, ScheduleState};
+use crate::schedule::Trigger;
+use crate::scheduler::clock::{from_ms, rfc3339};
 use crate::scheduler::core::fire::{Fire, Firing};
+use crate::scheduler::{Error, Result};
+use crate::task::TaskSpec;
 
 impl Actor {
     /// Arms a task's timer for its next instant `at`: `fire_ahead` before

@@ -1,6 +1,20 @@
 //! The scheduler actor: owns active runs, the dispatch queue and timers.
 //! Every state change goes to the store (with its events) before the actor
 //! moves on; see the module docs of `scheduler` for the why.
+//!
+//! The actor is the imperative shell around the pure `scheduler::core`: it
+//! receives events, asks the core what they mean for a run, and applies the
+//! [`Effect`]s ([`Actor::apply`]). One `impl Actor` per concept:
+//! - this file: the state, the main loop, answering commands;
+//! - `active`: a run held in memory (the core's state plus its attempts' cancellation);
+//! - `recovery`: rebuilding memory from the store at start;
+//! - `create`: manual and `after` triggers, new runs, storing them per loop turn;
+//! - `fire`: time triggers, schedules, due timers, firing;
+//! - `advance`: moving a run on, conditions, applying effects, finishing runs;
+//! - `attempts`: dispatching, starting attempts, their results, retries;
+//! - `control`: cancel, retry, requeue, rerun a step;
+//! - `tenants`: tenant quotas pushed to the dispatch queue;
+//! - `write`: dirty tracking, write-behind and the run writer.
 
 mod active;
 mod advance;
@@ -20,24 +34,17 @@ use rand::SeedableRng;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::clock::{Clock, from_ms, rfc3339};
-use super::cond_pool::{CondDone, CondJob, CondPool, Request as CondRequest};
-use super::core::run::{event, set_run, set_step, step_status_name};
-use super::core::{self as decide, Ctx, Effect, RunState};
-use super::queue::{DispatchQueue, Entry};
-use super::quota::{Admit, Grant, TenantQuota, WindowUse, duration_ms};
-use super::runner::{AttemptRequest, Runner};
-use super::{Command, Error, Result, SchedulerConfig, Stats, TriggerRequest};
-use crate::cond::{CondVars, Condition, Extract};
-use crate::model::{
-    AttemptContext, AttemptReport, ErrorKind, Event, Millis, Outcome, RECORD_FORMAT, RunRecord,
-    RunStatus, ScheduleState, StepRunRecord, StepStatus, TriggerKind,
-};
-use crate::schedule::{self, AfterOn, Trigger};
-use crate::store::{AttemptLogs, Insert, NewRun, Store, new_id};
+use super::clock::{Clock, from_ms};
+use super::cond_pool::{CondDone, CondPool};
+use super::queue::DispatchQueue;
+use super::quota::{Grant, TenantQuota};
+use super::runner::Runner;
+use super::{Command, Error, Result, SchedulerConfig, Stats};
+use crate::model::{AttemptReport, Millis, RunRecord, RunStatus, ScheduleState, TriggerKind};
+use crate::schedule::{AfterOn, Trigger};
+use crate::store::{Store, new_id};
 use crate::task::TaskSpec;
-use crate::template;
-use crate::tenant::{HOUR_MS, TenantRecord, UsageBucket};
+use crate::tenant::UsageBucket;
 
 use self::active::ActiveRun;
 use self::create::{Inserting, PendingRun};

@@ -1,7 +1,15 @@
 //! Crash recovery: rebuilding memory from the store at start (tenants'
 //! usage, active runs with their lost attempts, schedules).
 
-use super::*;
+use super::active::ActiveRun;
+use super::{Actor, dead_letter_id};
+use crate::model::{Millis, RunStatus};
+use crate::scheduler::core::Ctx;
+use crate::scheduler::core::run::set_run;
+use crate::scheduler::quota::{TenantQuota, WindowUse};
+use crate::scheduler::{Result, core as decide};
+use crate::task::TaskSpec;
+use crate::tenant::HOUR_MS;
 
 impl Actor {
     /// Rebuilds memory from the store after a start: attempts that were

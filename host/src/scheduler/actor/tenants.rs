@@ -1,7 +1,9 @@
 //! Tenant quotas as the actor applies them: a changed tenant record, and
 //! pushing a tenant's limits and holds to the dispatch queue.
 
-use super::*;
+use super::{Actor, Timer};
+use crate::scheduler::quota::{TenantQuota, WindowUse};
+use crate::tenant::TenantRecord;
 
 impl Actor {
     /// Applies a created or changed tenant: limits, weight, holds.

@@ -1,7 +1,16 @@
 //! Writing runs: dirty tracking, the write-behind interval, the run writer
 //! (batches applied in order off the actor) and commands ordered after writes.
 
-use super::*;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+
+use super::Actor;
+use crate::model::{Event, RunRecord};
+use crate::scheduler::{Command, Error, Result};
+use crate::store::Store;
+use crate::tenant::UsageBucket;
 
 /// How often changed runs are written when nobody waits for them: a run's
 /// record is rewritten whole, so a busy run is written at most this often
