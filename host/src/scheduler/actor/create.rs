@@ -8,7 +8,6 @@ use super::{Actor, Origin, TriggerReply};
 use crate::model::{
     Millis, RECORD_FORMAT, RunRecord, RunStatus, StepRunRecord, StepStatus, TriggerKind,
 };
-use crate::schedule::AfterOn;
 use crate::scheduler::clock::rfc3339;
 use crate::scheduler::core::run::{event, set_run, set_step};
 use crate::scheduler::{Error, Result, TriggerRequest, core as decide};
@@ -438,11 +437,7 @@ impl Actor {
             return;
         };
         for (down, on) in downs {
-            let fires = match on {
-                AfterOn::Success => rec.status == RunStatus::Succeeded,
-                AfterOn::Failure => rec.status == RunStatus::Failed,
-                AfterOn::Done => rec.status.is_terminal(),
-            };
+            let fires = decide::fire::after_fires(on, rec.status);
             if !fires {
                 continue;
             }

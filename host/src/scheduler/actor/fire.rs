@@ -8,7 +8,7 @@ use super::{Actor, Armed, Origin, Timer};
 use crate::model::{Millis, ScheduleState};
 use crate::schedule::Trigger;
 use crate::scheduler::clock::{from_ms, rfc3339};
-use crate::scheduler::core::fire::{Fire, Firing};
+use crate::scheduler::core::fire::{self, Fire, Firing};
 use crate::scheduler::{Error, Result};
 use crate::task::TaskSpec;
 
@@ -66,19 +66,12 @@ impl Actor {
             .map_err(|e| Error::Conflict(format!("trigger of `{}`: {e}", record.name)))?;
         let old = self.store.get_schedule(&record.tenant, &record.name)?;
         let replaced = record.version > 1;
-        let next_fire = match (&old, replaced) {
-            (Some(s), true) if s.last_fired.is_some() => {
-                trigger.next_after(now.max(from_ms(s.last_fired.unwrap_or_default())))
-            }
-            (_, true) => trigger
-                .next_after(now)
-                .or_else(|| trigger.first_fire(from_ms(record.created_at))),
-            (_, false) => trigger.first_fire(from_ms(record.created_at)),
-        };
+        let next_fire =
+            fire::next_fire_on_save(&trigger, old.as_ref(), replaced, record.created_at, now);
         let schedule = ScheduleState {
             tenant: record.tenant.clone(),
             task: record.name.clone(),
-            next_fire: next_fire.map(|d| d.timestamp_millis()),
+            next_fire,
             last_fired: old.as_ref().and_then(|s| s.last_fired),
             paused: old.as_ref().is_some_and(|s| s.paused),
         };
@@ -110,13 +103,8 @@ impl Actor {
             let trigger = Trigger::compile(spec.trigger.as_ref(), from_ms(record.created_at))
                 .map_err(|e| Error::Conflict(format!("trigger of `{task}`: {e}")))?;
             let now = self.clock.now();
-            schedule.next_fire = match schedule.last_fired {
-                Some(_) => trigger.next_after(now),
-                None => trigger
-                    .first_fire(from_ms(record.created_at))
-                    .map(|f| f.max(now)),
-            }
-            .map(|d| d.timestamp_millis());
+            schedule.next_fire =
+                fire::next_fire_on_resume(&trigger, schedule.last_fired, record.created_at, now);
         }
         self.store.put_schedule(&schedule)?;
         self.on_task_changed(tenant, task)?;

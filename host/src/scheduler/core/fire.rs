@@ -1,12 +1,13 @@
 //! Firing a time trigger: which of its instants fire now (the due ones, per
 //! `catch_up`, and the next one when it is within the fire-ahead lead) and
 //! which of those the overlap policy skips because runs of the task are
-//! still active; whether a new run waits behind them (`queue_one`).
+//! still active; whether a new run waits behind them (`queue_one`); where a
+//! saved or resumed schedule starts; which `after` triggers a run's end fires.
 
 use chrono::{DateTime, TimeZone, Utc};
 
-use crate::model::{Millis, ScheduleState, TriggerKind};
-use crate::schedule::{self, Overlap, Trigger};
+use crate::model::{Millis, RunStatus, ScheduleState, TriggerKind};
+use crate::schedule::{self, AfterOn, Overlap, Trigger};
 use crate::task::TaskSpec;
 
 /// What to do with one instant of a trigger.
@@ -121,4 +122,52 @@ impl Firing {
 /// a trigger made, under `overlap: queue_one`, while one is active.
 pub(crate) fn held_on_create(trigger: TriggerKind, overlap: Overlap, active: usize) -> bool {
     trigger != TriggerKind::Manual && overlap == Overlap::QueueOne && active > 0
+}
+
+/// The next instant of a task's trigger once its definition is saved at
+/// `now`. A new task starts at its first instant (for `at`/`delay` even a
+/// past one: `catch_up` decides). A replaced one fires from now on, and not
+/// again at or before the instant it last fired (an `at` that fired does
+/// not fire again).
+pub(crate) fn next_fire_on_save(
+    trigger: &Trigger,
+    old: Option<&ScheduleState>,
+    replaced: bool,
+    created_at: Millis,
+    now: DateTime<Utc>,
+) -> Option<Millis> {
+    let last_fired = old.and_then(|s| s.last_fired);
+    match (last_fired, replaced) {
+        (Some(last), true) => trigger.next_after(now.max(date(last))),
+        (None, true) => trigger
+            .next_after(now)
+            .or_else(|| trigger.first_fire(date(created_at))),
+        (_, false) => trigger.first_fire(date(created_at)),
+    }
+    .map(|d| d.timestamp_millis())
+}
+
+/// The next instant of a resumed trigger: from `now` on (missed instants
+/// are not caught up), its first one if it never fired.
+pub(crate) fn next_fire_on_resume(
+    trigger: &Trigger,
+    last_fired: Option<Millis>,
+    created_at: Millis,
+    now: DateTime<Utc>,
+) -> Option<Millis> {
+    match last_fired {
+        Some(_) => trigger.next_after(now),
+        None => trigger.first_fire(date(created_at)).map(|f| f.max(now)),
+    }
+    .map(|d| d.timestamp_millis())
+}
+
+/// Whether a run that ended with `status` starts a task waiting for it
+/// with `after` … `on`.
+pub(crate) fn after_fires(on: AfterOn, status: RunStatus) -> bool {
+    match on {
+        AfterOn::Success => status == RunStatus::Succeeded,
+        AfterOn::Failure => status == RunStatus::Failed,
+        AfterOn::Done => status.is_terminal(),
+    }
 }

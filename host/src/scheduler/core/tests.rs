@@ -6,7 +6,7 @@ use rand::rngs::StdRng;
 
 use super::attempt::{self, Ended, Retries};
 use super::control;
-use super::fire::{Fire, Firing};
+use super::fire::{self, Fire, Firing};
 use super::run::{self, RunState};
 use super::{Ctx, Effect};
 use crate::model::{
@@ -497,4 +497,49 @@ fn catch_up_all_is_bounded() {
         crate::schedule::MAX_CATCH_UP
     );
     assert_eq!(firing.missed, 501 - crate::schedule::MAX_CATCH_UP);
+}
+
+#[test]
+fn a_replaced_definition_fires_from_now_on_and_a_resumed_one_skips_what_it_missed() {
+    let (_, trigger) = every_10s("allow", "latest");
+    let date = |ms| chrono::DateTime::from_timestamp_millis(ms).unwrap();
+    let first = T0 + 10_000;
+    assert_eq!(
+        fire::next_fire_on_save(&trigger, None, false, T0, date(T0)),
+        Some(first),
+        "a new task starts at its first instant"
+    );
+    let mut old = schedule_at(first);
+    // Replaced long after its first instant, never fired: from now on.
+    let now = T0 + 95_000;
+    assert_eq!(
+        fire::next_fire_on_save(&trigger, Some(&old), true, T0, date(now)),
+        Some(T0 + 100_000)
+    );
+    // It fired at an instant after `now` (ahead): not at it again.
+    old.last_fired = Some(T0 + 100_000);
+    assert_eq!(
+        fire::next_fire_on_save(&trigger, Some(&old), true, T0, date(now)),
+        Some(T0 + 110_000)
+    );
+    assert_eq!(
+        fire::next_fire_on_resume(&trigger, Some(first), T0, date(now)),
+        Some(T0 + 100_000)
+    );
+    assert_eq!(
+        fire::next_fire_on_resume(&trigger, None, T0, date(now)),
+        Some(now),
+        "a trigger that never fired starts at once when its first instant passed"
+    );
+}
+
+#[test]
+fn after_triggers_fire_on_their_outcome() {
+    use crate::schedule::AfterOn;
+    assert!(fire::after_fires(AfterOn::Success, RunStatus::Succeeded));
+    assert!(!fire::after_fires(AfterOn::Success, RunStatus::Failed));
+    assert!(fire::after_fires(AfterOn::Failure, RunStatus::Failed));
+    assert!(!fire::after_fires(AfterOn::Failure, RunStatus::Cancelled));
+    assert!(fire::after_fires(AfterOn::Done, RunStatus::Cancelled));
+    assert!(!fire::after_fires(AfterOn::Done, RunStatus::Running));
 }
