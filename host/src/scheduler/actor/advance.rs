@@ -189,11 +189,7 @@ impl Actor {
 
     /// Counts a run as active for its task (and queues it behind the others when held).
     pub(super) fn track(&mut self, key: (String, String), id: &str, held: bool) {
-        let t = self.by_task.entry(key).or_default();
-        t.active += 1;
-        if held {
-            t.held.push_back(id.to_string());
-        }
+        self.by_task.entry(key).or_default().track(id, held);
     }
 
     /// Forgets a terminal run and lets the next held run of its task go.
@@ -218,13 +214,7 @@ impl Actor {
         self.finished.insert(id.to_string(), run.state.rec);
         let mut next_held = None;
         if let Some(t) = self.by_task.get_mut(&key) {
-            t.active = t.active.saturating_sub(1);
-            if was_held {
-                // A held run that ended (cancelled) frees no slot.
-                t.held.retain(|r| r != id);
-            } else {
-                next_held = t.held.pop_front();
-            }
+            next_held = t.ended(id, was_held);
             if t.active == 0 {
                 self.by_task.remove(&key);
             }

@@ -26,7 +26,7 @@ mod recovery;
 mod tenants;
 mod write;
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -36,6 +36,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::clock::{Clock, from_ms};
 use super::cond_pool::{CondDone, CondPool};
+use super::core::fire::TaskRuns;
 use super::queue::DispatchQueue;
 use super::quota::{Grant, TenantQuota};
 use super::runner::Runner;
@@ -86,15 +87,6 @@ struct AttemptDone {
     /// Whether its timeout was cut to the tenant's wall time left.
     wall_cut: bool,
     result: std::result::Result<AttemptReport, String>,
-}
-
-/// The active runs of one task: how many, and which wait behind the others
-/// (`overlap: queue_one`), oldest first. Counts, not lists of every run: a
-/// task with 10,000 queued manual runs must not make each finish O(10,000).
-#[derive(Debug, Default)]
-struct TaskRuns {
-    active: usize,
-    held: VecDeque<String>,
 }
 
 /// What a new run comes from.

@@ -4,6 +4,8 @@
 //! still active; whether a new run waits behind them (`queue_one`); where a
 //! saved or resumed schedule starts; which `after` triggers a run's end fires.
 
+use std::collections::VecDeque;
+
 use chrono::{DateTime, TimeZone, Utc};
 
 use crate::model::{Millis, RunStatus, ScheduleState, TriggerKind};
@@ -169,5 +171,37 @@ pub(crate) fn after_fires(on: AfterOn, status: RunStatus) -> bool {
         AfterOn::Success => status == RunStatus::Succeeded,
         AfterOn::Failure => status == RunStatus::Failed,
         AfterOn::Done => status.is_terminal(),
+    }
+}
+
+/// The active runs of one task: how many, and which wait behind the others
+/// (`overlap: queue_one`), oldest first. Counts, not lists of every run: a
+/// task with 10,000 queued manual runs must not make each finish O(10,000).
+#[derive(Debug, Default)]
+pub(crate) struct TaskRuns {
+    /// Runs of the task in memory (queued, running, held).
+    pub(crate) active: usize,
+    held: VecDeque<String>,
+}
+
+impl TaskRuns {
+    /// Counts run `id` as active (and queues it behind the others when held).
+    pub(crate) fn track(&mut self, id: &str, held: bool) {
+        self.active += 1;
+        if held {
+            self.held.push_back(id.to_string());
+        }
+    }
+
+    /// Run `id` ended: answers the held run that may go now, if any. A held
+    /// run that ended (cancelled) frees no slot.
+    pub(crate) fn ended(&mut self, id: &str, was_held: bool) -> Option<String> {
+        self.active = self.active.saturating_sub(1);
+        if was_held {
+            self.held.retain(|r| r != id);
+            None
+        } else {
+            self.held.pop_front()
+        }
     }
 }

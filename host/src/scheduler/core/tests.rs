@@ -543,3 +543,18 @@ fn after_triggers_fire_on_their_outcome() {
     assert!(fire::after_fires(AfterOn::Done, RunStatus::Cancelled));
     assert!(!fire::after_fires(AfterOn::Done, RunStatus::Running));
 }
+
+#[test]
+fn queue_one_lets_the_oldest_held_run_go_when_a_running_one_ends() {
+    let mut t = fire::TaskRuns::default();
+    t.track("a", false);
+    t.track("b", true);
+    t.track("c", true);
+    t.track("d", true);
+    // A held run cancelled while waiting frees no slot.
+    assert_eq!(t.ended("c", true), None);
+    assert_eq!(t.ended("a", false), Some("b".into()));
+    assert_eq!(t.ended("b", false), Some("d".into()));
+    assert_eq!(t.ended("d", false), None);
+    assert_eq!(t.active, 0);
+}
