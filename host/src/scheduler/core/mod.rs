@@ -11,8 +11,14 @@
 //!   crash did to the attempts that were running, when a run starts;
 //! - [`control`]: what cancel, retry, requeue and rerun-step do to a run's
 //!   steps and status;
-//! - [`fire`]: which instants of a time trigger fire (catch-up), and which
-//!   of those are skipped or queued behind an active run (overlap).
+//! - [`fire`]: which instants of a time trigger fire (catch-up), which of
+//!   those are skipped or queued behind an active run (overlap), which held
+//!   run goes next, where a saved or resumed schedule starts, which `after`
+//!   triggers a run's end fires.
+//!
+//! Nothing here reads a clock or a random source of its own: the instant
+//! comes in [`Ctx`], the backoff's jitter and dead letters' ids through
+//! [`attempt::Retries`], so a seeded simulation replays exactly.
 //!
 //! The state is a [`RunState`] (the run's record, its DAG counters, its
 //! conditions) or a [`fire::Firing`]. A decision changes it in place,
