@@ -8,6 +8,11 @@
 //! Reads (show a run, list runs) go straight to the store, which the actor
 //! keeps current on every change.
 //!
+//! The decisions about runs (step transitions, trigger rules, `when`, retry
+//! and dead letters, run control, overlap and catch-up) are the pure
+//! `core`'s, tested without tokio; the actor (`actor/`, one file per
+//! concept) receives events, calls the core and applies its effects.
+//!
 //! What it does not own: validating task definitions (`task`), computing fire
 //! instants (`schedule`), running wasm (`runtime`, behind [`Runner`]), HTTP.
 //! Design notes: docs/SCHEDULER.md.
@@ -16,9 +21,9 @@ mod actor;
 pub mod alerts;
 pub mod clock;
 mod cond_pool;
+mod core;
 pub mod queue;
 mod quota;
-mod readiness;
 pub mod retention;
 pub mod runner;
 

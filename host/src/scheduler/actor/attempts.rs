@@ -1,0 +1,341 @@
+//! Attempts: dispatching queued steps, starting an attempt (limits, quota,
+//! input, plugin), taking up its result, and failure, retry and dead letters.
+
+use tokio_util::sync::CancellationToken;
+
+use super::{Actor, AttemptDone, dead_letter_id};
+use crate::model::{AttemptContext, AttemptReport, ErrorKind, Millis, Outcome, StepStatus};
+use crate::scheduler::clock::{from_ms, rfc3339};
+use crate::scheduler::core::{Ctx, Effect};
+use crate::scheduler::queue::Entry;
+use crate::scheduler::quota::{Admit, Grant, WindowUse, duration_ms};
+use crate::scheduler::runner::AttemptRequest;
+use crate::scheduler::{Result, core as decide};
+use crate::store::AttemptLogs;
+use crate::tenant::UsageBucket;
+use crate::{schedule, template};
+
+impl Actor {
+    pub(super) fn dispatch(&mut self) {
+        let now = self.clock.now_ms();
+        while let Some(entry) = self.queue.pop(now) {
+            if let Err(e) = self.start(&entry, now) {
+                tracing::error!(run = %entry.run_id, error = %e, "starting an attempt failed");
+                self.queue.finish(&entry.tenant, &entry.pool);
+            }
+        }
+    }
+
+    pub(super) fn start(&mut self, entry: &Entry, now: Millis) -> Result<()> {
+        let Some(run) = self.runs.get_mut(&entry.run_id) else {
+            self.queue.finish(&entry.tenant, &entry.pool);
+            return Ok(());
+        };
+        let i = entry.step;
+        if run.rec.steps[i].status != StepStatus::Queued || run.cancelled {
+            self.queue.finish(&entry.tenant, &entry.pool);
+            return Ok(());
+        }
+        let spec = run.spec.steps[i].clone();
+        let caps = match self.quotas.get(&entry.tenant) {
+            Some(q) => q.quota.caps(&self.config.caps),
+            None => self.config.caps.clone(),
+        };
+        let mut limits = spec.limits_capped(&caps);
+        let mut grant = Grant::default();
+        let mut wall_cut = false;
+        if let Some(q) = self.quotas.get_mut(&entry.tenant) {
+            q.roll(now);
+            match q.admit(&limits) {
+                Admit::Go(g) => {
+                    let asked = limits.timeout;
+                    limits = q.granted(limits, g);
+                    wall_cut = limits.timeout < asked;
+                    grant = g;
+                }
+                Admit::Wait | Admit::Exhausted => {
+                    // Back in line, behind nothing: it keeps its place.
+                    self.queue.finish(&entry.tenant, &entry.pool);
+                    self.queue.push(entry.clone());
+                    self.apply_quota(&entry.tenant);
+                    return Ok(());
+                }
+            }
+            if q.held() {
+                self.apply_quota(&entry.tenant);
+            }
+        }
+        let run = self.runs.get_mut(&entry.run_id).expect("checked above");
+        let mut events = Vec::new();
+        let number = run.rec.steps[i].attempts.len() as u32 + 1;
+        let grants = run.spec.step_grants(i);
+        // Resolve the input and the plugin; either failing fails the step for good.
+        let input = self.resolve_input(&entry.run_id, i, number);
+        let plugin = self.plugin(&entry.tenant, &spec.plugin.name, &spec.plugin.version)?;
+        let run = self.runs.get_mut(&entry.run_id).expect("present");
+        let prepared = match (input, plugin) {
+            (Ok(input), Some(plugin)) => Ok((input, plugin)),
+            (Err(e), _) => Err(format!("input: {e}")),
+            (_, None) => Err(format!("plugin `{}` is not uploaded", spec.plugin)),
+        };
+        let mut effects = Vec::new();
+        let late = decide::attempt::run_started(&mut run.rec, now, &mut effects, &mut events);
+        // Leaving the queue is the only effect of a start.
+        if effects.contains(&Effect::LeftQueue) {
+            self.queued_runs
+                .entry(run.rec.tenant.clone())
+                .and_modify(|n| *n = n.saturating_sub(1));
+        }
+        if let Some(late) = late {
+            self.stats.record_lateness(late as f64);
+            self.config
+                .alerts
+                .started_late(&run.rec, &run.spec, late, now);
+            self.tenant_metrics
+                .of(&run.rec.tenant)
+                .fire_late(late as f64);
+        }
+        let (input, plugin) = match prepared {
+            Ok(p) => p,
+            Err(reason) => {
+                if let Some(q) = self.quotas.get_mut(&entry.tenant) {
+                    q.settle(grant, WindowUse::default(), now);
+                }
+                let run = self.runs.get_mut(&entry.run_id).expect("present");
+                decide::attempt::start_failed(&mut run.rec, i, reason, now, &mut events);
+                self.queue.finish(&entry.tenant, &entry.pool);
+                return self.advance(&entry.run_id, now, "scheduler", &mut events);
+            }
+        };
+        decide::attempt::attempt_begun(&mut run.rec, i, number, input.clone(), now, &mut events);
+        self.dirty
+            .add(&entry.run_id, run.rec.steps.len(), &mut events);
+        let cancel = CancellationToken::new();
+        run.cancels.insert(i, cancel.clone());
+        let request = AttemptRequest {
+            digest: plugin.digest,
+            ctx: AttemptContext {
+                run_id: run.rec.id.clone(),
+                tenant: run.rec.tenant.clone(),
+                task: run.rec.task.clone(),
+                step: spec.name.clone(),
+                attempt: number,
+                scheduled_for: rfc3339(run.rec.scheduled_for),
+                trigger: run.rec.trigger,
+            },
+            input: input.to_string(),
+            limits,
+            grants,
+            cancel,
+        };
+        let fut = self.runner.run(request);
+        let done_tx = self.done_tx.clone();
+        let (run_id, tenant, task, pool) = (
+            entry.run_id.clone(),
+            entry.tenant.clone(),
+            run.rec.task.clone(),
+            entry.pool.clone(),
+        );
+        // Log lines of the attempt (runtime, plugin loading) carry its ids.
+        let span = tracing::info_span!("attempt", run = %run.rec.id, tenant = %run.rec.tenant,
+            task = %run.rec.task, step = %spec.name, attempt = number);
+        tokio::spawn(tracing::Instrument::instrument(
+            async move {
+                let result = fut.await;
+                match &result {
+                    Ok(r) => {
+                        tracing::debug!(outcome = %r.outcome, duration_ms = r.duration_ms, fuel = r.fuel_consumed, "attempt finished")
+                    }
+                    Err(e) => tracing::warn!(error = %e, "attempt could not run (host fault)"),
+                }
+                let _ = done_tx.send(AttemptDone {
+                    run_id,
+                    step: i,
+                    attempt: number,
+                    tenant,
+                    task,
+                    pool,
+                    grant,
+                    wall_cut,
+                    result,
+                });
+            },
+            span,
+        ));
+        Ok(())
+    }
+
+    /// A plugin version's record, from memory once read.
+    pub(super) fn plugin(
+        &mut self,
+        tenant: &str,
+        name: &str,
+        version: &str,
+    ) -> Result<Option<crate::model::PluginRecord>> {
+        let key = (tenant.to_string(), name.to_string(), version.to_string());
+        if let Some(record) = self.plugins.get(&key) {
+            return Ok(Some(record.clone()));
+        }
+        let record = self.store.get_plugin(tenant, name, version)?;
+        if let Some(record) = &record {
+            self.plugins.insert(key, record.clone());
+        }
+        Ok(record)
+    }
+
+    pub(super) fn resolve_input(
+        &self,
+        run_id: &str,
+        i: usize,
+        attempt: u32,
+    ) -> std::result::Result<serde_json::Value, String> {
+        let run = &self.runs[run_id];
+        let biz_date = schedule::biz_date(from_ms(run.rec.scheduled_for), run.tz);
+        let scheduled_for = rfc3339(run.rec.scheduled_for);
+        let trigger_time = rfc3339(run.rec.created_at);
+        let steps = &run.rec.steps;
+        let outputs = |name: &str| {
+            steps
+                .iter()
+                .find(|s| s.name == name)
+                .and_then(|s| s.output.as_ref())
+        };
+        let vars = template::Vars {
+            biz_date: &biz_date,
+            scheduled_for: &scheduled_for,
+            trigger_time: &trigger_time,
+            run_id: &run.rec.id,
+            attempt,
+            input: &run.rec.input,
+            step_outputs: &outputs,
+        };
+        template::render(&run.spec.steps[i].input, &vars).map_err(|e| e.to_string())
+    }
+
+    /// An attempt ended: charge it (metrics, usage, the tenant's window
+    /// budgets) whatever ended it and whatever became of its run, then
+    /// record it in its run and move the run on.
+    pub(super) fn on_done(&mut self, done: AttemptDone) -> Result<()> {
+        self.queue.finish(&done.tenant, &done.pool);
+        let now = self.clock.now_ms();
+        let i = done.step;
+        let mut report = done.result.unwrap_or_else(|e| AttemptReport {
+            outcome: Outcome::Failed,
+            output: None,
+            error: Some(format!("host fault: {e}")),
+            error_kind: Some(ErrorKind::Fatal),
+            fuel_consumed: 0,
+            memory_peak_bytes: 0,
+            duration_ms: 0.0,
+            stdout: String::new(),
+            stderr: String::new(),
+            logs: Vec::new(),
+            progress: None,
+        });
+        if done.wall_cut
+            && report.outcome == Outcome::TimedOut
+            && let Some(e) = &mut report.error
+        {
+            e.push_str(" (its timeout was cut to what was left of the tenant's wall-time budget)");
+        }
+        self.stats.count_attempt(report.outcome);
+        self.tenant_metrics.of(&done.tenant).attempt_done(
+            report.outcome,
+            report.fuel_consumed,
+            report.duration_ms,
+        );
+        let usage = UsageBucket::attempt(
+            &done.tenant,
+            &done.task,
+            now,
+            report.fuel_consumed,
+            report.duration_ms,
+            report.outcome,
+        );
+        self.usage
+            .entry((usage.tenant.clone(), usage.task.clone(), usage.hour))
+            .and_modify(|b| b.add(&usage))
+            .or_insert(usage);
+        if let Some(q) = self.quotas.get_mut(&done.tenant) {
+            let used = WindowUse {
+                fuel: report.fuel_consumed,
+                wall_ms: duration_ms(std::time::Duration::from_secs_f64(
+                    report.duration_ms.max(0.0) / 1e3,
+                )),
+            };
+            q.settle(done.grant, used, now);
+            self.apply_quota(&done.tenant);
+        }
+        // A cancelled run stays in memory until its attempts have reported
+        // (`on_cancel`), so this finds it.
+        let Some(run) = self.runs.get_mut(&done.run_id) else {
+            return Ok(());
+        };
+        run.cancels.remove(&done.step);
+        let step = &mut run.state.rec.steps[i];
+        decide::attempt::record_report(step, done.attempt, &report, now);
+        // An attempt that printed and logged nothing has no log entry.
+        let quiet = report.stdout.is_empty()
+            && report.stderr.is_empty()
+            && report.logs.is_empty()
+            && report.progress.is_none();
+        if !quiet {
+            self.store.put_logs(
+                &done.run_id,
+                &AttemptLogs {
+                    step: step.name.clone(),
+                    attempt: done.attempt,
+                    stdout: report.stdout,
+                    stderr: report.stderr,
+                    logs: report.logs,
+                    progress: report.progress,
+                },
+            )?;
+        }
+        if report.outcome != Outcome::Succeeded {
+            tracing::info!(run = %done.run_id, tenant = %done.tenant, task = %run.rec.task,
+                step = %run.rec.steps[i].name, attempt = done.attempt, outcome = %report.outcome,
+                error = report.error.as_deref().unwrap_or(""), "attempt did not succeed");
+        }
+        let ended = decide::attempt::Ended {
+            attempt: done.attempt,
+            outcome: report.outcome,
+            kind: report.error_kind,
+            output: report.output,
+            error: report.error,
+        };
+        let (mut effects, mut events) = (Vec::new(), Vec::new());
+        let mut retries = decide::attempt::Retries {
+            max_lost: self.config.max_lost_attempts,
+            rng: &mut self.rng,
+            dead_letter_id,
+        };
+        let ctx = Ctx {
+            now,
+            actor: "scheduler",
+        };
+        decide::attempt::attempt_finished(
+            &mut run.state,
+            i,
+            ended,
+            ctx,
+            &mut retries,
+            &mut effects,
+            &mut events,
+        );
+        self.apply(&done.run_id, effects, now)?;
+        self.advance(&done.run_id, now, "scheduler", &mut events)
+    }
+
+    pub(super) fn retry_due(&mut self, run_id: &str, i: usize, now: Millis) -> Result<()> {
+        let Some(run) = self.runs.get_mut(run_id) else {
+            return Ok(());
+        };
+        let (mut effects, mut events) = (Vec::new(), Vec::new());
+        if !decide::attempt::retry_due(&mut run.rec, i, now, &mut effects, &mut events) {
+            return Ok(());
+        }
+        self.dirty.add(run_id, run.rec.steps.len(), &mut events);
+        self.apply(run_id, effects, now)
+    }
+}

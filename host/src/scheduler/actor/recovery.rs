@@ -1,0 +1,103 @@
+//! Crash recovery: rebuilding memory from the store at start (tenants'
+//! usage, active runs with their lost attempts, schedules).
+
+use super::active::ActiveRun;
+use super::{Actor, dead_letter_id};
+use crate::model::{Millis, RunStatus};
+use crate::scheduler::core::Ctx;
+use crate::scheduler::core::run::set_run;
+use crate::scheduler::quota::{TenantQuota, WindowUse};
+use crate::scheduler::{Result, core as decide};
+use crate::task::TaskSpec;
+use crate::tenant::HOUR_MS;
+
+impl Actor {
+    /// Rebuilds memory from the store after a start: attempts that were
+    /// running are marked `lost` and retried per policy, queued and waiting
+    /// steps resume, schedules are re-armed (missed fires follow `catch_up`
+    /// when their timers fire, immediately).
+    pub(in crate::scheduler) fn recover(&mut self) -> Result<()> {
+        let now = self.clock.now_ms();
+        let slots = self.config.queue.global_limit;
+        for tenant in self.store.list_tenants()? {
+            let start = tenant.quota.window_start(now);
+            let used = self
+                .store
+                .usage(&tenant.name, start, now + HOUR_MS)?
+                .iter()
+                .fold(WindowUse::default(), |used, b| WindowUse {
+                    fuel: used.fuel.saturating_add(b.fuel),
+                    wall_ms: used
+                        .wall_ms
+                        .saturating_add(b.wall_ms.max(0.0).ceil() as u64),
+                });
+            self.quotas.insert(
+                tenant.name.clone(),
+                TenantQuota::new(&tenant, used, slots, now),
+            );
+            self.apply_quota(&tenant.name);
+        }
+        let mut active = self.store.active_runs()?;
+        active.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
+        for rec in active {
+            let spec: TaskSpec = match serde_json::from_value(rec.spec.clone()) {
+                Ok(spec) => spec,
+                Err(e) => {
+                    tracing::error!(run = %rec.id, error = %e, "cannot read the task snapshot of an active run; failing it");
+                    let mut rec = rec;
+                    let mut events = Vec::new();
+                    set_run(
+                        &mut rec,
+                        RunStatus::Failed,
+                        now,
+                        format!("unreadable task snapshot: {e}"),
+                        "recovery",
+                        &mut events,
+                    );
+                    self.store.update_run(&rec, &events)?;
+                    continue;
+                }
+            };
+            let key = (rec.tenant.clone(), rec.task.clone());
+            let active = self.by_task.get(&key).map_or(0, |t| t.active);
+            let held = rec.status == RunStatus::Queued
+                && decide::fire::held_on_create(rec.trigger, spec.overlap, active);
+            if rec.status == RunStatus::Queued {
+                *self.queued_runs.entry(rec.tenant.clone()).or_default() += 1;
+            }
+            self.track(key, &rec.id, held);
+            let id = rec.id.clone();
+            self.runs
+                .insert(id.clone(), ActiveRun::new(rec, spec, held));
+            self.recover_run(&id, now)?;
+        }
+        for task in self.store.list_tasks(None)? {
+            self.index_after(&task);
+        }
+        for sched in self.store.list_schedules()? {
+            if let Err(e) = self.on_task_changed(&sched.tenant, &sched.task) {
+                tracing::error!(tenant = %sched.tenant, task = %sched.task, error = %e, "cannot arm the trigger");
+            }
+        }
+        self.flush()
+    }
+
+    pub(super) fn recover_run(&mut self, id: &str, now: Millis) -> Result<()> {
+        let Some(run) = self.runs.get_mut(id) else {
+            return Ok(());
+        };
+        let (mut effects, mut events) = (Vec::new(), Vec::new());
+        let mut retries = decide::attempt::Retries {
+            max_lost: self.config.max_lost_attempts,
+            rng: &mut self.rng,
+            dead_letter_id,
+        };
+        let ctx = Ctx {
+            now,
+            actor: "recovery",
+        };
+        decide::attempt::recover(&mut run.state, ctx, &mut retries, &mut effects, &mut events);
+        self.apply(id, effects, now)?;
+        self.advance(id, now, "recovery", &mut events)
+    }
+}
