@@ -20,9 +20,9 @@ pub mod sled;
 #[cfg(test)]
 mod conformance;
 
-pub use self::sled::SledStore;
 /// The path [`SledStore`] had before `sled_store.rs` became `sled/`.
 pub use self::sled as sled_store;
+pub use self::sled::SledStore;
 
 use std::future::Future;
 use std::pin::Pin;
