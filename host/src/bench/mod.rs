@@ -29,6 +29,7 @@ pub use self::soak::{SoakConfig, SoakSample, SoakStats, soak};
 pub use self::tenants::{TenantOverhead, tenant_overhead};
 pub use self::trigger::{ThroughputStats, trigger_throughput};
 
+/// The context every benchmark attempt runs with (no real run behind it).
 fn bench_context() -> AttemptContext {
     AttemptContext {
         run_id: "bench".into(),
@@ -41,15 +42,19 @@ fn bench_context() -> AttemptContext {
     }
 }
 
+/// A scratch directory of this process, numbered per benchmark (`9000`
+/// and up for the server benchmarks, the repetition for `load`).
 fn scratch_dir(i: usize) -> PathBuf {
     std::env::temp_dir().join(format!("ax-bench-load-{}-{i}", std::process::id()))
 }
 
+/// The median of `values` (sorts them).
 fn median(values: &mut [f64]) -> f64 {
     values.sort_by(f64::total_cmp);
     values[values.len() / 2]
 }
 
+/// The `q` quantile of `sorted` (0 when empty).
 fn percentile(sorted: &[f64], q: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
@@ -57,6 +62,8 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
     sorted[((sorted.len() as f64 * q) as usize).min(sorted.len() - 1)]
 }
 
+/// A server on `127.0.0.1:0` with its data in `dir`, no quotas in the way,
+/// and the demo `echo` plugin uploaded to the `default` tenant.
 async fn bench_server(
     dir: &std::path::Path,
     concurrency: Option<usize>,
