@@ -15,10 +15,14 @@
 pub mod kv;
 pub mod memory;
 pub mod secrets;
-pub mod sled_store;
+pub mod sled;
 
 #[cfg(test)]
 mod conformance;
+
+/// The path [`SledStore`] had before `sled_store.rs` became `sled/`.
+pub use self::sled as sled_store;
+pub use self::sled::SledStore;
 
 use std::future::Future;
 use std::pin::Pin;

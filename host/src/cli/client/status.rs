@@ -18,7 +18,9 @@ use std::process::ExitCode;
 use chrono::Utc;
 use serde_json::{Value, json};
 
-use super::{Client, Conn, Failure, Outcome, cell, instant, items, print_json, table};
+use super::http::{Client, all_pages, enc};
+use super::output::{cell, human_ms, instant, items, print_json, table};
+use super::{Conn, Failure, Outcome};
 
 /// Largest count asked for in one listing.
 const COUNT_CAP: usize = 1000;
@@ -74,7 +76,7 @@ fn gather(client: &Client) -> Result<Value, Failure> {
     lateness.sort_unstable();
     // The tenant's fuel window, where the token may read it (the admin's).
     let tenant = client.tenant.as_deref().unwrap_or("default");
-    let window = match client.get(&format!("/v1/tenants/{}/usage", super::enc(tenant))) {
+    let window = match client.get(&format!("/v1/tenants/{}/usage", enc(tenant))) {
         Ok(usage) => json!({
             "tenant": tenant,
             "fuel_used": usage["window"]["fuel_used"],
@@ -86,7 +88,7 @@ fn gather(client: &Client) -> Result<Value, Failure> {
         Err(f) => return Err(f),
     };
     let dead = client.get("/v1/dead-letters")?;
-    let tasks = super::all_pages(client, "/v1/tasks", "tasks")?;
+    let tasks = all_pages(client, "/v1/tasks", "tasks")?;
     let mut next: Vec<(String, String)> = tasks
         .iter()
         .filter_map(|t| Some((t["next_fire"].as_str()?.to_string(), cell(&t["name"]))))
@@ -142,8 +144,8 @@ fn print_human(url: &str, s: &Value) {
     let late = match (r["lateness_p50_ms"].as_i64(), r["lateness_p95_ms"].as_i64()) {
         (Some(p50), Some(p95)) => format!(
             "p50 {}, p95 {} (scheduled → started, recent scheduled runs)",
-            super::human_ms(p50.max(0) as f64),
-            super::human_ms(p95.max(0) as f64)
+            human_ms(p50.max(0) as f64),
+            human_ms(p95.max(0) as f64)
         ),
         _ => "- (no recent scheduled runs)".into(),
     };
@@ -189,7 +191,7 @@ fn print_human(url: &str, s: &Value) {
             let inn = instant(&f["at"])
                 .map(|at| {
                     let ms = (at - now).num_milliseconds().max(0) as f64;
-                    format!("in {}", super::human_ms(ms))
+                    format!("in {}", human_ms(ms))
                 })
                 .unwrap_or_default();
             vec![cell(&f["task"]), cell(&f["at"]), inn]

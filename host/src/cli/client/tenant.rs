@@ -7,9 +7,9 @@
 use clap::{Args, Subcommand};
 use serde_json::{Map, Value, json};
 
-use super::{
-    Body, Client, Conn, Failure, Outcome, cell, done, enc, items, print_json, query, table,
-};
+use super::http::{Body, Client, enc, query};
+use super::output::{cell, items, print_json, table};
+use super::{Conn, Failure, Outcome, done};
 
 #[derive(Debug, Args)]
 pub(in crate::cli) struct TenantArgs {

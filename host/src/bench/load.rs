@@ -1,0 +1,74 @@
+//! `ax bench load`: getting a plugin ready — compiling it cold, loading
+//! the artifact cached on disk, and a lookup of one already loaded.
+
+use std::fmt;
+use std::time::Instant;
+
+use serde::Serialize;
+
+use super::{median, scratch_dir};
+use crate::runtime::{LoadSource, Runtime, RuntimeConfig};
+
+/// Cost of getting a plugin ready, by where it comes from (medians).
+#[derive(Clone, Debug, Serialize)]
+pub struct LoadStats {
+    /// Component size in bytes.
+    pub size_bytes: usize,
+    /// Validate + compile (nothing cached), ms.
+    pub compile_ms: f64,
+    /// Validate + deserialize the artifact ax cached on disk, ms.
+    pub disk_cache_ms: f64,
+    /// Lookup of a plugin already loaded in this process, µs.
+    pub memory_hit_us: f64,
+}
+
+impl fmt::Display for LoadStats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "component        {} bytes", self.size_bytes)?;
+        writeln!(f, "compile (cold)   {:.2} ms", self.compile_ms)?;
+        writeln!(
+            f,
+            "disk cache       {:.3} ms  ({:.0}x faster)",
+            self.disk_cache_ms,
+            self.compile_ms / self.disk_cache_ms
+        )?;
+        write!(f, "memory hit       {:.2} µs", self.memory_hit_us)
+    }
+}
+
+/// Measures compiling `bytes` cold, loading the cached artifact in a fresh
+/// runtime, and a repeated load in the same runtime; `repeat` times each.
+pub fn load(bytes: &[u8], repeat: usize) -> anyhow::Result<LoadStats> {
+    let (mut compile, mut disk, mut memory) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..repeat.max(1) {
+        let dir = scratch_dir(i);
+        let config = RuntimeConfig {
+            cache_dir: Some(dir.clone()),
+            ..RuntimeConfig::default()
+        };
+        let cold = Runtime::new(config.clone())?;
+        compile.push(timed_load(&cold, bytes, LoadSource::Compiled)?);
+        memory.push(timed_load(&cold, bytes, LoadSource::Memory)?);
+        drop(cold);
+        let warm = Runtime::new(config)?;
+        disk.push(timed_load(&warm, bytes, LoadSource::DiskCache)?);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    Ok(LoadStats {
+        size_bytes: bytes.len(),
+        compile_ms: median(&mut compile) * 1e3,
+        disk_cache_ms: median(&mut disk) * 1e3,
+        memory_hit_us: median(&mut memory) * 1e6,
+    })
+}
+
+fn timed_load(runtime: &Runtime, bytes: &[u8], expect: LoadSource) -> anyhow::Result<f64> {
+    let t = Instant::now();
+    let (_, source) = runtime.load_traced(bytes)?;
+    let secs = t.elapsed().as_secs_f64();
+    anyhow::ensure!(
+        source == expect,
+        "expected a load from {expect:?}, got {source:?}"
+    );
+    Ok(secs)
+}

@@ -1,0 +1,88 @@
+//! Measurement loops behind `ax bench` and `cargo bench`. They drive the real
+//! runtime the way the scheduler does; numbers are recorded in
+//! `docs/PERFORMANCE.md`.
+//!
+//! One file per benchmark (`exec`, `load`, `fire`, `trigger`, `dag`, `soak`,
+//! `caps`, `tenants`); this file holds what they share: the attempt context,
+//! scratch directories, medians and percentiles, and a loopback server with
+//! the `echo` plugin uploaded.
+
+mod caps;
+mod dag;
+mod exec;
+mod fire;
+mod load;
+mod soak;
+mod tenants;
+mod trigger;
+
+use std::path::PathBuf;
+
+use crate::model::{AttemptContext, TriggerKind};
+
+pub use self::caps::{HttpBenchStats, KvBenchStats, http_requests, kv_round_trips};
+pub use self::dag::{DagStats, dag_overhead};
+pub use self::exec::{ExecStats, exec, speed_up};
+pub use self::fire::{LatenessStats, fire_lateness};
+pub use self::load::{LoadStats, load};
+pub use self::soak::{SoakConfig, SoakSample, SoakStats, soak};
+pub use self::tenants::{TenantOverhead, tenant_overhead};
+pub use self::trigger::{ThroughputStats, trigger_throughput};
+
+/// The context every benchmark attempt runs with (no real run behind it).
+fn bench_context() -> AttemptContext {
+    AttemptContext {
+        run_id: "bench".into(),
+        tenant: "bench".into(),
+        task: "bench".into(),
+        step: "bench".into(),
+        attempt: 1,
+        scheduled_for: "2026-01-01T00:00:00Z".into(),
+        trigger: TriggerKind::Manual,
+    }
+}
+
+/// A scratch directory of this process, numbered per benchmark (`9000`
+/// and up for the server benchmarks, the repetition for `load`).
+fn scratch_dir(i: usize) -> PathBuf {
+    std::env::temp_dir().join(format!("ax-bench-load-{}-{i}", std::process::id()))
+}
+
+/// The median of `values` (sorts them).
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+/// The `q` quantile of `sorted` (0 when empty).
+fn percentile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    sorted[((sorted.len() as f64 * q) as usize).min(sorted.len() - 1)]
+}
+
+/// A server on `127.0.0.1:0` with its data in `dir`, no quotas in the way,
+/// and the demo `echo` plugin uploaded to the `default` tenant.
+async fn bench_server(
+    dir: &std::path::Path,
+    concurrency: Option<usize>,
+) -> anyhow::Result<crate::server::Server> {
+    let config = crate::config::Config {
+        listen: "127.0.0.1:0".parse()?,
+        data_dir: dir.to_path_buf(),
+        admin_token: Some("bench".into()),
+        concurrency,
+        max_queued_per_tenant: 1_000_000,
+        high_water: 1_000_000,
+        ..crate::config::Config::default()
+    };
+    let server = crate::server::start(config, false).await?;
+    let echo = crate::server::demo_plugin("echo")
+        .ok_or_else(|| anyhow::anyhow!("echo plugin not embedded"))?;
+    server
+        .ax
+        .upload_plugin("default", "echo", "1.0.0", echo.to_vec())
+        .await?;
+    Ok(server)
+}

@@ -1,0 +1,125 @@
+//! `ax bench trigger`: manual triggers through the service, each answered
+//! once durable, measured until every run succeeded.
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use super::{bench_server, percentile, scratch_dir};
+use crate::model::Outcome;
+
+/// Throughput of manual triggers: accepted durably → succeeded.
+#[derive(Clone, Debug, Serialize)]
+pub struct ThroughputStats {
+    /// Runs triggered.
+    pub runs: usize,
+    /// Triggering clients at once.
+    pub concurrency: usize,
+    /// Runs accepted (durably) per second.
+    pub accepted_per_sec: f64,
+    /// Runs triggered and finished per second, end to end.
+    pub runs_per_sec: f64,
+    /// Median latency of an accepted trigger (durable), ms.
+    pub trigger_p50_ms: f64,
+    /// 99th percentile trigger latency, ms.
+    pub trigger_p99_ms: f64,
+}
+
+impl fmt::Display for ThroughputStats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} runs, {} clients: accepted {:.0}/s, end to end {:.0} runs/s, trigger p50 {:.2} ms, p99 {:.2} ms",
+            self.runs,
+            self.concurrency,
+            self.accepted_per_sec,
+            self.runs_per_sec,
+            self.trigger_p50_ms,
+            self.trigger_p99_ms
+        )
+    }
+}
+
+/// `runs` manual triggers from `concurrency` clients through the service
+/// (each answered only once durable); measures until every run succeeded.
+pub async fn trigger_throughput(
+    runs: usize,
+    concurrency: usize,
+) -> anyhow::Result<ThroughputStats> {
+    let dir = scratch_dir(9001);
+    let server = bench_server(&dir, None).await?;
+    server
+        .ax
+        .put_task("default", "bench", "name: bench\nplugin: echo@1.0.0\n")
+        .await?;
+    let started = Instant::now();
+    let per_client = runs.div_ceil(concurrency.max(1));
+    let mut clients = tokio::task::JoinSet::new();
+    for c in 0..concurrency.max(1) {
+        let ax = server.ax.clone();
+        clients.spawn(async move {
+            let mut latencies = Vec::with_capacity(per_client);
+            let mut ids = Vec::with_capacity(per_client);
+            for i in 0..per_client {
+                let t = Instant::now();
+                let (run, _) = ax
+                    .trigger(crate::scheduler::TriggerRequest {
+                        tenant: "default".into(),
+                        task: "bench".into(),
+                        idempotency_key: Some(format!("{c}-{i}")),
+                        actor: "bench".into(),
+                        ..Default::default()
+                    })
+                    .await?;
+                latencies.push(t.elapsed().as_secs_f64() * 1e3);
+                ids.push(run.id);
+            }
+            anyhow::Ok((latencies, ids))
+        });
+    }
+    let (mut latencies, mut ids) = (Vec::new(), Vec::new());
+    while let Some(res) = clients.join_next().await {
+        let (l, i) = res??;
+        latencies.extend(l);
+        ids.extend(i);
+    }
+    let accepted = started.elapsed();
+    // Wait until every run finished (checking the newest first: they finish last).
+    let stats = server.ax.scheduler.stats().clone();
+    let total = ids.len() as u64;
+    let succeeded_index = Outcome::ALL
+        .iter()
+        .position(|o| *o == Outcome::Succeeded)
+        .unwrap_or(0);
+    while stats.attempts[succeeded_index].load(std::sync::atomic::Ordering::Relaxed) < total {
+        anyhow::ensure!(
+            started.elapsed() < Duration::from_secs(600),
+            "runs did not finish in 10 minutes"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let finished = started.elapsed();
+    // Runs are written behind (at most 250 ms later): let the last ones land.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for id in ids.iter().rev().take(10) {
+        let run = server.ax.get_run("default", id)?;
+        anyhow::ensure!(
+            run.status == crate::model::RunStatus::Succeeded,
+            "run {id} ended {:?}",
+            run.status
+        );
+    }
+    server.shutdown.cancel();
+    server.join().await?;
+    let _ = std::fs::remove_dir_all(&dir);
+    latencies.sort_by(f64::total_cmp);
+    Ok(ThroughputStats {
+        runs: ids.len(),
+        concurrency,
+        accepted_per_sec: ids.len() as f64 / accepted.as_secs_f64(),
+        runs_per_sec: ids.len() as f64 / finished.as_secs_f64(),
+        trigger_p50_ms: percentile(&latencies, 0.5),
+        trigger_p99_ms: percentile(&latencies, 0.99),
+    })
+}

@@ -1,0 +1,149 @@
+//! The client subcommands (`ax plugin`, `ax task`, `ax graph`, `ax trigger`,
+//! `ax runs`, `ax run`, `ax logs`, `ax events`, `ax dead-letters`, `ax cron`,
+//! `ax status`, `ax tenant`): thin wrappers over the HTTP API (docs/API.md) that print aligned tables, or the
+//! server's JSON with `--json`. They block on plain HTTP calls (ureq) and
+//! need no async runtime. `ax cron next` computes locally, without a server.
+//!
+//! Exit codes: 0 done, 1 a waited-for run did not succeed, 2 an error
+//! (printed as `error: CODE: message`).
+//!
+//! What people read is made terminal-safe by [`crate::cli::term::safe`]: every
+//! string from the server goes through [`output::cell`] (one line) or, for text
+//! that is lines by nature (captured stdout/stderr, a task's source, a
+//! drawing), through `safe(.., Layout::Block)`; tables escape every cell
+//! again. `--json` prints the server's JSON as it came.
+//!
+//! One file per command group (`plugins`, `tasks`, `graph`, `trigger`,
+//! `runs`, `dead_letters`, `cron`, `status`, `tenant`); what they share is
+//! here (the connection flags, the failure type, the dispatch), in `http`
+//! (the HTTP client) and in `output` (printing).
+
+mod cron;
+mod dead_letters;
+mod graph;
+mod http;
+mod output;
+mod plugins;
+mod runs;
+mod status;
+mod tasks;
+mod tenant;
+mod trigger;
+
+use std::process::ExitCode;
+
+use clap::{Args, Subcommand};
+
+use crate::cli::term::{Layout, safe};
+
+/// Where the server is and who we are (flags or environment).
+#[derive(Debug, Clone, Args)]
+pub(super) struct Conn {
+    /// Base URL of the ax server.
+    #[arg(
+        long,
+        env = "AX_URL",
+        default_value = "http://127.0.0.1:8641",
+        global = true
+    )]
+    url: String,
+    /// Bearer token (the admin token printed by `ax serve`).
+    #[arg(long, env = "AX_TOKEN", hide_env_values = true, global = true)]
+    token: Option<String>,
+    /// Tenant to act on (sent as `X-Ax-Tenant`; the server defaults to `default`).
+    #[arg(long, env = "AX_TENANT", global = true)]
+    tenant: Option<String>,
+    /// Print the server's JSON instead of a table.
+    #[arg(long, global = true)]
+    json: bool,
+}
+
+/// Client subcommands, flattened into the top-level `ax` command.
+#[derive(Debug, Subcommand)]
+pub(super) enum ClientCommand {
+    /// Upload and list plugins.
+    Plugin(plugins::PluginArgs),
+    /// Apply, list, show, pause, resume and delete tasks.
+    Task(tasks::TaskArgs),
+    /// Draw a task's DAG (text, dot, mermaid or json), with a run's step states.
+    Graph(graph::GraphArgs),
+    /// Start a run of a task now.
+    Trigger(trigger::TriggerArgs),
+    /// List runs, newest first.
+    Runs(runs::RunsArgs),
+    /// Show, cancel or retry one run.
+    Run(runs::RunArgs),
+    /// Show what a run's attempts printed and logged.
+    Logs(runs::RunIdArgs),
+    /// Show a run's state changes.
+    Events(runs::RunIdArgs),
+    /// List, resolve and requeue dead letters (open ones unless --all).
+    DeadLetters(dead_letters::DeadLettersArgs),
+    /// Preview cron expressions (computed locally, no server needed).
+    #[command(subcommand)]
+    Cron(cron::CronCommand),
+    /// Summarise a server's health: readiness, backlog, running, success rate, dead letters, next fires.
+    Status(status::StatusArgs),
+    /// Tenants, their quotas, tokens and usage (admin token).
+    Tenant(tenant::TenantArgs),
+}
+
+/// A failed command: what `error: CODE: message` prints.
+#[derive(Debug)]
+struct Failure {
+    code: String,
+    message: String,
+}
+
+impl Failure {
+    fn new(code: &str, message: impl Into<String>) -> Self {
+        Self {
+            code: code.to_string(),
+            message: message.into(),
+        }
+    }
+}
+
+type Outcome = Result<ExitCode, Failure>;
+
+/// Runs a client subcommand and prints its result; the exit code says how it went.
+pub(super) fn run(command: ClientCommand) -> ExitCode {
+    let result = match command {
+        ClientCommand::Plugin(args) => plugins::plugin(args),
+        ClientCommand::Task(args) => tasks::task(args),
+        ClientCommand::Graph(args) => graph::graph(args),
+        ClientCommand::Trigger(args) => trigger::trigger(args),
+        ClientCommand::Runs(args) => runs::runs(args),
+        ClientCommand::Run(args) => runs::run_command(args),
+        ClientCommand::Logs(args) => runs::logs(args),
+        ClientCommand::Events(args) => runs::events(args),
+        ClientCommand::DeadLetters(args) => dead_letters::dead_letters(args),
+        ClientCommand::Cron(cron::CronCommand::Next(args)) => cron::cron_next(args),
+        ClientCommand::Status(args) => status::status(args),
+        ClientCommand::Tenant(args) => tenant::tenant(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(f) => {
+            eprintln!(
+                "error: {}: {}",
+                safe(&f.code, Layout::Line),
+                safe(&f.message, Layout::Line)
+            );
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn done() -> Outcome {
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_command_line_is_consistent() {
+        use clap::CommandFactory as _;
+        crate::cli::Cli::command().debug_assert();
+    }
+}

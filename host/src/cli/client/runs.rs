@@ -1,0 +1,303 @@
+//! `ax runs`, `ax run show|cancel|retry|rerun`, `ax logs RUN`, `ax events
+//! RUN`: listing runs, one run in detail, run control, and what a run's
+//! attempts printed and went through.
+
+use clap::{Args, Subcommand};
+use serde_json::Value;
+
+use super::http::{Body, Client, enc, query};
+use super::output::{cell, elapsed, human_ms, items, print_json, table};
+use super::{Conn, Outcome, done};
+use crate::cli::term::{Layout, safe};
+
+#[derive(Debug, Args)]
+pub(in crate::cli) struct RunsArgs {
+    #[command(flatten)]
+    conn: Conn,
+    /// Only this task's runs.
+    #[arg(long)]
+    task: Option<String>,
+    /// Only runs in this state (queued, running, succeeded, failed, cancelled).
+    #[arg(long)]
+    status: Option<String>,
+    /// At most this many.
+    #[arg(long, default_value_t = 20)]
+    limit: usize,
+    /// Continue from a previous page's cursor.
+    #[arg(long)]
+    cursor: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub(in crate::cli) struct RunArgs {
+    #[command(flatten)]
+    conn: Conn,
+    #[command(subcommand)]
+    command: RunCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum RunCommand {
+    /// Show a run with its steps and attempts.
+    Show {
+        /// Run id.
+        id: String,
+    },
+    /// Cancel a run.
+    Cancel {
+        /// Run id.
+        id: String,
+    },
+    /// Retry a failed or cancelled run from its unsuccessful steps.
+    Retry {
+        /// Run id.
+        id: String,
+    },
+    /// Run one step of a finished run again, with every step downstream of it.
+    Rerun {
+        /// Run id.
+        id: String,
+        /// Step name.
+        step: String,
+    },
+}
+
+#[derive(Debug, Args)]
+pub(in crate::cli) struct RunIdArgs {
+    #[command(flatten)]
+    conn: Conn,
+    /// Run id.
+    run: String,
+}
+
+fn run_row(r: &Value) -> Vec<String> {
+    vec![
+        cell(&r["id"]),
+        cell(&r["task"]),
+        cell(&r["status"]),
+        cell(&r["trigger"]),
+        cell(&r["scheduled_for"]),
+        elapsed(&r["started_at"], &r["finished_at"]),
+    ]
+}
+
+pub(super) fn runs(args: RunsArgs) -> Outcome {
+    let client = Client::new(&args.conn);
+    let path = format!(
+        "/v1/runs{}",
+        query(&[
+            ("task", args.task),
+            ("status", args.status),
+            ("limit", Some(args.limit.to_string())),
+            ("cursor", args.cursor)
+        ])
+    );
+    let v = client.get(&path)?;
+    if args.conn.json {
+        print_json(&v);
+        return done();
+    }
+    let rows: Vec<Vec<String>> = items(&v["runs"]).map(run_row).collect();
+    print!(
+        "{}",
+        table(
+            &[
+                "ID",
+                "TASK",
+                "STATUS",
+                "TRIGGER",
+                "SCHEDULED FOR",
+                "DURATION"
+            ],
+            &rows
+        )
+    );
+    if !v["next_cursor"].is_null() {
+        println!("more: --cursor {}", cell(&v["next_cursor"]));
+    }
+    done()
+}
+
+/// A run for people: its fields, a table of steps, then outputs and errors.
+pub(super) fn print_run(r: &Value) {
+    let fields = [
+        ("id", cell(&r["id"])),
+        ("task", cell(&r["task"])),
+        ("status", cell(&r["status"])),
+        ("reason", cell(&r["reason"])),
+        ("trigger", cell(&r["trigger"])),
+        ("priority", cell(&r["priority"])),
+        ("scheduled", cell(&r["scheduled_for"])),
+        ("created", cell(&r["created_at"])),
+        ("started", cell(&r["started_at"])),
+        ("finished", cell(&r["finished_at"])),
+        ("duration", elapsed(&r["started_at"], &r["finished_at"])),
+    ];
+    for (k, v) in fields {
+        if v != "-" || matches!(k, "id" | "task" | "status") {
+            println!("{k:<10}{v}");
+        }
+    }
+    let steps = r["steps"].as_array().map(Vec::as_slice).unwrap_or_default();
+    let mut rows = Vec::new();
+    for s in steps {
+        let attempts = s["attempts"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        let last = attempts.last().unwrap_or(&Value::Null);
+        rows.push(vec![
+            cell(&s["name"]),
+            cell(&s["status"]),
+            attempts.len().to_string(),
+            cell(&last["outcome"]),
+            cell(&last["fuel_consumed"]),
+            last["memory_peak_bytes"]
+                .as_u64()
+                .map_or_else(|| "-".into(), |b| format!("{:.1}MiB", b as f64 / 1048576.0)),
+            last["duration_ms"]
+                .as_f64()
+                .map_or_else(|| "-".into(), human_ms),
+        ]);
+    }
+    println!();
+    print!(
+        "{}",
+        table(
+            &[
+                "STEP",
+                "STATUS",
+                "ATTEMPTS",
+                "LAST OUTCOME",
+                "FUEL",
+                "MEMORY",
+                "TIME"
+            ],
+            &rows
+        )
+    );
+    for s in steps {
+        if !s["output"].is_null() {
+            // As JSON (a string output keeps its quotes), made terminal-safe.
+            let output = safe(&s["output"].to_string(), Layout::Line).into_owned();
+            println!("{} output: {output}", cell(&s["name"]));
+        }
+        if !s["error"].is_null() {
+            println!("{} error: {}", cell(&s["name"]), cell(&s["error"]));
+        }
+    }
+}
+
+pub(super) fn run_command(args: RunArgs) -> Outcome {
+    let client = Client::new(&args.conn);
+    let run = match &args.command {
+        RunCommand::Show { id } => client.get(&format!("/v1/runs/{}", enc(id)))?,
+        RunCommand::Cancel { id } => {
+            client
+                .post(&format!("/v1/runs/{}/cancel", enc(id)), Body::None)?
+                .1
+        }
+        RunCommand::Retry { id } => {
+            client
+                .post(&format!("/v1/runs/{}/retry", enc(id)), Body::None)?
+                .1
+        }
+        RunCommand::Rerun { id, step } => {
+            client
+                .post(
+                    &format!("/v1/runs/{}/steps/{}/rerun", enc(id), enc(step)),
+                    Body::None,
+                )?
+                .1
+        }
+    };
+    if args.conn.json {
+        print_json(&run);
+    } else {
+        match args.command {
+            RunCommand::Show { .. } => print_run(&run),
+            RunCommand::Cancel { .. } | RunCommand::Retry { .. } | RunCommand::Rerun { .. } => {
+                println!("run {}: {}", cell(&run["id"]), cell(&run["status"]))
+            }
+        }
+    }
+    done()
+}
+
+pub(super) fn logs(args: RunIdArgs) -> Outcome {
+    let client = Client::new(&args.conn);
+    let v = client.get(&format!("/v1/runs/{}/logs", enc(&args.run)))?;
+    if args.conn.json {
+        print_json(&v);
+        return done();
+    }
+    for a in v["attempts"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+    {
+        println!(
+            "== step {} attempt {} ==",
+            cell(&a["step"]),
+            cell(&a["attempt"])
+        );
+        for l in a["logs"].as_array().map(Vec::as_slice).unwrap_or_default() {
+            let fields: Vec<String> = items(&l["fields"])
+                .map(|kv| format!("{}={}", cell(&kv[0]), cell(&kv[1])))
+                .collect();
+            let line = format!(
+                "{:>7}ms {:<5} {} {}",
+                cell(&l["at_ms"]),
+                cell(&l["level"]),
+                cell(&l["message"]),
+                fields.join(" ")
+            );
+            println!("{}", line.trim_end());
+        }
+        for stream in ["stdout", "stderr"] {
+            let text = a[stream].as_str().unwrap_or_default();
+            if !text.is_empty() {
+                println!("-- {stream} --");
+                print!("{}", safe(text, Layout::Block));
+                if !text.ends_with('\n') {
+                    println!();
+                }
+            }
+        }
+    }
+    done()
+}
+
+pub(super) fn events(args: RunIdArgs) -> Outcome {
+    let client = Client::new(&args.conn);
+    let v = client.get(&format!("/v1/runs/{}/events", enc(&args.run)))?;
+    if args.conn.json {
+        print_json(&v);
+        return done();
+    }
+    let rows: Vec<Vec<String>> = items(&v["events"])
+        .map(|e| {
+            vec![
+                cell(&e["at"]),
+                if e["step"].is_null() {
+                    "(run)".into()
+                } else {
+                    cell(&e["step"])
+                },
+                cell(&e["attempt"]),
+                cell(&e["from"]),
+                cell(&e["to"]),
+                cell(&e["actor"]),
+                cell(&e["reason"]),
+            ]
+        })
+        .collect();
+    print!(
+        "{}",
+        table(
+            &["AT", "STEP", "ATTEMPT", "FROM", "TO", "ACTOR", "REASON"],
+            &rows
+        )
+    );
+    done()
+}

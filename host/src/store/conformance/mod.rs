@@ -1,0 +1,266 @@
+//! One conformance suite for every [`Store`]: each behaviour is a generic
+//! function, instantiated for [`MemoryStore`] and [`SledStore`] by
+//! [`conformance_suite!`]. The last one applies seeded random operation
+//! sequences to a store and to a deliberately naive model and compares every
+//! observable result (no property-testing crate: a seeded `StdRng`).
+//!
+//! This file holds the driver (the fixtures and the macro) and the record
+//! builders; the behaviours live by area: `catalog` (metadata, blobs,
+//! plugins, tasks, schedules), `runs` (writing runs), `listing` (reading them
+//! back), `outputs` (logs, dead letters), `tenants` (tenants, tokens, usage)
+//! and `model` (the random operations).
+
+mod catalog;
+mod listing;
+mod model;
+mod outputs;
+mod runs;
+mod tenants;
+
+use serde_json::json;
+
+use super::memory::MemoryStore;
+use super::{AttemptLogs, Insert, RunPage, RunQuery, SledStore, Store};
+use crate::model::{
+    AttemptRecord, DeadLetter, Event, LogLevel, LogRecord, Millis, Outcome, PluginRecord, Progress,
+    RECORD_FORMAT, RunRecord, RunStatus, ScheduleState, StepRunRecord, StepStatus, TaskRecord,
+    TriggerKind,
+};
+
+/// A store under test, with the temporary directory it lives in (if any).
+type Fixture<S> = (S, Option<tempfile::TempDir>);
+/// Makes an empty store with the given `list_runs` scan bound.
+type Make<S> = fn(usize) -> Fixture<S>;
+
+/// The production scan bound, for tests that do not probe it.
+const SCAN: usize = super::memory::MAX_SCAN;
+
+fn memory(scan_limit: usize) -> Fixture<MemoryStore> {
+    (MemoryStore::new().with_scan_limit(scan_limit), None)
+}
+
+fn sled(scan_limit: usize) -> Fixture<SledStore> {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let store = SledStore::open(dir.path()).expect("open a fresh store");
+    (store.with_scan_limit(scan_limit), Some(dir))
+}
+
+macro_rules! conformance_suite {
+    ($module:ident, $make:path, seeds = $seeds:expr) => {
+        mod $module {
+            conformance_suite!(@tests $make;
+                catalog::meta_values_round_trip,
+                catalog::blobs_are_content_addressed,
+                catalog::plugins_are_listed_by_name_then_version,
+                catalog::tasks_are_stored_with_their_schedule,
+                catalog::schedules_round_trip,
+                runs::inserted_run_is_readable_with_its_events,
+                runs::known_idempotency_key_returns_the_run_and_writes_nothing,
+                runs::unique_fire_allows_one_run_per_task_and_instant,
+                runs::insert_runs_checks_each_run_against_the_store_and_the_batch,
+                runs::reinserting_an_id_returns_the_stored_run,
+                runs::update_replaces_the_run_and_appends_events,
+                runs::update_of_an_unknown_run_fails,
+                runs::write_runs_writes_many_runs_and_usage_at_once,
+                runs::delete_run_refuses_an_active_run,
+                runs::delete_run_removes_everything_and_frees_its_keys,
+                runs::sync_ticket_resolves_after_writes,
+                listing::active_runs_are_the_non_terminal_ones,
+                listing::list_runs_filters_newest_first,
+                listing::list_runs_pages_with_a_cursor,
+                listing::status_filter_scan_is_bounded_and_resumable,
+                listing::run_summaries_list_every_run_from_the_indexes,
+                listing::names_with_separator_bytes_do_not_collide,
+                outputs::logs_are_listed_by_step_then_attempt,
+                outputs::dead_letters_are_newest_first_and_filter_open_ones,
+                tenants::tenants_and_tokens_round_trip,
+                tenants::usage_adds_up_per_hour_and_task,
+            );
+
+            #[test]
+            fn random_operations_match_the_model() {
+                super::model::random_operations_match_the_model($make, $seeds);
+            }
+        }
+    };
+    (@tests $make:path; $($area:ident :: $test:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $test() {
+                super::$area::$test($make);
+            }
+        )*
+    };
+}
+
+conformance_suite!(memory_store, super::memory, seeds = 300);
+conformance_suite!(sled_store, super::sled, seeds = 60);
+
+// --- builders -------------------------------------------------------------
+
+fn run(id: &str, tenant: &str, task: &str, status: RunStatus) -> RunRecord {
+    RunRecord {
+        format: RECORD_FORMAT,
+        id: id.to_owned(),
+        tenant: tenant.to_owned(),
+        task: task.to_owned(),
+        spec: json!({"steps": [{"name": "s1", "plugin": "echo@1.0.0"}]}),
+        status,
+        reason: None,
+        priority: 5,
+        trigger: TriggerKind::Manual,
+        scheduled_for: 1_000,
+        created_at: 1_000,
+        started_at: None,
+        finished_at: None,
+        input: json!({"n": 1}),
+        idempotency_key: None,
+        steps: vec![StepRunRecord {
+            name: "s1".to_owned(),
+            status: StepStatus::Pending,
+            input: None,
+            output: None,
+            error: None,
+            attempts: vec![AttemptRecord {
+                number: 1,
+                outcome: Some(Outcome::Succeeded),
+                started_at: 1_000,
+                finished_at: Some(1_002),
+                fuel_consumed: 4_800,
+                memory_peak_bytes: 1 << 16,
+                // A dyadic fraction: serde_json's default float parser is
+                // exact for these (see the report on `float_roundtrip`).
+                duration_ms: 1.5,
+                error: None,
+                error_kind: None,
+            }],
+            next_attempt_at: None,
+            lost_attempts: 0,
+            round_start: 0,
+        }],
+    }
+}
+
+fn event(run_id: &str, to: &str, at: Millis) -> Event {
+    Event {
+        run_id: run_id.to_owned(),
+        step: None,
+        attempt: None,
+        from: None,
+        to: to.to_owned(),
+        at,
+        reason: "test".to_owned(),
+        actor: "scheduler".to_owned(),
+    }
+}
+
+fn schedule(tenant: &str, task: &str, next_fire: Option<Millis>) -> ScheduleState {
+    ScheduleState {
+        tenant: tenant.to_owned(),
+        task: task.to_owned(),
+        next_fire,
+        last_fired: None,
+        paused: false,
+    }
+}
+
+fn task(tenant: &str, name: &str, version: u64) -> TaskRecord {
+    TaskRecord {
+        format: RECORD_FORMAT,
+        tenant: tenant.to_owned(),
+        name: name.to_owned(),
+        spec: json!({"trigger": {"cron": "0 * * * * *"}}),
+        source: "name: x\n".to_owned(),
+        created_at: 10,
+        updated_at: 10 + version as Millis,
+        version,
+    }
+}
+
+fn plugin(tenant: &str, name: &str, version: &str) -> PluginRecord {
+    PluginRecord {
+        tenant: tenant.to_owned(),
+        name: name.to_owned(),
+        version: version.to_owned(),
+        digest: "ab".repeat(32),
+        size: 130_000,
+        created_at: 5,
+    }
+}
+
+fn dead(id: &str, tenant: &str, resolution: Option<&str>) -> DeadLetter {
+    DeadLetter {
+        id: id.to_owned(),
+        tenant: tenant.to_owned(),
+        task: "a".to_owned(),
+        run_id: "r1".to_owned(),
+        step: "s1".to_owned(),
+        input: Some(json!({"x": 1})),
+        error: Some("boom".to_owned()),
+        outcome: Some(Outcome::Failed),
+        attempts: 3,
+        created_at: 7,
+        resolution: resolution.map(str::to_owned),
+        resolved_at: resolution.map(|_| 9),
+    }
+}
+
+fn attempt_logs(step: &str, attempt: u32, stdout: String) -> AttemptLogs {
+    AttemptLogs {
+        step: step.to_owned(),
+        attempt,
+        stdout,
+        stderr: "warn\n".to_owned(),
+        logs: vec![LogRecord {
+            at_ms: 3,
+            level: LogLevel::Info,
+            message: "hello".to_owned(),
+            fields: vec![("k".to_owned(), "v".to_owned())],
+        }],
+        progress: Some(Progress {
+            percent: 50,
+            note: "half".to_owned(),
+            at_ms: 4,
+        }),
+    }
+}
+
+/// A run id as `new_id` makes them, with a chosen instant and suffix.
+fn run_id(ms: i64, suffix: u32) -> String {
+    format!("r{ms:012x}{suffix:08x}")
+}
+
+fn ids(runs: &[RunRecord]) -> Vec<&str> {
+    runs.iter().map(|r| r.id.as_str()).collect()
+}
+
+fn created(outcome: Insert) {
+    assert_eq!(outcome, Insert::Created);
+}
+
+/// Every run `query` selects, following cursors to the end.
+fn all_pages<S: Store>(store: &S, query: &RunQuery) -> Vec<RunRecord> {
+    let mut query = query.clone();
+    let mut out = Vec::new();
+    for _ in 0..100_000 {
+        let RunPage { runs, next } = store.list_runs(&query).expect("list_runs");
+        assert!(
+            runs.len() <= query.limit.max(1),
+            "page longer than the limit"
+        );
+        out.extend(runs);
+        match next {
+            Some(next) => query.cursor = Some(next),
+            None => return out,
+        }
+    }
+    panic!("list_runs paging did not end");
+}
+
+fn block_on<F: Future>(future: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+        .block_on(future)
+}

@@ -1,0 +1,338 @@
+//! Writing runs: inserts and their claims (idempotency keys, unique fires),
+//! updates, batched writes, deletes, and durability tickets.
+
+use serde_json::json;
+
+use super::{Make, SCAN, attempt_logs, block_on, created, event, ids, run, run_id, schedule};
+use crate::model::{Millis, RunStatus, StepStatus, TriggerKind};
+use crate::store::{Insert, NewRun, RunQuery, Store};
+
+pub(super) fn inserted_run_is_readable_with_its_events<S: Store>(make: Make<S>) {
+    let (store, _dir) = make(SCAN);
+    let r = run(&run_id(1, 1), "t1", "a", RunStatus::Queued);
+    let events = [event(&r.id, "queued", 1), event(&r.id, "held", 2)];
+    let next = schedule("t1", "a", Some(2_000));
+    created(store.insert_run(&r, true, Some(&next), &events).unwrap());
+    assert_eq!(store.get_run(&r.id).unwrap(), Some(r.clone()));
+    assert_eq!(store.events(&r.id).unwrap(), events);
+    assert_eq!(store.get_schedule("t1", "a").unwrap(), Some(next));
+    assert_eq!(store.get_run("r-unknown").unwrap(), None);
+    assert!(store.events("r-unknown").unwrap().is_empty());
+}
+
+pub(super) fn known_idempotency_key_returns_the_run_and_writes_nothing<S: Store>(make: Make<S>) {
+    let (store, _dir) = make(SCAN);
+    let mut first = run(&run_id(1, 1), "t1", "a", RunStatus::Queued);
+    first.idempotency_key = Some("k".to_owned());
+    created(
+        store
+            .insert_run(&first, false, None, &[event(&first.id, "queued", 1)])
+            .unwrap(),
+    );
+
+    let mut second = run(&run_id(2, 2), "t1", "a", RunStatus::Queued);
+    second.idempotency_key = Some("k".to_owned());
+    second.scheduled_for = 99;
+    let sched = schedule("t1", "a", Some(5));
+    let outcome = store
+        .insert_run(
+            &second,
+            false,
+            Some(&sched),
+            &[event(&second.id, "queued", 2)],
+        )
+        .unwrap();
+    assert_eq!(outcome, Insert::Existing(Box::new(first.clone())));
+    assert_eq!(store.get_run(&second.id).unwrap(), None);
+    assert!(store.events(&second.id).unwrap().is_empty());
+    assert_eq!(
+        store.get_schedule("t1", "a").unwrap(),
+        None,
+        "schedule not written"
+    );
+
+    // The key is scoped to (tenant, task).
+    let mut other_task = second.clone();
+    other_task.task = "b".to_owned();
+    created(store.insert_run(&other_task, false, None, &[]).unwrap());
+    let mut other_tenant = run(&run_id(3, 3), "t2", "a", RunStatus::Queued);
+    other_tenant.idempotency_key = Some("k".to_owned());
+    created(store.insert_run(&other_tenant, false, None, &[]).unwrap());
+}
+
+pub(super) fn unique_fire_allows_one_run_per_task_and_instant<S: Store>(make: Make<S>) {
+    let (store, _dir) = make(SCAN);
+    let mut fired = run(&run_id(1, 1), "t1", "a", RunStatus::Queued);
+    fired.trigger = TriggerKind::Cron;
+    fired.scheduled_for = 60_000;
+    created(store.insert_run(&fired, true, None, &[]).unwrap());
+
+    let mut again = fired.clone();
+    again.id = run_id(2, 2);
+    let outcome = store.insert_run(&again, true, None, &[]).unwrap();
+    assert_eq!(outcome, Insert::Existing(Box::new(fired.clone())));
+
+    // Without `unique_fire` (a manual trigger) the same instant is fine, and
+    // it does not claim the instant either.
+    let mut manual = fired.clone();
+    manual.id = run_id(3, 3);
+    manual.scheduled_for = 120_000;
+    created(store.insert_run(&manual, false, None, &[]).unwrap());
+    let mut cron = manual.clone();
+    cron.id = run_id(4, 4);
+    created(store.insert_run(&cron, true, None, &[]).unwrap());
+
+    // Other task, other instant: distinct fires.
+    let mut other = fired.clone();
+    other.id = run_id(5, 5);
+    other.task = "b".to_owned();
+    created(store.insert_run(&other, true, None, &[]).unwrap());
+    let mut later = fired.clone();
+    later.id = run_id(6, 6);
+    later.scheduled_for = 180_000;
+    created(store.insert_run(&later, true, None, &[]).unwrap());
+}
+
+pub(super) fn insert_runs_checks_each_run_against_the_store_and_the_batch<S: Store>(make: Make<S>) {
+    let (store, _dir) = make(SCAN);
+    let mut stored = run(&run_id(1, 1), "t1", "a", RunStatus::Queued);
+    stored.idempotency_key = Some("k0".to_owned());
+    created(store.insert_run(&stored, false, None, &[]).unwrap());
+    let new = |id: u32, key: Option<&str>, fire: Option<Millis>| {
+        let mut r = run(&run_id(2, id), "t1", "a", RunStatus::Queued);
+        r.idempotency_key = key.map(str::to_owned);
+        if let Some(at) = fire {
+            r.trigger = TriggerKind::Cron;
+            r.scheduled_for = at;
+        }
+        NewRun {
+            events: vec![event(&r.id, "queued", 2)],
+            unique_fire: fire.is_some(),
+            schedule: None,
+            run: r,
+        }
+    };
+    let mut batch = vec![
+        new(1, Some("k1"), None),
+        new(2, Some("k1"), None),    // same key as the first of the batch
+        new(3, Some("k0"), None),    // same key as the stored run
+        new(4, None, Some(60_000)),  // a fire
+        new(5, None, Some(60_000)),  // the same fire
+        new(6, None, Some(120_000)), // another fire, with the schedule
+    ];
+    batch[5].schedule = Some(schedule("t1", "a", Some(180_000)));
+    let outcomes = store.insert_runs(&batch).unwrap();
+    assert_eq!(
+        outcomes,
+        [
+            Insert::Created,
+            Insert::Existing(Box::new(batch[0].run.clone())),
+            Insert::Existing(Box::new(stored.clone())),
+            Insert::Created,
+            Insert::Existing(Box::new(batch[3].run.clone())),
+            Insert::Created,
+        ]
+    );
+    for i in [0, 3, 5] {
+        assert_eq!(
+            store.get_run(&batch[i].run.id).unwrap().as_ref(),
+            Some(&batch[i].run)
+        );
+        assert_eq!(store.events(&batch[i].run.id).unwrap().len(), 1);
+    }
+    for i in [1, 2, 4] {
+        assert_eq!(store.get_run(&batch[i].run.id).unwrap(), None);
+        assert!(store.events(&batch[i].run.id).unwrap().is_empty());
+    }
+    assert_eq!(
+        store.get_schedule("t1", "a").unwrap(),
+        batch[5].schedule.clone()
+    );
+    assert_eq!(store.active_runs().unwrap().len(), 4);
+}
+
+pub(super) fn reinserting_an_id_returns_the_stored_run<S: Store>(make: Make<S>) {
+    let (store, _dir) = make(SCAN);
+    let first = run(&run_id(1, 1), "t1", "a", RunStatus::Queued);
+    created(store.insert_run(&first, false, None, &[]).unwrap());
+    let mut changed = first.clone();
+    changed.priority = 9;
+    let outcome = store.insert_run(&changed, false, None, &[]).unwrap();
+    assert_eq!(outcome, Insert::Existing(Box::new(first.clone())));
+    assert_eq!(store.get_run(&first.id).unwrap(), Some(first));
+}
+
+pub(super) fn update_replaces_the_run_and_appends_events<S: Store>(make: Make<S>) {
+    let (store, _dir) = make(SCAN);
+    let mut r = run(&run_id(1, 1), "t1", "a", RunStatus::Queued);
+    created(
+        store
+            .insert_run(&r, false, None, &[event(&r.id, "queued", 1)])
+            .unwrap(),
+    );
+    r.status = RunStatus::Running;
+    r.started_at = Some(2);
+    r.steps[0].status = StepStatus::Running;
+    r.steps[0].output = Some(json!({"big": "x".repeat(1_000)}));
+    store.update_run(&r, &[event(&r.id, "running", 2)]).unwrap();
+    r.reason = Some("still going".to_owned());
+    store.update_run(&r, &[]).unwrap();
+    r.status = RunStatus::Succeeded;
+    r.finished_at = Some(3);
+    let done = [
+        event(&r.id, "s1:succeeded", 3),
+        event(&r.id, "succeeded", 3),
+    ];
+    store.update_run(&r, &done).unwrap();
+    assert_eq!(store.get_run(&r.id).unwrap(), Some(r.clone()));
+    let tos: Vec<_> = store
+        .events(&r.id)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.to)
+        .collect();
+    assert_eq!(tos, ["queued", "running", "s1:succeeded", "succeeded"]);
+    let query = RunQuery {
+        status: Some(RunStatus::Succeeded),
+        limit: 10,
+        ..RunQuery::default()
+    };
+    assert_eq!(ids(&store.list_runs(&query).unwrap().runs), [r.id.as_str()]);
+}
+
+pub(super) fn update_of_an_unknown_run_fails<S: Store>(make: Make<S>) {
+    let (store, _dir) = make(SCAN);
+    let r = run(&run_id(1, 1), "t1", "a", RunStatus::Running);
+    assert!(store.update_run(&r, &[event(&r.id, "running", 1)]).is_err());
+    assert_eq!(store.get_run(&r.id).unwrap(), None);
+    assert!(store.events(&r.id).unwrap().is_empty());
+    assert!(store.active_runs().unwrap().is_empty());
+}
+
+pub(super) fn write_runs_writes_many_runs_and_usage_at_once<S: Store>(make: Make<S>) {
+    let (store, _dir) = make(SCAN);
+    let mut a = run(&run_id(1, 1), "t1", "a", RunStatus::Queued);
+    let mut b = run(&run_id(1, 2), "t1", "b", RunStatus::Queued);
+    for r in [&a, &b] {
+        created(store.insert_run(r, false, None, &[]).unwrap());
+    }
+    let ghost = run(&run_id(1, 3), "t1", "a", RunStatus::Running);
+    b.status = RunStatus::Running;
+    let b_running = b.clone();
+    b.status = RunStatus::Succeeded;
+    a.reason = Some("changed".to_owned());
+    let usage = [crate::tenant::UsageBucket::attempt(
+        "t1",
+        "a",
+        crate::tenant::HOUR_MS,
+        5,
+        1.0,
+        crate::model::Outcome::Succeeded,
+    )];
+    let written = store.write_runs(
+        &[
+            (b_running, vec![event(&b.id, "running", 2)]),
+            (ghost.clone(), vec![event(&ghost.id, "running", 2)]),
+            (a.clone(), vec![event(&a.id, "note", 2)]),
+            (b.clone(), vec![event(&b.id, "succeeded", 3)]),
+        ],
+        &usage,
+    );
+    // The unknown run is reported, and only it is left out.
+    let err = written.expect_err("an unknown run is an error").to_string();
+    assert!(err.contains(&ghost.id), "{err}");
+    assert_eq!(store.get_run(&ghost.id).unwrap(), None);
+    assert!(store.events(&ghost.id).unwrap().is_empty());
+    assert_eq!(store.get_run(&a.id).unwrap(), Some(a.clone()));
+    // A run given twice ends as its last record, with both events.
+    assert_eq!(store.get_run(&b.id).unwrap(), Some(b.clone()));
+    let tos: Vec<_> = store
+        .events(&b.id)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.to)
+        .collect();
+    assert_eq!(tos, ["running", "succeeded"]);
+    assert_eq!(ids(&store.active_runs().unwrap()), [a.id.as_str()]);
+    let query = RunQuery {
+        status: Some(RunStatus::Succeeded),
+        limit: 10,
+        ..RunQuery::default()
+    };
+    assert_eq!(ids(&store.list_runs(&query).unwrap().runs), [b.id.as_str()]);
+    assert_eq!(store.usage("t1", 0, i64::MAX).unwrap()[0].fuel, 5);
+}
+
+pub(super) fn delete_run_refuses_an_active_run<S: Store>(make: Make<S>) {
+    let (store, _dir) = make(SCAN);
+    let r = run(&run_id(1, 1), "t1", "a", RunStatus::Running);
+    created(
+        store
+            .insert_run(&r, false, None, &[event(&r.id, "queued", 1)])
+            .unwrap(),
+    );
+    assert!(!store.delete_run(&r.id).unwrap());
+    assert_eq!(store.get_run(&r.id).unwrap(), Some(r.clone()));
+    assert_eq!(store.events(&r.id).unwrap().len(), 1);
+    assert!(!store.delete_run("r-unknown").unwrap());
+}
+
+pub(super) fn delete_run_removes_everything_and_frees_its_keys<S: Store>(make: Make<S>) {
+    let (store, _dir) = make(SCAN);
+    let mut r = run(&run_id(1, 1), "t1", "a", RunStatus::Succeeded);
+    r.idempotency_key = Some("k".to_owned());
+    let keep = run(&run_id(2, 2), "t1", "a", RunStatus::Succeeded);
+    created(
+        store
+            .insert_run(&r, true, None, &[event(&r.id, "queued", 1)])
+            .unwrap(),
+    );
+    created(
+        store
+            .insert_run(&keep, false, None, &[event(&keep.id, "queued", 1)])
+            .unwrap(),
+    );
+    store
+        .put_logs(&r.id, &attempt_logs("s1", 1, "out".to_owned()))
+        .unwrap();
+    store
+        .put_logs(&r.id, &attempt_logs("s1", 2, "y".repeat(40_000)))
+        .unwrap();
+    store
+        .put_logs(&keep.id, &attempt_logs("s1", 1, "kept".to_owned()))
+        .unwrap();
+
+    assert!(store.delete_run(&r.id).unwrap());
+    assert!(!store.delete_run(&r.id).unwrap());
+    assert_eq!(store.get_run(&r.id).unwrap(), None);
+    assert!(store.events(&r.id).unwrap().is_empty());
+    assert!(store.logs(&r.id).unwrap().is_empty());
+    let all = RunQuery {
+        limit: 10,
+        ..RunQuery::default()
+    };
+    assert_eq!(
+        ids(&store.list_runs(&all).unwrap().runs),
+        [keep.id.as_str()]
+    );
+    assert_eq!(store.logs(&keep.id).unwrap().len(), 1);
+    assert_eq!(store.events(&keep.id).unwrap().len(), 1);
+
+    // The idempotency key and the fire instant are free again.
+    let mut again = r.clone();
+    again.id = run_id(3, 3);
+    created(store.insert_run(&again, true, None, &[]).unwrap());
+}
+
+pub(super) fn sync_ticket_resolves_after_writes<S: Store>(make: Make<S>) {
+    let (store, _dir) = make(SCAN);
+    block_on(async {
+        store.sync_ticket().wait().await.unwrap();
+        let r = run(&run_id(1, 1), "t1", "a", RunStatus::Queued);
+        created(store.insert_run(&r, false, None, &[]).unwrap());
+        let (a, b) = (store.sync_ticket(), store.sync_ticket());
+        a.wait().await.unwrap();
+        b.wait().await.unwrap();
+        store.sync_ticket().wait().await.unwrap();
+    });
+}

@@ -1,0 +1,71 @@
+//! Tenants, their tokens and their hourly usage.
+
+use super::{Make, SCAN};
+use crate::model::Millis;
+use crate::store::Store;
+
+pub(super) fn tenants_and_tokens_round_trip<S: Store>(make: Make<S>) {
+    use crate::tenant::{Quota, TenantRecord, new_token};
+    let (store, _dir) = make(SCAN);
+    assert!(store.list_tenants().unwrap().is_empty());
+    let mut b = TenantRecord::new("b", Quota::default(), 1);
+    store.put_tenant(&b).unwrap();
+    store
+        .put_tenant(&TenantRecord::new("a", Quota::default(), 2))
+        .unwrap();
+    b.quota.fuel_per_window = Some(7);
+    store.put_tenant(&b).unwrap();
+    let names: Vec<_> = store
+        .list_tenants()
+        .unwrap()
+        .into_iter()
+        .map(|t| (t.name, t.quota.fuel_per_window))
+        .collect();
+    assert_eq!(names, [("a".into(), None), ("b".into(), Some(7))]);
+    let (_, mut token) = new_token("a", Some("ci".into()), 3);
+    store.put_token(&token).unwrap();
+    token.revoked_at = Some(4);
+    store.put_token(&token).unwrap();
+    assert_eq!(store.list_tokens().unwrap(), [token]);
+}
+
+pub(super) fn usage_adds_up_per_hour_and_task<S: Store>(make: Make<S>) {
+    use crate::model::Outcome;
+    use crate::tenant::{HOUR_MS, UsageBucket};
+    let (store, _dir) = make(SCAN);
+    let u = |tenant: &str, task: &str, at: Millis, fuel: u64, outcome: Outcome| {
+        UsageBucket::attempt(tenant, task, at, fuel, 1.0, outcome)
+    };
+    store
+        .add_usage(&[
+            u("t", "a", HOUR_MS + 1, 10, Outcome::Succeeded),
+            u("t", "a", HOUR_MS + 2, 5, Outcome::Failed),
+            u("t", "b", 2 * HOUR_MS, 1, Outcome::Succeeded),
+            u("other", "a", HOUR_MS, 100, Outcome::Succeeded),
+        ])
+        .unwrap();
+    store
+        .add_usage(&[u("t", "a", HOUR_MS, 1, Outcome::Succeeded)])
+        .unwrap();
+    let all = store.usage("t", 0, 10 * HOUR_MS).unwrap();
+    let summary: Vec<_> = all
+        .iter()
+        .map(|b| (b.task.as_str(), b.hour, b.fuel, b.attempts))
+        .collect();
+    assert_eq!(
+        summary,
+        [("a", HOUR_MS, 16, 3), ("b", 2 * HOUR_MS, 1, 1)],
+        "by hour then task, counters added"
+    );
+    assert_eq!(all[0].outcomes["succeeded"], 2);
+    assert_eq!(all[0].outcomes["failed"], 1);
+    assert_eq!(store.usage("t", 2 * HOUR_MS, 3 * HOUR_MS).unwrap().len(), 1);
+    assert!(
+        store
+            .usage("t", HOUR_MS + 1, 2 * HOUR_MS)
+            .unwrap()
+            .is_empty()
+    );
+    assert!(store.usage("t", 5, 5).unwrap().is_empty());
+    assert_eq!(store.usage("other", 0, i64::MAX).unwrap()[0].fuel, 100);
+}

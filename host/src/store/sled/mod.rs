@@ -1,0 +1,441 @@
+//! [`SledStore`]: the embedded [`Store`], on sled 0.34 plus plain files. The
+//! only module that names sled; no sled type leaves it.
+//!
+//! # Layout of a data directory
+//! - `db/`: the sled database, one tree of prefixed keys (below).
+//! - `blobs/<sha256>.wasm`: plugin components; `blobs/<sha256>.log`: attempt
+//!   logs larger than [`LOG_INLINE_MAX`]. Content-addressed, written atomically
+//!   (temporary file, fsync, rename, directory fsync) and checked against their
+//!   digest when read.
+//! - `store-format`: the store format, written once the database is created.
+//!   It outlives a database that sled "recovers" as empty (sled 0.34 opens a
+//!   database with a garbled log as an empty one), so that case is refused.
+//!
+//! # Keys
+//! A key is a list of parts, each encoded so that no part contains the
+//! separator and byte order of the encoded key is the order of the parts as
+//! strings (see `keys.rs`). Written here as `kind/part/part`:
+//!
+//! | key | value |
+//! |---|---|
+//! | `sys/format` | store format |
+//! | `meta/{key}` | a metadata string |
+//! | `plug/{tenant}/{name}/{version}` | [`PluginRecord`] |
+//! | `task/{tenant}/{name}` | [`TaskRecord`] |
+//! | `sched/{tenant}/{task}` | [`ScheduleState`] |
+//! | `run/{id}` | [`RunRecord`] |
+//! | `ra/{id}`, `rt/{tenant}/{id}`, `rk/{tenant}/{task}/{id}` | run indexes: status and task |
+//! | `act/{id}` | present while the run is not terminal (the persistent queue) |
+//! | `idem/{tenant}/{task}/{key}` | run id |
+//! | `fire/{tenant}/{task}/{scheduled_for}` | run id (runs inserted with `unique_fire`) |
+//! | `ev/{run}/{seq:020}` | [`Event`]; `seq` from sled's monotonic id generator |
+//! | `log/{run}/{step}/{attempt:010}` | attempt logs, inline or a blob reference |
+//! | `lref/{digest}/{run}/{step}/{attempt:010}` | a log blob's references |
+//! | `dead/{id}`, `dt/{tenant}/{id}` | [`DeadLetter`], and its tenant index |
+//! | `ten/{name}` | [`TenantRecord`] |
+//! | `tok/{id}` | [`TokenRecord`] (a digest of the secret, never the token) |
+//! | `use/{tenant}/{hour:020}/{task}` | [`UsageBucket`]: one hour of a task's usage |
+//!
+//! Run ids and dead-letter ids sort by creation time, so iterating an index
+//! backwards lists newest first.
+//!
+//! # Values
+//! Every value is one format byte followed by JSON (see `keys.rs`). A value
+//! of an unknown format is reported as [`Error::Corrupt`], never a panic.
+//!
+//! # Atomicity and durability
+//! `insert_runs`, `write_runs` (any number of runs and usage buckets),
+//! `delete_run`, `put_task` and a large `put_logs` are one sled batch each
+//! (atomic across a crash). sled seals and writes its log buffer twice for
+//! every batch (to bracket it for recovery), so batches are costly and
+//! callers write many changes in one. Run writes
+//! are serialised by one mutex, so `insert_runs`' check-then-write holds.
+//!
+//! Writes reach the disk in groups: a [`SyncTicket`] waits for one flusher
+//! thread to flush the writes made before it (`flush.rs`).
+//!
+//! # Files
+//! This file holds the store, its record access and the [`Store`] impl, which
+//! says for each method which key it reads or writes, or hands over to the
+//! file of the method's concept:
+//! - `open.rs`: opening a data directory, format markers, refusing damage;
+//! - `keys.rs`: key and value encoding, run index entries;
+//! - `runs.rs`: runs, their indexes, claims and events;
+//! - `logs.rs`: attempt logs, inline or in shared blobs;
+//! - `blobs.rs`: content-addressed files, atomic file writes;
+//! - `usage.rs`: hourly usage buckets;
+//! - `flush.rs`: group commit (the flusher thread and sync tickets).
+
+mod blobs;
+#[cfg(test)]
+mod fixtures;
+mod flush;
+mod keys;
+mod logs;
+mod open;
+mod runs;
+mod usage;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use self::blobs::{is_digest, remove_file_if_present};
+use self::flush::SyncShared;
+use self::keys::{corrupt_key, decode, decode_part, encode, key, newer_record};
+use super::memory::digest_of;
+use super::{
+    AttemptLogs, Error, Insert, NewRun, Result, RunPage, RunQuery, RunSummary, Store, SyncTicket,
+};
+use crate::model::{
+    DeadLetter, Event, Millis, PluginRecord, RECORD_FORMAT, RunRecord, ScheduleState, TaskRecord,
+};
+use crate::tenant::{TenantRecord, TokenRecord, UsageBucket};
+
+pub use self::logs::LOG_INLINE_MAX;
+pub use self::open::STORE_FORMAT;
+
+/// The embedded store: sled for records, files for blobs. See the module docs.
+pub struct SledStore {
+    db: sled::Db,
+    /// The data directory.
+    dir: PathBuf,
+    /// `dir/blobs`.
+    blobs: PathBuf,
+    /// Serialises run updates, deletes and dead-letter writes, which read
+    /// before they write.
+    run_lock: Mutex<()>,
+    /// Serialises run inserts (which check claims, then write them) with
+    /// deletes (which free them). Apart from `run_lock`: inserts touch only
+    /// keys of new runs, and the scheduler's inserts must not wait behind a
+    /// large batch of updates (they did, for up to 8 ms, delaying fires).
+    claim_lock: Mutex<()>,
+    /// Serialises log blob writes with their release, so a blob is never
+    /// unlinked while a new reference to it is being written.
+    blob_lock: Mutex<()>,
+    /// Makes temporary file names unique within the process.
+    tmp_counter: AtomicU64,
+    /// State shared with the flusher thread.
+    sync: Arc<SyncShared>,
+    /// The flusher thread, joined on drop.
+    flusher: Option<JoinHandle<()>>,
+    /// Bound on index entries one `list_runs` call examines.
+    scan_limit: usize,
+    /// The plugins' key-value store (tree `kv` of the same database).
+    kv: Arc<super::kv::SledKv>,
+    /// Tenants' secrets (tree `secrets`).
+    secrets: Arc<super::secrets::SledSecrets>,
+}
+
+impl SledStore {
+    /// Lowers the `list_runs` scan bound, so tests reach it with few runs.
+    #[cfg(test)]
+    pub(crate) fn with_scan_limit(mut self, scan_limit: usize) -> Self {
+        self.scan_limit = scan_limit;
+        self
+    }
+
+    /// The data directory.
+    pub fn data_dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Counts a completed write, for [`Store::sync_ticket`].
+    fn wrote(&self) {
+        self.sync.count_write();
+    }
+
+    fn get<T: DeserializeOwned>(&self, key: &[u8]) -> Result<Option<T>> {
+        match self.db.get(key).map_err(sled_error)? {
+            Some(value) => decode(key, &value).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    fn get_run_at(&self, key: &[u8]) -> Result<Option<RunRecord>> {
+        let run: Option<RunRecord> = self.get(key)?;
+        match run {
+            Some(run) if run.format > RECORD_FORMAT => Err(newer_record(key, run.format)),
+            run => Ok(run),
+        }
+    }
+
+    fn put<T: Serialize + ?Sized>(&self, key: Vec<u8>, value: &T) -> Result<()> {
+        self.db.insert(key, encode(value)?).map_err(sled_error)?;
+        self.wrote();
+        Ok(())
+    }
+
+    fn apply(&self, batch: sled::Batch) -> Result<()> {
+        self.db.apply_batch(batch).map_err(sled_error)?;
+        self.wrote();
+        Ok(())
+    }
+
+    /// Every `(key, value)` under `prefix`, in key order.
+    fn scan(
+        &self,
+        prefix: &[u8],
+    ) -> impl DoubleEndedIterator<Item = Result<(sled::IVec, sled::IVec)>> {
+        self.db
+            .scan_prefix(prefix)
+            .map(|item| item.map_err(sled_error))
+    }
+
+    /// Every value under `prefix`, decoded, in key order.
+    fn values<T: DeserializeOwned>(&self, prefix: &[u8]) -> Result<Vec<T>> {
+        self.scan(prefix)
+            .map(|item| item.and_then(|(k, v)| decode(&k, &v)))
+            .collect()
+    }
+}
+
+impl Drop for SledStore {
+    fn drop(&mut self) {
+        self.sync.stop();
+        if let Some(flusher) = self.flusher.take() {
+            // The flusher makes a last flush and exits; joining it also
+            // releases its database handle, so the directory can be reopened.
+            let _ = flusher.join();
+        }
+    }
+}
+
+impl Store for SledStore {
+    fn sync_ticket(&self) -> SyncTicket {
+        self.sync.ticket()
+    }
+
+    fn get_meta(&self, key: &str) -> Result<Option<String>> {
+        self.get(&self::key("meta", &[key]))
+    }
+
+    fn put_meta(&self, key: &str, value: &str) -> Result<()> {
+        self.put(self::key("meta", &[key]), value)
+    }
+
+    fn put_blob(&self, bytes: &[u8]) -> Result<String> {
+        let digest = digest_of(bytes);
+        self.write_blob(&format!("{digest}.wasm"), bytes)?;
+        Ok(digest)
+    }
+
+    fn get_blob(&self, digest: &str) -> Result<Option<Vec<u8>>> {
+        self.read_blob(digest, "wasm")
+    }
+
+    fn delete_blob(&self, digest: &str) -> Result<()> {
+        if is_digest(digest) {
+            remove_file_if_present(&self.blobs.join(format!("{digest}.wasm")))?;
+        }
+        Ok(())
+    }
+
+    fn put_plugin(&self, plugin: &PluginRecord) -> Result<()> {
+        let parts = [&*plugin.tenant, &plugin.name, &plugin.version];
+        self.put(key("plug", &parts), plugin)
+    }
+
+    fn get_plugin(&self, tenant: &str, name: &str, version: &str) -> Result<Option<PluginRecord>> {
+        self.get(&key("plug", &[tenant, name, version]))
+    }
+
+    fn list_plugins(&self, tenant: &str) -> Result<Vec<PluginRecord>> {
+        self.values(&key("plug", &[tenant]))
+    }
+
+    fn delete_plugin(&self, tenant: &str, name: &str, version: &str) -> Result<bool> {
+        let old = self
+            .db
+            .remove(key("plug", &[tenant, name, version]))
+            .map_err(sled_error)?;
+        self.wrote();
+        Ok(old.is_some())
+    }
+
+    fn put_task(&self, task: &TaskRecord, schedule: &ScheduleState) -> Result<()> {
+        let mut batch = sled::Batch::default();
+        batch.insert(key("task", &[&task.tenant, &task.name]), encode(task)?);
+        batch.insert(
+            key("sched", &[&schedule.tenant, &schedule.task]),
+            encode(schedule)?,
+        );
+        self.apply(batch)
+    }
+
+    fn get_task(&self, tenant: &str, name: &str) -> Result<Option<TaskRecord>> {
+        let key = key("task", &[tenant, name]);
+        let task: Option<TaskRecord> = self.get(&key)?;
+        match task {
+            Some(task) if task.format > RECORD_FORMAT => Err(newer_record(&key, task.format)),
+            task => Ok(task),
+        }
+    }
+
+    fn list_tasks(&self, tenant: Option<&str>) -> Result<Vec<TaskRecord>> {
+        let tasks: Vec<TaskRecord> = match tenant {
+            Some(tenant) => self.values(&key("task", &[tenant]))?,
+            None => self.values(&key("task", &[]))?,
+        };
+        if let Some(task) = tasks.iter().find(|t| t.format > RECORD_FORMAT) {
+            let key = key("task", &[&task.tenant, &task.name]);
+            return Err(newer_record(&key, task.format));
+        }
+        Ok(tasks)
+    }
+
+    fn delete_task(&self, tenant: &str, name: &str) -> Result<bool> {
+        let task_key = key("task", &[tenant, name]);
+        let existed = self.db.contains_key(&task_key).map_err(sled_error)?;
+        let mut batch = sled::Batch::default();
+        batch.remove(task_key);
+        batch.remove(key("sched", &[tenant, name]));
+        self.apply(batch)?;
+        Ok(existed)
+    }
+
+    fn put_schedule(&self, schedule: &ScheduleState) -> Result<()> {
+        self.put(key("sched", &[&schedule.tenant, &schedule.task]), schedule)
+    }
+
+    fn get_schedule(&self, tenant: &str, task: &str) -> Result<Option<ScheduleState>> {
+        self.get(&key("sched", &[tenant, task]))
+    }
+
+    fn list_schedules(&self) -> Result<Vec<ScheduleState>> {
+        self.values(&key("sched", &[]))
+    }
+
+    fn insert_runs(&self, runs: &[NewRun]) -> Result<Vec<Insert>> {
+        runs::insert(self, runs)
+    }
+
+    fn write_runs(&self, runs: &[(RunRecord, Vec<Event>)], usage: &[UsageBucket]) -> Result<()> {
+        runs::write(self, runs, usage)
+    }
+
+    fn get_run(&self, id: &str) -> Result<Option<RunRecord>> {
+        self.get_run_at(&key("run", &[id]))
+    }
+
+    fn list_runs(&self, query: &RunQuery) -> Result<RunPage> {
+        runs::list(self, query)
+    }
+
+    fn active_runs(&self) -> Result<Vec<RunRecord>> {
+        runs::active(self)
+    }
+
+    fn run_summaries(&self) -> Result<Vec<RunSummary>> {
+        runs::summaries(self)
+    }
+
+    fn delete_run(&self, id: &str) -> Result<bool> {
+        runs::delete(self, id)
+    }
+
+    fn events(&self, run_id: &str) -> Result<Vec<Event>> {
+        self.values(&key("ev", &[run_id]))
+    }
+
+    fn put_logs(&self, run_id: &str, attempt: &AttemptLogs) -> Result<()> {
+        logs::put(self, run_id, attempt)
+    }
+
+    fn logs(&self, run_id: &str) -> Result<Vec<AttemptLogs>> {
+        logs::list(self, run_id)
+    }
+
+    fn put_dead_letter(&self, dead: &DeadLetter) -> Result<()> {
+        let _serial = lock(&self.run_lock);
+        let dead_key = key("dead", &[&dead.id]);
+        let old: Option<DeadLetter> = self.get(&dead_key)?;
+        let mut batch = sled::Batch::default();
+        if let Some(old) = old.filter(|old| old.tenant != dead.tenant) {
+            batch.remove(key("dt", &[&old.tenant, &old.id]));
+        }
+        batch.insert(key("dt", &[&dead.tenant, &dead.id]), Vec::new());
+        batch.insert(dead_key, encode(dead)?);
+        self.apply(batch)
+    }
+
+    fn get_dead_letter(&self, id: &str) -> Result<Option<DeadLetter>> {
+        self.get(&key("dead", &[id]))
+    }
+
+    fn list_dead_letters(&self, tenant: &str, open_only: bool) -> Result<Vec<DeadLetter>> {
+        let prefix = key("dt", &[tenant]);
+        let mut found = Vec::new();
+        for item in self.scan(&prefix).rev() {
+            let (k, _) = item?;
+            let id = decode_part(&k[prefix.len()..]).ok_or_else(|| corrupt_key(&k))?;
+            let dead = self.get_dead_letter(&id)?;
+            if let Some(dead) = dead.filter(|d| !open_only || d.resolution.is_none()) {
+                found.push(dead);
+            }
+        }
+        Ok(found)
+    }
+
+    fn put_tenant(&self, tenant: &TenantRecord) -> Result<()> {
+        self.put(key("ten", &[&tenant.name]), tenant)
+    }
+
+    fn list_tenants(&self) -> Result<Vec<TenantRecord>> {
+        self.values(&key("ten", &[]))
+    }
+
+    fn put_token(&self, token: &TokenRecord) -> Result<()> {
+        self.put(key("tok", &[&token.id]), token)
+    }
+
+    fn list_tokens(&self) -> Result<Vec<TokenRecord>> {
+        self.values(&key("tok", &[]))
+    }
+
+    fn usage(&self, tenant: &str, from: Millis, to: Millis) -> Result<Vec<UsageBucket>> {
+        usage::read(self, tenant, from, to)
+    }
+
+    fn kv(&self) -> Arc<dyn super::kv::KvStore> {
+        self.kv.clone()
+    }
+
+    fn secrets(&self) -> Arc<dyn super::secrets::SecretStore> {
+        self.secrets.clone()
+    }
+
+    fn size_on_disk(&self) -> u64 {
+        let db = self.db.size_on_disk().unwrap_or(0);
+        let blobs = fs::read_dir(&self.blobs)
+            .map(|dir| {
+                dir.filter_map(|entry| entry.ok()?.metadata().ok())
+                    .map(|meta| meta.len())
+                    .sum::<u64>()
+            })
+            .unwrap_or(0);
+        db + blobs
+    }
+}
+
+fn sled_error(e: sled::Error) -> Error {
+    match e {
+        sled::Error::Io(e) => Error::Io(e),
+        sled::Error::Corruption { at, .. } => Error::Corrupt {
+            key: format!("sled log at {at:?}"),
+            reason: "the database is damaged".to_owned(),
+        },
+        other => Error::Backend(other.to_string()),
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // The guarded data are plain flags or `()`; a panic elsewhere while
+    // holding the lock cannot leave them half-updated.
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}

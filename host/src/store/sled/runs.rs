@@ -1,0 +1,317 @@
+//! Runs under `run/{id}`, with their indexes (`ra`, `rt`, `rk`, `act`), the
+//! keys they claim (`idem`, `fire`) and their events (`ev`). Inserts are
+//! serialised by `claim_lock` (check the claims, then write them), updates
+//! by `run_lock`, deletes by both; each call is one sled batch.
+
+use super::keys::{
+    corrupt_key, decode, decode_index, decode_part, encode, fire_key, indexes_of, key, push_part,
+    run_indexes,
+};
+use super::logs::StoredLogs;
+use super::{SledStore, lock, sled_error};
+use crate::model::{Event, RunRecord};
+use crate::store::memory::{missing_run, select_page};
+use crate::store::{Insert, NewRun, Result, RunPage, RunQuery, RunSummary, Store};
+use crate::tenant::UsageBucket;
+
+/// [`Store::insert_runs`](crate::store::Store::insert_runs).
+pub(super) fn insert(store: &SledStore, runs: &[NewRun]) -> Result<Vec<Insert>> {
+    let _serial = lock(&store.claim_lock);
+    let mut batch = sled::Batch::default();
+    let mut outcomes = Vec::with_capacity(runs.len());
+    // Keys claimed by runs earlier in this batch, to their run.
+    let mut claimed: std::collections::HashMap<Vec<u8>, &RunRecord> = Default::default();
+    for new in runs {
+        let run = &new.run;
+        let run_key = key("run", &[&run.id]);
+        let idem_key = run
+            .idempotency_key
+            .as_deref()
+            .map(|k| key("idem", &[&run.tenant, &run.task, k]));
+        let fire_key = new.unique_fire.then(|| fire_key(run));
+        let claims = [Some(&run_key), idem_key.as_ref(), fire_key.as_ref()];
+        if let Some(earlier) = claims.iter().flatten().find_map(|k| claimed.get(*k)) {
+            outcomes.push(Insert::Existing(Box::new((*earlier).clone())));
+            continue;
+        }
+        if let Some(existing) = store.claimed_by(&run_key, [&idem_key, &fire_key])? {
+            outcomes.push(Insert::Existing(Box::new(existing)));
+            continue;
+        }
+        batch.insert(run_key.clone(), encode(run)?);
+        for (index_key, value) in run_indexes(run) {
+            batch.insert(index_key, value);
+        }
+        for claim in [&idem_key, &fire_key].into_iter().flatten() {
+            batch.insert(claim.clone(), encode(&run.id)?);
+        }
+        if let Some(schedule) = &new.schedule {
+            let sched_key = key("sched", &[&schedule.tenant, &schedule.task]);
+            batch.insert(sched_key, encode(schedule)?);
+        }
+        store.add_events(&mut batch, &run.id, &new.events)?;
+        for claim in [Some(run_key), idem_key, fire_key].into_iter().flatten() {
+            claimed.insert(claim, run);
+        }
+        outcomes.push(Insert::Created);
+    }
+    if outcomes.contains(&Insert::Created) {
+        store.apply(batch)?;
+    }
+    Ok(outcomes)
+}
+
+/// [`Store::write_runs`](crate::store::Store::write_runs).
+pub(super) fn write(
+    store: &SledStore,
+    runs: &[(RunRecord, Vec<Event>)],
+    usage: &[UsageBucket],
+) -> Result<()> {
+    if runs.is_empty() && usage.is_empty() {
+        return Ok(());
+    }
+    // A run given twice: its last record, with the events of both.
+    let mut order: Vec<(&RunRecord, Vec<&Event>)> = Vec::with_capacity(runs.len());
+    let mut at: std::collections::HashMap<&str, usize> = Default::default();
+    for (run, events) in runs {
+        match at.get(run.id.as_str()) {
+            Some(&i) => {
+                order[i].0 = run;
+                order[i].1.extend(events);
+            }
+            None => {
+                at.insert(&run.id, order.len());
+                order.push((run, events.iter().collect()));
+            }
+        }
+    }
+    // Encoded before taking the lock: most of a write's time.
+    let encoded = order
+        .into_iter()
+        .map(|(run, events)| {
+            let events = events.into_iter().map(encode).collect::<Result<Vec<_>>>()?;
+            Ok((run, encode(run)?, events))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let _serial = lock(&store.run_lock);
+    let mut batch = sled::Batch::default();
+    let mut missing = None;
+    for (run, record, events) in encoded {
+        if !store.run_changes(&mut batch, run, record)? {
+            missing.get_or_insert(&run.id);
+            continue;
+        }
+        for event in events {
+            store.add_event(&mut batch, &run.id, event)?;
+        }
+    }
+    store.usage_changes(&mut batch, usage)?;
+    store.apply(batch)?;
+    missing.map_or(Ok(()), |id| Err(missing_run(id)))
+}
+
+/// [`Store::list_runs`](crate::store::Store::list_runs).
+pub(super) fn list(store: &SledStore, query: &RunQuery) -> Result<RunPage> {
+    let (prefix, task_filter) = match (&query.tenant, &query.task) {
+        (Some(tenant), Some(task)) => (key("rk", &[tenant, task]), None),
+        (Some(tenant), None) => (key("rt", &[tenant]), None),
+        (None, task) => (key("ra", &[]), task.as_deref()),
+    };
+    let entries = match query.cursor.as_deref().filter(|c| !c.is_empty()) {
+        Some(cursor) => {
+            let mut end = prefix.clone();
+            push_part(&mut end, cursor);
+            store.db.range(prefix.clone()..end)
+        }
+        None => store.db.scan_prefix(&prefix),
+    };
+    let entries = entries.rev().map(|item| {
+        let (k, v) = item.map_err(sled_error)?;
+        let id = decode_part(&k[prefix.len()..]).ok_or_else(|| corrupt_key(&k))?;
+        let (status, task) = decode_index(&k, &v)?;
+        Ok((id, status, task))
+    });
+    let (ids, next) = select_page(
+        entries,
+        task_filter,
+        query.status,
+        query.limit,
+        store.scan_limit,
+    )?;
+    let mut runs = Vec::with_capacity(ids.len());
+    for id in ids {
+        // Indexes and records are read without a snapshot: a run deleted
+        // since its index entry was read is left out.
+        if let Some(run) = store.get_run(&id)? {
+            runs.push(run);
+        }
+    }
+    Ok(RunPage { runs, next })
+}
+
+/// [`Store::active_runs`](crate::store::Store::active_runs).
+pub(super) fn active(store: &SledStore) -> Result<Vec<RunRecord>> {
+    let prefix = key("act", &[]);
+    let mut runs = Vec::new();
+    for item in store.scan(&prefix) {
+        let (k, _) = item?;
+        let id = decode_part(&k[prefix.len()..]).ok_or_else(|| corrupt_key(&k))?;
+        if let Some(run) = store.get_run(&id)? {
+            runs.push(run);
+        }
+    }
+    Ok(runs)
+}
+
+/// [`Store::run_summaries`](crate::store::Store::run_summaries).
+pub(super) fn summaries(store: &SledStore) -> Result<Vec<RunSummary>> {
+    // `rt/<tenant>/<id>` → status and task: every run once, no record read.
+    let prefix = key("rt", &[]);
+    store
+        .scan(&prefix)
+        .map(|item| {
+            let (k, v) = item?;
+            let rest = &k[prefix.len()..];
+            // Parts end with an unescaped 0 (escapes are 1,1 and 1,2).
+            let split = rest
+                .iter()
+                .position(|b| *b == 0)
+                .ok_or_else(|| corrupt_key(&k))?;
+            let tenant = decode_part(&rest[..=split]).ok_or_else(|| corrupt_key(&k))?;
+            let id = decode_part(&rest[split + 1..]).ok_or_else(|| corrupt_key(&k))?;
+            let (status, task) = decode_index(&k, &v)?;
+            Ok(RunSummary {
+                tenant,
+                task,
+                id,
+                status,
+            })
+        })
+        .collect()
+}
+
+/// [`Store::delete_run`](crate::store::Store::delete_run).
+pub(super) fn delete(store: &SledStore, id: &str) -> Result<bool> {
+    let _claims = lock(&store.claim_lock);
+    let _serial = lock(&store.run_lock);
+    let Some(run) = store.get_run(id)? else {
+        return Ok(false);
+    };
+    if !run.status.is_terminal() {
+        return Ok(false);
+    }
+    let mut batch = sled::Batch::default();
+    batch.remove(key("run", &[id]));
+    for (index_key, _) in run_indexes(&run) {
+        batch.remove(index_key);
+    }
+    let idem_key = run
+        .idempotency_key
+        .as_deref()
+        .map(|k| key("idem", &[&run.tenant, &run.task, k]));
+    for claim in [idem_key, Some(fire_key(&run))].into_iter().flatten() {
+        let owner: Option<String> = store.get(&claim)?;
+        if owner.as_deref() == Some(id) {
+            batch.remove(claim);
+        }
+    }
+    for item in store.scan(&key("ev", &[id])) {
+        batch.remove(item?.0);
+    }
+    let log_prefix = key("log", &[id]);
+    let mut blobs = Vec::new();
+    for item in store.scan(&log_prefix) {
+        let (k, v) = item?;
+        if let Some(digest) = decode::<StoredLogs>(&k, &v)?.blob() {
+            let mut lref = key("lref", &[digest]);
+            lref.extend_from_slice(&k[key("log", &[]).len()..]);
+            batch.remove(lref);
+            blobs.push(digest.to_owned());
+        }
+        batch.remove(k);
+    }
+    let _blobs = lock(&store.blob_lock);
+    store.apply(batch)?;
+    store.release_log_blobs(blobs)?;
+    Ok(true)
+}
+
+impl SledStore {
+    /// Adds `events` for `run_id` to `batch`, each under a fresh sequence number.
+    fn add_events(&self, batch: &mut sled::Batch, run_id: &str, events: &[Event]) -> Result<()> {
+        events
+            .iter()
+            .try_for_each(|event| self.add_event(batch, run_id, encode(event)?))
+    }
+
+    /// Adds one encoded event for `run_id` to `batch`.
+    fn add_event(&self, batch: &mut sled::Batch, run_id: &str, event: Vec<u8>) -> Result<()> {
+        let seq = self.db.generate_id().map_err(sled_error)?;
+        batch.insert(key("ev", &[run_id, &format!("{seq:020}")]), event);
+        Ok(())
+    }
+
+    /// The stored run at `run_key`, or the run that holds one of `claims`.
+    fn claimed_by(
+        &self,
+        run_key: &[u8],
+        claims: [&Option<Vec<u8>>; 2],
+    ) -> Result<Option<RunRecord>> {
+        if let Some(existing) = self.get_run_at(run_key)? {
+            return Ok(Some(existing));
+        }
+        for claim in claims.into_iter().flatten() {
+            let owner: Option<String> = self.get(claim)?;
+            // A claim whose run is gone (it cannot be, delete_run removes
+            // both) is treated as free rather than blocking new runs.
+            if let Some(existing) = owner.map(|id| self.get_run(&id)).transpose()?.flatten() {
+                return Ok(Some(existing));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Adds the replacement of `run` (record and changed indexes) to
+    /// `batch` (`record`: the run, encoded); false if the run is not stored.
+    /// Callers hold `run_lock`.
+    fn run_changes(
+        &self,
+        batch: &mut sled::Batch,
+        run: &RunRecord,
+        record: Vec<u8>,
+    ) -> Result<bool> {
+        // The small index entry says whether the indexes must change; reading
+        // and decoding the whole old record (all its steps) on every write
+        // cost ~100 µs for a large run, most of a write's time.
+        let ra = key("ra", &[&run.id]);
+        let Some(entry) = self.db.get(&ra).map_err(sled_error)? else {
+            return Ok(false);
+        };
+        let (old_status, old_task) = decode_index(&ra, &entry)?;
+        let same_tenant = self
+            .db
+            .contains_key(key("rt", &[&run.tenant, &run.id]))
+            .map_err(sled_error)?;
+        let unchanged = same_tenant && old_task == run.task && old_status == run.status;
+        batch.insert(key("run", &[&run.id]), record);
+        if !unchanged {
+            // Same tenant: the old entries follow from the index entry alone;
+            // otherwise read the old record to find them.
+            let old_indexes = if same_tenant {
+                indexes_of(&run.id, &run.tenant, &old_task, old_status)
+            } else {
+                let Some(old) = self.get_run_at(&key("run", &[&run.id]))? else {
+                    return Ok(false);
+                };
+                run_indexes(&old)
+            };
+            for (index_key, _) in old_indexes {
+                batch.remove(index_key);
+            }
+            for (index_key, value) in run_indexes(run) {
+                batch.insert(index_key, value);
+            }
+        }
+        Ok(true)
+    }
+}
