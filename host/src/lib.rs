@@ -6,34 +6,37 @@
 //! it is built from.
 //!
 //! # Layout
-//! - [`model`]: plain data shared by every layer (limits, outcomes, run records).
-//! - [`task`], [`template`], [`dag`]: task definitions — parsing, validation,
-//!   `${...}` variables, DAG structure. Pure.
-//! - [`cond`]: `when` conditions in CEL — bounded parsing, the steps they
-//!   read, evaluation against a run's state. No I/O.
-//! - [`graph`]: a task's DAG drawn as text, DOT, Mermaid or JSON, with a
-//!   run's step states. Pure.
-//! - [`schedule`]: triggers and cron → fire instants, time zones, DST. Pure.
-//! - [`store`]: the `Store` trait and its sled and in-memory implementations;
-//!   the only place naming sled.
-//! - [`capability`]: what a step may be granted (HTTP allow-lists, KV,
-//!   config, secrets) and secret redaction, in ax terms. Pure.
-//! - [`runtime`]: the sandbox — the only place naming wasmtime.
-//! - [`scheduler`]: when things run — timers, dispatch queue, retries, recovery.
-//! - [`service`]: the operations of ax as one facade over store, runtime, scheduler.
-//! - [`api`]: the HTTP API — the only place naming axum.
-//! - [`metrics`]: counters, histograms and the Prometheus text encoder
-//!   behind `GET /metrics` (hand-rolled atomics; the why is in its docs).
-//! - [`tenant`]: tenants, quotas, tokens and usage buckets; the registry
-//!   the API authenticates against.
-//! - [`retention`]: how much finished history is kept, and the sweeper.
-//! - [`alerts`]: webhook alerts on failures, dead letters and late starts,
-//!   delivered by a worker off the scheduler's path.
-//! - [`config`], [`server`]: `ax serve` settings and wiring.
-//! - [`cli`]: the `ax` command line. [`bench`]: measurement loops.
 //!
-//! Dependency direction: `api`/`cli` → `service` → `scheduler` → (`store`,
-//! `runtime` through traits) → `model`. Nothing imports `api`.
+//! Layers, lowest first; a module names only modules of a lower layer
+//! (`scripts/layers` holds the table and checks it, and an integration test
+//! runs it; docs/ARCHITECTURE.md draws it and follows a run through it).
+//!
+//! 0. [`model`]: plain data every layer shares — ids, names and versions,
+//!    priorities, time formatting, limits and caps, run and attempt records.
+//! 1. Pure building blocks: [`schedule`] (triggers and cron → fire instants,
+//!    zones, DST), [`cond`] (`when` conditions in CEL, bounded and metered),
+//!    [`template`] (`${...}` variables), [`dag`] (structure, cycles),
+//!    [`metrics`] (counters, histograms, the Prometheus text encoder).
+//! 2. [`capability`]: what a step may be granted (HTTP allow-lists and the
+//!    address rules, KV with its `KvStore` trait, config, secrets), in ax
+//!    terms.
+//! 3. [`task`]: task definitions — types, the located reader, conversion,
+//!    validation, retry policy, trigger rules, `alerts:` and `retention:`.
+//! 4. [`graph`] (a DAG drawn as text, DOT, Mermaid, JSON) and [`tenant`]
+//!    (tenant, token and usage records, quotas, the registry). Layers 0–4
+//!    are pure: no tokio, no store, no sandbox.
+//! 5. [`store`] (the `Store` trait; sled and memory; the only place naming
+//!    sled) and [`runtime`] (the sandbox; the only place naming wasmtime).
+//! 6. [`scheduler`]: when things run. `core` decides (pure functions from a
+//!    run's state and an event to its new state and effects), the actor
+//!    applies; the dispatch queue, quotas, the clock, condition threads, the
+//!    alert worker and the retention sweeper live beside them. It reaches the
+//!    sandbox only through its `Runner` trait.
+//! 7. [`service`]: the operations of ax as one facade, each rule checked once.
+//! 8. [`config`]: `ax serve` settings.
+//! 9. [`api`]: the HTTP API — the only place naming axum.
+//! 10. [`server`]: the wiring, and the `Runner` over the runtime.
+//! 11. [`bench`]: measurement loops. 12. [`cli`]: the `ax` command line.
 
 pub mod api;
 pub mod bench;

@@ -16,8 +16,8 @@ use crate::config::Config;
 use crate::runtime::{Runtime, RuntimeConfig};
 use crate::scheduler::{PoolConfig, QueueConfig, Scheduler, SchedulerConfig, SystemClock};
 use crate::service::Ax;
+use crate::store::SledStore;
 use crate::store::Store;
-use crate::store::sled_store::SledStore;
 use crate::task::Caps;
 
 pub use self::runner::{WasmRunner, resolve_grants};

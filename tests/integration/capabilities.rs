@@ -15,9 +15,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use ax::capability::kv::KvStore;
 use ax::capability::{Grants, HttpLimits, KvGrant, KvLimits, KvNamespace};
 use ax::model::{AttemptReport, Limits, Outcome};
-use ax::store::kv::{KvStore, SledKv};
+use ax::store::kv::SledKv;
 use axum::Router;
 use axum::extract::Query;
 use axum::http::{StatusCode, header};

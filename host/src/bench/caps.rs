@@ -125,8 +125,9 @@ pub async fn kv_round_trips(
     repeat: usize,
     in_memory: bool,
 ) -> anyhow::Result<KvBenchStats> {
+    use crate::capability::kv::KvStore;
     use crate::capability::{Grants, KvGrant, KvLimits, KvNamespace, KvScope};
-    use crate::store::kv::{KvStore, MemoryKv, SledKv};
+    use crate::store::kv::{MemoryKv, SledKv};
     use serde_json::json;
 
     let runtime = Runtime::new(RuntimeConfig::default())?;

@@ -1,7 +1,7 @@
 //! Durable state behind one domain-level trait: tasks, plugins, runs (with
 //! their step runs and attempts), events, schedules, idempotency keys, dead
 //! letters, attempt logs. The scheduler and the API see only [`Store`]; sled
-//! appears only in [`sled_store`], so a PostgreSQL store can be added later.
+//! appears only in [`sled`], so a PostgreSQL store can be added later.
 //!
 //! The persistent *queue* is the set of active (non-terminal) runs: on start,
 //! the scheduler rebuilds its in-memory dispatch queue from
@@ -20,8 +20,6 @@ pub mod sled;
 #[cfg(test)]
 mod conformance;
 
-/// The path [`SledStore`] had before `sled_store.rs` became `sled/`.
-pub use self::sled as sled_store;
 pub use self::sled::SledStore;
 
 use std::future::Future;

@@ -205,7 +205,10 @@ impl Actor {
                 });
             }
         }
-        let priority = req.priority.unwrap_or(spec.priority).min(crate::model::priority::MAX_PRIORITY);
+        let priority = req
+            .priority
+            .unwrap_or(spec.priority)
+            .min(crate::model::priority::MAX_PRIORITY);
         let input = req.input.clone().unwrap_or_else(|| serde_json::json!({}));
         let origin = Origin {
             trigger: TriggerKind::Manual,
