@@ -5,7 +5,7 @@
 //!
 //! Two callers go out to the network on a tenant's behalf, and both decide
 //! here: plugins (`wasi:http`, `runtime/http.rs`) and webhook alerts
-//! (`alerts.rs`, whose task webhooks must be granted by the tenant's ceiling:
+//! (`scheduler::alerts`, whose task webhooks must be granted by the tenant's ceiling:
 //! [`granting`]).
 //!
 //! # Grammar
