@@ -4,6 +4,7 @@
 use std::sync::atomic::Ordering;
 
 use super::{Actor, Timer};
+use crate::model::ids::TaskKey;
 use crate::model::{Event, Millis, Outcome, RunStatus, StepStatus};
 use crate::scheduler::cond_pool::{CondDone, CondJob, Request as CondRequest};
 use crate::scheduler::core::{Ctx, Effect};
@@ -188,7 +189,7 @@ impl Actor {
     }
 
     /// Counts a run as active for its task (and queues it behind the others when held).
-    pub(super) fn track(&mut self, key: (String, String), id: &str, held: bool) {
+    pub(super) fn track(&mut self, key: TaskKey, id: &str, held: bool) {
         self.by_task.entry(key).or_default().track(id, held);
     }
 
@@ -197,7 +198,7 @@ impl Actor {
         let Some(run) = self.runs.remove(id) else {
             return Ok(());
         };
-        let key = (run.rec.tenant.clone(), run.rec.task.clone());
+        let key = TaskKey::new(&run.rec.tenant, &run.rec.task);
         self.tenant_metrics
             .of(&run.rec.tenant)
             .run_finished(run.rec.status);

@@ -3,6 +3,7 @@
 
 use super::Actor;
 use super::active::ActiveRun;
+use crate::model::ids::TaskKey;
 use crate::model::{Millis, RunRecord, RunStatus, StepRunRecord};
 use crate::scheduler::core::Ctx;
 use crate::scheduler::{Error, Result, core as decide};
@@ -144,7 +145,7 @@ impl Actor {
         let mut events = Vec::new();
         decide::control::reopen(&mut rec, reset, Ctx { now, actor }, reason, &mut events);
         self.store.update_run(&rec, &events)?;
-        let key = (rec.tenant.clone(), rec.task.clone());
+        let key = TaskKey::new(&rec.tenant, &rec.task);
         self.track(key, &rec.id, false);
         *self.queued_runs.entry(rec.tenant.clone()).or_default() += 1;
         let id = rec.id.clone();

@@ -5,6 +5,7 @@ use std::sync::atomic::Ordering;
 
 use super::active::ActiveRun;
 use super::{Actor, Origin, TriggerReply};
+use crate::model::ids::TaskKey;
 use crate::model::{
     Millis, RECORD_FORMAT, RunRecord, RunStatus, StepRunRecord, StepStatus, TriggerKind,
 };
@@ -388,7 +389,7 @@ impl Actor {
             self.tenant_metrics.of(&rec.tenant).run_finished(rec.status);
             return Ok((rec, true));
         }
-        let key = (rec.tenant.clone(), rec.task.clone());
+        let key = TaskKey::new(&rec.tenant, &rec.task);
         let active = self.by_task.get(&key).map_or(0, |t| t.active);
         let held = decide::fire::held_on_create(rec.trigger, spec.overlap, active);
         self.track(key, &rec.id, held);
@@ -415,7 +416,7 @@ impl Actor {
         if let Some(trigger) = spec.trigger {
             for up in trigger.after {
                 self.after_index
-                    .entry((record.tenant.clone(), up))
+                    .entry(TaskKey::new(&record.tenant, up))
                     .or_default()
                     .push((record.name.clone(), trigger.on.unwrap_or_default()));
             }
@@ -423,8 +424,8 @@ impl Actor {
     }
 
     pub(super) fn unindex_after(&mut self, tenant: &str, task: &str) {
-        for ((t, _), downs) in self.after_index.iter_mut() {
-            if t == tenant {
+        for (key, downs) in self.after_index.iter_mut() {
+            if key.tenant == tenant {
                 downs.retain(|(d, _)| d != task);
             }
         }
@@ -435,7 +436,7 @@ impl Actor {
     /// the upstream run's outputs as input. The idempotency key
     /// `after:<run id>` makes a repeated finish (after a crash) start nothing twice.
     pub(super) fn fire_after(&mut self, rec: &RunRecord, now: Millis) {
-        let key = (rec.tenant.clone(), rec.task.clone());
+        let key = TaskKey::new(&rec.tenant, &rec.task);
         let Some(downs) = self.after_index.get(&key).cloned() else {
             return;
         };

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::{Actor, Armed, Origin, Timer};
+use crate::model::ids::TaskKey;
 use crate::model::{Millis, ScheduleState};
 use crate::schedule::Trigger;
 use crate::scheduler::clock::{from_ms, rfc3339};
@@ -21,37 +22,17 @@ impl Actor {
         } else {
             at
         };
-        let key = (tenant.to_string(), task.to_string());
+        let key = TaskKey::new(tenant, task);
         if let Some(old) = self.fire_timers.insert(key.clone(), at) {
-            self.timers.remove(&(
-                old,
-                Timer::Fire {
-                    tenant: key.0.clone(),
-                    task: key.1.clone(),
-                },
-            ));
+            self.timers.remove(&(old, Timer::Fire(key.clone())));
         }
-        self.timers.insert((
-            at,
-            Timer::Fire {
-                tenant: key.0,
-                task: key.1,
-            },
-        ));
+        self.timers.insert((at, Timer::Fire(key)));
     }
 
     pub(super) fn disarm_fire(&mut self, tenant: &str, task: &str) {
-        if let Some(old) = self
-            .fire_timers
-            .remove(&(tenant.to_string(), task.to_string()))
-        {
-            self.timers.remove(&(
-                old,
-                Timer::Fire {
-                    tenant: tenant.to_string(),
-                    task: task.to_string(),
-                },
-            ));
+        if let Some(old) = self.fire_timers.remove(&TaskKey::new(tenant, task)) {
+            self.timers
+                .remove(&(old, Timer::Fire(TaskKey::new(tenant, task))));
         }
     }
 
@@ -113,7 +94,7 @@ impl Actor {
 
     /// (Re)loads a task's definition and schedule and (re)arms its timer.
     pub(super) fn on_task_changed(&mut self, tenant: &str, task: &str) -> Result<()> {
-        let key = (tenant.to_string(), task.to_string());
+        let key = TaskKey::new(tenant, task);
         self.armed.remove(&key);
         let schedule = self.store.get_schedule(tenant, task)?;
         let Some(schedule) = schedule.filter(|s| !s.paused && s.next_fire.is_some()) else {
@@ -145,8 +126,9 @@ impl Actor {
             }
             let (_, timer) = self.timers.pop_first().expect("non-empty");
             match timer {
-                Timer::Fire { tenant, task } => {
-                    self.fire_timers.remove(&(tenant.clone(), task.clone()));
+                Timer::Fire(key) => {
+                    self.fire_timers.remove(&key);
+                    let TaskKey { tenant, task } = key;
                     if let Err(e) = self.fire(&tenant, &task, now) {
                         tracing::error!(%tenant, %task, error = %e, "firing failed");
                     }
@@ -182,7 +164,7 @@ impl Actor {
     /// judged at the instant itself instead, as without the lead: a run still
     /// active now may have ended by then.
     pub(super) fn fire(&mut self, tenant: &str, task_name: &str, now: Millis) -> Result<()> {
-        let key = (tenant.to_string(), task_name.to_string());
+        let key = TaskKey::new(tenant, task_name);
         let Some(armed) = self.armed.get(&key) else {
             return Ok(());
         };

@@ -41,6 +41,7 @@ use super::queue::DispatchQueue;
 use super::quota::{Grant, TenantQuota};
 use super::runner::Runner;
 use super::{Command, Error, Result, SchedulerConfig, Stats};
+use crate::model::ids::TaskKey;
 use crate::model::{AttemptReport, Millis, RunRecord, RunStatus, ScheduleState, TriggerKind};
 use crate::schedule::{AfterOn, Trigger};
 use crate::store::{Store, new_id};
@@ -56,10 +57,7 @@ const BATCH: usize = 256;
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Timer {
-    Fire {
-        tenant: String,
-        task: String,
-    },
+    Fire(TaskKey),
     Retry {
         run_id: String,
         step: usize,
@@ -116,13 +114,13 @@ pub(super) struct Actor {
     runs: HashMap<String, ActiveRun>,
     timers: BTreeSet<(Millis, Timer)>,
     /// The timer entry of each task's next fire, to replace it on change.
-    fire_timers: HashMap<(String, String), Millis>,
+    fire_timers: HashMap<TaskKey, Millis>,
     /// Tasks with a time trigger: definition, compiled trigger and schedule
     /// state, kept in memory so a fire costs no parsing and no reads. The
     /// actor writes schedule progress; other changes arrive as `TaskChanged`.
-    armed: HashMap<(String, String), Armed>,
+    armed: HashMap<TaskKey, Armed>,
     /// Active run ids per (tenant, task), oldest first.
-    by_task: HashMap<(String, String), TaskRuns>,
+    by_task: HashMap<TaskKey, TaskRuns>,
     /// Runs in `queued` state per tenant (for the queue bound).
     queued_runs: HashMap<String, usize>,
     /// Runs changed since the last flush, with their events not yet stored.
@@ -138,7 +136,7 @@ pub(super) struct Actor {
     /// has stored everything before it.
     mailbox: Option<mpsc::WeakUnboundedSender<Command>>,
     /// `after` triggers: (tenant, upstream task) → downstream tasks.
-    after_index: HashMap<(String, String), Vec<(String, AfterOn)>>,
+    after_index: HashMap<TaskKey, Vec<(String, AfterOn)>>,
     done_tx: mpsc::UnboundedSender<AttemptDone>,
     done_rx: Option<mpsc::UnboundedReceiver<AttemptDone>>,
     /// Evaluates `when` conditions off this thread; results come on `cond_rx`.
@@ -421,7 +419,8 @@ impl Actor {
                 reply,
             } => {
                 let r = self.store.delete_task(&tenant, &task).map_err(Error::from);
-                self.armed.remove(&(tenant.clone(), task.clone()));
+                self.armed
+                    .remove(&TaskKey::new(tenant.as_str(), task.as_str()));
                 self.disarm_fire(&tenant, &task);
                 self.unindex_after(&tenant, &task);
                 answer(self, reply, r);

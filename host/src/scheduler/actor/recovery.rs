@@ -3,6 +3,7 @@
 
 use super::active::ActiveRun;
 use super::{Actor, dead_letter_id};
+use crate::model::ids::TaskKey;
 use crate::model::{Millis, RunStatus};
 use crate::scheduler::core::Ctx;
 use crate::scheduler::core::run::set_run;
@@ -58,7 +59,7 @@ impl Actor {
                     continue;
                 }
             };
-            let key = (rec.tenant.clone(), rec.task.clone());
+            let key = TaskKey::new(&rec.tenant, &rec.task);
             let active = self.by_task.get(&key).map_or(0, |t| t.active);
             let held = rec.status == RunStatus::Queued
                 && decide::fire::held_on_create(rec.trigger, spec.overlap, active);
