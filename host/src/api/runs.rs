@@ -18,6 +18,7 @@ use super::views::{
     DeadLetterList, DeadLetterView, EventList, EventView, LogList, RunList, RunView,
 };
 use crate::model::RunStatus;
+use crate::model::ids::RunId;
 use crate::scheduler::TriggerRequest;
 use crate::store::RunQuery;
 
@@ -60,8 +61,8 @@ pub(super) async fn trigger(
         parse_json::<Option<TriggerBody>>(&body)?.unwrap_or_default()
     };
     let request = TriggerRequest {
-        tenant: caller.tenant.clone(),
-        task,
+        tenant: caller.tenant.as_str().into(),
+        task: task.into(),
         input: body.input,
         idempotency_key: body.idempotency_key,
         priority: body.priority,
@@ -178,7 +179,7 @@ pub(super) async fn cancel(
     Ok(Json(
         state
             .ax
-            .cancel_run(&caller.tenant, &id, &caller.actor)
+            .cancel_run(&caller.tenant, &RunId::from(id), &caller.actor)
             .await?
             .into(),
     ))
@@ -195,7 +196,7 @@ pub(super) async fn retry(
     Ok(Json(
         state
             .ax
-            .retry_run(&caller.tenant, &id, &caller.actor)
+            .retry_run(&caller.tenant, &RunId::from(id), &caller.actor)
             .await?
             .into(),
     ))
@@ -212,7 +213,7 @@ pub(super) async fn rerun_step(
     Ok(Json(
         state
             .ax
-            .rerun_step(&caller.tenant, &id, &step, &caller.actor)
+            .rerun_step(&caller.tenant, &RunId::from(id), &step, &caller.actor)
             .await?
             .into(),
     ))

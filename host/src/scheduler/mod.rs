@@ -34,6 +34,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
+use crate::model::ids::{RunId, TaskName, TenantId};
 use crate::model::{Outcome, RunRecord, ScheduleState, TaskRecord};
 use crate::store::{self, Store};
 use crate::tenant::TenantRecord;
@@ -137,9 +138,9 @@ impl Default for SchedulerConfig {
 #[derive(Clone, Debug, Default)]
 pub struct TriggerRequest {
     /// Tenant.
-    pub tenant: String,
+    pub tenant: TenantId,
     /// Task name.
-    pub task: String,
+    pub task: TaskName,
     /// Trigger input (`${input.*}`), default `{}`.
     pub input: Option<serde_json::Value>,
     /// A key already seen for this task returns the existing run.
@@ -266,12 +267,12 @@ enum Command {
         reply: oneshot::Sender<Result<ScheduleState>>,
     },
     Cancel {
-        run_id: String,
+        run_id: RunId,
         actor: String,
         reply: oneshot::Sender<Result<RunRecord>>,
     },
     Retry {
-        run_id: String,
+        run_id: RunId,
         actor: String,
         reply: oneshot::Sender<Result<RunRecord>>,
     },
@@ -281,7 +282,7 @@ enum Command {
         reply: oneshot::Sender<Result<RunRecord>>,
     },
     RerunStep {
-        run_id: String,
+        run_id: RunId,
         step: String,
         actor: String,
         reply: oneshot::Sender<Result<RunRecord>>,
@@ -452,8 +453,8 @@ impl Scheduler {
     }
 
     /// Cancels a run: queued steps are dropped, running attempts stopped.
-    pub async fn cancel(&self, run_id: &str, actor: &str) -> Result<RunRecord> {
-        let (run_id, actor) = (run_id.to_string(), actor.to_string());
+    pub async fn cancel(&self, run_id: &RunId, actor: &str) -> Result<RunRecord> {
+        let (run_id, actor) = (run_id.clone(), actor.to_string());
         self.ask(|reply| Command::Cancel {
             run_id,
             actor,
@@ -463,8 +464,8 @@ impl Scheduler {
     }
 
     /// Retries a failed or cancelled run from its unsuccessful steps; succeeded steps keep their outputs.
-    pub async fn retry(&self, run_id: &str, actor: &str) -> Result<RunRecord> {
-        let (run_id, actor) = (run_id.to_string(), actor.to_string());
+    pub async fn retry(&self, run_id: &RunId, actor: &str) -> Result<RunRecord> {
+        let (run_id, actor) = (run_id.clone(), actor.to_string());
         self.ask(|reply| Command::Retry {
             run_id,
             actor,
@@ -475,8 +476,8 @@ impl Scheduler {
 
     /// Runs one step of a finished run again, with every step downstream of
     /// it; the other steps keep their results.
-    pub async fn rerun_step(&self, run_id: &str, step: &str, actor: &str) -> Result<RunRecord> {
-        let (run_id, step, actor) = (run_id.to_string(), step.to_string(), actor.to_string());
+    pub async fn rerun_step(&self, run_id: &RunId, step: &str, actor: &str) -> Result<RunRecord> {
+        let (run_id, step, actor) = (run_id.clone(), step.to_string(), actor.to_string());
         self.ask(|reply| Command::RerunStep {
             run_id,
             step,

@@ -2,6 +2,7 @@
 //! priority bounds, the idempotency key rule and a disabled tenant), show,
 //! list, logs, events, and run control (cancel, retry, rerun a step).
 
+use crate::model::ids::RunId;
 use crate::model::priority::MAX_PRIORITY;
 use crate::model::{Event, RunRecord};
 use crate::scheduler::TriggerRequest;
@@ -72,7 +73,7 @@ impl Ax {
     }
 
     /// Cancels a run.
-    pub async fn cancel_run(&self, tenant: &str, id: &str, actor: &str) -> Result<RunRecord> {
+    pub async fn cancel_run(&self, tenant: &str, id: &RunId, actor: &str) -> Result<RunRecord> {
         self.get_run(tenant, id)?;
         let run = self.scheduler.cancel(id, actor).await?;
         self.sync().await?;
@@ -80,7 +81,7 @@ impl Ax {
     }
 
     /// Retries a failed run from its failed steps.
-    pub async fn retry_run(&self, tenant: &str, id: &str, actor: &str) -> Result<RunRecord> {
+    pub async fn retry_run(&self, tenant: &str, id: &RunId, actor: &str) -> Result<RunRecord> {
         self.get_run(tenant, id)?;
         let run = self.scheduler.retry(id, actor).await?;
         self.sync().await?;
@@ -91,7 +92,7 @@ impl Ax {
     pub async fn rerun_step(
         &self,
         tenant: &str,
-        id: &str,
+        id: &RunId,
         step: &str,
         actor: &str,
     ) -> Result<RunRecord> {

@@ -168,20 +168,24 @@ impl Actor {
     pub(super) fn check_trigger(&mut self, req: &TriggerRequest) -> Result<(RunRecord, TaskSpec)> {
         let now = self.clock.now_ms();
         let (task, spec) = self.load_task(&req.tenant, &req.task)?;
-        let queued = self.queued_runs.get(&req.tenant).copied().unwrap_or(0);
+        let queued = self
+            .queued_runs
+            .get(req.tenant.as_str())
+            .copied()
+            .unwrap_or(0);
         let tenant_cap = self
             .quotas
-            .get(&req.tenant)
+            .get(req.tenant.as_str())
             .and_then(|q| q.quota.max_queued_runs)
             .map_or(usize::MAX, |n| n as usize);
         if queued >= self.config.max_queued_per_tenant.min(tenant_cap) {
             return Err(Error::QueueFull {
-                tenant: req.tenant.clone(),
+                tenant: req.tenant.to_string(),
                 queued,
                 retry_after: std::time::Duration::from_secs(5),
             });
         }
-        if let Some(q) = self.quotas.get_mut(&req.tenant) {
+        if let Some(q) = self.quotas.get_mut(req.tenant.as_str()) {
             q.roll(now);
             if q.exhausted() && q.refuses_when_exhausted() {
                 let wait = (q.window_end() - now).max(1000);

@@ -133,6 +133,11 @@ impl Runner for FakeRunner {
     }
 }
 
+/// A run's id as the scheduler's run-control calls take it.
+fn run_id(run: &RunRecord) -> crate::model::ids::RunId {
+    crate::model::ids::RunId::new(run.id.as_str())
+}
+
 fn t0() -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2026, 12, 1, 0, 0, 0).unwrap()
 }

@@ -116,10 +116,10 @@ async fn a_cancelled_attempt_is_recorded_charged_and_releases_its_reservation() 
     let run = h.trigger_for("a", "hang", serde_json::json!({})).await;
     wait_for(&h, &run.id, |r| r.steps[0].status == StepStatus::Running).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let cancelled = h.scheduler.cancel(&run.id, "test").await.unwrap();
+    let cancelled = h.scheduler.cancel(&run_id(&run), "test").await.unwrap();
     assert_eq!(cancelled.status, RunStatus::Cancelled);
     assert!(matches!(
-        h.scheduler.cancel(&run.id, "test").await,
+        h.scheduler.cancel(&run_id(&run), "test").await,
         Err(Error::Conflict(_))
     ));
     let run = wait_for(&h, &run.id, |r| r.steps[0].attempts[0].outcome.is_some()).await;

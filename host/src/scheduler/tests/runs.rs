@@ -50,12 +50,12 @@ async fn cancel_stops_a_running_attempt_and_drops_queued_steps() {
     h.put_task("name: long\nsteps:\n  - name: a\n    plugin: block@1.0.0\n  - name: b\n    needs: [a]\n    plugin: ok@1.0.0\n").await;
     let run = h.trigger("long", serde_json::json!({})).await;
     tokio::time::sleep(Duration::from_millis(50)).await;
-    let cancelled = h.scheduler.cancel(&run.id, "test").await.unwrap();
+    let cancelled = h.scheduler.cancel(&run_id(&run), "test").await.unwrap();
     assert_eq!(cancelled.status, RunStatus::Cancelled);
     let run = h.wait_terminal(&run.id).await;
     assert!(run.steps.iter().all(|s| s.status == StepStatus::Cancelled));
     assert!(matches!(
-        h.scheduler.cancel(&run.id, "test").await,
+        h.scheduler.cancel(&run_id(&run), "test").await,
         Err(Error::Conflict(_))
     ));
 }
@@ -66,7 +66,7 @@ async fn retrying_a_failed_run_keeps_succeeded_steps() {
     h.put_task("name: pipe\nsteps:\n  - name: a\n    plugin: ok@1.0.0\n  - name: b\n    needs: [a]\n    plugin: fatal@1.0.0\n").await;
     let run = h.trigger("pipe", serde_json::json!({})).await;
     h.wait_terminal(&run.id).await;
-    h.scheduler.retry(&run.id, "test").await.unwrap();
+    h.scheduler.retry(&run_id(&run), "test").await.unwrap();
     let run = h.wait_terminal(&run.id).await;
     assert_eq!(
         run.steps[0].attempts.len(),
@@ -88,10 +88,13 @@ async fn rerunning_a_step_runs_it_and_its_downstream_only() {
     let run = h.trigger("pipe", serde_json::json!({})).await;
     h.wait_terminal(&run.id).await;
     assert!(matches!(
-        h.scheduler.rerun_step(&run.id, "nope", "test").await,
+        h.scheduler.rerun_step(&run_id(&run), "nope", "test").await,
         Err(Error::NotFound(_))
     ));
-    h.scheduler.rerun_step(&run.id, "b", "test").await.unwrap();
+    h.scheduler
+        .rerun_step(&run_id(&run), "b", "test")
+        .await
+        .unwrap();
     let run = h.wait_terminal(&run.id).await;
     assert_eq!(run.status, RunStatus::Succeeded);
     let attempts: Vec<usize> = run.steps.iter().map(|s| s.attempts.len()).collect();
