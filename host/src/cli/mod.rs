@@ -169,8 +169,8 @@ struct BenchHttpArgs {
 
 #[derive(Debug, Args)]
 struct BenchDagArgs {
-    /// Steps in the DAG.
-    #[arg(long, default_value_t = 1000)]
+    /// Steps in the DAG (at most a task's limit, 256).
+    #[arg(long, default_value_t = crate::task::MAX_STEPS)]
     steps: usize,
     /// Print JSON.
     #[arg(long)]
