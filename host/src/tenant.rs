@@ -3,6 +3,10 @@
 //! validation, fuel windows, usage buckets. The live registry that the API
 //! authenticates against is [`Registry`]; the scheduler enforces quotas.
 //!
+//! Its layer sits just above `task` (`scripts/layers`): a tenant record holds
+//! an `alerts:` spec, which is a task spec, so these records cannot live in
+//! `model` below it. The store, the scheduler and the API name them from here.
+//!
 //! # Decisions
 //! - **Tokens** are `axt_<id>_<secret>`: a 12-hex-digit id and 256 random bits
 //!   of secret. The host keeps `sha256(secret)` only. A request's token is
