@@ -145,7 +145,7 @@ async fn the_plugin_bytes_quota_answers_413_and_stores_nothing() {
     set_quota(&live, json!({ "plugin_bytes": room + 1 })).await;
     assert_eq!(upload(&live, "hello", hello).await.status, 201);
     // The upload body limit (413 `payload_too_large`, before any quota) is
-    // checked by api::bad_requests_get_a_clear_4xx_and_change_nothing: over a
+    // checked by api::refusals::bad_requests_get_a_clear_4xx_and_change_nothing: over a
     // real socket the server answers and closes while a client may still be
     // writing, which a client sees as a broken pipe rather than the answer.
     live.stop().await;
