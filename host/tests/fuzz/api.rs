@@ -1,0 +1,86 @@
+//! API request bodies: `api::error::parse_json` (the path every JSON body of
+//! the API takes) into the body types the library exposes — a tenant
+//! (`TenantSpec`, with its quota and alerts), a quota, the optional
+//! `null`-or-object body — and a stored task spec through serde
+//! (`TaskSpec`'s `Deserialize`, which reads the store). Bodies are objects
+//! built from the fields of those types, with edge values and whole floats,
+//! plus edited corpus bodies and garbage. The trigger, token and resolve
+//! bodies are private to the API module and reached only over HTTP (the
+//! integration tests); the same `parse_json` is fuzzed here.
+
+use std::time::Duration;
+
+use ax::api::error::parse_json;
+use ax::service::TenantSpec;
+use ax::task::TaskSpec;
+use ax::tenant::Quota;
+use proptest::prelude::*;
+use serde_json::Value;
+
+use crate::strategies::{Text, json, text};
+use crate::{Target, Verdict, explained};
+
+const TARGET: Target = Target {
+    name: "api",
+    cases: 512,
+    bound: Duration::from_secs(2),
+};
+
+const KEYS: &[&str] = &[
+    "name", "description", "quota", "allow_http", "alerts", "fuel_per_window", "window",
+    "wall_ms_per_window", "max_fuel_per_attempt", "max_memory_mb", "max_timeout", "max_running",
+    "max_queued", "max_priority", "max_tasks", "max_plugins", "kv_bytes", "weight", "input",
+    "idempotency_key", "priority", "label", "action", "webhook", "url", "events", "steps",
+    "plugin", "trigger", "limits", "retry",
+];
+
+const VALUES: &[&str] = &[
+    "acme", "24h", "1h", "90m", "0s", "5m", "api.example.com", "*.example.com", "10.0.0.1",
+    "https://hooks.example.com/x", "run_failed", "echo@1.0.0", "k972",
+];
+
+const TOKENS: &[&str] = &["{", "}", "[", "]", ":", ",", "\"", "null", "1.0", "-0", "1e999", "\\u0000", "\\ud800"];
+
+#[derive(Debug, Clone)]
+enum Case {
+    Body(Value),
+    Text(Text),
+}
+
+fn strategy() -> impl Strategy<Value = Case> {
+    let object = prop::collection::vec((proptest::sample::select(KEYS), json(KEYS, VALUES)), 0..8)
+        .prop_map(|pairs| Value::Object(pairs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()));
+    prop_oneof![
+        3 => object.prop_map(Case::Body),
+        1 => text(TOKENS).prop_map(Case::Text),
+    ]
+}
+
+fn check(body: &[u8]) -> Verdict {
+    if let Err(e) = parse_json::<TenantSpec>(body) {
+        crate::tally("tenant refused");
+        explained("parse_json::<TenantSpec>", e.to_string())?;
+    }
+    if let Err(e) = parse_json::<Quota>(body) {
+        crate::tally("quota refused");
+        explained("parse_json::<Quota>", e.to_string())?;
+    }
+    if let Err(e) = parse_json::<Option<Value>>(body) {
+        explained("parse_json::<Option<Value>>", e.to_string())?;
+    }
+    if let Err(e) = serde_json::from_slice::<TaskSpec>(body) {
+        explained("TaskSpec's Deserialize", e.to_string())?;
+    } else {
+        crate::tally("task accepted");
+    }
+    Ok(())
+}
+
+#[test]
+fn fuzz() {
+    let corpus: Vec<Vec<u8>> = crate::corpus(TARGET.name).into_iter().map(|(_, b)| b).collect();
+    crate::run(&TARGET, check, strategy(), |case| match case {
+        Case::Body(v) => check(v.to_string().as_bytes()),
+        Case::Text(t) => check(t.render(&corpus).as_bytes()),
+    });
+}
