@@ -21,7 +21,8 @@
 //!   has passed;
 //! - `AX_FUZZ_SEED`: the first batch's seed (default 0, so CI is
 //!   deterministic; batch `i` uses seed + i);
-//! - `AX_FUZZ_CASE_MS`: the per-case bound in ms (default: each target's).
+//! - `AX_FUZZ_CASE_MS`: the per-case bound in ms (default: each target's);
+//! - `AX_FUZZ_VERBOSE`: print every refusal (to see what a strategy reaches).
 //!
 //! A failure prints the shrunk input and the command that replays it.
 
@@ -38,8 +39,8 @@ use proptest::test_runner::{Config, RngSeed, TestCaseError, TestError, TestRunne
 mod api;
 mod cond;
 mod cron;
-mod strategies;
 mod plugin;
+mod strategies;
 mod task;
 mod template;
 
@@ -74,6 +75,9 @@ pub(crate) type Verdict = Result<(), String>;
 
 /// An `Err` must say why: an empty message is as bad as none.
 pub(crate) fn explained(what: &str, message: String) -> Verdict {
+    if std::env::var_os("AX_FUZZ_VERBOSE").is_some() {
+        eprintln!("{what}: {message}");
+    }
     if message.trim().is_empty() {
         Err(format!("{what} refused the input with an empty message"))
     } else {
@@ -144,7 +148,8 @@ pub(crate) fn run<S>(
     S::Value: Debug,
 {
     let bound = env_u64("AX_FUZZ_CASE_MS").map_or(target.bound, Duration::from_millis);
-    let cases = env_u64("AX_FUZZ_CASES").map_or(target.cases, |c| c.clamp(1, u32::MAX as u64) as u32);
+    let cases =
+        env_u64("AX_FUZZ_CASES").map_or(target.cases, |c| c.clamp(1, u32::MAX as u64) as u32);
     let seconds = env_u64("AX_FUZZ_SECONDS");
     let first_seed = env_u64("AX_FUZZ_SEED").unwrap_or(0);
     let current: Current = Arc::new(Mutex::new(None));

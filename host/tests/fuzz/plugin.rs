@@ -17,7 +17,7 @@ use crate::{Target, Verdict, explained};
 
 const TARGET: Target = Target {
     name: "plugin",
-    cases: 96,
+    cases: 192,
     // A compile of an example plugin takes ~0.1–1 s; the CI machine is shared.
     bound: Duration::from_secs(10),
 };
@@ -50,7 +50,14 @@ static RUNTIME: LazyLock<Runtime> = LazyLock::new(|| {
 
 /// Bytes that shift wasm's structure: section ids, LEB128 continuation and
 /// huge lengths, the component preamble.
-const TOKENS: &[&str] = &["\0", "\u{7f}", "\u{1}", "\u{b}", "\0asm\r\0\u{1}\0", "\u{0}\u{0}\u{0}\u{0}"];
+const TOKENS: &[&str] = &[
+    "\0",
+    "\u{7f}",
+    "\u{1}",
+    "\u{b}",
+    "\0asm\r\0\u{1}\0",
+    "\u{0}\u{0}\u{0}\u{0}",
+];
 
 #[derive(Debug, Clone)]
 enum Case {
@@ -90,7 +97,11 @@ fn check(bytes: &[u8]) -> Verdict {
             Ok(())
         }
         Err(e) => {
-            crate::tally(if bytes.starts_with(b"\0asm") { "refused" } else { "no preamble" });
+            crate::tally(if bytes.starts_with(b"\0asm") {
+                "refused"
+            } else {
+                "no preamble"
+            });
             explained("Runtime::load", e.to_string())
         }
     }
@@ -101,7 +112,12 @@ fn fuzz() {
     // The real plugins themselves load (and warm the compile path).
     for (name, bytes) in PLUGINS.iter().zip(PLUGIN_BYTES.iter()) {
         let outcome = RUNTIME.load(bytes);
-        assert_eq!(outcome.is_ok(), *name == "hello" || *name == "echo", "{name}: {:?}", outcome.err());
+        assert_eq!(
+            outcome.is_ok(),
+            *name == "hello" || *name == "echo",
+            "{name}: {:?}",
+            outcome.err()
+        );
     }
     crate::run(&TARGET, check, strategy(), |case| check(&bytes(case)));
 }

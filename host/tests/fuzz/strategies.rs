@@ -12,8 +12,14 @@ pub(crate) fn scalar(strings: &'static [&'static str]) -> BoxedStrategy<Value> {
         any::<bool>().prop_map(Value::Bool),
         any::<i64>().prop_map(Value::from),
         any::<u64>().prop_map(Value::from),
-        prop_oneof![Just(0.5f64), Just(-0.0), Just(1e300), Just(2158935532043897.0), any::<f64>()]
-            .prop_map(|f| serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)),
+        prop_oneof![
+            Just(0.5f64),
+            Just(-0.0),
+            Just(1e300),
+            Just(2158935532043897.0),
+            any::<f64>()
+        ]
+        .prop_map(|f| serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)),
         proptest::sample::select(strings).prop_map(Value::from),
         proptest::sample::select(EDGE_STRINGS).prop_map(Value::from),
         "\\PC{0,12}".prop_map(Value::from),
@@ -23,14 +29,46 @@ pub(crate) fn scalar(strings: &'static [&'static str]) -> BoxedStrategy<Value> {
 
 /// Strings every target gets among its values.
 const EDGE_STRINGS: &[&str] = &[
-    "", " ", "0", "-1", "1.5", "30s", "2m", "1h", "7d", "0s", "100000000000000000000s", "24h",
-    "${bizDate}", "${input}", "${steps.a.output}", "$${", "${", "}", "a@1.0.0", "a", "A-b_c",
-    "é", "\u{0}", "\u{202e}", "null", "true", "[]", "{}", "*", "&a", "*a", "<<",
+    "",
+    " ",
+    "0",
+    "-1",
+    "1.5",
+    "30s",
+    "2m",
+    "1h",
+    "7d",
+    "0s",
+    "100000000000000000000s",
+    "24h",
+    "${bizDate}",
+    "${input}",
+    "${steps.a.output}",
+    "$${",
+    "${",
+    "}",
+    "a@1.0.0",
+    "a",
+    "A-b_c",
+    "é",
+    "\u{0}",
+    "\u{202e}",
+    "null",
+    "true",
+    "[]",
+    "{}",
+    "*",
+    "&a",
+    "*a",
+    "<<",
 ];
 
 /// JSON trees whose object keys come from `keys` (mostly) and whose leaves
 /// come from `strings` and the edge values.
-pub(crate) fn json(keys: &'static [&'static str], strings: &'static [&'static str]) -> BoxedStrategy<Value> {
+pub(crate) fn json(
+    keys: &'static [&'static str],
+    strings: &'static [&'static str],
+) -> BoxedStrategy<Value> {
     let key = prop_oneof![
         8 => proptest::sample::select(keys).prop_map(str::to_owned),
         1 => "[a-z_]{1,8}",
@@ -141,7 +179,9 @@ impl Text {
     pub(crate) fn render(&self, corpus: &[Vec<u8>]) -> String {
         match self {
             Text::Garbage(s) => s.clone(),
-            Text::Mutated(i, edits) => String::from_utf8_lossy(&apply(&corpus[i.index(corpus.len())], edits)).into_owned(),
+            Text::Mutated(i, edits) => {
+                String::from_utf8_lossy(&apply(&corpus[i.index(corpus.len())], edits)).into_owned()
+            }
             Text::Tokens(t) => t.concat(),
         }
     }

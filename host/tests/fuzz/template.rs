@@ -15,15 +15,45 @@ use crate::{Target, Verdict, explained};
 
 const TARGET: Target = Target {
     name: "template",
-    cases: 512,
+    cases: 2048,
     bound: Duration::from_secs(2),
 };
 
 const PIECES: &[&str] = &[
-    "${", "}", "$${", "$", "${ ", " }", "bizDate", "scheduledFor", "triggerTime", "runId", "attempt",
-    "input", "input.", "steps.", "steps.a.output", "steps.a.output.", "steps.nope.output", ".output",
-    "a", "b", "0", "1", "99999999999999999999", ".", "..", "-", "é", "\u{0}", " ", "text ", "{",
-    "${input}", "${bizDate}", "${steps.a.output.l.0}",
+    "${",
+    "}",
+    "$${",
+    "$",
+    "${ ",
+    " }",
+    "bizDate",
+    "scheduledFor",
+    "triggerTime",
+    "runId",
+    "attempt",
+    "input",
+    "input.",
+    "steps.",
+    "steps.a.output",
+    "steps.a.output.",
+    "steps.nope.output",
+    ".output",
+    "a",
+    "b",
+    "0",
+    "1",
+    "99999999999999999999",
+    ".",
+    "..",
+    "-",
+    "é",
+    "\u{0}",
+    " ",
+    "text ",
+    "{",
+    "${input}",
+    "${bizDate}",
+    "${steps.a.output.l.0}",
 ];
 
 const KEYS: &[&str] = &["a", "b", "l", "0", "1", "x", "text", "${input}"];
@@ -44,9 +74,11 @@ fn template() -> impl Strategy<Value = Value> {
     leaf.prop_recursive(3, 32, 6, |inner| {
         prop_oneof![
             prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
-            prop::collection::vec((proptest::sample::select(KEYS), inner), 0..6).prop_map(|pairs| {
-                Value::Object(pairs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
-            }),
+            prop::collection::vec((proptest::sample::select(KEYS), inner), 0..6).prop_map(
+                |pairs| {
+                    Value::Object(pairs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
+                }
+            ),
         ]
     })
 }
@@ -66,7 +98,12 @@ fn strategy() -> impl Strategy<Value = Case> {
         proptest::option::of(json(KEYS, PIECES)),
         any::<u32>(),
     )
-        .prop_map(|(template, input, output, attempt)| Case { template, input, output, attempt })
+        .prop_map(|(template, input, output, attempt)| Case {
+            template,
+            input,
+            output,
+            attempt,
+        })
 }
 
 fn check(template: &Value, input: &Value, output: Option<&Value>, attempt: u32) -> Verdict {
@@ -90,7 +127,9 @@ fn check(template: &Value, input: &Value, output: Option<&Value>, attempt: u32) 
             // Escaping can grow a spliced value's text (a quote becomes `\"`),
             // so allow the cap twice over plus the template itself.
             if after > before + 2 * MAX_RENDERED_BYTES + 64 {
-                return Err(format!("rendered {after} bytes from a {before}-byte template"));
+                return Err(format!(
+                    "rendered {after} bytes from a {before}-byte template"
+                ));
             }
             Ok(())
         }
@@ -110,9 +149,21 @@ fn fuzz() {
         |bytes| match serde_json::from_slice::<Value>(bytes) {
             Ok(template) => check(&template, &input, Some(&output), 1),
             // A seed that is not JSON is one template string.
-            Err(_) => check(&Value::from(String::from_utf8_lossy(bytes)), &input, Some(&output), 1),
+            Err(_) => check(
+                &Value::from(String::from_utf8_lossy(bytes)),
+                &input,
+                Some(&output),
+                1,
+            ),
         },
         strategy(),
-        |case| check(&case.template, &case.input, case.output.as_ref(), case.attempt),
+        |case| {
+            check(
+                &case.template,
+                &case.input,
+                case.output.as_ref(),
+                case.attempt,
+            )
+        },
     );
 }
