@@ -58,6 +58,12 @@ const ATOMS: &[&str] = &[
     "x",
     "steps",
     "steps.nope.output",
+    // Work that grows with the input: what the budget is for.
+    "input.l.map(x, input.l.map(y, input.l.map(z, x + y + z)))",
+    "input.l.all(x, input.l.all(y, input.l.exists(z, x * y == z)))",
+    "input.l.map(x, input.s + input.s + input.s)",
+    "size(input.l.filter(x, string(x).matches('^(a|b)*$')))",
+    "input.s.matches('(a*)*b')",
 ];
 
 const TOKENS: &[&str] = &[
@@ -133,6 +139,23 @@ struct Case {
 const STEP_KEYS: &[&str] = &["rows", "l", "s", "x", "ratio", "ok", "a", "b"];
 const STEP_VALUES: &[&str] = &["succeeded", "a", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa!", ""];
 
+/// Data of the shape the atoms read (`rows` a number, `l` a list, `s` a
+/// string…), so that evaluation gets past type errors to the macros and the
+/// budget; sometimes random data instead.
+fn data() -> BoxedStrategy<Value> {
+    let typed = (
+        any::<i64>(),
+        prop::collection::vec(-5i64..5, 0..40),
+        "[a-z!]{0,40}",
+        any::<bool>(),
+        proptest::option::of(json(STEP_KEYS, STEP_VALUES)),
+    )
+        .prop_map(|(n, l, s, ok, extra)| {
+            serde_json::json!({"rows": n, "x": n, "l": l, "s": s, "ratio": 0.5, "ok": ok, "a": extra})
+        });
+    prop_oneof![3 => typed, 1 => json(STEP_KEYS, STEP_VALUES)].boxed()
+}
+
 fn strategy() -> impl Strategy<Value = Case> {
     let source = prop_oneof![
         4 => expr().prop_map(Source::Grammar),
@@ -153,18 +176,13 @@ fn strategy() -> impl Strategy<Value = Case> {
     let step = (
         proptest::sample::select(&["a", "b", "extract", "nope"][..]),
         status,
-        proptest::option::of(json(STEP_KEYS, STEP_VALUES)),
+        proptest::option::of(data()),
     );
-    (
+    (source, prop::collection::vec(step, 0..4), data()).prop_map(|(source, steps, input)| Case {
         source,
-        prop::collection::vec(step, 0..4),
-        json(STEP_KEYS, STEP_VALUES),
-    )
-        .prop_map(|(source, steps, input)| Case {
-            source,
-            steps,
-            input,
-        })
+        steps,
+        input,
+    })
 }
 
 fn check(expr: &str, steps: &[(&str, &str, Option<&Value>)], input: &Value) -> Verdict {
