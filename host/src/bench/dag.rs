@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::{bench_server, scratch_dir};
+use super::{bench_server, scratch_dir, until_finished_and_durable};
 use crate::model::Outcome;
 
 /// Scheduling overhead of a large DAG.
@@ -75,9 +75,10 @@ pub async fn dag_overhead(steps: usize) -> anyhow::Result<DagStats> {
         );
         tokio::time::sleep(Duration::from_micros(200)).await;
     }
+    // Finished means stored finished and durable, not just the last attempt
+    // reported: the run's record is written behind.
+    until_finished_and_durable(&server, started, Duration::from_secs(300)).await?;
     let wall = started.elapsed().as_secs_f64() * 1e3;
-    // Let the actor store the final state, then read the attempts back.
-    tokio::time::sleep(Duration::from_millis(50)).await;
     let run = server.ax.get_run("default", &run.id)?;
     anyhow::ensure!(
         run.status == crate::model::RunStatus::Succeeded,

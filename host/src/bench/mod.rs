@@ -17,6 +17,7 @@ mod tenants;
 mod trigger;
 
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use crate::model::{AttemptContext, TriggerKind};
 
@@ -85,4 +86,30 @@ async fn bench_server(
         .upload_plugin("default", "echo", "1.0.0", echo.to_vec())
         .await?;
     Ok(server)
+}
+
+/// Waits until no run is active in the **store** (every final state the
+/// scheduler writes behind is stored), then until the store's group commit
+/// has made it durable: a benchmark counts a run finished only then, not when
+/// its last attempt reported (its record may still be in the actor's memory).
+async fn until_finished_and_durable(
+    server: &crate::server::Server,
+    started: Instant,
+    limit: Duration,
+) -> anyhow::Result<()> {
+    loop {
+        let store = server.ax.store.clone();
+        let active = tokio::task::spawn_blocking(move || store.active_runs()).await??;
+        if active.is_empty() {
+            break;
+        }
+        anyhow::ensure!(
+            started.elapsed() < limit,
+            "{} runs were not stored finished within {limit:?}",
+            active.len()
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    server.ax.store.sync_ticket().wait().await?;
+    Ok(())
 }

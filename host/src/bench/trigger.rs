@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::{bench_server, percentile, scratch_dir};
+use super::{bench_server, percentile, scratch_dir, until_finished_and_durable};
 use crate::model::Outcome;
 
 /// Throughput of manual triggers: accepted durably → succeeded.
@@ -99,9 +99,9 @@ pub async fn trigger_throughput(
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+    // Finished means stored finished and durable: runs are written behind.
+    until_finished_and_durable(&server, started, Duration::from_secs(600)).await?;
     let finished = started.elapsed();
-    // Runs are written behind (at most 250 ms later): let the last ones land.
-    tokio::time::sleep(Duration::from_millis(300)).await;
     for id in ids.iter().rev().take(10) {
         let run = server.ax.get_run("default", id)?;
         anyhow::ensure!(
