@@ -1,5 +1,7 @@
-//! `ax bench trigger`: manual triggers through the service, each answered
-//! once durable, measured until every run succeeded.
+//! `ax bench trigger`: manual triggers, each answered once durable, measured
+//! until every run is stored finished and durable. In-process clients call
+//! the service; with `--http` they go through the real API over loopback, each
+//! client a keep-alive connection (ureq's agent), as a producer would.
 
 use std::fmt;
 use std::time::{Duration, Instant};
@@ -16,6 +18,8 @@ pub struct ThroughputStats {
     pub runs: usize,
     /// Triggering clients at once.
     pub concurrency: usize,
+    /// Through the HTTP API over loopback (else in-process).
+    pub http: bool,
     /// Runs accepted (durably) per second.
     pub accepted_per_sec: f64,
     /// Runs triggered and finished per second, end to end.
@@ -30,9 +34,10 @@ impl fmt::Display for ThroughputStats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} runs, {} clients: accepted {:.0}/s, end to end {:.0} runs/s, trigger p50 {:.2} ms, p99 {:.2} ms",
+            "{} runs, {} {} clients: accepted {:.0}/s, end to end {:.0} runs/s, trigger p50 {:.2} ms, p99 {:.2} ms",
             self.runs,
             self.concurrency,
+            if self.http { "HTTP" } else { "in-process" },
             self.accepted_per_sec,
             self.runs_per_sec,
             self.trigger_p50_ms,
@@ -46,6 +51,7 @@ impl fmt::Display for ThroughputStats {
 pub async fn trigger_throughput(
     runs: usize,
     concurrency: usize,
+    http: bool,
 ) -> anyhow::Result<ThroughputStats> {
     let dir = scratch_dir(9001);
     let server = bench_server(&dir, None).await?;
@@ -55,35 +61,11 @@ pub async fn trigger_throughput(
         .await?;
     let started = Instant::now();
     let per_client = runs.div_ceil(concurrency.max(1));
-    let mut clients = tokio::task::JoinSet::new();
-    for c in 0..concurrency.max(1) {
-        let ax = server.ax.clone();
-        clients.spawn(async move {
-            let mut latencies = Vec::with_capacity(per_client);
-            let mut ids = Vec::with_capacity(per_client);
-            for i in 0..per_client {
-                let t = Instant::now();
-                let (run, _) = ax
-                    .trigger(crate::scheduler::TriggerRequest {
-                        tenant: "default".into(),
-                        task: "bench".into(),
-                        idempotency_key: Some(format!("{c}-{i}")),
-                        actor: "bench".into(),
-                        ..Default::default()
-                    })
-                    .await?;
-                latencies.push(t.elapsed().as_secs_f64() * 1e3);
-                ids.push(run.id);
-            }
-            anyhow::Ok((latencies, ids))
-        });
-    }
-    let (mut latencies, mut ids) = (Vec::new(), Vec::new());
-    while let Some(res) = clients.join_next().await {
-        let (l, i) = res??;
-        latencies.extend(l);
-        ids.extend(i);
-    }
+    let (mut latencies, ids) = if http {
+        http_clients(&server, concurrency.max(1), per_client).await?
+    } else {
+        in_process_clients(&server, concurrency.max(1), per_client).await?
+    };
     let accepted = started.elapsed();
     // Wait until every run finished (checking the newest first: they finish last).
     let stats = server.ax.scheduler.stats().clone();
@@ -117,9 +99,102 @@ pub async fn trigger_throughput(
     Ok(ThroughputStats {
         runs: ids.len(),
         concurrency,
+        http,
         accepted_per_sec: ids.len() as f64 / accepted.as_secs_f64(),
         runs_per_sec: ids.len() as f64 / finished.as_secs_f64(),
         trigger_p50_ms: percentile(&latencies, 0.5),
         trigger_p99_ms: percentile(&latencies, 0.99),
     })
+}
+
+/// Latencies (ms) and run ids of `clients` × `per_client` triggers.
+type Triggered = (Vec<f64>, Vec<String>);
+
+async fn in_process_clients(
+    server: &crate::server::Server,
+    clients: usize,
+    per_client: usize,
+) -> anyhow::Result<Triggered> {
+    let mut set = tokio::task::JoinSet::new();
+    for c in 0..clients {
+        let ax = server.ax.clone();
+        set.spawn(async move {
+            let mut latencies = Vec::with_capacity(per_client);
+            let mut ids = Vec::with_capacity(per_client);
+            for i in 0..per_client {
+                let t = Instant::now();
+                let (run, _) = ax
+                    .trigger(crate::scheduler::TriggerRequest {
+                        tenant: "default".into(),
+                        task: "bench".into(),
+                        idempotency_key: Some(format!("{c}-{i}")),
+                        actor: "bench".into(),
+                        ..Default::default()
+                    })
+                    .await?;
+                latencies.push(t.elapsed().as_secs_f64() * 1e3);
+                ids.push(run.id);
+            }
+            anyhow::Ok((latencies, ids))
+        });
+    }
+    let (mut latencies, mut ids) = (Vec::new(), Vec::new());
+    while let Some(res) = set.join_next().await {
+        let (l, i) = res??;
+        latencies.extend(l);
+        ids.extend(i);
+    }
+    Ok((latencies, ids))
+}
+
+/// The same triggers as `POST /v1/tasks/bench/runs` over loopback, one
+/// thread and one keep-alive connection per client, with the admin token.
+async fn http_clients(
+    server: &crate::server::Server,
+    clients: usize,
+    per_client: usize,
+) -> anyhow::Result<Triggered> {
+    let url = format!("http://{}/v1/tasks/bench/runs", server.addr);
+    tokio::task::spawn_blocking(move || {
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..clients)
+                .map(|c| {
+                    let url = url.clone();
+                    scope.spawn(move || -> anyhow::Result<Triggered> {
+                        let agent: ureq::Agent = ureq::Agent::config_builder()
+                            .http_status_as_error(false)
+                            .build()
+                            .into();
+                        let mut latencies = Vec::with_capacity(per_client);
+                        let mut ids = Vec::with_capacity(per_client);
+                        for i in 0..per_client {
+                            let body = format!("{{\"idempotency_key\": \"{c}-{i}\"}}");
+                            let t = Instant::now();
+                            let mut r = agent
+                                .post(&url)
+                                .header("authorization", "Bearer bench")
+                                .header("content-type", "application/json")
+                                .send(body.as_str())?;
+                            let status = r.status();
+                            let text = r.body_mut().read_to_string()?;
+                            latencies.push(t.elapsed().as_secs_f64() * 1e3);
+                            anyhow::ensure!(status == 201, "trigger answered {status}: {text}");
+                            let run: serde_json::Value = serde_json::from_str(&text)?;
+                            let id = run["id"].as_str().unwrap_or_default().to_string();
+                            ids.push(id);
+                        }
+                        Ok((latencies, ids))
+                    })
+                })
+                .collect();
+            let (mut latencies, mut ids) = (Vec::new(), Vec::new());
+            for h in handles {
+                let (l, i) = h.join().map_err(|_| anyhow::anyhow!("client panicked"))??;
+                latencies.extend(l);
+                ids.extend(i);
+            }
+            Ok((latencies, ids))
+        })
+    })
+    .await?
 }

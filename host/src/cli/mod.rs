@@ -217,6 +217,10 @@ struct BenchTriggerArgs {
     /// Clients triggering at once.
     #[arg(long, default_value_t = 16)]
     concurrency: usize,
+    /// Trigger through the HTTP API over loopback (keep-alive clients)
+    /// instead of calling the service in-process.
+    #[arg(long)]
+    http: bool,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -330,7 +334,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }),
         Command::Bench(BenchCommand::Trigger(args)) => block_on(async move {
             print_stats(
-                &crate::bench::trigger_throughput(args.runs, args.concurrency).await?,
+                &crate::bench::trigger_throughput(args.runs, args.concurrency, args.http).await?,
                 args.json,
             )
         }),
