@@ -17,7 +17,7 @@ use ax::tenant::Quota;
 use proptest::prelude::*;
 use serde_json::Value;
 
-use crate::strategies::{Text, json, text};
+use crate::strategies::{Text, json, object, text};
 use crate::{Target, Verdict, explained};
 
 const TARGET: Target = Target {
@@ -86,25 +86,6 @@ enum Case {
     Text(Text),
 }
 
-/// Some of `fields` with values from their strategies.
-fn object(fields: Vec<(&'static str, BoxedStrategy<Value>)>) -> BoxedStrategy<Value> {
-    let parts: Vec<BoxedStrategy<Option<(&'static str, Value)>>> = fields
-        .into_iter()
-        .map(|(k, v)| proptest::option::weighted(0.5, v.prop_map(move |v| (k, v))).boxed())
-        .collect();
-    parts
-        .prop_map(|pairs| {
-            Value::Object(
-                pairs
-                    .into_iter()
-                    .flatten()
-                    .map(|(k, v)| (k.to_owned(), v))
-                    .collect(),
-            )
-        })
-        .boxed()
-}
-
 /// Mostly a number of the right kind: whole, whole as a float, negative, huge.
 fn number() -> BoxedStrategy<Value> {
     prop_oneof![
@@ -145,7 +126,7 @@ fn quota() -> BoxedStrategy<Value> {
     .collect();
     fields.push(("window", duration()));
     fields.push(("max_timeout", duration()));
-    object(fields)
+    object(0.5, fields)
 }
 
 fn tenant() -> BoxedStrategy<Value> {
@@ -165,19 +146,26 @@ fn tenant() -> BoxedStrategy<Value> {
     )
     .prop_map(Value::Array)
     .boxed();
-    let alerts = object(vec![
-        (
-            "webhook",
-            proptest::sample::select(&["https://hooks.example.com/x", "http://10.0.0.1/", "x"][..])
+    let alerts = object(
+        0.5,
+        vec![
+            (
+                "webhook",
+                proptest::sample::select(
+                    &["https://hooks.example.com/x", "http://10.0.0.1/", "x"][..],
+                )
                 .prop_map(Value::from)
                 .boxed(),
-        ),
-        (
-            "on",
-            json(KEYS, &["run_failed", "failed", "late", "succeeded"]),
-        ),
-    ]);
-    object(vec![
+            ),
+            (
+                "on",
+                json(KEYS, &["run_failed", "failed", "late", "succeeded"]),
+            ),
+        ],
+    );
+    object(
+        0.5,
+        vec![
         (
             "name",
             prop_oneof![4 => "[a-z][a-z0-9_-]{0,8}".prop_map(Value::from), 1 => json(KEYS, VALUES)]
@@ -190,7 +178,8 @@ fn tenant() -> BoxedStrategy<Value> {
         ("quota", quota()),
         ("allow_http", hosts),
         ("alerts", alerts),
-    ])
+    ],
+    )
 }
 
 fn strategy() -> impl Strategy<Value = Case> {

@@ -63,6 +63,29 @@ const EDGE_STRINGS: &[&str] = &[
     "<<",
 ];
 
+/// An object with some of `fields`, each present with probability `weight`
+/// and its value drawn from its strategy.
+pub(crate) fn object(
+    weight: f64,
+    fields: Vec<(&'static str, BoxedStrategy<Value>)>,
+) -> BoxedStrategy<Value> {
+    let parts: Vec<BoxedStrategy<Option<(&'static str, Value)>>> = fields
+        .into_iter()
+        .map(|(k, v)| proptest::option::weighted(weight, v.prop_map(move |v| (k, v))).boxed())
+        .collect();
+    parts
+        .prop_map(|pairs| {
+            Value::Object(
+                pairs
+                    .into_iter()
+                    .flatten()
+                    .map(|(k, v)| (k.to_owned(), v))
+                    .collect(),
+            )
+        })
+        .boxed()
+}
+
 /// JSON trees whose object keys come from `keys` (mostly) and whose leaves
 /// come from `strings` and the edge values.
 pub(crate) fn json(

@@ -8,7 +8,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 use serde_json::Value;
 
-use crate::strategies::{Text, json, text};
+use crate::strategies::{Text, json, object, text};
 use crate::{Target, Verdict, explained};
 
 const TARGET: Target = Target {
@@ -152,25 +152,6 @@ enum Case {
     Yaml(Value, Vec<bool>),
 }
 
-/// An object with some of `fields` (each with a value from its strategy).
-fn object(fields: Vec<(&'static str, BoxedStrategy<Value>)>) -> BoxedStrategy<Value> {
-    let parts: Vec<BoxedStrategy<Option<(&'static str, Value)>>> = fields
-        .into_iter()
-        .map(|(k, v)| proptest::option::weighted(0.35, v.prop_map(move |v| (k, v))).boxed())
-        .collect();
-    parts
-        .prop_map(|pairs| {
-            Value::Object(
-                pairs
-                    .into_iter()
-                    .flatten()
-                    .map(|(k, v)| (k.to_owned(), v))
-                    .collect(),
-            )
-        })
-        .boxed()
-}
-
 fn pick(values: &'static [&'static str]) -> BoxedStrategy<Value> {
     prop_oneof![
         30 => proptest::sample::select(values).prop_map(Value::from),
@@ -202,66 +183,78 @@ const STEPS: &[&str] = &[
 /// A task as docs/TASKS.md describes it: the known fields in their places,
 /// values mostly of the right kind.
 fn task_tree() -> BoxedStrategy<Value> {
-    let trigger = object(vec![
-        (
-            "cron",
-            pick(&[
-                "0 30 1 * * ?",
-                "*/10 * * * * ?",
-                "0 0 0 31 2 ?",
-                "0 0 9 ? * MON-FRI",
-                "0 2 * * *",
-            ]),
-        ),
-        (
-            "timezone",
-            pick(&["UTC", "Asia/Shanghai", "America/New_York", "Mars/Base"]),
-        ),
-        ("every", pick(DURATIONS)),
-        (
-            "at",
-            pick(&[
-                "2026-12-01T00:00:00Z",
-                "9999-12-31T23:00:00-02:00",
-                "0000-01-01T00:00:00Z",
-                "yesterday",
-            ]),
-        ),
-        ("delay", pick(DURATIONS)),
-        (
-            "after",
-            prop::collection::vec(pick(&["other", "order_report", ""]), 0..3)
-                .prop_map(Value::Array)
-                .boxed(),
-        ),
-        ("on", pick(&["success", "failure", "done", "never"])),
-    ]);
-    let limits = object(vec![
-        ("fuel", num(0..200_000_000_000)),
-        ("memory_mb", num(0..100_000)),
-        ("timeout", pick(DURATIONS)),
-    ]);
-    let retry = object(vec![
-        ("max_attempts", num(0..200)),
-        (
-            "backoff",
-            prop_oneof![
-                prop::collection::vec(pick(DURATIONS), 0..4).prop_map(Value::Array),
-                object(vec![
-                    ("initial", pick(DURATIONS)),
-                    ("factor", num(0..10)),
-                    ("max", pick(DURATIONS))
+    let trigger = object(
+        0.35,
+        vec![
+            (
+                "cron",
+                pick(&[
+                    "0 30 1 * * ?",
+                    "*/10 * * * * ?",
+                    "0 0 0 31 2 ?",
+                    "0 0 9 ? * MON-FRI",
+                    "0 2 * * *",
                 ]),
-            ]
-            .boxed(),
-        ),
-        (
-            "retry_on",
-            prop::collection::vec(pick(&["failed", "trap", "timeout", "error"]), 0..3)
-                .prop_map(Value::Array)
+            ),
+            (
+                "timezone",
+                pick(&["UTC", "Asia/Shanghai", "America/New_York", "Mars/Base"]),
+            ),
+            ("every", pick(DURATIONS)),
+            (
+                "at",
+                pick(&[
+                    "2026-12-01T00:00:00Z",
+                    "9999-12-31T23:00:00-02:00",
+                    "0000-01-01T00:00:00Z",
+                    "yesterday",
+                ]),
+            ),
+            ("delay", pick(DURATIONS)),
+            (
+                "after",
+                prop::collection::vec(pick(&["other", "order_report", ""]), 0..3)
+                    .prop_map(Value::Array)
+                    .boxed(),
+            ),
+            ("on", pick(&["success", "failure", "done", "never"])),
+        ],
+    );
+    let limits = object(
+        0.35,
+        vec![
+            ("fuel", num(0..200_000_000_000)),
+            ("memory_mb", num(0..100_000)),
+            ("timeout", pick(DURATIONS)),
+        ],
+    );
+    let retry = object(
+        0.35,
+        vec![
+            ("max_attempts", num(0..200)),
+            (
+                "backoff",
+                prop_oneof![
+                    prop::collection::vec(pick(DURATIONS), 0..4).prop_map(Value::Array),
+                    object(
+                        0.35,
+                        vec![
+                            ("initial", pick(DURATIONS)),
+                            ("factor", num(0..10)),
+                            ("max", pick(DURATIONS))
+                        ]
+                    ),
+                ]
                 .boxed(),
-        ),
-    ]);
+            ),
+            (
+                "retry_on",
+                prop::collection::vec(pick(&["failed", "trap", "timeout", "error"]), 0..3)
+                    .prop_map(Value::Array)
+                    .boxed(),
+            ),
+        ],
+    );
     let input = json(
         KEYS,
         &[
@@ -273,66 +266,75 @@ fn task_tree() -> BoxedStrategy<Value> {
             "${",
         ],
     );
-    let step = object(vec![
-        ("name", pick(STEPS)),
-        (
-            "plugin",
-            pick(&[
-                "echo@1.0.0",
-                "extract-orders@1.2.0",
-                "hello",
-                "a@",
-                "@1",
-                "x@1.0.0.0",
-            ]),
-        ),
-        ("input", input.clone()),
-        ("limits", limits.clone()),
-        ("pool", pick(&["warehouse", "", "default"])),
-        ("retry", retry.clone()),
-        (
-            "needs",
-            prop::collection::vec(pick(STEPS), 0..4)
-                .prop_map(Value::Array)
-                .boxed(),
-        ),
-        (
-            "when",
-            pick(&[
-                "steps.extract.output.rows > 800000",
-                "steps.a.status == 'failed'",
-                "input.x",
-                "(((",
-                "true",
-            ]),
-        ),
-        (
-            "trigger_rule",
-            pick(&[
-                "all_success",
-                "one_success",
-                "all_done",
-                "none_failed",
-                "always",
-            ]),
-        ),
-    ]);
-    let alerts = object(vec![
-        (
-            "webhook",
-            pick(&["https://hooks.example.com/x", "ftp://x", "http://10.0.0.1/"]),
-        ),
-        (
-            "events",
-            prop::collection::vec(pick(&["run_failed", "run_succeeded", "nope"]), 0..3)
-                .prop_map(Value::Array)
-                .boxed(),
-        ),
-    ]);
-    let retention = object(vec![
-        ("keep_runs", num(0..100_000)),
-        ("keep_for", pick(DURATIONS)),
-    ]);
+    let step = object(
+        0.35,
+        vec![
+            ("name", pick(STEPS)),
+            (
+                "plugin",
+                pick(&[
+                    "echo@1.0.0",
+                    "extract-orders@1.2.0",
+                    "hello",
+                    "a@",
+                    "@1",
+                    "x@1.0.0.0",
+                ]),
+            ),
+            ("input", input.clone()),
+            ("limits", limits.clone()),
+            ("pool", pick(&["warehouse", "", "default"])),
+            ("retry", retry.clone()),
+            (
+                "needs",
+                prop::collection::vec(pick(STEPS), 0..4)
+                    .prop_map(Value::Array)
+                    .boxed(),
+            ),
+            (
+                "when",
+                pick(&[
+                    "steps.extract.output.rows > 800000",
+                    "steps.a.status == 'failed'",
+                    "input.x",
+                    "(((",
+                    "true",
+                ]),
+            ),
+            (
+                "trigger_rule",
+                pick(&[
+                    "all_success",
+                    "one_success",
+                    "all_done",
+                    "none_failed",
+                    "always",
+                ]),
+            ),
+        ],
+    );
+    let alerts = object(
+        0.35,
+        vec![
+            (
+                "webhook",
+                pick(&["https://hooks.example.com/x", "ftp://x", "http://10.0.0.1/"]),
+            ),
+            (
+                "events",
+                prop::collection::vec(pick(&["run_failed", "run_succeeded", "nope"]), 0..3)
+                    .prop_map(Value::Array)
+                    .boxed(),
+            ),
+        ],
+    );
+    let retention = object(
+        0.35,
+        vec![
+            ("keep_runs", num(0..100_000)),
+            ("keep_for", pick(DURATIONS)),
+        ],
+    );
     let steps_or_shorthand = prop_oneof![
         prop::collection::vec(step, 0..6).prop_map(|s| vec![("steps", Value::Array(s))]),
         (
@@ -346,16 +348,19 @@ fn task_tree() -> BoxedStrategy<Value> {
             }),
     ];
     (
-        object(vec![
-            // `name` is required: mostly there (below), sometimes odd.
-            ("description", pick(&["a task", ""])),
-            ("trigger", trigger),
-            ("catch_up", pick(&["latest", "all", "none", "some"])),
-            ("overlap", pick(&["skip", "queue", "allow", "cancel"])),
-            ("priority", num(-1..12)),
-            ("alerts", alerts),
-            ("retention", retention),
-        ]),
+        object(
+            0.35,
+            vec![
+                // `name` is required: mostly there (below), sometimes odd.
+                ("description", pick(&["a task", ""])),
+                ("trigger", trigger),
+                ("catch_up", pick(&["latest", "all", "none", "some"])),
+                ("overlap", pick(&["skip", "queue", "allow", "cancel"])),
+                ("priority", num(-1..12)),
+                ("alerts", alerts),
+                ("retention", retention),
+            ],
+        ),
         steps_or_shorthand,
         proptest::option::weighted(
             0.95,
