@@ -229,6 +229,18 @@ fn render(
         "Runs queued or running, held by the scheduler.",
         snapshot.active_runs as f64,
     );
+    gauge(
+        &mut e,
+        "ax_armed_tasks",
+        "Tasks whose next fire is within the scheduler's fire window (held in memory).",
+        snapshot.armed_tasks as f64,
+    );
+    gauge(
+        &mut e,
+        "ax_cached_tasks",
+        "Parsed task definitions in the scheduler's bounded cache.",
+        snapshot.cached_tasks as f64,
+    );
     counter(
         &mut e,
         "ax_runs_created_total",

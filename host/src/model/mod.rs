@@ -615,6 +615,25 @@ pub struct TaskRecord {
     pub version: u64,
 }
 
+impl TaskRecord {
+    /// The tasks whose runs start this one (`trigger.after` of its spec),
+    /// read from the stored JSON so that a store can index them without
+    /// knowing the task model. A definition without them gives none.
+    pub fn upstreams(&self) -> Vec<String> {
+        self.spec
+            .get("trigger")
+            .and_then(|t| t.get("after"))
+            .and_then(|a| a.as_array())
+            .map(|names| {
+                names
+                    .iter()
+                    .filter_map(|n| n.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

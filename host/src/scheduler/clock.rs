@@ -43,10 +43,13 @@ impl Clock for SystemClock {
 
 /// Wall time = `start` + time elapsed on tokio's clock. Under
 /// `tokio::time::pause()` it only moves when the test advances it.
+/// Tests may step it like an operator's wall clock ([`TokioClock::shift`]).
 #[derive(Clone, Debug)]
 pub struct TokioClock {
     start: DateTime<Utc>,
     base: tokio::time::Instant,
+    /// Steps of the wall clock so far (ms), shared by clones.
+    offset_ms: Arc<std::sync::atomic::AtomicI64>,
 }
 
 impl TokioClock {
@@ -55,14 +58,27 @@ impl TokioClock {
         Self {
             start,
             base: tokio::time::Instant::now(),
+            offset_ms: Arc::default(),
         }
+    }
+
+    /// Steps the wall clock forward or back by `by` (tokio's clock, which
+    /// timers sleep on, does not move).
+    pub fn shift(&self, by: std::time::Duration, forward: bool) {
+        let ms = i64::try_from(by.as_millis()).unwrap_or(i64::MAX);
+        let ms = if forward { ms } else { -ms };
+        self.offset_ms
+            .fetch_add(ms, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
 impl Clock for TokioClock {
     fn now(&self) -> DateTime<Utc> {
         let elapsed = tokio::time::Instant::now() - self.base;
-        self.start + chrono::Duration::from_std(elapsed).unwrap_or_default()
+        let offset = self.offset_ms.load(std::sync::atomic::Ordering::Relaxed);
+        self.start
+            + chrono::Duration::from_std(elapsed).unwrap_or_default()
+            + chrono::Duration::milliseconds(offset)
     }
 }
 

@@ -109,6 +109,35 @@ pub struct SchedulerConfig {
     /// The limits of one condition evaluation (default: the budget the
     /// check on save assumes, see [`crate::cond::Budget`]).
     pub cond_budget: crate::cond::Budget,
+    /// Which fires are held in memory ([`FireWindow`]).
+    pub window: FireWindow,
+    /// Parsed task definitions kept in memory, at most (least recently
+    /// used ones are dropped and read again from the store when needed).
+    pub task_cache: usize,
+}
+
+/// The fires the scheduler holds in memory: those due within `ahead_ms`,
+/// read from the store's next-fire index every `refill_ms`, at most
+/// `max_armed` tasks (then the window shrinks to what fits). The rest of the
+/// tasks stay in the store; see docs/SCHEDULER.md, "Memory".
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FireWindow {
+    /// How far ahead of now fires are held (ms).
+    pub ahead_ms: crate::model::Millis,
+    /// How often the window moves on (ms).
+    pub refill_ms: crate::model::Millis,
+    /// Most tasks armed at once.
+    pub max_armed: usize,
+}
+
+impl Default for FireWindow {
+    fn default() -> Self {
+        Self {
+            ahead_ms: 60_000,
+            refill_ms: 1_000,
+            max_armed: 100_000,
+        }
+    }
 }
 
 /// Scheduled runs are stored this long before their instant, so the store's
@@ -130,6 +159,8 @@ impl Default for SchedulerConfig {
             caps: crate::model::Caps::UNLIMITED,
             cond_workers: COND_WORKERS,
             cond_budget: crate::cond::Budget::default(),
+            window: FireWindow::default(),
+            task_cache: 10_000,
         }
     }
 }
@@ -318,6 +349,12 @@ pub struct Snapshot {
     pub tenants: Vec<TenantQueue>,
     /// Active (queued or running) runs held in memory.
     pub active_runs: usize,
+    /// Tasks armed: their next fire is within the fire window.
+    pub armed_tasks: usize,
+    /// Parsed task definitions cached (bounded by `task_cache`).
+    pub cached_tasks: usize,
+    /// Timers set (fires, retries, releases, windows).
+    pub timers: usize,
 }
 
 /// A handle to the scheduler actor. Cheap to clone.

@@ -254,6 +254,35 @@ impl Store for MemoryStore {
         Ok(self.state().schedules.values().cloned().collect())
     }
 
+    // The memory store serves tests: it scans instead of keeping indexes.
+    fn due_schedules(
+        &self,
+        from: Millis,
+        until: Millis,
+        limit: usize,
+    ) -> Result<Vec<ScheduleState>> {
+        let state = self.state();
+        let mut due: Vec<&ScheduleState> = state
+            .schedules
+            .values()
+            .filter(|s| !s.paused && s.next_fire.is_some_and(|at| (from..=until).contains(&at)))
+            .collect();
+        due.sort_by(|a, b| {
+            (a.next_fire, &a.tenant, &a.task).cmp(&(b.next_fire, &b.tenant, &b.task))
+        });
+        Ok(due.into_iter().take(limit).cloned().collect())
+    }
+
+    fn downstream_tasks(&self, tenant: &str, upstream: &str) -> Result<Vec<String>> {
+        let state = self.state();
+        Ok(state
+            .tasks
+            .values()
+            .filter(|t| t.tenant == tenant && t.upstreams().iter().any(|u| u == upstream))
+            .map(|t| t.name.clone())
+            .collect())
+    }
+
     fn insert_runs(&self, runs: &[NewRun]) -> Result<Vec<Insert>> {
         let mut state = self.state();
         let mut outcomes = Vec::with_capacity(runs.len());

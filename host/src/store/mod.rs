@@ -195,8 +195,23 @@ pub trait Store: Send + Sync + 'static {
     fn put_schedule(&self, schedule: &ScheduleState) -> Result<()>;
     /// A task's schedule state.
     fn get_schedule(&self, tenant: &str, task: &str) -> Result<Option<ScheduleState>>;
-    /// Every schedule state (loaded by the timer at start).
+    /// Every schedule state (operations and tests; the scheduler reads
+    /// only the fires due soon, [`Store::due_schedules`]).
     fn list_schedules(&self) -> Result<Vec<ScheduleState>>;
+    /// The next-fire index: unpaused schedules whose next fire is in
+    /// `from..=until`, earliest first (ties by tenant, then task), at most
+    /// `limit`. Every write of a schedule keeps the index in step with it in
+    /// the same atomic write, so the scheduler can hold only the fires due
+    /// within its window and read the rest as time moves.
+    fn due_schedules(
+        &self,
+        from: Millis,
+        until: Millis,
+        limit: usize,
+    ) -> Result<Vec<ScheduleState>>;
+    /// The tenant's tasks whose `trigger.after` names `upstream`, by name
+    /// (an index kept with every task write; see [`TaskRecord::upstreams`]).
+    fn downstream_tasks(&self, tenant: &str, upstream: &str) -> Result<Vec<String>>;
 
     // --- runs -------------------------------------------------------------
     /// Stores a new run and its creation events, atomically with `schedule`

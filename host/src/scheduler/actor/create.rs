@@ -103,21 +103,6 @@ impl Actor {
         }
     }
 
-    pub(super) fn load_task(
-        &self,
-        tenant: &str,
-        name: &str,
-    ) -> Result<(crate::model::TaskRecord, TaskSpec)> {
-        let task = self
-            .store
-            .get_task(tenant, name)?
-            .ok_or_else(|| Error::NotFound(format!("task `{name}`")))?;
-        let spec: TaskSpec = serde_json::from_value(task.spec.clone()).map_err(|e| {
-            Error::Conflict(format!("stored definition of `{name}` is unreadable: {e}"))
-        })?;
-        Ok((task, spec))
-    }
-
     pub(super) fn total_queued_runs(&self) -> usize {
         self.queued_runs.values().sum()
     }
@@ -167,7 +152,8 @@ impl Actor {
     /// The run a manual trigger creates, unless a limit refuses it.
     pub(super) fn check_trigger(&mut self, req: &TriggerRequest) -> Result<(RunRecord, TaskSpec)> {
         let now = self.clock.now_ms();
-        let (task, spec) = self.load_task(&req.tenant, &req.task)?;
+        let loaded = self.load_task(&req.tenant, &req.task)?;
+        let (task, spec) = (&*loaded.record, (*loaded.spec).clone());
         let queued = self
             .queued_runs
             .get(req.tenant.as_str())
@@ -222,7 +208,7 @@ impl Actor {
             idempotency_key: req.idempotency_key.clone(),
             priority,
         };
-        let rec = self.new_run(&task, &spec, origin, now);
+        let rec = self.new_run(task, &spec, origin, now);
         Ok((rec, spec))
     }
 
@@ -412,69 +398,52 @@ impl Actor {
     }
 
     /// Records the `after` edges of a task (replacing its old ones).
-    pub(super) fn index_after(&mut self, record: &crate::model::TaskRecord) {
-        self.unindex_after(&record.tenant, &record.name);
-        let Ok(spec) = serde_json::from_value::<TaskSpec>(record.spec.clone()) else {
-            return;
-        };
-        if let Some(trigger) = spec.trigger {
-            for up in trigger.after {
-                self.after_index
-                    .entry(TaskKey::new(&record.tenant, up))
-                    .or_default()
-                    .push((record.name.clone(), trigger.on.unwrap_or_default()));
-            }
-        }
-    }
-
-    pub(super) fn unindex_after(&mut self, tenant: &str, task: &str) {
-        for (key, downs) in self.after_index.iter_mut() {
-            if key.tenant == tenant {
-                downs.retain(|(d, _)| d != task);
-            }
-        }
-        self.after_index.retain(|_, downs| !downs.is_empty());
-    }
-
     /// Starts the tasks that wait for `rec`'s task to finish (`after`), with
     /// the upstream run's outputs as input. The idempotency key
     /// `after:<run id>` makes a repeated finish (after a crash) start nothing twice.
     pub(super) fn fire_after(&mut self, rec: &RunRecord, now: Millis) {
-        let key = TaskKey::new(&rec.tenant, &rec.task);
-        let Some(downs) = self.after_index.get(&key).cloned() else {
-            return;
-        };
-        for (down, on) in downs {
-            let fires = decide::fire::after_fires(on, rec.status);
-            if !fires {
-                continue;
+        // The store's `after` index, not a map of every task in memory.
+        let downs = match self.store.downstream_tasks(&rec.tenant, &rec.task) {
+            Ok(downs) => downs,
+            Err(e) => {
+                tracing::error!(upstream = %rec.task, error = %e, "cannot read the tasks started `after` it");
+                return;
             }
-            let made = self.load_task(&rec.tenant, &down).map(|(task, spec)| {
-                let outputs: serde_json::Map<String, serde_json::Value> = rec
-                    .steps
-                    .iter()
-                    .filter_map(|s| s.output.clone().map(|o| (s.name.clone(), o)))
-                    .collect();
-                let input = serde_json::json!({ "upstream": {
-                    "task": rec.task, "run_id": rec.id, "status": rec.status.as_str(), "outputs": outputs,
-                }});
-                let origin = Origin {
-                    trigger: TriggerKind::After,
-                    scheduled_for: now,
-                    input,
-                    idempotency_key: Some(format!("after:{}", rec.id)),
-                    priority: spec.priority,
-                };
-                (self.new_run(&task, &spec, origin, now), spec)
-            });
-            match made {
-                Ok((new, spec)) => {
-                    self.create_run(new, spec, false, "scheduler", now, None);
-                }
+        };
+        for down in downs {
+            let loaded = match self.load_task(&rec.tenant, &down) {
+                Ok(loaded) => loaded,
                 Err(e) => {
                     tracing::error!(upstream = %rec.task, task = %down, error = %e, "starting an `after` task failed");
+                    continue;
                 }
+            };
+            let on = loaded
+                .spec
+                .trigger
+                .as_ref()
+                .filter(|t| t.after.contains(&rec.task))
+                .map(|t| t.on.unwrap_or_default());
+            if !on.is_some_and(|on| decide::fire::after_fires(on, rec.status)) {
+                continue;
             }
+            let outputs: serde_json::Map<String, serde_json::Value> = rec
+                .steps
+                .iter()
+                .filter_map(|s| s.output.clone().map(|o| (s.name.clone(), o)))
+                .collect();
+            let input = serde_json::json!({ "upstream": {
+                "task": rec.task, "run_id": rec.id, "status": rec.status.as_str(), "outputs": outputs,
+            }});
+            let origin = Origin {
+                trigger: TriggerKind::After,
+                scheduled_for: now,
+                input,
+                idempotency_key: Some(format!("after:{}", rec.id)),
+                priority: loaded.spec.priority,
+            };
+            let new = self.new_run(&loaded.record, &loaded.spec, origin, now);
+            self.create_run(new, (*loaded.spec).clone(), false, "scheduler", now, None);
         }
     }
 }

@@ -57,7 +57,8 @@ impl Actor {
             paused: old.as_ref().is_some_and(|s| s.paused),
         };
         self.store.put_task(&record, &schedule)?;
-        self.index_after(&record);
+        self.tasks
+            .remove(&TaskKey::new(record.tenant.as_str(), record.name.as_str()));
         self.on_task_changed(&record.tenant, &record.name)?;
         Ok(schedule)
     }
@@ -68,7 +69,8 @@ impl Actor {
         task: &str,
         paused: bool,
     ) -> Result<ScheduleState> {
-        let (record, spec) = self.load_task(tenant, task)?;
+        let loaded = self.load_task(tenant, task)?;
+        let (record, spec) = (&loaded.record, &loaded.spec);
         let mut schedule = self
             .store
             .get_schedule(tenant, task)?
@@ -92,29 +94,96 @@ impl Actor {
         Ok(schedule)
     }
 
-    /// (Re)loads a task's definition and schedule and (re)arms its timer.
+    /// (Re)loads a task's schedule and (re)arms its timer if its next fire
+    /// is within the window; otherwise the store's index holds it until the
+    /// window reaches it.
     pub(super) fn on_task_changed(&mut self, tenant: &str, task: &str) -> Result<()> {
-        let key = TaskKey::new(tenant, task);
-        self.armed.remove(&key);
         let schedule = self.store.get_schedule(tenant, task)?;
-        let Some(schedule) = schedule.filter(|s| !s.paused && s.next_fire.is_some()) else {
+        self.arm_schedule(tenant, task, schedule)
+    }
+
+    /// Arms `schedule` (the stored state of `tenant`'s `task`) when it fires
+    /// within the window, and forgets the task otherwise.
+    fn arm_schedule(
+        &mut self,
+        tenant: &str,
+        task: &str,
+        schedule: Option<ScheduleState>,
+    ) -> Result<()> {
+        let key = TaskKey::new(tenant, task);
+        self.armed_remove(&key);
+        let Some((schedule, next)) = schedule
+            .filter(|s| !s.paused)
+            .and_then(|s| Some((s.clone(), s.next_fire?)))
+            .filter(|(_, next)| *next <= self.horizon)
+        else {
             self.disarm_fire(tenant, task);
             return Ok(());
         };
-        let (record, spec) = self.load_task(tenant, task)?;
-        let trigger = Trigger::compile(spec.trigger.as_ref(), from_ms(record.created_at))
-            .map_err(|e| Error::Conflict(format!("trigger of `{task}`: {e}")))?;
-        let next = schedule.next_fire.unwrap_or_default();
-        self.armed.insert(
-            key,
+        let loaded = self.load_task(tenant, task)?;
+        let trigger = Trigger::compile(
+            loaded.spec.trigger.as_ref(),
+            from_ms(loaded.record.created_at),
+        )
+        .map_err(|e| Error::Conflict(format!("trigger of `{task}`: {e}")))?;
+        self.armed_insert(
+            key.clone(),
             Armed {
-                task: Arc::new(record),
-                spec: Arc::new(spec),
+                task: loaded.record,
+                spec: loaded.spec,
                 trigger: Arc::new(trigger),
                 schedule,
             },
         );
-        self.arm_fire(tenant, task, next, true);
+        if self.armed.contains_key(&key) {
+            self.arm_fire(tenant, task, next, true);
+        }
+        Ok(())
+    }
+
+    /// Moves the fire window on: arms the tasks whose next fire came within
+    /// `window.ahead_ms` of now since the last refill, read from the store's
+    /// next-fire index, and sets the next refill. Runs created earlier are
+    /// stored first, so the index holds the schedule progress written with
+    /// them (a task fired past the old horizon is in the index, not armed).
+    ///
+    /// At most `window.max_armed` tasks are held: when more are due, the
+    /// window ends before the last instant read (all of one instant are
+    /// taken, however many: an instant cannot be split).
+    pub(super) fn refill(&mut self, now: Millis) -> Result<()> {
+        self.insert_pending();
+        let window = self.config.window;
+        let until = now.saturating_add(window.ahead_ms);
+        let from = self.horizon.saturating_add(1);
+        let next_refill = now.saturating_add(window.refill_ms.max(1));
+        if from > until {
+            self.timers.insert((next_refill, Timer::Refill));
+            return Ok(());
+        }
+        let room = window.max_armed.saturating_sub(self.armed.len()).max(1);
+        let mut due = self.store.due_schedules(from, until, room)?;
+        let mut horizon = until;
+        if due.len() == room {
+            let first = due.first().and_then(|s| s.next_fire).unwrap_or(from);
+            let last = due.last().and_then(|s| s.next_fire).unwrap_or(until);
+            if first == last {
+                due = self.store.due_schedules(last, last, usize::MAX)?;
+                horizon = last;
+            } else {
+                due.retain(|s| s.next_fire.is_some_and(|at| at < last));
+                horizon = last - 1;
+            }
+        }
+        self.horizon = horizon;
+        for schedule in due {
+            let (tenant, task) = (schedule.tenant.clone(), schedule.task.clone());
+            if let Err(e) = self.arm_schedule(&tenant, &task, Some(schedule)) {
+                tracing::error!(%tenant, %task, error = %e, "cannot arm the trigger");
+            }
+        }
+        // A window cut short by `max_armed` moves on as soon as fires leave it.
+        let at = next_refill.min(horizon.saturating_sub(window.ahead_ms / 2).max(now + 1));
+        self.timers.insert((at, Timer::Refill));
         Ok(())
     }
 
@@ -142,6 +211,13 @@ impl Actor {
                     let mut events = Vec::new();
                     if let Err(e) = self.advance(&run_id, now, "scheduler", &mut events) {
                         tracing::error!(run = %run_id, error = %e, "releasing a run failed");
+                    }
+                }
+                Timer::Refill => {
+                    if let Err(e) = self.refill(now) {
+                        tracing::error!(error = %e, "moving the fire window failed; retrying");
+                        self.timers
+                            .insert((now + self.config.window.refill_ms.max(1), Timer::Refill));
                     }
                 }
                 Timer::Window { tenant } => {
@@ -215,15 +291,60 @@ impl Actor {
             }
             None => {}
         }
-        if let Some(armed) = self.armed.get_mut(&key) {
-            armed.schedule = sched.clone();
-        }
-        match sched.next_fire {
-            Some(next) => self.arm_fire(tenant, task_name, next, ahead),
-            None => {
-                self.armed.remove(&key);
+        let armed = self.armed_remove(&key);
+        match (armed, sched.next_fire) {
+            (Some(mut armed), Some(next)) if next <= self.horizon => {
+                armed.schedule = sched;
+                self.armed_insert(key, armed);
+                self.arm_fire(tenant, task_name, next, ahead);
             }
+            // Beyond the window: the index has it (stored with the run, or
+            // just now), and the window's refill arms it again.
+            _ => {}
         }
         Ok(())
+    }
+
+    /// Holds an armed task, keeping the window within `max_armed`.
+    fn armed_insert(&mut self, key: TaskKey, armed: Armed) {
+        self.armed_remove(&key);
+        if let Some(next) = armed.schedule.next_fire {
+            self.armed_next.insert((next, key.clone()));
+        }
+        self.armed.insert(key, armed);
+        self.shrink_window();
+    }
+
+    pub(super) fn armed_remove(&mut self, key: &TaskKey) -> Option<Armed> {
+        let armed = self.armed.remove(key)?;
+        if let Some(next) = armed.schedule.next_fire {
+            self.armed_next.remove(&(next, key.clone()));
+        }
+        Some(armed)
+    }
+
+    /// Past `max_armed` tasks, ends the window before its last instant and
+    /// forgets the tasks due then (the index keeps them). The tasks of one
+    /// instant stay together: the window never ends inside an instant.
+    fn shrink_window(&mut self) {
+        while self.armed.len() > self.config.window.max_armed {
+            let (Some((first, _)), Some((last, _))) =
+                (self.armed_next.first(), self.armed_next.last())
+            else {
+                break;
+            };
+            let last = *last;
+            if *first == last {
+                break;
+            }
+            while let Some((at, key)) = self.armed_next.last().cloned()
+                && at == last
+            {
+                self.armed_next.pop_last();
+                self.armed.remove(&key);
+                self.disarm_fire(&key.tenant, &key.task);
+            }
+            self.horizon = self.horizon.min(last - 1);
+        }
     }
 }

@@ -13,6 +13,7 @@
 //! - `advance`: moving a run on, conditions, applying effects, finishing runs;
 //! - `attempts`: dispatching, starting attempts, their results, retries;
 //! - `control`: cancel, retry, requeue, rerun a step;
+//! - `tasks`: task definitions read from the store, in a bounded cache;
 //! - `tenants`: tenant quotas pushed to the dispatch queue;
 //! - `write`: dirty tracking, write-behind and the run writer.
 
@@ -23,6 +24,7 @@ mod control;
 mod create;
 mod fire;
 mod recovery;
+mod tasks;
 mod tenants;
 mod write;
 
@@ -43,7 +45,7 @@ use super::runner::Runner;
 use super::{Command, Error, Result, SchedulerConfig, Stats};
 use crate::model::ids::TaskKey;
 use crate::model::{AttemptReport, Millis, RunRecord, RunStatus, ScheduleState, TriggerKind};
-use crate::schedule::{AfterOn, Trigger};
+use crate::schedule::Trigger;
 use crate::store::{Store, new_id};
 use crate::task::TaskSpec;
 use crate::tenant::UsageBucket;
@@ -70,6 +72,8 @@ enum Timer {
     Release {
         run_id: String,
     },
+    /// The fire window moves on: arm the tasks due within it (`fire`).
+    Refill,
 }
 
 struct AttemptDone {
@@ -115,10 +119,19 @@ pub(super) struct Actor {
     timers: BTreeSet<(Millis, Timer)>,
     /// The timer entry of each task's next fire, to replace it on change.
     fire_timers: HashMap<TaskKey, Millis>,
-    /// Tasks with a time trigger: definition, compiled trigger and schedule
-    /// state, kept in memory so a fire costs no parsing and no reads. The
-    /// actor writes schedule progress; other changes arrive as `TaskChanged`.
+    /// Tasks whose next fire is due within the window (up to `horizon`):
+    /// definition, compiled trigger and schedule state, so a fire costs no
+    /// parsing and no reads. The others stay in the store's next-fire index
+    /// until the window reaches them. The actor writes schedule progress;
+    /// other changes arrive as commands.
     armed: HashMap<TaskKey, Armed>,
+    /// The armed tasks by next fire (to end the window early, `max_armed`).
+    armed_next: BTreeSet<(Millis, TaskKey)>,
+    /// Every unpaused schedule with a next fire at or before this instant
+    /// is in `armed` (the window's end; see `fire`).
+    horizon: Millis,
+    /// Parsed task definitions, bounded (`tasks`).
+    tasks: self::tasks::TaskCache,
     /// Active run ids per (tenant, task), oldest first.
     by_task: HashMap<TaskKey, TaskRuns>,
     /// Runs in `queued` state per tenant (for the queue bound).
@@ -135,8 +148,6 @@ pub(super) struct Actor {
     /// The actor's own mailbox, to take up a command again once the writer
     /// has stored everything before it.
     mailbox: Option<mpsc::WeakUnboundedSender<Command>>,
-    /// `after` triggers: (tenant, upstream task) → downstream tasks.
-    after_index: HashMap<TaskKey, Vec<(String, AfterOn)>>,
     done_tx: mpsc::UnboundedSender<AttemptDone>,
     done_rx: Option<mpsc::UnboundedReceiver<AttemptDone>>,
     /// Evaluates `when` conditions off this thread; results come on `cond_rx`.
@@ -183,6 +194,7 @@ impl Actor {
         let now = clock.now_ms();
         Self {
             queue: DispatchQueue::new(config.queue.clone(), now),
+            tasks: self::tasks::TaskCache::new(config.task_cache),
             store,
             runner,
             clock,
@@ -192,13 +204,14 @@ impl Actor {
             timers: BTreeSet::new(),
             fire_timers: HashMap::new(),
             armed: HashMap::new(),
+            armed_next: BTreeSet::new(),
+            horizon: Millis::MIN,
             by_task: HashMap::new(),
             queued_runs: HashMap::new(),
             dirty: Dirty::default(),
             finished: HashMap::new(),
             writer: None,
             mailbox: None,
-            after_index: HashMap::new(),
             done_tx,
             done_rx: Some(done_rx),
             cond_pool,
@@ -403,6 +416,8 @@ impl Actor {
                 self.plugins.remove(&(tenant, name, version));
             }
             Command::TaskChanged { tenant, task } => {
+                self.tasks
+                    .remove(&TaskKey::new(tenant.as_str(), task.as_str()));
                 self.guard(|a| a.on_task_changed(&tenant, &task))
             }
             Command::TenantChanged { record, reply } => {
@@ -419,10 +434,10 @@ impl Actor {
                 reply,
             } => {
                 let r = self.store.delete_task(&tenant, &task).map_err(Error::from);
-                self.armed
-                    .remove(&TaskKey::new(tenant.as_str(), task.as_str()));
+                let key = TaskKey::new(tenant.as_str(), task.as_str());
+                self.armed_remove(&key);
+                self.tasks.remove(&key);
                 self.disarm_fire(&tenant, &task);
-                self.unindex_after(&tenant, &task);
                 answer(self, reply, r);
             }
             Command::SetPaused {
@@ -494,6 +509,9 @@ impl Actor {
                 })
                 .collect(),
             active_runs: self.runs.len(),
+            armed_tasks: self.armed.len(),
+            cached_tasks: self.tasks.len(),
+            timers: self.timers.len(),
         }
     }
 

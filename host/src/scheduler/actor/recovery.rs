@@ -15,8 +15,8 @@ use crate::tenant::HOUR_MS;
 impl Actor {
     /// Rebuilds memory from the store after a start: attempts that were
     /// running are marked `lost` and retried per policy, queued and waiting
-    /// steps resume, schedules are re-armed (missed fires follow `catch_up`
-    /// when their timers fire, immediately).
+    /// steps resume, the schedules due within the fire window are armed
+    /// (missed fires follow `catch_up` when their timers fire, immediately).
     pub(in crate::scheduler) fn recover(&mut self) -> Result<()> {
         let now = self.clock.now_ms();
         let slots = self.config.queue.global_limit;
@@ -72,14 +72,9 @@ impl Actor {
                 .insert(id.clone(), ActiveRun::new(rec, spec, held));
             self.recover_run(&id, now)?;
         }
-        for task in self.store.list_tasks(None)? {
-            self.index_after(&task);
-        }
-        for sched in self.store.list_schedules()? {
-            if let Err(e) = self.on_task_changed(&sched.tenant, &sched.task) {
-                tracing::error!(tenant = %sched.tenant, task = %sched.task, error = %e, "cannot arm the trigger");
-            }
-        }
+        // Only the fires due within the window (missed ones included: they
+        // are due), not every task: the rest stay in the store's index.
+        self.refill(now)?;
         self.flush()
     }
 

@@ -14,7 +14,8 @@
 //! - `limits`: the host's bounds (queue bounds, shedding, host caps);
 //! - `quotas`: a tenant's fuel and wall-time budgets and what they charge;
 //! - `fairness`: tenants sharing the slots (flooding, ceilings, running caps);
-//! - `conditions`: `when` conditions evaluated off the actor.
+//! - `conditions`: `when` conditions evaluated off the actor;
+//! - `window`: the fire window (tasks held in memory only when due soon).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -41,6 +42,7 @@ mod quotas;
 mod recovery;
 mod retries;
 mod runs;
+mod window;
 
 /// Plays plugins by digest: `ok` echoes, `fail` fails retryably, `fatal`
 /// fails fatally, `slow` takes `input.ms` milliseconds (timing out at its

@@ -1,8 +1,10 @@
 //! Metadata, blobs, plugins, tasks and schedules: records stored and read back
 //! by key.
 
-use super::{Make, SCAN, plugin, schedule, task};
-use crate::model::TaskRecord;
+use serde_json::json;
+
+use super::{Make, SCAN, plugin, run, schedule, task};
+use crate::model::{Millis, RunStatus, TaskRecord};
 use crate::store::Store;
 
 pub(super) fn meta_values_round_trip<S: Store>(make: Make<S>) {
@@ -123,4 +125,122 @@ pub(super) fn schedules_round_trip<S: Store>(make: Make<S>) {
         store.list_schedules().unwrap(),
         [schedule("t1", "b", None), paused]
     );
+}
+
+/// The names of schedules `due_schedules` returns, as `tenant/task@at`.
+fn due<S: Store>(store: &S, from: Millis, until: Millis, limit: usize) -> Vec<String> {
+    store
+        .due_schedules(from, until, limit)
+        .unwrap()
+        .into_iter()
+        .map(|s| format!("{}/{}@{}", s.tenant, s.task, s.next_fire.unwrap_or(-1)))
+        .collect()
+}
+
+pub(super) fn the_next_fire_index_follows_every_schedule_write<S: Store>(make: Make<S>) {
+    let (store, _dir) = make(SCAN);
+    store
+        .put_task(&task("t1", "a", 1), &schedule("t1", "a", Some(300)))
+        .unwrap();
+    store
+        .put_task(&task("t1", "b", 1), &schedule("t1", "b", Some(100)))
+        .unwrap();
+    store
+        .put_task(&task("t0", "c", 1), &schedule("t0", "c", Some(100)))
+        .unwrap();
+    store
+        .put_task(&task("t1", "never", 1), &schedule("t1", "never", None))
+        .unwrap();
+    // Earliest first, ties by tenant then task; the range is inclusive.
+    assert_eq!(
+        due(&store, 0, 300, 10),
+        ["t0/c@100", "t1/b@100", "t1/a@300"]
+    );
+    assert_eq!(due(&store, 100, 100, 10), ["t0/c@100", "t1/b@100"]);
+    assert_eq!(due(&store, 101, 299, 10), Vec::<String>::new());
+    assert_eq!(due(&store, 0, 1000, 1), ["t0/c@100"]);
+    assert_eq!(due(&store, 0, 1000, 0), Vec::<String>::new());
+    assert_eq!(due(&store, 500, 100, 10), Vec::<String>::new());
+
+    // A replace moves the entry; a paused schedule has none; a schedule
+    // written alone (firing progress) moves it too.
+    store
+        .put_task(&task("t1", "a", 2), &schedule("t1", "a", Some(50)))
+        .unwrap();
+    let mut paused = schedule("t1", "b", Some(100));
+    paused.paused = true;
+    store.put_schedule(&paused).unwrap();
+    store.put_schedule(&schedule("t0", "c", Some(700))).unwrap();
+    assert_eq!(due(&store, 0, 1000, 10), ["t1/a@50", "t0/c@700"]);
+    paused.paused = false;
+    store.put_schedule(&paused).unwrap();
+    assert_eq!(
+        due(&store, 0, 1000, 10),
+        ["t1/a@50", "t1/b@100", "t0/c@700"]
+    );
+
+    // Progress stored with a fire's run moves the entry in the same write,
+    // also when one batch carries two fires of the same task.
+    let mut first = run("r1", "t1", "a", RunStatus::Queued);
+    first.scheduled_for = 50;
+    let mut second = run("r2", "t1", "a", RunStatus::Queued);
+    second.scheduled_for = 60;
+    let news = [
+        crate::store::NewRun {
+            run: first,
+            unique_fire: true,
+            schedule: Some(schedule("t1", "a", Some(60))),
+            events: Vec::new(),
+        },
+        crate::store::NewRun {
+            run: second,
+            unique_fire: true,
+            schedule: Some(schedule("t1", "a", Some(900))),
+            events: Vec::new(),
+        },
+    ];
+    store.insert_runs(&news).unwrap();
+    assert_eq!(
+        due(&store, 0, 1000, 10),
+        ["t1/b@100", "t0/c@700", "t1/a@900"]
+    );
+
+    // Deleting a task takes its entry with it.
+    assert!(store.delete_task("t1", "a").unwrap());
+    assert_eq!(due(&store, 0, 1000, 10), ["t1/b@100", "t0/c@700"]);
+}
+
+pub(super) fn downstream_tasks_follow_the_after_triggers<S: Store>(make: Make<S>) {
+    let (store, _dir) = make(SCAN);
+    let after = |tenant: &str, name: &str, ups: &[&str]| {
+        let mut t = task(tenant, name, 1);
+        t.spec = json!({"trigger": {"after": ups, "on": "success"}});
+        t
+    };
+    let none = |tenant: &str, name: &str| schedule(tenant, name, None);
+    store
+        .put_task(&after("t1", "d1", &["up"]), &none("t1", "d1"))
+        .unwrap();
+    store
+        .put_task(&after("t1", "d2", &["up", "other"]), &none("t1", "d2"))
+        .unwrap();
+    store
+        .put_task(&after("t2", "d3", &["up"]), &none("t2", "d3"))
+        .unwrap();
+    store
+        .put_task(&task("t1", "up", 1), &none("t1", "up"))
+        .unwrap();
+    assert_eq!(store.downstream_tasks("t1", "up").unwrap(), ["d1", "d2"]);
+    assert_eq!(store.downstream_tasks("t1", "other").unwrap(), ["d2"]);
+    assert_eq!(store.downstream_tasks("t2", "up").unwrap(), ["d3"]);
+    assert!(store.downstream_tasks("t1", "nobody").unwrap().is_empty());
+
+    // A replace that drops an upstream drops the entry; a delete drops all.
+    store
+        .put_task(&after("t1", "d2", &["other"]), &none("t1", "d2"))
+        .unwrap();
+    assert_eq!(store.downstream_tasks("t1", "up").unwrap(), ["d1"]);
+    assert!(store.delete_task("t1", "d1").unwrap());
+    assert!(store.downstream_tasks("t1", "up").unwrap().is_empty());
+    assert_eq!(store.downstream_tasks("t1", "other").unwrap(), ["d2"]);
 }

@@ -54,6 +54,8 @@ macro_rules! conformance_suite {
                 catalog::plugins_are_listed_by_name_then_version,
                 catalog::tasks_are_stored_with_their_schedule,
                 catalog::schedules_round_trip,
+                catalog::the_next_fire_index_follows_every_schedule_write,
+                catalog::downstream_tasks_follow_the_after_triggers,
                 runs::inserted_run_is_readable_with_its_events,
                 runs::known_idempotency_key_returns_the_run_and_writes_nothing,
                 runs::unique_fire_allows_one_run_per_task_and_instant,

@@ -23,6 +23,8 @@
 //! | `plug/{tenant}/{name}/{version}` | [`PluginRecord`] |
 //! | `task/{tenant}/{name}` | [`TaskRecord`] |
 //! | `sched/{tenant}/{task}` | [`ScheduleState`] |
+//! | `nf/{next_fire:020}/{tenant}/{task}` | `[tenant, task]`: the next-fire index (unpaused schedules) |
+//! | `aft/{tenant}/{upstream}/{downstream}` | downstream task name: the `after` index |
 //! | `run/{id}` | [`RunRecord`] |
 //! | `ra/{id}`, `rt/{tenant}/{id}`, `rk/{tenant}/{task}/{id}` | run indexes: status and task |
 //! | `act/{id}` | present while the run is not terminal (the persistent queue) |
@@ -61,6 +63,7 @@
 //! - `open.rs`: opening a data directory, format markers, refusing damage;
 //! - `keys.rs`: key and value encoding, run index entries;
 //! - `runs.rs`: runs, their indexes, claims and events;
+//! - `schedules.rs`: tasks, schedules, the next-fire and `after` indexes;
 //! - `logs.rs`: attempt logs, inline or in shared blobs;
 //! - `blobs.rs`: content-addressed files, atomic file writes;
 //! - `usage.rs`: hourly usage buckets;
@@ -74,6 +77,7 @@ mod keys;
 mod logs;
 mod open;
 mod runs;
+mod schedules;
 mod usage;
 
 use std::fs;
@@ -259,13 +263,7 @@ impl Store for SledStore {
     }
 
     fn put_task(&self, task: &TaskRecord, schedule: &ScheduleState) -> Result<()> {
-        let mut batch = sled::Batch::default();
-        batch.insert(key("task", &[&task.tenant, &task.name]), encode(task)?);
-        batch.insert(
-            key("sched", &[&schedule.tenant, &schedule.task]),
-            encode(schedule)?,
-        );
-        self.apply(batch)
+        self.put_task_at(task, schedule)
     }
 
     fn get_task(&self, tenant: &str, name: &str) -> Result<Option<TaskRecord>> {
@@ -290,17 +288,11 @@ impl Store for SledStore {
     }
 
     fn delete_task(&self, tenant: &str, name: &str) -> Result<bool> {
-        let task_key = key("task", &[tenant, name]);
-        let existed = self.db.contains_key(&task_key).map_err(sled_error)?;
-        let mut batch = sled::Batch::default();
-        batch.remove(task_key);
-        batch.remove(key("sched", &[tenant, name]));
-        self.apply(batch)?;
-        Ok(existed)
+        self.delete_task_at(tenant, name)
     }
 
     fn put_schedule(&self, schedule: &ScheduleState) -> Result<()> {
-        self.put(key("sched", &[&schedule.tenant, &schedule.task]), schedule)
+        self.put_schedule_at(schedule)
     }
 
     fn get_schedule(&self, tenant: &str, task: &str) -> Result<Option<ScheduleState>> {
@@ -309,6 +301,19 @@ impl Store for SledStore {
 
     fn list_schedules(&self) -> Result<Vec<ScheduleState>> {
         self.values(&key("sched", &[]))
+    }
+
+    fn due_schedules(
+        &self,
+        from: Millis,
+        until: Millis,
+        limit: usize,
+    ) -> Result<Vec<ScheduleState>> {
+        self.due_schedules_in(from, until, limit)
+    }
+
+    fn downstream_tasks(&self, tenant: &str, upstream: &str) -> Result<Vec<String>> {
+        self.downstream_of(tenant, upstream)
     }
 
     fn insert_runs(&self, runs: &[NewRun]) -> Result<Vec<Insert>> {

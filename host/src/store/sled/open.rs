@@ -105,7 +105,7 @@ impl SledStore {
         let secrets =
             secrets::SledSecrets::in_db(&db, Some(hook)).map_err(|e| unusable(e.to_string()))?;
         let (kv, secrets) = (Arc::new(kv), Arc::new(secrets));
-        Ok(SledStore {
+        let store = SledStore {
             kv,
             secrets,
             db,
@@ -118,7 +118,9 @@ impl SledStore {
             sync,
             flusher: Some(flusher),
             scan_limit: MAX_SCAN,
-        })
+        };
+        super::schedules::build_indexes(&store)?;
+        Ok(store)
     }
 }
 

@@ -21,6 +21,7 @@ pub(super) fn insert(store: &SledStore, runs: &[NewRun]) -> Result<Vec<Insert>> 
     let mut outcomes = Vec::with_capacity(runs.len());
     // Keys claimed by runs earlier in this batch, to their run.
     let mut claimed: std::collections::HashMap<Vec<u8>, &RunRecord> = Default::default();
+    let mut written = super::schedules::Written::new();
     for new in runs {
         let run = &new.run;
         let run_key = key("run", &[&run.id]);
@@ -46,8 +47,7 @@ pub(super) fn insert(store: &SledStore, runs: &[NewRun]) -> Result<Vec<Insert>> 
             batch.insert(claim.clone(), encode(&run.id)?);
         }
         if let Some(schedule) = &new.schedule {
-            let sched_key = key("sched", &[&schedule.tenant, &schedule.task]);
-            batch.insert(sched_key, encode(schedule)?);
+            store.schedule_changes(&mut batch, schedule, &mut written)?;
         }
         store.add_events(&mut batch, &run.id, &new.events)?;
         for claim in [Some(run_key), idem_key, fire_key].into_iter().flatten() {

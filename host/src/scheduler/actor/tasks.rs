@@ -1,0 +1,155 @@
+//! Task definitions as the actor uses them: read from the store and parsed
+//! once, kept in a cache bounded by count that drops the least recently used
+//! one when full. The store is the source of truth; every change of a task
+//! passes through the actor (put, delete, `TaskChanged`), which drops the
+//! cached copy, so a cached definition is never stale.
+//!
+//! Measured: parsing a small task's stored JSON costs about as much as
+//! creating its run; without the cache each fire of a task outside the
+//! window, and each `after` start, would parse it again.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use super::Actor;
+use crate::model::TaskRecord;
+use crate::model::ids::TaskKey;
+use crate::scheduler::{Error, Result};
+use crate::task::TaskSpec;
+
+/// A parsed task definition.
+#[derive(Clone)]
+pub(super) struct Loaded {
+    pub(super) record: Arc<TaskRecord>,
+    pub(super) spec: Arc<TaskSpec>,
+}
+
+/// Least-recently-used cache of parsed definitions, at most `capacity`.
+pub(super) struct TaskCache {
+    capacity: usize,
+    tick: u64,
+    entries: HashMap<TaskKey, (u64, Loaded)>,
+    /// Entries by last use, oldest first.
+    by_use: BTreeMap<u64, TaskKey>,
+}
+
+impl TaskCache {
+    pub(super) fn new(capacity: usize) -> Self {
+        Self {
+            capacity: capacity.max(1),
+            tick: 0,
+            entries: HashMap::new(),
+            by_use: BTreeMap::new(),
+        }
+    }
+
+    /// The cached definition, marked as just used.
+    fn get(&mut self, key: &TaskKey) -> Option<Loaded> {
+        let (used, loaded) = self.entries.get_mut(key)?;
+        self.by_use.remove(used);
+        self.tick += 1;
+        *used = self.tick;
+        self.by_use.insert(self.tick, key.clone());
+        Some(loaded.clone())
+    }
+
+    fn insert(&mut self, key: TaskKey, loaded: Loaded) {
+        self.remove(&key);
+        while self.entries.len() >= self.capacity {
+            let Some((_, oldest)) = self.by_use.pop_first() else {
+                break;
+            };
+            self.entries.remove(&oldest);
+        }
+        self.tick += 1;
+        self.by_use.insert(self.tick, key.clone());
+        self.entries.insert(key, (self.tick, loaded));
+    }
+
+    /// Forgets a task (it changed or was deleted).
+    pub(super) fn remove(&mut self, key: &TaskKey) {
+        if let Some((used, _)) = self.entries.remove(key) {
+            self.by_use.remove(&used);
+        }
+    }
+
+    /// Entries held (for the bounded-memory tests and gauges).
+    pub(super) fn len(&self) -> usize {
+        self.entries.len()
+    }
+}
+
+impl Actor {
+    /// A task's definition, from the cache or read and parsed from the store.
+    pub(super) fn load_task(&mut self, tenant: &str, name: &str) -> Result<Loaded> {
+        let key = TaskKey::new(tenant, name);
+        if let Some(loaded) = self.tasks.get(&key) {
+            return Ok(loaded);
+        }
+        let record = self
+            .store
+            .get_task(tenant, name)?
+            .ok_or_else(|| Error::NotFound(format!("task `{name}`")))?;
+        let spec: TaskSpec = serde_json::from_value(record.spec.clone()).map_err(|e| {
+            Error::Conflict(format!("stored definition of `{name}` is unreadable: {e}"))
+        })?;
+        let loaded = Loaded {
+            record: Arc::new(record),
+            spec: Arc::new(spec),
+        };
+        self.tasks.insert(key, loaded.clone());
+        Ok(loaded)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn loaded(name: &str) -> Loaded {
+        let spec: TaskSpec = serde_json::from_value(serde_json::json!({
+            "name": name,
+            "steps": [{"name": "s", "plugin": "echo@1.0.0"}],
+        }))
+        .unwrap();
+        let record = TaskRecord {
+            format: crate::model::RECORD_FORMAT,
+            tenant: "t".into(),
+            name: name.into(),
+            spec: serde_json::to_value(&spec).unwrap(),
+            source: String::new(),
+            created_at: 0,
+            updated_at: 0,
+            version: 1,
+        };
+        Loaded {
+            record: Arc::new(record),
+            spec: Arc::new(spec),
+        }
+    }
+
+    #[test]
+    fn the_cache_holds_at_most_its_capacity_and_drops_the_least_recently_used() {
+        let mut cache = TaskCache::new(2);
+        let key = |n: &str| TaskKey::new("t", n);
+        cache.insert(key("a"), loaded("a"));
+        cache.insert(key("b"), loaded("b"));
+        assert!(cache.get(&key("a")).is_some(), "a used after b");
+        cache.insert(key("c"), loaded("c"));
+        assert_eq!(cache.len(), 2);
+        assert!(
+            cache.get(&key("b")).is_none(),
+            "b was the least recently used"
+        );
+        assert!(cache.get(&key("a")).is_some());
+        assert!(cache.get(&key("c")).is_some());
+        cache.remove(&key("a"));
+        assert!(cache.get(&key("a")).is_none());
+        assert_eq!(cache.len(), 1);
+        for n in 0..100 {
+            cache.insert(key(&format!("n{n}")), loaded("n"));
+        }
+        assert_eq!(cache.len(), 2);
+        assert_eq!(cache.by_use.len(), 2, "the use order is bounded too");
+    }
+}

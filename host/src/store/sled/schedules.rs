@@ -1,0 +1,204 @@
+//! Tasks under `task/{tenant}/{name}` and their schedules under
+//! `sched/{tenant}/{task}`, with the two indexes the scheduler reads instead
+//! of holding every task in memory:
+//!
+//! - `nf/{next_fire:020}/{tenant}/{task}` (value: `[tenant, task]`): the
+//!   next-fire index, one entry per unpaused schedule with a next fire,
+//!   ordered by instant. [`Store::due_schedules`] reads a range of it.
+//! - `aft/{tenant}/{upstream}/{downstream}` (value: the downstream name): the
+//!   tasks an `after` trigger starts when a run of `upstream` ends.
+//!
+//! Every write of a schedule or a task changes its index entries in the same
+//! sled batch (atomic across a crash), under `claim_lock` so that the old
+//! entry removed is the one stored. A reader still checks each index entry
+//! against its schedule record, so an entry that disagrees (none should)
+//! can never fire a task at a stale instant.
+//!
+//! Stores written before these indexes existed get them built once, when
+//! opened ([`build_indexes`]); the marker `sys/indexes` records that.
+
+use std::collections::HashMap;
+
+use super::keys::{decode, encode, key};
+use super::{SledStore, lock, sled_error};
+use crate::model::{Millis, ScheduleState, TaskRecord};
+use crate::store::{Result, Store};
+
+/// Marker: the `nf` and `aft` indexes exist for every stored task.
+const INDEXES_MARKER: &str = "indexes";
+
+/// Instants as fixed-width text so keys sort by time (instants before 1970
+/// sort first, clamped: no schedule fires then).
+fn instant_part(at: Millis) -> String {
+    format!("{:020}", at.max(0))
+}
+
+fn next_fire_key(schedule: &ScheduleState, at: Millis) -> Vec<u8> {
+    key("nf", &[&instant_part(at), &schedule.tenant, &schedule.task])
+}
+
+/// The index entry a schedule has, if any.
+fn indexed_at(schedule: &ScheduleState) -> Option<Millis> {
+    schedule.next_fire.filter(|_| !schedule.paused)
+}
+
+fn after_key(tenant: &str, upstream: &str, downstream: &str) -> Vec<u8> {
+    key("aft", &[tenant, upstream, downstream])
+}
+
+/// Schedules written earlier in the batch being built, by (tenant, task):
+/// the "old" value of a second write of the same schedule in one batch.
+pub(super) type Written = HashMap<(String, String), ScheduleState>;
+
+impl SledStore {
+    /// Adds to `batch` the write of `schedule` and the move of its
+    /// next-fire entry. Callers hold `claim_lock`.
+    pub(super) fn schedule_changes(
+        &self,
+        batch: &mut sled::Batch,
+        schedule: &ScheduleState,
+        written: &mut Written,
+    ) -> Result<()> {
+        let id = (schedule.tenant.clone(), schedule.task.clone());
+        let sched_key = key("sched", &[&schedule.tenant, &schedule.task]);
+        let old = match written.get(&id) {
+            Some(old) => Some(old.clone()),
+            None => self.get::<ScheduleState>(&sched_key)?,
+        };
+        let old_at = old.as_ref().and_then(indexed_at);
+        let new_at = indexed_at(schedule);
+        if old_at != new_at {
+            if let (Some(old), Some(at)) = (&old, old_at) {
+                batch.remove(next_fire_key(old, at));
+            }
+            if let Some(at) = new_at {
+                let value = encode(&(&schedule.tenant, &schedule.task))?;
+                batch.insert(next_fire_key(schedule, at), value);
+            }
+        }
+        batch.insert(sched_key, encode(schedule)?);
+        written.insert(id, schedule.clone());
+        Ok(())
+    }
+
+    /// Adds to `batch` the write of `task` and the move of its `after`
+    /// entries. Callers hold `claim_lock`.
+    fn task_changes(&self, batch: &mut sled::Batch, task: &TaskRecord) -> Result<()> {
+        let task_key = key("task", &[&task.tenant, &task.name]);
+        let old: Option<TaskRecord> = self.get(&task_key)?;
+        let ups = task.upstreams();
+        for up in old.iter().flat_map(TaskRecord::upstreams) {
+            if !ups.contains(&up) {
+                batch.remove(after_key(&task.tenant, &up, &task.name));
+            }
+        }
+        for up in &ups {
+            batch.insert(after_key(&task.tenant, up, &task.name), encode(&task.name)?);
+        }
+        batch.insert(task_key, encode(task)?);
+        Ok(())
+    }
+
+    pub(super) fn put_task_at(&self, task: &TaskRecord, schedule: &ScheduleState) -> Result<()> {
+        let _serial = lock(&self.claim_lock);
+        let mut batch = sled::Batch::default();
+        self.task_changes(&mut batch, task)?;
+        self.schedule_changes(&mut batch, schedule, &mut Written::new())?;
+        self.apply(batch)
+    }
+
+    pub(super) fn delete_task_at(&self, tenant: &str, name: &str) -> Result<bool> {
+        let _serial = lock(&self.claim_lock);
+        let task_key = key("task", &[tenant, name]);
+        let sched_key = key("sched", &[tenant, name]);
+        let old: Option<TaskRecord> = self.get(&task_key)?;
+        let schedule: Option<ScheduleState> = self.get(&sched_key)?;
+        let mut batch = sled::Batch::default();
+        for up in old.iter().flat_map(TaskRecord::upstreams) {
+            batch.remove(after_key(tenant, &up, name));
+        }
+        if let Some((schedule, at)) = schedule.as_ref().and_then(|s| Some((s, indexed_at(s)?))) {
+            batch.remove(next_fire_key(schedule, at));
+        }
+        batch.remove(task_key);
+        batch.remove(sched_key);
+        self.apply(batch)?;
+        Ok(old.is_some())
+    }
+
+    pub(super) fn put_schedule_at(&self, schedule: &ScheduleState) -> Result<()> {
+        let _serial = lock(&self.claim_lock);
+        let mut batch = sled::Batch::default();
+        self.schedule_changes(&mut batch, schedule, &mut Written::new())?;
+        self.apply(batch)
+    }
+
+    pub(super) fn due_schedules_in(
+        &self,
+        from: Millis,
+        until: Millis,
+        limit: usize,
+    ) -> Result<Vec<ScheduleState>> {
+        if from > until || limit == 0 {
+            return Ok(Vec::new());
+        }
+        let start = key("nf", &[&instant_part(from)]);
+        let end = key("nf", &[&instant_part(until.saturating_add(1))]);
+        let mut due = Vec::new();
+        for item in self.db.range(start..end) {
+            let (k, v) = item.map_err(sled_error)?;
+            let (tenant, task): (String, String) = decode(&k, &v)?;
+            // The schedule record is the truth; the entry only says where to look.
+            let Some(schedule) = self.get_schedule(&tenant, &task)? else {
+                continue;
+            };
+            let Some(at) = indexed_at(&schedule) else {
+                continue;
+            };
+            if next_fire_key(&schedule, at) != k.as_ref() {
+                continue;
+            }
+            due.push(schedule);
+            if due.len() == limit {
+                break;
+            }
+        }
+        Ok(due)
+    }
+
+    pub(super) fn downstream_of(&self, tenant: &str, upstream: &str) -> Result<Vec<String>> {
+        self.values(&key("aft", &[tenant, upstream]))
+    }
+}
+
+/// Builds the `nf` and `aft` indexes of a store written before they
+/// existed, once (then sets the marker). Runs at open, before anything else
+/// reads or writes the store.
+pub(super) fn build_indexes(store: &SledStore) -> Result<()> {
+    if store.get_meta_raw(INDEXES_MARKER)?.is_some() {
+        return Ok(());
+    }
+    let mut batch = sled::Batch::default();
+    for schedule in store.values::<ScheduleState>(&key("sched", &[]))? {
+        if let Some(at) = indexed_at(&schedule) {
+            let value = encode(&(&schedule.tenant, &schedule.task))?;
+            batch.insert(next_fire_key(&schedule, at), value);
+        }
+    }
+    for task in store.values::<TaskRecord>(&key("task", &[]))? {
+        for up in task.upstreams() {
+            batch.insert(
+                after_key(&task.tenant, &up, &task.name),
+                encode(&task.name)?,
+            );
+        }
+    }
+    batch.insert(key("sys", &[INDEXES_MARKER]), encode("1")?);
+    store.apply(batch)
+}
+
+impl SledStore {
+    fn get_meta_raw(&self, name: &str) -> Result<Option<String>> {
+        self.get(&key("sys", &[name]))
+    }
+}
