@@ -202,3 +202,78 @@ impl SledStore {
         self.get(&key("sys", &[name]))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::model::RECORD_FORMAT;
+
+    fn task(name: &str, after: &[&str]) -> TaskRecord {
+        TaskRecord {
+            format: RECORD_FORMAT,
+            tenant: "t".into(),
+            name: name.into(),
+            spec: json!({"trigger": {"after": after}}),
+            source: String::new(),
+            created_at: 0,
+            updated_at: 0,
+            version: 1,
+        }
+    }
+
+    fn schedule(name: &str, next_fire: Option<Millis>) -> ScheduleState {
+        ScheduleState {
+            tenant: "t".into(),
+            task: name.into(),
+            next_fire,
+            last_fired: None,
+            paused: false,
+        }
+    }
+
+    #[test]
+    fn a_store_written_before_the_indexes_gets_them_when_opened() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = SledStore::open(dir.path()).unwrap();
+            store
+                .put_task(&task("up", &[]), &schedule("up", Some(500)))
+                .unwrap();
+            store
+                .put_task(&task("down", &["up"]), &schedule("down", None))
+                .unwrap();
+            // As an older ax left it: records only, no index, no marker.
+            for prefix in ["nf", "aft"] {
+                for item in store.db.scan_prefix(key(prefix, &[])) {
+                    store.db.remove(item.unwrap().0).unwrap();
+                }
+            }
+            store.db.remove(key("sys", &[INDEXES_MARKER])).unwrap();
+            store.db.flush().unwrap();
+            assert!(store.due_schedules(0, 1000, 10).unwrap().is_empty());
+        }
+        let store = SledStore::open(dir.path()).unwrap();
+        let due = store.due_schedules(0, 1000, 10).unwrap();
+        assert_eq!(due, [schedule("up", Some(500))]);
+        assert_eq!(store.downstream_tasks("t", "up").unwrap(), ["down"]);
+    }
+
+    #[test]
+    fn an_index_entry_that_disagrees_with_its_schedule_is_not_returned() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SledStore::open(dir.path()).unwrap();
+        store
+            .put_task(&task("a", &[]), &schedule("a", Some(500)))
+            .unwrap();
+        // A stray entry (none should exist) for an instant the schedule does not hold.
+        let stray = next_fire_key(&schedule("a", Some(100)), 100);
+        store
+            .db
+            .insert(stray, encode(&("t", "a")).unwrap())
+            .unwrap();
+        let due = store.due_schedules(0, 1000, 10).unwrap();
+        assert_eq!(due, [schedule("a", Some(500))]);
+    }
+}
