@@ -148,9 +148,8 @@ impl Ax {
 
     /// One page of the tenant's tasks, by name: at most `limit` named after
     /// `after` (a cursor: the last name of the previous page), and the
-    /// cursor of the next page when more follow. Schedules are read for the
-    /// page only; the task records are all read (the store lists a tenant's
-    /// tasks whole), which bounds the answer, not the store work.
+    /// cursor of the next page when more follow. The store reads the page's
+    /// range only (one task more, to know whether another page follows).
     pub fn list_tasks_page(
         &self,
         tenant: &str,
@@ -159,9 +158,9 @@ impl Ax {
     ) -> Result<TaskPage> {
         // A page holds at least one task, or it could never move on.
         let limit = limit.max(1);
-        let mut tasks = self.store.list_tasks(Some(tenant))?;
-        tasks.retain(|t| after.is_none_or(|after| t.name.as_str() > after));
-        tasks.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+        let mut tasks = self
+            .store
+            .list_tasks_page(tenant, after, limit.saturating_add(1))?;
         let next = (tasks.len() > limit).then(|| tasks[limit - 1].name.clone());
         tasks.truncate(limit);
         let page = tasks

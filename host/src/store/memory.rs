@@ -233,6 +233,22 @@ impl Store for MemoryStore {
             .collect())
     }
 
+    fn list_tasks_page(
+        &self,
+        tenant: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<TaskRecord>> {
+        let state = self.state();
+        Ok(state
+            .tasks
+            .values()
+            .filter(|t| t.tenant == tenant && after.is_none_or(|a| t.name.as_str() > a))
+            .take(limit)
+            .cloned()
+            .collect())
+    }
+
     fn delete_task(&self, tenant: &str, name: &str) -> Result<bool> {
         let mut state = self.state();
         state.schedules.remove(&key2(tenant, name));

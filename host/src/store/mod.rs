@@ -187,6 +187,15 @@ pub trait Store: Send + Sync + 'static {
     fn get_task(&self, tenant: &str, name: &str) -> Result<Option<TaskRecord>>;
     /// A tenant's tasks by name (`None`: every tenant's).
     fn list_tasks(&self, tenant: Option<&str>) -> Result<Vec<TaskRecord>>;
+    /// One page of a tenant's tasks by name: at most `limit` named after
+    /// `after` (exclusive), read as a range (a page costs its size, not the
+    /// tenant's task count).
+    fn list_tasks_page(
+        &self,
+        tenant: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<TaskRecord>>;
     /// Deletes a task and its schedule state; true if it existed.
     fn delete_task(&self, tenant: &str, name: &str) -> Result<bool>;
 

@@ -244,3 +244,37 @@ pub(super) fn downstream_tasks_follow_the_after_triggers<S: Store>(make: Make<S>
     assert!(store.downstream_tasks("t1", "up").unwrap().is_empty());
     assert_eq!(store.downstream_tasks("t1", "other").unwrap(), ["d2"]);
 }
+
+pub(super) fn task_pages_are_ranges_by_name<S: Store>(make: Make<S>) {
+    let (store, _dir) = make(SCAN);
+    for name in ["b", "a", "a.b", "ab", "c"] {
+        store
+            .put_task(&task("t1", name, 1), &schedule("t1", name, None))
+            .unwrap();
+    }
+    store
+        .put_task(&task("t0", "a", 1), &schedule("t0", "a", None))
+        .unwrap();
+    store
+        .put_task(&task("t10", "a", 1), &schedule("t10", "a", None))
+        .unwrap();
+    let page = |after: Option<&str>, limit: usize| -> Vec<String> {
+        store
+            .list_tasks_page("t1", after, limit)
+            .unwrap()
+            .into_iter()
+            .map(|t| t.name)
+            .collect()
+    };
+    assert_eq!(page(None, 10), ["a", "a.b", "ab", "b", "c"]);
+    assert_eq!(page(None, 2), ["a", "a.b"]);
+    assert_eq!(page(Some("a.b"), 2), ["ab", "b"]);
+    assert_eq!(page(Some("b"), 10), ["c"]);
+    assert_eq!(
+        page(Some("aa"), 10),
+        ["ab", "b", "c"],
+        "a cursor need not exist"
+    );
+    assert!(page(Some("c"), 10).is_empty());
+    assert!(page(None, 0).is_empty());
+}

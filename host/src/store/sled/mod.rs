@@ -287,6 +287,15 @@ impl Store for SledStore {
         Ok(tasks)
     }
 
+    fn list_tasks_page(
+        &self,
+        tenant: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<TaskRecord>> {
+        self.tasks_page(tenant, after, limit)
+    }
+
     fn delete_task(&self, tenant: &str, name: &str) -> Result<bool> {
         self.delete_task_at(tenant, name)
     }

@@ -166,6 +166,37 @@ impl SledStore {
         Ok(due)
     }
 
+    pub(super) fn tasks_page(
+        &self,
+        tenant: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<TaskRecord>> {
+        let prefix = key("task", &[tenant]);
+        // Keys sort like names; the key of `after` itself is skipped.
+        let start = match after {
+            Some(after) => key("task", &[tenant, after]),
+            None => prefix.clone(),
+        };
+        let skip = after.map(|after| key("task", &[tenant, after]));
+        let mut page = Vec::new();
+        for item in self.db.range(start..) {
+            let (k, v) = item.map_err(sled_error)?;
+            if !k.starts_with(&prefix) || page.len() == limit {
+                break;
+            }
+            if skip.as_deref() == Some(k.as_ref()) {
+                continue;
+            }
+            let task: TaskRecord = decode(&k, &v)?;
+            if task.format > crate::model::RECORD_FORMAT {
+                return Err(super::keys::newer_record(&k, task.format));
+            }
+            page.push(task);
+        }
+        Ok(page)
+    }
+
     pub(super) fn downstream_of(&self, tenant: &str, upstream: &str) -> Result<Vec<String>> {
         self.values(&key("aft", &[tenant, upstream]))
     }
