@@ -2,6 +2,17 @@
 //! task sets one, a trigger may override it, a tenant's quota caps it, and the
 //! dispatch queue ages it and keeps a share of slots for the urgent ones.
 
+/// How much one priority level is worth in queueing time (ms): a step of
+/// priority 9 goes before lower ones queued up to 90 s earlier.
+pub const AGING_STEP_MS: crate::model::Millis = 10_000;
+
+/// The dispatch order of work queued at `queued_at` with `priority`
+/// (smaller goes first): priority counts as queueing time. The dispatch
+/// queue orders ready steps by it, and the store its queued runs.
+pub fn queue_order(queued_at: crate::model::Millis, priority: u8) -> crate::model::Millis {
+    queued_at.saturating_sub(crate::model::Millis::from(priority) * AGING_STEP_MS)
+}
+
 /// Highest priority (0 is lowest).
 pub const MAX_PRIORITY: u8 = 9;
 /// Priority when none is given.

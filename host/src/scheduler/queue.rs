@@ -47,8 +47,7 @@ use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
 
 use crate::model::Millis;
 
-/// How much one priority level is worth in queueing time (ms).
-pub const AGING_STEP_MS: Millis = 10_000;
+pub use crate::model::priority::AGING_STEP_MS;
 pub use crate::model::priority::HIGH_PRIORITY;
 /// Pool of steps that name none.
 pub const DEFAULT_POOL: &str = "default";
@@ -73,7 +72,7 @@ pub struct Entry {
 impl Entry {
     fn key(&self) -> (Millis, Millis) {
         (
-            self.enqueued_at - Millis::from(self.priority) * AGING_STEP_MS,
+            crate::model::priority::queue_order(self.enqueued_at, self.priority),
             self.enqueued_at,
         )
     }

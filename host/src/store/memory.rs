@@ -18,6 +18,14 @@ use crate::model::{
 };
 use crate::tenant::{TenantRecord, TokenRecord, UsageBucket};
 
+/// A queued run's place in the persistent queue: priority with aging from
+/// its creation instant (the one written in its id, as the sled store
+/// orders it).
+pub(super) fn queue_position(run: &RunRecord) -> Millis {
+    let created = super::id_millis(&run.id).unwrap_or(0);
+    crate::model::priority::queue_order(created, run.priority)
+}
+
 /// Most index entries one `list_runs` call examines before it returns a
 /// (possibly short, possibly empty) page with a cursor. A status filter on a
 /// long history would otherwise scan without bound for one page; ten thousand
@@ -411,6 +419,44 @@ impl Store for MemoryStore {
         let state = self.state();
         let active = state.runs.values().filter(|r| !r.status.is_terminal());
         Ok(active.cloned().collect())
+    }
+
+    fn running_runs(&self) -> Result<Vec<RunRecord>> {
+        let state = self.state();
+        let running = state
+            .runs
+            .values()
+            .filter(|r| r.status == RunStatus::Running);
+        Ok(running.cloned().collect())
+    }
+
+    fn queued_runs(&self, tenant: &str, limit: usize) -> Result<Vec<RunRecord>> {
+        let state = self.state();
+        let mut queued: Vec<&RunRecord> = state
+            .runs
+            .values()
+            .filter(|r| r.tenant == tenant && r.status == RunStatus::Queued)
+            .collect();
+        queued.sort_by_key(|r| (queue_position(r), r.id.clone()));
+        Ok(queued.into_iter().take(limit).cloned().collect())
+    }
+
+    fn queued_counts(&self) -> Result<Vec<(String, String, usize)>> {
+        let state = self.state();
+        let mut counts: BTreeMap<(String, String), usize> = BTreeMap::new();
+        for r in state
+            .runs
+            .values()
+            .filter(|r| r.status == RunStatus::Queued)
+        {
+            *counts
+                .entry((r.tenant.clone(), r.task.clone()))
+                .or_default() += 1;
+        }
+        Ok(counts
+            .into_iter()
+            .map(|((tenant, task), n)| (tenant, task, n))
+            .collect())
     }
 
     fn run_summaries(&self) -> Result<Vec<super::RunSummary>> {

@@ -3,9 +3,11 @@
 //! letters, attempt logs. The scheduler and the API see only [`Store`]; sled
 //! appears only in [`sled`], so a PostgreSQL store can be added later.
 //!
-//! The persistent *queue* is the set of active (non-terminal) runs: on start,
-//! the scheduler rebuilds its in-memory dispatch queue from
-//! [`Store::active_runs`]. There is no second copy of the queue to drift.
+//! The persistent *queue* is the set of `queued` runs, indexed in dispatch
+//! order per tenant ([`Store::queued_runs`]): the scheduler holds a bounded
+//! head of it in memory and reads on as it drains; on start it reads the
+//! running runs and each tenant's head. The index is written with the run,
+//! so there is no second copy of the queue to drift.
 //!
 //! Durability: writes land in the store at once but reach the disk in groups.
 //! Whoever must not answer a client before a write is on disk takes a
@@ -264,8 +266,20 @@ pub trait Store: Send + Sync + 'static {
     fn get_run(&self, id: &str) -> Result<Option<RunRecord>>;
     /// Runs matching `query`, newest first, with a cursor.
     fn list_runs(&self, query: &RunQuery) -> Result<RunPage>;
-    /// Every run not in a terminal state (the persistent queue).
+    /// Every run not in a terminal state, by id (operations and tests; the
+    /// scheduler reads [`Store::running_runs`] and queue heads).
     fn active_runs(&self) -> Result<Vec<RunRecord>>;
+    /// Every run in `running` state (recovery reads them whole: their
+    /// attempts that were running are lost).
+    fn running_runs(&self) -> Result<Vec<RunRecord>>;
+    /// The persistent queue: a tenant's `queued` runs in dispatch order
+    /// ([`queue_order`](crate::model::priority::queue_order) of creation and
+    /// priority, then id), at most `limit`. The scheduler holds a bounded
+    /// head of it and reads on as the head drains.
+    fn queued_runs(&self, tenant: &str, limit: usize) -> Result<Vec<RunRecord>>;
+    /// Queued runs counted per (tenant, task), from the queue's index alone
+    /// (no record read), by tenant then task.
+    fn queued_counts(&self) -> Result<Vec<(String, String, usize)>>;
     /// Deletes a terminal run with its events, logs and keys (retention).
     fn delete_run(&self, id: &str) -> Result<bool>;
     /// Every run as its indexes know it, in no particular order. Reads no

@@ -270,3 +270,71 @@ pub(super) fn names_with_separator_bytes_do_not_collide<S: Store>(make: Make<S>)
         names.len() * names.len()
     );
 }
+
+pub(super) fn queued_runs_come_in_dispatch_order_per_tenant<S: Store>(make: Make<S>) {
+    let (store, _dir) = make(SCAN);
+    // (id instant in ms, priority): priority counts as 10 s of queueing.
+    let queued = [
+        (100_000, 5, "t1", "a"),
+        (100_001, 5, "t1", "b"),
+        (119_000, 7, "t1", "a"), // 119 s − 70 s = 49 s: first
+        (95_000, 0, "t1", "a"),  // 95 s: after both priority-5 ones (50 s)
+        (100_000, 5, "t2", "a"),
+    ];
+    for (n, (ms, priority, tenant, task)) in queued.into_iter().enumerate() {
+        let mut r = run(&run_id(ms, n as u32), tenant, task, RunStatus::Queued);
+        r.priority = priority;
+        created(store.insert_run(&r, false, None, &[]).unwrap());
+    }
+    let mut running = run(&run_id(1, 9), "t1", "a", RunStatus::Running);
+    running.priority = 9;
+    created(store.insert_run(&running, false, None, &[]).unwrap());
+    let t1 = store.queued_runs("t1", 10).unwrap();
+    assert_eq!(
+        ids(&t1),
+        [
+            run_id(119_000, 2),
+            run_id(100_000, 0),
+            run_id(100_001, 1),
+            run_id(95_000, 3)
+        ]
+    );
+    assert_eq!(ids(&store.queued_runs("t1", 2).unwrap()), ids(&t1[..2]));
+    assert_eq!(
+        ids(&store.queued_runs("t2", 10).unwrap()),
+        [run_id(100_000, 4)]
+    );
+    assert!(store.queued_runs("nobody", 10).unwrap().is_empty());
+    assert_eq!(ids(&store.running_runs().unwrap()), [run_id(1, 9)]);
+    let counts = store.queued_counts().unwrap();
+    assert_eq!(
+        counts,
+        [
+            ("t1".to_owned(), "a".to_owned(), 3),
+            ("t1".to_owned(), "b".to_owned(), 1),
+            ("t2".to_owned(), "a".to_owned(), 1),
+        ]
+    );
+
+    // A run that starts leaves the queue; one that ends leaves both.
+    let mut first = t1[0].clone();
+    first.status = RunStatus::Running;
+    store.update_run(&first, &[]).unwrap();
+    assert_eq!(store.queued_runs("t1", 10).unwrap().len(), 3);
+    assert_eq!(store.running_runs().unwrap().len(), 2);
+    first.status = RunStatus::Succeeded;
+    running.status = RunStatus::Cancelled;
+    store
+        .write_runs(&[(first, vec![]), (running, vec![])], &[])
+        .unwrap();
+    assert!(store.running_runs().unwrap().is_empty());
+    assert_eq!(store.queued_counts().unwrap()[0].2, 2);
+    // A finished run queued again (retry) is back in the queue.
+    let mut again = store.get_run(&run_id(119_000, 2)).unwrap().unwrap();
+    again.status = RunStatus::Queued;
+    store.update_run(&again, &[]).unwrap();
+    assert_eq!(
+        store.queued_runs("t1", 1).unwrap()[0].id,
+        run_id(119_000, 2)
+    );
+}

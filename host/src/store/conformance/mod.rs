@@ -69,6 +69,7 @@ macro_rules! conformance_suite {
                 runs::delete_run_removes_everything_and_frees_its_keys,
                 runs::sync_ticket_resolves_after_writes,
                 listing::active_runs_are_the_non_terminal_ones,
+                listing::queued_runs_come_in_dispatch_order_per_tenant,
                 listing::list_runs_filters_newest_first,
                 listing::list_runs_pages_with_a_cursor,
                 listing::status_filter_scan_is_bounded_and_resumable,

@@ -87,9 +87,10 @@ pub(super) fn fire_key(run: &RunRecord) -> Vec<u8> {
 }
 
 /// The index entries of a run: `ra`, `rt`, `rk` (value: status byte and task
-/// name, so listing filters without reading records) and `act` while active.
+/// name, so listing filters without reading records), `q` while queued
+/// (value: the task name) and `act` while running.
 pub(super) fn run_indexes(run: &RunRecord) -> Vec<(Vec<u8>, Vec<u8>)> {
-    indexes_of(&run.id, &run.tenant, &run.task, run.status)
+    indexes_of(&run.id, &run.tenant, &run.task, run.status, run.priority)
 }
 
 /// The index entries of a run with these fields.
@@ -98,6 +99,7 @@ pub(super) fn indexes_of(
     tenant: &str,
     task: &str,
     status: RunStatus,
+    priority: u8,
 ) -> Vec<(Vec<u8>, Vec<u8>)> {
     let mut value = vec![status_code(status)];
     value.extend_from_slice(task.as_bytes());
@@ -106,10 +108,23 @@ pub(super) fn indexes_of(
         (key("rt", &[tenant, id]), value.clone()),
         (key("rk", &[tenant, task, id]), value),
     ];
-    if !status.is_terminal() {
-        out.push((key("act", &[id]), Vec::new()));
+    match status {
+        RunStatus::Queued => out.push((queue_key(tenant, id, priority), task.as_bytes().to_vec())),
+        RunStatus::Running => out.push((key("act", &[id]), Vec::new())),
+        _ => {}
     }
     out
+}
+
+/// `q/{tenant}/{order}/{id}`: a queued run in dispatch order, `order` being
+/// [`queue_order`](crate::model::priority::queue_order) of its creation
+/// instant (from its id) and priority, as sortable text.
+pub(super) fn queue_key(tenant: &str, id: &str, priority: u8) -> Vec<u8> {
+    let created = crate::store::id_millis(id).unwrap_or(0);
+    let order = crate::model::priority::queue_order(created, priority);
+    // Shifted to be non-negative, so the text sorts like the number.
+    let order = format!("{:020}", i128::from(order) - i128::from(Millis::MIN));
+    key("q", &[tenant, &order, id])
 }
 
 fn status_code(status: RunStatus) -> u8 {

@@ -27,7 +27,8 @@
 //! | `aft/{tenant}/{upstream}/{downstream}` | downstream task name: the `after` index |
 //! | `run/{id}` | [`RunRecord`] |
 //! | `ra/{id}`, `rt/{tenant}/{id}`, `rk/{tenant}/{task}/{id}` | run indexes: status and task |
-//! | `act/{id}` | present while the run is not terminal (the persistent queue) |
+//! | `act/{id}` | present while the run is `running` |
+//! | `q/{tenant}/{order:020}/{id}` | task name; present while the run is `queued`: the persistent queue in dispatch order (`order`: priority with aging) |
 //! | `idem/{tenant}/{task}/{key}` | run id |
 //! | `fire/{tenant}/{task}/{scheduled_for}` | run id (runs inserted with `unique_fire`) |
 //! | `ev/{run}/{seq:020}` | [`Event`]; `seq` from sled's monotonic id generator |
@@ -343,6 +344,18 @@ impl Store for SledStore {
 
     fn active_runs(&self) -> Result<Vec<RunRecord>> {
         runs::active(self)
+    }
+
+    fn running_runs(&self) -> Result<Vec<RunRecord>> {
+        runs::running(self)
+    }
+
+    fn queued_runs(&self, tenant: &str, limit: usize) -> Result<Vec<RunRecord>> {
+        runs::queued(self, tenant, limit)
+    }
+
+    fn queued_counts(&self) -> Result<Vec<(String, String, usize)>> {
+        runs::queued_counts(self)
     }
 
     fn run_summaries(&self) -> Result<Vec<RunSummary>> {

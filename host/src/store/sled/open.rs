@@ -120,6 +120,7 @@ impl SledStore {
             scan_limit: MAX_SCAN,
         };
         super::schedules::build_indexes(&store)?;
+        super::runs::build_queue_index(&store)?;
         Ok(store)
     }
 }

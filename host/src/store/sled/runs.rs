@@ -151,6 +151,19 @@ pub(super) fn list(store: &SledStore, query: &RunQuery) -> Result<RunPage> {
 
 /// [`Store::active_runs`](crate::store::Store::active_runs).
 pub(super) fn active(store: &SledStore) -> Result<Vec<RunRecord>> {
+    let mut runs = running(store)?;
+    for item in store.scan(&key("q", &[])) {
+        let (k, _) = item?;
+        if let Some(run) = store.get_run(&queued_id(&k)?)? {
+            runs.push(run);
+        }
+    }
+    runs.sort_by(|a, b| a.id.cmp(&b.id));
+    Ok(runs)
+}
+
+/// [`Store::running_runs`](crate::store::Store::running_runs): `act/{id}`.
+pub(super) fn running(store: &SledStore) -> Result<Vec<RunRecord>> {
     let prefix = key("act", &[]);
     let mut runs = Vec::new();
     for item in store.scan(&prefix) {
@@ -161,6 +174,55 @@ pub(super) fn active(store: &SledStore) -> Result<Vec<RunRecord>> {
         }
     }
     Ok(runs)
+}
+
+/// The id at the end of a `q/{tenant}/{order}/{id}` key.
+fn queued_id(k: &[u8]) -> Result<String> {
+    // The last part: after the second-to-last separator.
+    let body = &k[..k.len().saturating_sub(1)];
+    let start = body
+        .iter()
+        .rposition(|b| *b == 0)
+        .ok_or_else(|| corrupt_key(k))?
+        + 1;
+    decode_part(&k[start..]).ok_or_else(|| corrupt_key(k))
+}
+
+/// [`Store::queued_runs`](crate::store::Store::queued_runs): `q/{tenant}/…`.
+pub(super) fn queued(store: &SledStore, tenant: &str, limit: usize) -> Result<Vec<RunRecord>> {
+    let mut runs = Vec::new();
+    for item in store.scan(&key("q", &[tenant])) {
+        if runs.len() == limit {
+            break;
+        }
+        let (k, _) = item?;
+        if let Some(run) = store.get_run(&queued_id(&k)?)? {
+            runs.push(run);
+        }
+    }
+    Ok(runs)
+}
+
+/// [`Store::queued_counts`](crate::store::Store::queued_counts): the `q`
+/// index's keys and values, no record read.
+pub(super) fn queued_counts(store: &SledStore) -> Result<Vec<(String, String, usize)>> {
+    let prefix = key("q", &[]);
+    let mut counts: std::collections::BTreeMap<(String, String), usize> = Default::default();
+    for item in store.scan(&prefix) {
+        let (k, v) = item?;
+        let rest = &k[prefix.len()..];
+        let split = rest
+            .iter()
+            .position(|b| *b == 0)
+            .ok_or_else(|| corrupt_key(&k))?;
+        let tenant = decode_part(&rest[..=split]).ok_or_else(|| corrupt_key(&k))?;
+        let task = String::from_utf8(v.to_vec()).map_err(|_| corrupt_key(&k))?;
+        *counts.entry((tenant, task)).or_default() += 1;
+    }
+    Ok(counts
+        .into_iter()
+        .map(|((tenant, task), n)| (tenant, task, n))
+        .collect())
 }
 
 /// [`Store::run_summaries`](crate::store::Store::run_summaries).
@@ -298,7 +360,7 @@ impl SledStore {
             // Same tenant: the old entries follow from the index entry alone;
             // otherwise read the old record to find them.
             let old_indexes = if same_tenant {
-                indexes_of(&run.id, &run.tenant, &old_task, old_status)
+                indexes_of(&run.id, &run.tenant, &old_task, old_status, run.priority)
             } else {
                 let Some(old) = self.get_run_at(&key("run", &[&run.id]))? else {
                     return Ok(false);
@@ -314,4 +376,31 @@ impl SledStore {
         }
         Ok(true)
     }
+}
+
+/// Moves the queued runs of a store written before the `q` index (when
+/// `act` held every active run) into it, once; the marker `sys/queue-index`
+/// records that. Runs at open, before anything else uses the store.
+pub(super) fn build_queue_index(store: &SledStore) -> Result<()> {
+    let marker = key("sys", &["queue-index"]);
+    if store.db.contains_key(&marker).map_err(sled_error)? {
+        return Ok(());
+    }
+    let mut batch = sled::Batch::default();
+    let prefix = key("act", &[]);
+    for item in store.scan(&prefix) {
+        let (k, _) = item?;
+        let id = decode_part(&k[prefix.len()..]).ok_or_else(|| corrupt_key(&k))?;
+        let Some(run) = store.get_run(&id)? else {
+            continue;
+        };
+        if run.status != crate::model::RunStatus::Running {
+            batch.remove(k);
+        }
+        for (index_key, value) in run_indexes(&run) {
+            batch.insert(index_key, value);
+        }
+    }
+    batch.insert(marker, encode("1")?);
+    store.apply(batch)
 }
