@@ -114,6 +114,9 @@ pub struct SchedulerConfig {
     /// Parsed task definitions kept in memory, at most (least recently
     /// used ones are dropped and read again from the store when needed).
     pub task_cache: usize,
+    /// Queued runs of one tenant held in memory, at most (the others wait
+    /// in the store's queue index; see `actor/parked.rs`).
+    pub queue_head: usize,
 }
 
 /// The fires the scheduler holds in memory: those due within `ahead_ms`,
@@ -161,6 +164,7 @@ impl Default for SchedulerConfig {
             cond_budget: crate::cond::Budget::default(),
             window: FireWindow::default(),
             task_cache: 10_000,
+            queue_head: 1_000,
         }
     }
 }
@@ -355,6 +359,8 @@ pub struct Snapshot {
     pub cached_tasks: usize,
     /// Timers set (fires, retries, releases, windows).
     pub timers: usize,
+    /// Queued runs left in the store, not held in memory (all tenants).
+    pub parked_runs: usize,
 }
 
 /// A handle to the scheduler actor. Cheap to clone.

@@ -12,6 +12,7 @@ use crate::task::TaskSpec;
 impl Actor {
     pub(super) fn on_cancel(&mut self, run_id: &str, actor: &str) -> Result<RunRecord> {
         let now = self.clock.now_ms();
+        self.take_up_if_parked(run_id, now)?;
         let Some(run) = self.runs.get_mut(run_id) else {
             let rec = self
                 .store

@@ -379,8 +379,13 @@ impl Actor {
             self.tenant_metrics.of(&rec.tenant).run_finished(rec.status);
             return Ok((rec, true));
         }
+        if self.parks(&rec) {
+            // Stored and counted; taken up when its tenant's head has room.
+            self.park(&rec);
+            return Ok((rec, true));
+        }
         let key = TaskKey::new(&rec.tenant, &rec.task);
-        let active = self.by_task.get(&key).map_or(0, |t| t.active);
+        let active = self.task_active(&key);
         let held = decide::fire::held_on_create(rec.trigger, spec.overlap, active);
         self.track(key, &rec.id, held);
         let id = rec.id.clone();

@@ -247,7 +247,7 @@ impl Actor {
         let (task, spec) = (armed.task.clone(), armed.spec.clone());
         let trigger = armed.trigger.clone();
         let mut sched = armed.schedule.clone();
-        let active = self.by_task.get(&key).map_or(0, |t| t.active);
+        let active = self.task_active(&key);
         let lead = self.config.fire_ahead_ms;
         let Some(mut firing) = Firing::new(&trigger, &sched, &spec, active, now, lead) else {
             return Ok(());

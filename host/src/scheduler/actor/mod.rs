@@ -8,6 +8,7 @@
 //! - this file: the state, the main loop, answering commands;
 //! - `active`: a run held in memory (the core's state plus its attempts' cancellation);
 //! - `recovery`: rebuilding memory from the store at start;
+//! - `parked`: the head of the persistent queue held in memory, refilled;
 //! - `create`: manual and `after` triggers, new runs, storing them per loop turn;
 //! - `fire`: time triggers, schedules, due timers, firing;
 //! - `advance`: moving a run on, conditions, applying effects, finishing runs;
@@ -23,6 +24,7 @@ mod attempts;
 mod control;
 mod create;
 mod fire;
+mod parked;
 mod recovery;
 mod tasks;
 mod tenants;
@@ -134,8 +136,13 @@ pub(super) struct Actor {
     tasks: self::tasks::TaskCache,
     /// Active run ids per (tenant, task), oldest first.
     by_task: HashMap<TaskKey, TaskRuns>,
-    /// Runs in `queued` state per tenant (for the queue bound).
+    /// Runs in `queued` state per tenant, parked ones included (for the
+    /// queue bound and shedding).
     queued_runs: HashMap<String, usize>,
+    /// Queued runs per tenant stored but not held in memory (`parked`).
+    parked: HashMap<String, usize>,
+    /// The same by task (they count for `overlap`).
+    parked_by_task: HashMap<TaskKey, usize>,
     /// Runs changed since the last flush, with their events not yet stored.
     /// Internal transitions are written once per loop turn (write-behind);
     /// anything a client is told about is flushed before the answer.
@@ -208,6 +215,8 @@ impl Actor {
             horizon: Millis::MIN,
             by_task: HashMap::new(),
             queued_runs: HashMap::new(),
+            parked: HashMap::new(),
+            parked_by_task: HashMap::new(),
             dirty: Dirty::default(),
             finished: HashMap::new(),
             writer: None,
@@ -252,6 +261,10 @@ impl Actor {
             })
             .flatten();
         loop {
+            if !self.parked.is_empty() {
+                let now = self.clock.now_ms();
+                self.refill_heads(now);
+            }
             self.dispatch();
             self.begin_insert();
             let flush_every = self.flush_interval();
@@ -497,6 +510,9 @@ impl Actor {
                 t.oldest_queued_ms = t.oldest_queued_ms.max(age);
             }
         }
+        for (tenant, parked) in &self.parked {
+            tenants.entry(tenant).or_default().queued_runs += parked;
+        }
         for (tenant, steps) in self.queue.queued_by_tenant() {
             tenants.entry(tenant).or_default().queued_steps = steps;
         }
@@ -512,6 +528,7 @@ impl Actor {
             armed_tasks: self.armed.len(),
             cached_tasks: self.tasks.len(),
             timers: self.timers.len(),
+            parked_runs: self.parked.values().sum(),
         }
     }
 

@@ -38,9 +38,32 @@ impl Actor {
             );
             self.apply_quota(&tenant.name);
         }
-        let mut active = self.store.active_runs()?;
+        // The running runs whole (their attempts were lost), each tenant's
+        // queue head, and the rest of the queue counted from its index.
+        let mut active = self.store.running_runs()?;
+        let counts = self.store.queued_counts()?;
+        let mut tenants: Vec<&str> = counts.iter().map(|(t, _, _)| t.as_str()).collect();
+        tenants.dedup();
+        for tenant in tenants {
+            active.extend(self.store.queued_runs(tenant, self.config.queue_head)?);
+        }
+        for (tenant, task, n) in &counts {
+            *self.queued_runs.entry(tenant.clone()).or_default() += n;
+            *self.parked.entry(tenant.clone()).or_default() += n;
+            *self
+                .parked_by_task
+                .entry(TaskKey::new(tenant, task))
+                .or_default() += n;
+        }
         active.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
         for rec in active {
+            if rec.status == RunStatus::Queued {
+                // Read as the head: not parked (counted again below).
+                self.unpark_count(&rec);
+                self.queued_runs
+                    .entry(rec.tenant.clone())
+                    .and_modify(|n| *n = n.saturating_sub(1));
+            }
             let spec: TaskSpec = match serde_json::from_value(rec.spec.clone()) {
                 Ok(spec) => spec,
                 Err(e) => {
@@ -60,7 +83,7 @@ impl Actor {
                 }
             };
             let key = TaskKey::new(&rec.tenant, &rec.task);
-            let active = self.by_task.get(&key).map_or(0, |t| t.active);
+            let active = self.task_active(&key);
             let held = rec.status == RunStatus::Queued
                 && decide::fire::held_on_create(rec.trigger, spec.overlap, active);
             if rec.status == RunStatus::Queued {

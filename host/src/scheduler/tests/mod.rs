@@ -15,6 +15,7 @@
 //! - `quotas`: a tenant's fuel and wall-time budgets and what they charge;
 //! - `fairness`: tenants sharing the slots (flooding, ceilings, running caps);
 //! - `conditions`: `when` conditions evaluated off the actor;
+//! - `head`: the queue's head in memory, the rest parked in the store;
 //! - `window`: the fire window (tasks held in memory only when due soon).
 
 use std::sync::{Arc, Mutex};
@@ -37,6 +38,7 @@ mod conditions;
 mod dag;
 mod fairness;
 mod firing;
+mod head;
 mod limits;
 mod quotas;
 mod recovery;
