@@ -241,6 +241,12 @@ fn render(
         "Parsed task definitions in the scheduler's bounded cache.",
         snapshot.cached_tasks as f64,
     );
+    gauge(
+        &mut e,
+        "ax_parked_runs",
+        "Queued runs kept in the store's queue index, beyond the heads held in memory.",
+        snapshot.parked_runs as f64,
+    );
     counter(
         &mut e,
         "ax_runs_created_total",
