@@ -109,8 +109,8 @@ pub struct ScaleStats {
     pub queued: usize,
     /// HTTP clients at once.
     pub clients: usize,
-    /// sled's cache, MiB, as configured (`None`: the server's default).
-    pub cache_mb: Option<u64>,
+    /// sled's cache of the server, MiB (`store.cache_mb`).
+    pub cache_mb: u64,
     /// The server with nothing loaded (plugins uploaded).
     pub idle: Memory,
     /// Cron tasks applied (`tasks - every_second`).
@@ -172,13 +172,10 @@ fn kib_each(a: u64, b: u64, n: usize) -> String {
 
 impl fmt::Display for ScaleStats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let cache = self
-            .cache_mb
-            .map_or("default".to_string(), |c| format!("{c} MiB"));
         writeln!(
             f,
-            "ax bench scale: {} tasks ({} every second), {} queued runs, {} HTTP clients, sled cache {cache}",
-            self.tasks, self.every_second, self.queued, self.clients
+            "ax bench scale: {} tasks ({} every second), {} queued runs, {} HTTP clients, sled cache {} MiB",
+            self.tasks, self.every_second, self.queued, self.clients, self.cache_mb
         )?;
         writeln!(f, "| measure | value |")?;
         writeln!(f, "|---|---|")?;
@@ -422,7 +419,9 @@ pub fn scale(config: ScaleConfig) -> anyhow::Result<ScaleStats> {
         every_second: config.every_second,
         queued: config.queued,
         clients: config.clients,
-        cache_mb: config.cache_mb,
+        cache_mb: config
+            .cache_mb
+            .unwrap_or_else(|| crate::config::StoreConfig::default().cache_mb),
         idle,
         applied,
         apply_per_sec: applied as f64 / apply_secs,
