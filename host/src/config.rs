@@ -117,6 +117,46 @@ impl ConnectionsConfig {
     }
 }
 
+/// Largest `store.cache_mb` accepted: 64 GiB. More is a typo (a value in
+/// KiB or bytes) rather than a plan; sled's cache is only a cache.
+pub const MAX_STORE_CACHE_MB: u64 = 64 << 10;
+
+/// The embedded store (`store:` in the config file).
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StoreConfig {
+    /// sled's page cache, MiB (`cache_capacity`; 64 by default, sled's own
+    /// default is 1024). Why this size: docs/OPERATIONS.md, *The store's cache*.
+    pub cache_mb: u64,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self {
+            cache_mb: crate::store::SledStore::DEFAULT_CACHE_BYTES >> 20,
+        }
+    }
+}
+
+impl StoreConfig {
+    /// `cache_mb` from 1 to [`MAX_STORE_CACHE_MB`]. The error names the field.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.cache_mb == 0 || self.cache_mb > MAX_STORE_CACHE_MB {
+            return Err(format!(
+                "cache_mb: {} is not in 1..={MAX_STORE_CACHE_MB} (MiB)",
+                self.cache_mb
+            ));
+        }
+        Ok(())
+    }
+
+    /// The cache in bytes, as sled takes it (saturating: unchecked values
+    /// never wrap).
+    pub fn cache_bytes(&self) -> u64 {
+        self.cache_mb.saturating_mul(1 << 20)
+    }
+}
+
 /// The whole configuration.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -151,6 +191,8 @@ pub struct Config {
     pub kv_quota_kb: u64,
     /// What HTTP clients may hold open: connection cap and timeouts (docs/OPERATIONS.md).
     pub connections: ConnectionsConfig,
+    /// The embedded store: sled's cache size (docs/OPERATIONS.md).
+    pub store: StoreConfig,
     /// A token that reads `GET /metrics` and nothing else (else `AX_METRICS_TOKEN`);
     /// without one only the admin token reads the metrics.
     pub metrics_token: Option<String>,
@@ -189,6 +231,7 @@ impl Default for Config {
             alerts: crate::scheduler::alerts::AlertsConfig::default(),
             kv_quota_kb: crate::capability::kv::DEFAULT_QUOTA_BYTES >> 10,
             connections: ConnectionsConfig::default(),
+            store: StoreConfig::default(),
             metrics_token: None,
             loaded_plugins_mb: crate::runtime::DEFAULT_LOADED_BYTES >> 20,
             max_compiles: None,
@@ -309,5 +352,24 @@ mod tests {
                 .starts_with("body_timeout")
         );
         assert!(serde_saphyr::from_str::<Config>("connections: { max: 3 }\n").is_err());
+    }
+
+    #[test]
+    fn store_cache_is_read_and_checked() {
+        assert_eq!(Config::default().store.cache_mb, 64);
+        assert_eq!(Config::default().store.cache_bytes(), 64 << 20);
+        let config: Config = serde_saphyr::from_str("store: { cache_mb: 256 }\n").unwrap();
+        assert_eq!(config.store.cache_mb, 256);
+        assert_eq!(config.store.cache_bytes(), 256 << 20);
+        assert!(config.store.validate().is_ok());
+        for bad in [0, MAX_STORE_CACHE_MB + 1, u64::MAX] {
+            let config: Config =
+                serde_saphyr::from_str(&format!("store: {{ cache_mb: {bad} }}\n")).unwrap();
+            let message = config.store.validate().unwrap_err();
+            assert!(message.starts_with("cache_mb:"), "{message}");
+            assert!(message.contains("1..=65536"), "{message}");
+        }
+        assert!(serde_saphyr::from_str::<Config>("store: { cache: 3 }\n").is_err());
+        assert!(serde_saphyr::from_str::<Config>("store: { cache_mb: -1 }\n").is_err());
     }
 }

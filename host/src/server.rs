@@ -149,9 +149,16 @@ pub async fn start(config: Config, demo: bool) -> anyhow::Result<Server> {
         .connections
         .validate()
         .map_err(|e| anyhow::anyhow!("config: connections.{e}"))?;
+    config
+        .store
+        .validate()
+        .map_err(|e| anyhow::anyhow!("config: store.{e}"))?;
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("creating the data directory {}", config.data_dir.display()))?;
-    let store: Arc<dyn Store> = Arc::new(SledStore::open(&config.data_dir)?);
+    let store: Arc<dyn Store> = Arc::new(SledStore::open_with_cache(
+        &config.data_dir,
+        config.store.cache_bytes(),
+    )?);
     let runtime = Runtime::new(RuntimeConfig {
         cache_dir: Some(config.data_dir.join("artifacts")),
         max_instances: config.max_instances,

@@ -171,3 +171,32 @@ fn cron_next_previews_locally_and_refuses_five_fields() {
         text(&out.stderr)
     );
 }
+
+#[test]
+fn a_store_cache_out_of_range_refuses_to_start_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let config = dir.path().join("ax.yaml");
+    for bad in ["0", "65537"] {
+        std::fs::write(
+            &config,
+            format!("listen: 127.0.0.1:0\nstore: {{ cache_mb: {bad} }}\n"),
+        )
+        .unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_ax"))
+            .args(["serve", "--config"])
+            .arg(&config)
+            .arg("--data-dir")
+            .arg(&data)
+            .env("AX_ADMIN_TOKEN", "t")
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        let stderr = text(&out.stderr);
+        assert!(
+            stderr.contains(&format!("store.cache_mb: {bad} is not in 1..=65536")),
+            "{stderr}"
+        );
+        assert!(!data.exists(), "nothing is written");
+    }
+}

@@ -3,7 +3,7 @@
 //! `docs/PERFORMANCE.md`.
 //!
 //! One file per benchmark (`exec`, `load`, `fire`, `trigger`, `dag`, `soak`,
-//! `caps`, `tenants`); this file holds what they share: the attempt context,
+//! `caps`, `tenants`, `scale`); this file holds what they share: the attempt context,
 //! scratch directories, medians and percentiles, and a loopback server with
 //! the `echo` plugin uploaded.
 
@@ -12,6 +12,7 @@ mod dag;
 mod exec;
 mod fire;
 mod load;
+mod scale;
 mod soak;
 mod tenants;
 mod trigger;
@@ -26,6 +27,7 @@ pub use self::dag::{DagStats, dag_overhead};
 pub use self::exec::{ExecStats, exec, speed_up};
 pub use self::fire::{LatenessStats, fire_lateness};
 pub use self::load::{LoadStats, load};
+pub use self::scale::{Memory, ScaleConfig, ScaleStats, scale};
 pub use self::soak::{SoakConfig, SoakSample, SoakStats, soak};
 pub use self::tenants::{TenantOverhead, tenant_overhead};
 pub use self::trigger::{ThroughputStats, trigger_throughput};

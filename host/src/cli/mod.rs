@@ -89,6 +89,38 @@ enum BenchCommand {
     Kv(BenchKvArgs),
     /// Allowed HTTP requests from a plugin to a loopback server (`bench-caps`).
     Http(BenchHttpArgs),
+    /// Many tasks and queued runs on a real `ax serve` child over HTTP: apply
+    /// and trigger rates, RSS, store size, restart after SIGKILL, fire lateness.
+    Scale(BenchScaleArgs),
+}
+
+#[derive(Debug, Args)]
+struct BenchScaleArgs {
+    /// Task definitions in all (cron tasks spread over the next hours, plus
+    /// the `--every-second` ones).
+    #[arg(long, default_value_t = 10_000)]
+    tasks: usize,
+    /// Runs queued (held by a tenant's fuel quota, so the queue stays full).
+    #[arg(long, default_value_t = 10_000)]
+    queued: usize,
+    /// Of the tasks, how many fire every second (fire lateness is measured on them).
+    #[arg(long, default_value_t = 100)]
+    every_second: usize,
+    /// Seconds of fire lateness measured.
+    #[arg(long, default_value_t = 10)]
+    seconds: u64,
+    /// HTTP clients at once, each a keep-alive connection.
+    #[arg(long, default_value_t = 8)]
+    clients: usize,
+    /// The server's `store.cache_mb` (else its default).
+    #[arg(long)]
+    cache_mb: Option<u64>,
+    /// Where the scratch data directory is made (else the temp directory).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -367,6 +399,19 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 args.json,
             )
         }),
+        Command::Bench(BenchCommand::Scale(args)) => {
+            let config = crate::bench::ScaleConfig {
+                exe: std::env::current_exe()?,
+                tasks: args.tasks,
+                queued: args.queued,
+                every_second: args.every_second,
+                seconds: args.seconds,
+                clients: args.clients,
+                cache_mb: args.cache_mb,
+                dir: args.dir,
+            };
+            print_stats(&crate::bench::scale(config)?, args.json)
+        }
         Command::Exec(args) => block_on(exec::exec(args)),
         Command::Bench(BenchCommand::Exec(args)) => block_on(exec::bench_exec(args)),
         Command::Bench(BenchCommand::Load(args)) => block_on(exec::bench_load(args)),

@@ -28,9 +28,23 @@ const RESTORE_HINT: &str = "Stop any other ax process using this data directory.
     backup (plugin blobs in blobs/ are plain files checked by digest and can be copied over).";
 
 impl SledStore {
-    /// Opens (or creates) the store in `data_dir`. A damaged, locked or newer
-    /// store is refused with [`Error::Unusable`], which says what to do.
+    /// sled's page cache unless the config says otherwise (`store.cache_mb`):
+    /// 64 MiB, not sled's 1 GiB. The scheduler reads the store for what is
+    /// due soon and what is queued next, a working set of some MiB; a cache
+    /// of 1 GiB would be most of the memory budget of a host with a million
+    /// tasks (issue 14) and buys nothing once that working set fits.
+    pub const DEFAULT_CACHE_BYTES: u64 = 64 << 20;
+
+    /// Opens (or creates) the store in `data_dir` with the default cache
+    /// ([`Self::DEFAULT_CACHE_BYTES`]); see [`Self::open_with_cache`].
     pub fn open(data_dir: &Path) -> Result<SledStore> {
+        Self::open_with_cache(data_dir, Self::DEFAULT_CACHE_BYTES)
+    }
+
+    /// Opens (or creates) the store in `data_dir`, sled's page cache bounded
+    /// to `cache_bytes`. A damaged, locked or newer store is refused with
+    /// [`Error::Unusable`], which says what to do.
+    pub fn open_with_cache(data_dir: &Path, cache_bytes: u64) -> Result<SledStore> {
         let unusable = |reason: String| Error::Unusable {
             path: data_dir.display().to_string(),
             reason,
@@ -53,7 +67,7 @@ impl SledStore {
             check_format(format).map_err(unusable)?;
         }
 
-        let db = open_sled(&data_dir.join("db")).map_err(unusable)?;
+        let db = open_sled(&data_dir.join("db"), cache_bytes).map_err(unusable)?;
         // Only now: another process holding the store may be writing them.
         remove_stale_tmp_files(&blobs);
         let stored = match db.get(key("sys", &["format"])) {
@@ -147,9 +161,10 @@ fn check_format(format: u32) -> Result<(), String> {
 /// (measured: overwriting 5 KB at various offsets of `db/db` panicked in
 /// `open`). As a last resort the open and the check run under
 /// `catch_unwind`; the panic message still reaches the panic hook (stderr).
-fn open_sled(path: &Path) -> Result<sled::Db, String> {
+fn open_sled(path: &Path, cache_bytes: u64) -> Result<sled::Db, String> {
     let opened = catch_unwind(AssertUnwindSafe(|| -> Result<sled::Db, String> {
-        let db = sled::Config::new().path(path).open().map_err(|e| match e {
+        let config = sled::Config::new().path(path).cache_capacity(cache_bytes);
+        let db = config.open().map_err(|e| match e {
             sled::Error::Io(io) if io.to_string().contains("could not acquire lock") => {
                 "it is in use by another process (or another store in this process)".to_owned()
             }
