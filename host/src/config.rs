@@ -157,6 +157,63 @@ impl StoreConfig {
     }
 }
 
+/// What the scheduler holds in memory (`memory:` in the config file;
+/// docs/SCHEDULER.md, "Memory").
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MemoryConfig {
+    /// Fires held in memory: those due within this many seconds.
+    pub fire_window_s: u64,
+    /// Most tasks armed at once (the window ends earlier past it).
+    pub max_armed_tasks: usize,
+    /// Parsed task definitions cached.
+    pub task_cache: usize,
+    /// Queued runs of one tenant held in memory; the rest wait in the store.
+    pub queue_head: usize,
+}
+
+impl Default for MemoryConfig {
+    fn default() -> Self {
+        let scheduler = crate::scheduler::SchedulerConfig::default();
+        Self {
+            fire_window_s: (scheduler.window.ahead_ms / 1000) as u64,
+            max_armed_tasks: scheduler.window.max_armed,
+            task_cache: scheduler.task_cache,
+            queue_head: scheduler.queue_head,
+        }
+    }
+}
+
+impl MemoryConfig {
+    /// Every field at least 1, the window at most a day. The error names the field.
+    pub fn validate(&self) -> Result<(), String> {
+        if !(1..=86_400).contains(&self.fire_window_s) {
+            return Err(format!(
+                "fire_window_s: {} is not in 1..=86400 (seconds)",
+                self.fire_window_s
+            ));
+        }
+        for (name, value) in [
+            ("max_armed_tasks", self.max_armed_tasks),
+            ("task_cache", self.task_cache),
+            ("queue_head", self.queue_head),
+        ] {
+            if value == 0 {
+                return Err(format!("{name}: must be at least 1"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The scheduler's settings with these bounds.
+    pub fn apply(&self, config: &mut crate::scheduler::SchedulerConfig) {
+        config.window.ahead_ms = (self.fire_window_s as i64).saturating_mul(1000);
+        config.window.max_armed = self.max_armed_tasks;
+        config.task_cache = self.task_cache;
+        config.queue_head = self.queue_head;
+    }
+}
+
 /// The whole configuration.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -193,6 +250,8 @@ pub struct Config {
     pub connections: ConnectionsConfig,
     /// The embedded store: sled's cache size (docs/OPERATIONS.md).
     pub store: StoreConfig,
+    /// What the scheduler holds in memory (docs/SCHEDULER.md, "Memory").
+    pub memory: MemoryConfig,
     /// A token that reads `GET /metrics` and nothing else (else `AX_METRICS_TOKEN`);
     /// without one only the admin token reads the metrics.
     pub metrics_token: Option<String>,
@@ -232,6 +291,7 @@ impl Default for Config {
             kv_quota_kb: crate::capability::kv::DEFAULT_QUOTA_BYTES >> 10,
             connections: ConnectionsConfig::default(),
             store: StoreConfig::default(),
+            memory: MemoryConfig::default(),
             metrics_token: None,
             loaded_plugins_mb: crate::runtime::DEFAULT_LOADED_BYTES >> 20,
             max_compiles: None,
@@ -357,6 +417,25 @@ mod tests {
     #[test]
     fn store_cache_is_read_and_checked() {
         assert_eq!(Config::default().store.cache_mb, 64);
+        let memory: Config =
+            serde_saphyr::from_str("memory: { fire_window_s: 30, queue_head: 50 }\n").unwrap();
+        assert!(memory.memory.validate().is_ok());
+        let mut scheduler = crate::scheduler::SchedulerConfig::default();
+        memory.memory.apply(&mut scheduler);
+        assert_eq!(scheduler.window.ahead_ms, 30_000);
+        assert_eq!(scheduler.queue_head, 50);
+        assert_eq!(scheduler.task_cache, 10_000, "defaults kept");
+        for (bad, field) in [
+            ("fire_window_s: 0", "fire_window_s"),
+            ("fire_window_s: 86401", "fire_window_s"),
+            ("queue_head: 0", "queue_head"),
+            ("task_cache: 0", "task_cache"),
+            ("max_armed_tasks: 0", "max_armed_tasks"),
+        ] {
+            let config: Config = serde_saphyr::from_str(&format!("memory: {{ {bad} }}\n")).unwrap();
+            let message = config.memory.validate().unwrap_err();
+            assert!(message.starts_with(field), "{message}");
+        }
         assert_eq!(Config::default().store.cache_bytes(), 64 << 20);
         let config: Config = serde_saphyr::from_str("store: { cache_mb: 256 }\n").unwrap();
         assert_eq!(config.store.cache_mb, 256);

@@ -153,6 +153,10 @@ pub async fn start(config: Config, demo: bool) -> anyhow::Result<Server> {
         .store
         .validate()
         .map_err(|e| anyhow::anyhow!("config: store.{e}"))?;
+    config
+        .memory
+        .validate()
+        .map_err(|e| anyhow::anyhow!("config: memory.{e}"))?;
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("creating the data directory {}", config.data_dir.display()))?;
     let store: Arc<dyn Store> = Arc::new(SledStore::open_with_cache(
@@ -202,13 +206,14 @@ pub async fn start(config: Config, demo: bool) -> anyhow::Result<Server> {
             .max_timeout
             .unwrap_or(crate::config::DEFAULT_MAX_TIMEOUT),
     };
-    let scheduler_config = SchedulerConfig {
+    let mut scheduler_config = SchedulerConfig {
         queue,
         max_queued_per_tenant: config.max_queued_per_tenant,
         high_water: config.high_water,
         caps: caps.clone(),
         ..SchedulerConfig::default()
     };
+    config.memory.apply(&mut scheduler_config);
     let shutdown = CancellationToken::new();
     crate::scheduler::alerts::validate_config(&config.alerts)
         .await
