@@ -112,6 +112,7 @@ impl Actor {
     ) -> Result<()> {
         let key = TaskKey::new(tenant, task);
         self.armed_remove(&key);
+        self.clear_beyond(&key);
         let Some((schedule, next)) = schedule
             .filter(|s| !s.paused)
             .and_then(|s| Some((s.clone(), s.next_fire?)))
@@ -143,15 +144,16 @@ impl Actor {
 
     /// Moves the fire window on: arms the tasks whose next fire came within
     /// `window.ahead_ms` of now since the last refill, read from the store's
-    /// next-fire index, and sets the next refill. Runs created earlier are
-    /// stored first, so the index holds the schedule progress written with
-    /// them (a task fired past the old horizon is in the index, not armed).
+    /// next-fire index, and sets the next refill. It never waits for a
+    /// write: a task that left the window (fired past it, or dropped by
+    /// `max_armed`) is kept in `beyond` with its schedule until the window
+    /// reaches it, since the write that moves its index entry may still be
+    /// under way; the index's copy of such a task is ignored.
     ///
     /// At most `window.max_armed` tasks are held: when more are due, the
     /// window ends before the last instant read (all of one instant are
     /// taken, however many: an instant cannot be split).
     pub(super) fn refill(&mut self, now: Millis) -> Result<()> {
-        self.insert_pending();
         let window = self.config.window;
         let until = now.saturating_add(window.ahead_ms);
         let from = self.horizon.saturating_add(1);
@@ -175,7 +177,24 @@ impl Actor {
             }
         }
         self.horizon = horizon;
-        for schedule in due {
+        // What memory knows is newer than the index: an armed task's
+        // progress, or one that left the window, may not be stored yet.
+        let mut arm: Vec<ScheduleState> = due
+            .into_iter()
+            .filter(|s| {
+                let key = TaskKey::new(&s.tenant, &s.task);
+                !self.armed.contains_key(&key) && !self.beyond_at.contains_key(&key)
+            })
+            .collect();
+        while let Some(entry) = self.beyond.first_entry() {
+            if entry.key().0 > horizon {
+                break;
+            }
+            let ((_, key), schedule) = entry.remove_entry();
+            self.beyond_at.remove(&key);
+            arm.push(schedule);
+        }
+        for schedule in arm {
             let (tenant, task) = (schedule.tenant.clone(), schedule.task.clone());
             if let Err(e) = self.arm_schedule(&tenant, &task, Some(schedule)) {
                 tracing::error!(%tenant, %task, error = %e, "cannot arm the trigger");
@@ -298,11 +317,27 @@ impl Actor {
                 self.armed_insert(key, armed);
                 self.arm_fire(tenant, task_name, next, ahead);
             }
-            // Beyond the window: the index has it (stored with the run, or
-            // just now), and the window's refill arms it again.
-            _ => {}
+            // Beyond the window: the index has it (once the run carrying
+            // the progress is stored), and the window's refill arms it again.
+            (_, Some(_)) => self.set_beyond(key, sched),
+            (_, None) => {}
         }
         Ok(())
+    }
+
+    /// Remembers a task whose next fire left the window (see `refill`).
+    fn set_beyond(&mut self, key: TaskKey, schedule: ScheduleState) {
+        self.clear_beyond(&key);
+        if let Some(next) = schedule.next_fire {
+            self.beyond_at.insert(key.clone(), next);
+            self.beyond.insert((next, key), schedule);
+        }
+    }
+
+    pub(super) fn clear_beyond(&mut self, key: &TaskKey) {
+        if let Some(next) = self.beyond_at.remove(key) {
+            self.beyond.remove(&(next, key.clone()));
+        }
     }
 
     /// Holds an armed task, keeping the window within `max_armed`.
@@ -341,8 +376,10 @@ impl Actor {
                 && at == last
             {
                 self.armed_next.pop_last();
-                self.armed.remove(&key);
                 self.disarm_fire(&key.tenant, &key.task);
+                if let Some(armed) = self.armed.remove(&key) {
+                    self.set_beyond(key, armed.schedule);
+                }
             }
             self.horizon = self.horizon.min(last - 1);
         }

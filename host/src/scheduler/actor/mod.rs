@@ -132,6 +132,10 @@ pub(super) struct Actor {
     /// Every unpaused schedule with a next fire at or before this instant
     /// is in `armed` (the window's end; see `fire`).
     horizon: Millis,
+    /// Tasks that left the window whose progress may not be stored yet, by
+    /// next fire, with that progress (`fire::refill`); and their next fire.
+    beyond: std::collections::BTreeMap<(Millis, TaskKey), ScheduleState>,
+    beyond_at: HashMap<TaskKey, Millis>,
     /// Parsed task definitions, bounded (`tasks`).
     tasks: self::tasks::TaskCache,
     /// Active run ids per (tenant, task), oldest first.
@@ -213,6 +217,8 @@ impl Actor {
             armed: HashMap::new(),
             armed_next: BTreeSet::new(),
             horizon: Millis::MIN,
+            beyond: Default::default(),
+            beyond_at: HashMap::new(),
             by_task: HashMap::new(),
             queued_runs: HashMap::new(),
             parked: HashMap::new(),
@@ -449,6 +455,7 @@ impl Actor {
                 let r = self.store.delete_task(&tenant, &task).map_err(Error::from);
                 let key = TaskKey::new(tenant.as_str(), task.as_str());
                 self.armed_remove(&key);
+                self.clear_beyond(&key);
                 self.tasks.remove(&key);
                 self.disarm_fire(&tenant, &task);
                 answer(self, reply, r);
