@@ -86,13 +86,18 @@ pub(super) fn runs(args: RunsArgs) -> Outcome {
     let path = format!(
         "/v1/runs{}",
         query(&[
-            ("task", args.task),
+            ("task", args.task.clone()),
             ("status", args.status),
             ("limit", Some(args.limit.to_string())),
             ("cursor", args.cursor)
         ])
     );
     let v = client.get(&path)?;
+    if let Some(task) = &args.task
+        && items(&v["runs"]).len() == 0
+    {
+        known_task(&client, task)?;
+    }
     if args.conn.json {
         print_json(&v);
         return done();
@@ -116,6 +121,18 @@ pub(super) fn runs(args: RunsArgs) -> Outcome {
         println!("more: --cursor {}", cell(&v["next_cursor"]));
     }
     done()
+}
+
+/// No runs of `task`: an error when no such task exists either (runs of a
+/// deleted task stay, so only an empty listing asks).
+fn known_task(client: &Client, task: &str) -> Result<(), super::Failure> {
+    match client.get(&format!("/v1/tasks/{}", enc(task))) {
+        Err(f) if f.code == "not_found" => Err(super::Failure::new(
+            "not_found",
+            format!("no task `{task}` (`ax task list` shows the tasks)"),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// A run for people: its fields, a table of steps, then outputs and errors.
