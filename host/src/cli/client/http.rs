@@ -172,7 +172,10 @@ fn invoked_command() -> String {
         .take_while(|a| !a.starts_with('-'))
         .take(3)
         .collect();
-    std::iter::once("ax".to_string()).chain(words).collect::<Vec<_>>().join(" ")
+    std::iter::once("ax".to_string())
+        .chain(words)
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Percent-encodes a path segment or query value.

@@ -28,6 +28,7 @@ mod plugins;
 mod runs;
 mod secrets;
 mod status;
+mod task_check;
 mod tasks;
 mod tenant;
 mod trigger;
@@ -65,7 +66,7 @@ pub(super) struct Conn {
 pub(super) enum ClientCommand {
     /// Upload, list and delete plugins.
     Plugin(plugins::PluginArgs),
-    /// Apply, list, show, pause, resume and delete tasks.
+    /// Apply (or --dry-run), validate, list, show, pause, resume and delete tasks.
     Task(tasks::TaskArgs),
     /// Draw a task's DAG (text, dot, mermaid or json), with a run's step states.
     Graph(graph::GraphArgs),
@@ -75,8 +76,8 @@ pub(super) enum ClientCommand {
     Runs(runs::RunsArgs),
     /// Show, cancel or retry one run.
     Run(runs::RunArgs),
-    /// Show what a run's attempts printed and logged.
-    Logs(runs::RunIdArgs),
+    /// Show what a run's attempts printed and logged, in step order (-f follows a running run).
+    Logs(runs::LogsArgs),
     /// Show a run's state changes.
     Events(runs::RunIdArgs),
     /// List, resolve and requeue dead letters (open ones unless --all).

@@ -177,8 +177,14 @@ mod tests {
     #[test]
     fn a_plugin_version_is_named_either_way_and_once() {
         let both = |p, v| name_and_version(p, v).map_err(|f| f.message);
-        assert_eq!(both("hello@1.0.0", None), Ok(("hello".into(), "1.0.0".into())));
-        assert_eq!(both("hello", Some("1.0.0")), Ok(("hello".into(), "1.0.0".into())));
+        assert_eq!(
+            both("hello@1.0.0", None),
+            Ok(("hello".into(), "1.0.0".into()))
+        );
+        assert_eq!(
+            both("hello", Some("1.0.0")),
+            Ok(("hello".into(), "1.0.0".into()))
+        );
         assert!(both("hello", None).unwrap_err().contains("hello@1.0.0"));
         assert!(both("hello@1.0.0", Some("2.0.0")).is_err());
         assert!(both("@1.0.0", None).is_err());

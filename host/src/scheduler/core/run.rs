@@ -309,7 +309,10 @@ fn outcome(run: &RunState) -> (RunStatus, String) {
     } else if let Some(leaf) = failed_leaf {
         let step = &run.rec.steps[root_cause(run, leaf)];
         // This round's attempts: a retried run counts afresh.
-        let attempts = step.attempts.len().saturating_sub(step.round_start as usize);
+        let attempts = step
+            .attempts
+            .len()
+            .saturating_sub(step.round_start as usize);
         let after = match attempts {
             0 => String::new(),
             1 => " after 1 attempt".into(),
@@ -349,7 +352,13 @@ fn root_cause(run: &RunState, leaf: usize) -> usize {
             continue;
         }
         if steps[i].status == StepStatus::Cancelled {
-            stack.extend(run.graph.upstreams(i).iter().copied().filter(|&u| unsuccessful(u)));
+            stack.extend(
+                run.graph
+                    .upstreams(i)
+                    .iter()
+                    .copied()
+                    .filter(|&u| unsuccessful(u)),
+            );
         } else {
             causes.push(i);
         }

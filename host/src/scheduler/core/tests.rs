@@ -179,7 +179,10 @@ fn a_failing_step_retries_with_backoff_until_max_attempts_then_is_dead() {
     assert_eq!(run.rec.steps[0].status, StepStatus::Dead);
     assert_eq!(advance(&mut run, now, false), [Effect::Finished]);
     assert_eq!(run.rec.status, RunStatus::Failed);
-    assert_eq!(run.rec.reason.as_deref(), Some("step `flaky` dead after 3 attempts"));
+    assert_eq!(
+        run.rec.reason.as_deref(),
+        Some("step `flaky` dead after 3 attempts")
+    );
 }
 
 #[test]
