@@ -298,7 +298,7 @@ fn a_failed_run_names_its_root_cause_and_run_show_lists_every_attempt() {
             ["totals", &(n + 1).to_string(), "failed"],
             "{line}"
         );
-        assert!(line.ends_with("totals cannot add up"), "{line}");
+        assert!(line.contains("totals cannot add up"), "{line}");
     }
 }
 
@@ -315,10 +315,10 @@ fn logs_come_in_step_order_and_follow_a_running_run_to_its_end() {
     let headers: Vec<&str> = followed.lines().filter(|l| l.starts_with("== ")).collect();
     assert_eq!(
         headers,
+        // zeta's third attempt succeeds without a word: no log entry.
         [
             "== step zeta attempt 1 ==",
             "== step zeta attempt 2 ==",
-            "== step zeta attempt 3 ==",
             "== step alpha attempt 1 ==",
             &format!("== run {id} succeeded =="),
         ],
@@ -336,7 +336,7 @@ fn logs_come_in_step_order_and_follow_a_running_run_to_its_end() {
     );
     let v: Value = serde_json::from_str(&ok(&ax(url, &["logs", &id, "--json"], &[]))).unwrap();
     assert_eq!(v["attempts"][0]["step"], "zeta", "{v}");
-    assert_eq!(v["attempts"][3]["step"], "alpha", "{v}");
+    assert_eq!(v["attempts"][2]["step"], "alpha", "{v}");
 }
 
 #[test]
@@ -355,15 +355,14 @@ fn wait_timeout_exits_124_and_an_unknown_task_is_named() {
     assert!(stderr.starts_with("error: timeout: run "), "{stderr}");
     assert!(stderr.contains("it goes on"), "{stderr}");
     let help = ok(&ax(url, &["trigger", "--help"], &[]));
+    let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(help.contains("124 if --timeout passed first"), "{help}");
 
     let stderr = err(&ax(url, &["runs", "--task", "nope"], &[]), 2);
     assert!(stderr.contains("no task `nope`"), "{stderr}");
     // A known task without runs is an empty listing.
-    assert_eq!(
-        ok(&ax(url, &["runs", "--task", "tick", "--json"], &[])).contains("\"runs\": []"),
-        true
-    );
+    let none = ok(&ax(url, &["runs", "--task", "tick", "--json"], &[]));
+    assert!(none.contains("\"runs\": []"), "{none}");
     // A tenant that does not exist: the message names the CLI command.
     let stderr = err(&ax(url, &["task", "list", "--tenant", "nobody"], &[]), 2);
     assert!(stderr.contains("`ax tenant create nobody`"), "{stderr}");

@@ -150,7 +150,7 @@ pub(super) fn diff(old: &str, new: &str) -> String {
                 i += 1;
                 j += 1;
             } else if j < b.len()
-                && (i == a.len() || lcs[i * width + j + 1] >= lcs[(i + 1) * width + j])
+                && (i == a.len() || lcs[i * width + j + 1] > lcs[(i + 1) * width + j])
             {
                 ops.push(('+', b[j]));
                 j += 1;
@@ -188,11 +188,11 @@ mod tests {
 
     #[test]
     fn the_diff_shows_changed_lines_with_context_and_elides_the_rest() {
-        let old = "a\nb\nc\nd\ne\nf\ng\nh\n";
-        let new = "a\nb\nc\nD\ne\nf\ng\nh\ni\n";
+        let old = "a\nb\nc\nd\ne\nf\ng\nh\nj\n";
+        let new = "a\nb\nc\nD\ne\nf\ng\nh\nj\ni\n";
         assert_eq!(
             diff(old, new),
-            "  b\n  c\n- d\n+ D\n  e\n  f\n…\n  g\n  h\n+ i\n"
+            "  b\n  c\n- d\n+ D\n  e\n  f\n…\n  h\n  j\n+ i\n"
         );
         assert_eq!(diff(old, old), "");
         assert_eq!(diff("", "x\ny\n"), "+ x\n+ y\n");
