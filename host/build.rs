@@ -3,6 +3,9 @@
 //! The plugins live in their own workspace and are built into
 //! `<target-dir>/plugins`; their folder is exported as `AX_PLUGIN_DIR`.
 //!
+//! When rustup is there and the toolchain in use lacks the `wasm32-wasip2`
+//! target, this adds it first (`rustup target add`, see `build/wasm_target.rs`).
+//!
 //! Set `AX_SKIP_PLUGIN_BUILD=1` to skip this (the tests that need plugins then fail).
 //! Set `AX_PLUGIN_TARGET_DIR` to build the plugins elsewhere, e.g. when several
 //! checkouts share one `CARGO_TARGET_DIR` but carry different plugins.
@@ -10,6 +13,9 @@
 use std::env;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+#[path = "build/wasm_target.rs"]
+mod wasm_target;
 
 fn main() {
     let manifest_dir = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("set by cargo"));
@@ -32,6 +38,20 @@ fn main() {
     println!("cargo:rustc-env=AX_PLUGIN_DIR={}", wasm_dir.display());
     if env::var_os("AX_SKIP_PLUGIN_BUILD").is_some() {
         return;
+    }
+
+    println!("cargo:rerun-if-changed=build/wasm_target.rs");
+    // The toolchain in use, as rustup's proxies tell cargo and its children.
+    let toolchain = env::var("RUSTUP_TOOLCHAIN").ok();
+    let added = wasm_target::ensure(toolchain.as_deref());
+    match &added {
+        Ok(Some(args)) => println!(
+            "cargo:warning=the {} target was missing; added it with `rustup {}`",
+            wasm_target::WASM_TARGET,
+            args.join(" ")
+        ),
+        Ok(None) => {}
+        Err(e) => println!("cargo:warning={e}"),
     }
 
     let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
@@ -62,9 +82,13 @@ fn main() {
     }
     let status = cmd.status().expect("running cargo to build the plugins");
     if !status.success() {
+        let why = match added {
+            Err(e) => format!("; adding the wasm32-wasip2 target failed: {e}"),
+            Ok(_) => String::new(),
+        };
         panic!(
-            "building the plugins in {} failed ({status}); is the wasm32-wasip2 target installed? \
-             (rust-toolchain.toml asks rustup for it)",
+            "building the plugins in {} failed ({status}){why}; is the wasm32-wasip2 target installed? \
+             (`rustup target add wasm32-wasip2`; rust-toolchain.toml asks rustup for it)",
             plugins.display()
         );
     }

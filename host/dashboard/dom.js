@@ -88,13 +88,22 @@ export function table(headers, rows, attrs = {}) {
   );
 }
 
-/** `2026-11-30 08:30:00` in the browser's zone, the exact instant in a tooltip. */
+/** The browser's zone at instant `d` as its UTC offset: `UTC`, `UTC+08:00`, `UTC-03:30`. */
+export function zoneLabel(d) {
+  const off = -d.getTimezoneOffset();
+  if (off === 0) return "UTC";
+  const abs = Math.abs(off);
+  const pad = (n) => String(n).padStart(2, "0");
+  return `UTC${off > 0 ? "+" : "-"}${pad(Math.floor(abs / 60))}:${pad(abs % 60)}`;
+}
+
+/** `2026-11-30 08:30:00 UTC+08:00` in the browser's zone, labelled with it; the exact instant in a tooltip. */
 export function when(iso) {
   if (!iso) return "-";
   const d = new Date(iso);
   if (isNaN(d)) return String(iso);
   const pad = (n) => String(n).padStart(2, "0");
-  const text = `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
+  const text = `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())} ${zoneLabel(d)}`;
   return h("time", { datetime: iso, title: iso }, text);
 }
 

@@ -59,6 +59,14 @@ function attemptsTable(rows) {
   );
 }
 
+/** A step's output, or why it ended: an error in red, but a skipped step's
+ * reason (a false condition, an upstream skipped) is no error: muted text. */
+function stepResult(st) {
+  if (st.status === "skipped") return h("span", { class: "muted skip-reason" }, st.error ? `skipped: ${st.error}` : "skipped");
+  if (st.error) return h("pre", { class: "error-text" }, st.error);
+  return st.output !== null && st.output !== undefined ? jsonBlock(st.output) : "-";
+}
+
 /** State changes and log lines of every attempt, in time order. */
 function mergedTimeline(run, events, logs) {
   const t0 = ms(run.created_at);
@@ -164,7 +172,7 @@ export async function runPage(ctx, id) {
         st.name,
         badge(st.status),
         String((st.attempts || []).length),
-        st.error ? h("pre", { class: "error-text" }, st.error) : st.output !== null && st.output !== undefined ? jsonBlock(st.output) : "-",
+        stepResult(st),
       ]),
       { id: "steps" },
     ),

@@ -157,6 +157,16 @@ pub async fn start(config: Config, demo: bool) -> anyhow::Result<Server> {
         .memory
         .validate()
         .map_err(|e| anyhow::anyhow!("config: memory.{e}"))?;
+    // The port first: a taken one stops ax before it writes the data
+    // directory, uploads the demo or prints a new admin token.
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| {
+            format!(
+                "listening on {} (is another ax running? pick a free address with --listen)",
+                config.listen
+            )
+        })?;
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("creating the data directory {}", config.data_dir.display()))?;
     let store: Arc<dyn Store> = Arc::new(SledStore::open_with_cache(
@@ -273,9 +283,6 @@ pub async fn start(config: Config, demo: bool) -> anyhow::Result<Server> {
     if demo {
         load_demo(&ax).await?;
     }
-    let listener = tokio::net::TcpListener::bind(config.listen)
-        .await
-        .with_context(|| format!("listening on {}", config.listen))?;
     let addr = listener.local_addr()?;
     let state = ApiState {
         ax: ax.clone(),

@@ -54,8 +54,10 @@ impl Chromedriver {
             .and_then(|l| l.local_addr())
             .expect("a free port")
             .port();
+        // A zone with an offset, so the pages' zone labels are seen to say it.
         let child = Command::new(&path)
             .arg(format!("--port={port}"))
+            .env("TZ", "Asia/Shanghai")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -353,6 +355,33 @@ fn dashboard_signs_in_runs_a_task_and_shows_its_logs() {
                         "whisper=node st-skipped"
                     ])
                 );
+                // The skipped step says why, muted: no error styling.
+                let whisper = b
+                    .client
+                    .execute(
+                        "const r = [...document.querySelectorAll('#steps tbody tr')].find(r => r.cells[0].textContent === 'whisper'); return [r.querySelectorAll('.error-text').length, r.querySelector('.skip-reason')?.textContent ?? null];",
+                        vec![],
+                    )
+                    .await
+                    .unwrap();
+                assert_eq!(whisper[0], json!(0), "{whisper}");
+                assert!(
+                    whisper[1]
+                        .as_str()
+                        .is_some_and(|t| t.starts_with("skipped: condition is false")),
+                    "{whisper}"
+                );
+                // Every instant shown says its zone (the browser's, Asia/Shanghai here).
+                let times = b
+                    .client
+                    .execute("return [...document.querySelectorAll('main time')].map(t => t.textContent);", vec![])
+                    .await
+                    .unwrap();
+                let times = times.as_array().unwrap();
+                assert!(!times.is_empty());
+                for t in times {
+                    assert!(t.as_str().unwrap().ends_with(" UTC+08:00"), "{t}");
+                }
                 let attempts = b
                     .client
                     .execute("return document.querySelectorAll('#attempts tbody tr').length;", vec![])
@@ -424,6 +453,7 @@ fn dashboard_signs_in_runs_a_task_and_shows_its_logs() {
                     .unwrap();
                 let page = page.as_str().unwrap();
                 assert!(page.contains("Retry failed steps"), "{page}");
+                assert!(page.contains("step `flaky` dead after 3 attempts"), "{page}");
                 assert!(page.contains("upstream <i>down</i>"), "{page}");
                 let injected = b
                     .client

@@ -119,7 +119,7 @@ impl FromRequestParts<ApiState> for Caller {
         };
         if !state.ax.tenant_exists(&tenant) {
             return Err(ApiError::NotFound(format!(
-                "tenant `{tenant}` not found; create it with POST /v1/tenants"
+                "tenant `{tenant}` not found; create it with `ax tenant create {tenant}` (POST /v1/tenants)"
             )));
         }
         Ok(Caller {

@@ -4,6 +4,25 @@
 //! over HTTP and need no async runtime; `ax completions SHELL` prints a
 //! completion script (clap_complete), `ax status` a health summary.
 
+// Every command below prints through these two: a closed stdout (`ax runs |
+// head -1`) ends the command quietly with exit 0 instead of std's panic
+// ("failed printing to stdout: Broken pipe", exit 101). They shadow std's
+// macros of the same name for the modules declared after them.
+macro_rules! println {
+    () => {
+        $crate::cli::write_stdout(format_args!("\n"))
+    };
+    ($($arg:tt)*) => {
+        $crate::cli::write_stdout(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
+macro_rules! print {
+    ($($arg:tt)*) => {
+        $crate::cli::write_stdout(format_args!($($arg)*))
+    };
+}
+
 mod client;
 mod exec;
 mod term;
@@ -429,6 +448,20 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 _ => Ok(ExitCode::SUCCESS),
             }
         }
+    }
+}
+
+/// Writes to stdout for `print!`/`println!` in this module. A reader that
+/// went away (a closed pipe) ends the process at once with exit 0, as
+/// `head` expects of its writers; any other write error ends it with exit 2.
+pub(crate) fn write_stdout(args: std::fmt::Arguments<'_>) {
+    use std::io::Write as _;
+    if let Err(e) = std::io::stdout().lock().write_fmt(args) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("error: io: writing to stdout: {e}");
+        std::process::exit(2);
     }
 }
 

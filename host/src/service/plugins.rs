@@ -194,7 +194,7 @@ impl Ax {
             .collect();
         if !users.is_empty() {
             return Err(Error::Conflict(format!(
-                "plugin {name}@{version} is used by task(s) {}",
+                "plugin {name}@{version} is used by task(s) {}; apply them with another version (`ax task apply`) or delete them (`ax task delete`) first",
                 users.join(", ")
             )));
         }

@@ -144,7 +144,10 @@ impl Client {
         let code = error["code"].as_str().unwrap_or("http_error").to_string();
         let mut message = match error["message"].as_str() {
             Some(m) => m.to_string(),
-            None => format!("{method} {path} answered {status}: {value}"),
+            None => format!(
+                "the server answered `{}` with {status} ({method} {path}): {value}",
+                invoked_command()
+            ),
         };
         if status == 401 && self.token.is_none() {
             message.push_str(" (set AX_TOKEN or pass --token)");
@@ -159,6 +162,20 @@ impl Client {
     pub(super) fn post(&self, path: &str, body: Body) -> Result<(u16, Value), Failure> {
         self.call("POST", path, body)
     }
+}
+
+/// The command being run, for messages: `ax` and its subcommand words
+/// (arguments up to the first flag, at most three).
+fn invoked_command() -> String {
+    let words: Vec<String> = std::env::args()
+        .skip(1)
+        .take_while(|a| !a.starts_with('-'))
+        .take(3)
+        .collect();
+    std::iter::once("ax".to_string())
+        .chain(words)
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Percent-encodes a path segment or query value.

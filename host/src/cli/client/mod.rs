@@ -1,11 +1,12 @@
 //! The client subcommands (`ax plugin`, `ax task`, `ax graph`, `ax trigger`,
 //! `ax runs`, `ax run`, `ax logs`, `ax events`, `ax dead-letters`, `ax cron`,
-//! `ax status`, `ax tenant`): thin wrappers over the HTTP API (docs/API.md) that print aligned tables, or the
+//! `ax status`, `ax tenant`, `ax secret`): thin wrappers over the HTTP API (docs/API.md) that print aligned tables, or the
 //! server's JSON with `--json`. They block on plain HTTP calls (ureq) and
 //! need no async runtime. `ax cron next` computes locally, without a server.
 //!
-//! Exit codes: 0 done, 1 a waited-for run did not succeed, 2 an error
-//! (printed as `error: CODE: message`).
+//! Exit codes: 0 done, 1 a waited-for run did not succeed (failed or
+//! cancelled), 2 an error (printed as `error: CODE: message`), 124 a wait
+//! that reached its `--timeout` first (as `timeout(1)` exits; the run goes on).
 //!
 //! What people read is made terminal-safe by [`crate::cli::term::safe`]: every
 //! string from the server goes through [`output::cell`] (one line) or, for text
@@ -25,7 +26,9 @@ mod http;
 mod output;
 mod plugins;
 mod runs;
+mod secrets;
 mod status;
+mod task_check;
 mod tasks;
 mod tenant;
 mod trigger;
@@ -61,9 +64,9 @@ pub(super) struct Conn {
 /// Client subcommands, flattened into the top-level `ax` command.
 #[derive(Debug, Subcommand)]
 pub(super) enum ClientCommand {
-    /// Upload and list plugins.
+    /// Upload, list and delete plugins.
     Plugin(plugins::PluginArgs),
-    /// Apply, list, show, pause, resume and delete tasks.
+    /// Apply (or --dry-run), validate, list, show, pause, resume and delete tasks.
     Task(tasks::TaskArgs),
     /// Draw a task's DAG (text, dot, mermaid or json), with a run's step states.
     Graph(graph::GraphArgs),
@@ -73,8 +76,8 @@ pub(super) enum ClientCommand {
     Runs(runs::RunsArgs),
     /// Show, cancel or retry one run.
     Run(runs::RunArgs),
-    /// Show what a run's attempts printed and logged.
-    Logs(runs::RunIdArgs),
+    /// Show what a run's attempts printed and logged, in step order (-f follows a running run).
+    Logs(runs::LogsArgs),
     /// Show a run's state changes.
     Events(runs::RunIdArgs),
     /// List, resolve and requeue dead letters (open ones unless --all).
@@ -86,6 +89,8 @@ pub(super) enum ClientCommand {
     Status(status::StatusArgs),
     /// Tenants, their quotas, tokens and usage (admin token).
     Tenant(tenant::TenantArgs),
+    /// Set, list and delete the tenant's secrets (values are write-only).
+    Secret(secrets::SecretArgs),
 }
 
 /// A failed command: what `error: CODE: message` prints.
@@ -121,19 +126,28 @@ pub(super) fn run(command: ClientCommand) -> ExitCode {
         ClientCommand::Cron(cron::CronCommand::Next(args)) => cron::cron_next(args),
         ClientCommand::Status(args) => status::status(args),
         ClientCommand::Tenant(args) => tenant::tenant(args),
+        ClientCommand::Secret(args) => secrets::secret(args),
     };
     match result {
         Ok(code) => code,
         Err(f) => {
-            eprintln!(
-                "error: {}: {}",
-                safe(&f.code, Layout::Line),
-                safe(&f.message, Layout::Line)
-            );
+            report(&f);
             ExitCode::from(2)
         }
     }
 }
+
+/// Prints a failure on stderr as `error: CODE: message`.
+fn report(f: &Failure) {
+    eprintln!(
+        "error: {}: {}",
+        safe(&f.code, Layout::Line),
+        safe(&f.message, Layout::Line)
+    );
+}
+
+/// Exit code of a wait that reached its `--timeout` while the run goes on.
+const EXIT_WAIT_TIMED_OUT: u8 = 124;
 
 fn done() -> Outcome {
     Ok(ExitCode::SUCCESS)

@@ -1,11 +1,11 @@
-//! `ax plugin push|list`: upload a component (with a progress bar) and list
-//! the tenant's plugins.
+//! `ax plugin push|list|delete`: upload a component (with a progress bar),
+//! list the tenant's plugins, delete a version no task uses.
 
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 
-use super::http::{Body, Client, query};
+use super::http::{Body, Client, enc, query};
 use super::output::{cell, items, print_json, short_digest, table};
 use super::{Conn, Failure, Outcome, done};
 
@@ -34,6 +34,42 @@ enum PluginCommand {
     },
     /// List the tenant's plugins.
     List,
+    /// Delete a plugin version (refused while a task names that exact version).
+    #[command(disable_version_flag = true)]
+    Delete {
+        /// `NAME@VERSION`, or `NAME` with the version as the next argument.
+        plugin: String,
+        /// The version, when not given as `NAME@VERSION`.
+        #[arg(value_name = "VERSION")]
+        plugin_version: Option<String>,
+    },
+}
+
+/// `hello@1.0.0`, or `hello` and `1.0.0`: the name and the version.
+fn name_and_version(plugin: &str, version: Option<&str>) -> Result<(String, String), Failure> {
+    let (name, v) = match (plugin.split_once('@'), version) {
+        (Some((n, v)), None) => (n, v),
+        (None, Some(v)) => (plugin, v),
+        (Some(_), Some(_)) => {
+            return Err(Failure::new(
+                "usage",
+                format!("`{plugin}` names a version already; drop the extra argument"),
+            ));
+        }
+        (None, None) => {
+            return Err(Failure::new(
+                "usage",
+                format!("which version of `{plugin}`? e.g. `ax plugin delete {plugin}@1.0.0`"),
+            ));
+        }
+    };
+    if name.is_empty() || v.is_empty() {
+        return Err(Failure::new(
+            "usage",
+            format!("`{plugin}` is not NAME@VERSION"),
+        ));
+    }
+    Ok((name.to_string(), v.to_string()))
 }
 
 pub(super) fn plugin(args: PluginArgs) -> Outcome {
@@ -114,6 +150,44 @@ pub(super) fn plugin(args: PluginArgs) -> Outcome {
                 );
             }
         }
+        PluginCommand::Delete {
+            plugin,
+            plugin_version,
+        } => {
+            let (name, version) = name_and_version(&plugin, plugin_version.as_deref())?;
+            client.call(
+                "DELETE",
+                &format!("/v1/plugins/{}/{}", enc(&name), enc(&version)),
+                Body::None,
+            )?;
+            if args.conn.json {
+                print_json(&serde_json::json!({ "deleted": { "name": name, "version": version } }));
+            } else {
+                println!("deleted: {}@{}", cell(&name.into()), cell(&version.into()));
+            }
+        }
     }
     done()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_plugin_version_is_named_either_way_and_once() {
+        let both = |p, v| name_and_version(p, v).map_err(|f| f.message);
+        assert_eq!(
+            both("hello@1.0.0", None),
+            Ok(("hello".into(), "1.0.0".into()))
+        );
+        assert_eq!(
+            both("hello", Some("1.0.0")),
+            Ok(("hello".into(), "1.0.0".into()))
+        );
+        assert!(both("hello", None).unwrap_err().contains("hello@1.0.0"));
+        assert!(both("hello@1.0.0", Some("2.0.0")).is_err());
+        assert!(both("@1.0.0", None).is_err());
+        assert!(both("hello@", None).is_err());
+    }
 }

@@ -70,6 +70,18 @@ pub(in crate::cli) struct RunIdArgs {
     run: String,
 }
 
+#[derive(Debug, Args)]
+pub(in crate::cli) struct LogsArgs {
+    #[command(flatten)]
+    conn: Conn,
+    /// Run id.
+    run: String,
+    /// Follow a running run: print each attempt's logs as it ends, until
+    /// the run ends (with --json: one attempt's JSON per line).
+    #[arg(short = 'f', long)]
+    follow: bool,
+}
+
 fn run_row(r: &Value) -> Vec<String> {
     vec![
         cell(&r["id"]),
@@ -86,13 +98,18 @@ pub(super) fn runs(args: RunsArgs) -> Outcome {
     let path = format!(
         "/v1/runs{}",
         query(&[
-            ("task", args.task),
+            ("task", args.task.clone()),
             ("status", args.status),
             ("limit", Some(args.limit.to_string())),
             ("cursor", args.cursor)
         ])
     );
     let v = client.get(&path)?;
+    if let Some(task) = &args.task
+        && items(&v["runs"]).len() == 0
+    {
+        known_task(&client, task)?;
+    }
     if args.conn.json {
         print_json(&v);
         return done();
@@ -116,6 +133,18 @@ pub(super) fn runs(args: RunsArgs) -> Outcome {
         println!("more: --cursor {}", cell(&v["next_cursor"]));
     }
     done()
+}
+
+/// No runs of `task`: an error when no such task exists either (runs of a
+/// deleted task stay, so only an empty listing asks).
+fn known_task(client: &Client, task: &str) -> Result<(), super::Failure> {
+    match client.get(&format!("/v1/tasks/{}", enc(task))) {
+        Err(f) if f.code == "not_found" => Err(super::Failure::new(
+            "not_found",
+            format!("no task `{task}` (`ax task list` shows the tasks)"),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// A run for people: its fields, a table of steps, then outputs and errors.
@@ -176,6 +205,37 @@ pub(super) fn print_run(r: &Value) {
             &rows
         )
     );
+    let attempt_rows: Vec<Vec<String>> = steps
+        .iter()
+        .flat_map(|s| items(&s["attempts"]).map(move |a| (s, a)))
+        .map(|(s, a)| {
+            vec![
+                cell(&s["name"]),
+                cell(&a["number"]),
+                if a["outcome"].is_null() {
+                    "running".into()
+                } else {
+                    cell(&a["outcome"])
+                },
+                cell(&a["started_at"]),
+                a["duration_ms"]
+                    .as_f64()
+                    .filter(|_| !a["outcome"].is_null())
+                    .map_or_else(|| "-".into(), human_ms),
+                cell(&a["error"]),
+            ]
+        })
+        .collect();
+    if !attempt_rows.is_empty() {
+        println!();
+        print!(
+            "{}",
+            table(
+                &["STEP", "ATTEMPT", "OUTCOME", "STARTED", "TIME", "ERROR"],
+                &attempt_rows
+            )
+        );
+    }
     for s in steps {
         if !s["output"].is_null() {
             // As JSON (a string output keeps its quotes), made terminal-safe.
@@ -224,48 +284,96 @@ pub(super) fn run_command(args: RunArgs) -> Outcome {
     done()
 }
 
-pub(super) fn logs(args: RunIdArgs) -> Outcome {
-    let client = Client::new(&args.conn);
-    let v = client.get(&format!("/v1/runs/{}/logs", enc(&args.run)))?;
-    if args.conn.json {
-        print_json(&v);
-        return done();
-    }
-    for a in v["attempts"]
-        .as_array()
-        .map(Vec::as_slice)
-        .unwrap_or_default()
-    {
-        println!(
-            "== step {} attempt {} ==",
-            cell(&a["step"]),
-            cell(&a["attempt"])
+/// The attempts of a logs answer in step order (the run's), then by number.
+fn in_step_order(logs: &Value, run: &Value) -> Vec<Value> {
+    let position = |name: &Value| {
+        items(&run["steps"])
+            .position(|s| s["name"] == *name)
+            .unwrap_or(usize::MAX)
+    };
+    let mut attempts: Vec<Value> = items(&logs["attempts"]).cloned().collect();
+    attempts.sort_by_key(|a| (position(&a["step"]), a["attempt"].as_u64().unwrap_or(0)));
+    attempts
+}
+
+/// One attempt's logs for people: a header, log lines, stdout and stderr.
+fn print_attempt_logs(a: &Value) {
+    println!(
+        "== step {} attempt {} ==",
+        cell(&a["step"]),
+        cell(&a["attempt"])
+    );
+    for l in items(&a["logs"]) {
+        let fields: Vec<String> = items(&l["fields"])
+            .map(|kv| format!("{}={}", cell(&kv[0]), cell(&kv[1])))
+            .collect();
+        let line = format!(
+            "{:>7}ms {:<5} {} {}",
+            cell(&l["at_ms"]),
+            cell(&l["level"]),
+            cell(&l["message"]),
+            fields.join(" ")
         );
-        for l in a["logs"].as_array().map(Vec::as_slice).unwrap_or_default() {
-            let fields: Vec<String> = items(&l["fields"])
-                .map(|kv| format!("{}={}", cell(&kv[0]), cell(&kv[1])))
-                .collect();
-            let line = format!(
-                "{:>7}ms {:<5} {} {}",
-                cell(&l["at_ms"]),
-                cell(&l["level"]),
-                cell(&l["message"]),
-                fields.join(" ")
-            );
-            println!("{}", line.trim_end());
-        }
-        for stream in ["stdout", "stderr"] {
-            let text = a[stream].as_str().unwrap_or_default();
-            if !text.is_empty() {
-                println!("-- {stream} --");
-                print!("{}", safe(text, Layout::Block));
-                if !text.ends_with('\n') {
-                    println!();
-                }
+        println!("{}", line.trim_end());
+    }
+    for stream in ["stdout", "stderr"] {
+        let text = a[stream].as_str().unwrap_or_default();
+        if !text.is_empty() {
+            println!("-- {stream} --");
+            print!("{}", safe(text, Layout::Block));
+            if !text.ends_with('\n') {
+                println!();
             }
         }
     }
-    done()
+}
+
+/// How often `ax logs -f` asks again.
+const FOLLOW_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
+
+pub(super) fn logs(args: LogsArgs) -> Outcome {
+    let client = Client::new(&args.conn);
+    let run_path = format!("/v1/runs/{}", enc(&args.run));
+    let logs_path = format!("/v1/runs/{}/logs", enc(&args.run));
+    if !args.follow {
+        let run = client.get(&run_path)?;
+        let v = client.get(&logs_path)?;
+        let attempts = in_step_order(&v, &run);
+        if args.conn.json {
+            print_json(&serde_json::json!({ "attempts": attempts }));
+        } else {
+            attempts.iter().for_each(print_attempt_logs);
+        }
+        return done();
+    }
+    // An attempt's logs are stored once, when it ends: print each once.
+    let mut printed = std::collections::HashSet::new();
+    loop {
+        // The run first: logs read after it ended are its last ones.
+        let run = client.get(&run_path)?;
+        let ended = matches!(
+            run["status"].as_str(),
+            Some("succeeded" | "failed" | "cancelled")
+        );
+        let v = client.get(&logs_path)?;
+        for a in in_step_order(&v, &run) {
+            if !printed.insert((cell(&a["step"]), cell(&a["attempt"]))) {
+                continue;
+            }
+            if args.conn.json {
+                println!("{a}");
+            } else {
+                print_attempt_logs(&a);
+            }
+        }
+        if ended {
+            if !args.conn.json {
+                println!("== run {} {} ==", cell(&run["id"]), cell(&run["status"]));
+            }
+            return done();
+        }
+        std::thread::sleep(FOLLOW_EVERY);
+    }
 }
 
 pub(super) fn events(args: RunIdArgs) -> Outcome {
@@ -300,4 +408,27 @@ pub(super) fn events(args: RunIdArgs) -> Outcome {
         )
     );
     done()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn logs_come_in_the_runs_step_order_then_by_attempt() {
+        let run = json!({"steps": [{"name": "extract"}, {"name": "pack"}, {"name": "notify"}]});
+        let logs = json!({"attempts": [
+            {"step": "notify", "attempt": 1},
+            {"step": "extract", "attempt": 2},
+            {"step": "pack", "attempt": 1},
+            {"step": "extract", "attempt": 1},
+        ]});
+        let order: Vec<String> = in_step_order(&logs, &run)
+            .iter()
+            .map(|a| format!("{}#{}", cell(&a["step"]), cell(&a["attempt"])))
+            .collect();
+        assert_eq!(order, ["extract#1", "extract#2", "pack#1", "notify#1"]);
+    }
 }

@@ -1,5 +1,5 @@
-//! `ax task apply|list|show|pause|resume|delete|next`: a task's definition
-//! and its trigger.
+//! `ax task apply|validate|list|show|pause|resume|delete|next`: a task's
+//! definition and its trigger (checks before saving: [`super::task_check`]).
 
 use std::io::Read as _;
 use std::path::PathBuf;
@@ -26,6 +26,14 @@ enum TaskCommand {
     Apply {
         /// The definition file.
         #[arg(short = 'f', long = "file")]
+        file: PathBuf,
+        /// Check the definition and show a diff against the stored one; store nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Check a definition (YAML or JSON, `-` reads stdin) without saving it.
+    Validate {
+        /// The definition file.
         file: PathBuf,
     },
     /// List tasks.
@@ -104,7 +112,18 @@ pub(super) fn task(args: TaskArgs) -> Outcome {
         }
     };
     match args.command {
-        TaskCommand::Apply { file } => {
+        TaskCommand::Validate { file } => {
+            let text = read_definition(&file)?;
+            return super::task_check::validate(&client, &text, &file.display().to_string());
+        }
+        TaskCommand::Apply {
+            file,
+            dry_run: true,
+        } => {
+            let text = read_definition(&file)?;
+            return super::task_check::dry_run(&client, &text, &file.display().to_string());
+        }
+        TaskCommand::Apply { file, .. } => {
             let text = read_definition(&file)?;
             // The URL names the task: read the name with the server's own parser.
             let spec = crate::task::parse(&text).map_err(|e| {

@@ -1,5 +1,6 @@
 //! `ax trigger TASK [--wait]`: start a run now and, with `--wait`, poll it
-//! to its end behind a progress bar; the exit code says whether it succeeded.
+//! to its end behind a progress bar; the exit code says whether it
+//! succeeded (0), did not (1), or was still going at `--timeout` (124).
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -27,10 +28,11 @@ pub(in crate::cli) struct TriggerArgs {
     /// Priority 0..=9 (higher first); default: the task's.
     #[arg(long)]
     priority: Option<u8>,
-    /// Wait for the run to end; exit 0 if it succeeded, 1 otherwise.
+    /// Wait for the run to end; exit 0 if it succeeded, 1 if it failed or
+    /// was cancelled, 124 if --timeout passed first, 2 on an error.
     #[arg(long)]
     wait: bool,
-    /// With --wait: give up after this long.
+    /// With --wait: stop waiting after this long and exit 124 (the run goes on).
     #[arg(long, default_value = "60s", value_parser = crate::cli::parse_duration, requires = "wait")]
     timeout: Duration,
 }
@@ -67,7 +69,13 @@ pub(super) fn trigger(args: TriggerArgs) -> Outcome {
         return done();
     }
     let id = cell(&run["id"]);
-    let run = wait_for(&client, &id, run, args.timeout)?;
+    let run = match wait_for(&client, &id, run, args.timeout) {
+        Err(f) if f.code == "timeout" => {
+            super::report(&f);
+            return Ok(ExitCode::from(super::EXIT_WAIT_TIMED_OUT));
+        }
+        waited => waited?,
+    };
     if args.conn.json {
         print_json(&run);
     } else {
@@ -150,7 +158,7 @@ fn wait_for(
             return Err(Failure::new(
                 "timeout",
                 format!(
-                    "run {id} is still {} after {}",
+                    "run {id} is still {} after {}; it goes on (`ax run show {id}`)",
                     cell(&run["status"]),
                     humantime::format_duration(timeout)
                 ),

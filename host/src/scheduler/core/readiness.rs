@@ -62,6 +62,34 @@ impl Graph {
         self.downs[i].is_empty()
     }
 
+    /// The steps `i` needs.
+    pub(crate) fn upstreams(&self, i: usize) -> &[usize] {
+        &self.ups[i]
+    }
+
+    /// Each step's position in a topological order (Kahn's, taking ready
+    /// steps in spec order): an upstream always comes before its dependants.
+    pub(crate) fn topological_positions(&self) -> Vec<usize> {
+        let n = self.ups.len();
+        let mut waiting: Vec<usize> = self.ups.iter().map(Vec::len).collect();
+        let mut ready: std::collections::BTreeSet<usize> =
+            (0..n).filter(|&i| waiting[i] == 0).collect();
+        // Steps left on a cycle (refused on save) keep the last positions.
+        let mut position = vec![n; n];
+        let mut next = 0;
+        while let Some(i) = ready.pop_first() {
+            position[i] = next;
+            next += 1;
+            for &d in &self.downs[i] {
+                waiting[d] -= 1;
+                if waiting[d] == 0 {
+                    ready.insert(d);
+                }
+            }
+        }
+        position
+    }
+
     /// `i` and every step downstream of it, transitively.
     pub(crate) fn with_descendants(&self, i: usize) -> Vec<usize> {
         let mut seen = vec![false; self.downs.len()];

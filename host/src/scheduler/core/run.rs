@@ -290,35 +290,81 @@ pub(crate) fn advance(
 /// The status of a run whose steps all ended. Like Airflow: the run's
 /// result is its leaf steps' results. A failure handled downstream
 /// (`one_success`, `all_done`) does not fail the run; an unhandled one
-/// reaches a leaf as `cancelled`.
+/// reaches a leaf as `cancelled`. The reason names the root cause
+/// ([`root_cause`]), not the cancelled leaf it reached.
 fn outcome(run: &RunState) -> (RunStatus, String) {
     let graph = &run.graph;
-    let failed = run
-        .rec
-        .steps
-        .iter()
-        .enumerate()
-        .find(|(i, s)| {
-            graph.is_leaf(*i)
-                && matches!(
-                    s.status,
-                    StepStatus::Failed | StepStatus::Dead | StepStatus::Cancelled
-                )
-        })
-        .map(|(_, s)| s);
+    let failed_leaf = run.rec.steps.iter().enumerate().position(|(i, s)| {
+        graph.is_leaf(i)
+            && matches!(
+                s.status,
+                StepStatus::Failed | StepStatus::Dead | StepStatus::Cancelled
+            )
+    });
     if run.cancelled {
         (
             RunStatus::Cancelled,
             run.rec.reason.clone().unwrap_or_else(|| "cancelled".into()),
         )
-    } else if let Some(step) = failed {
+    } else if let Some(leaf) = failed_leaf {
+        let step = &run.rec.steps[root_cause(run, leaf)];
+        // This round's attempts: a retried run counts afresh.
+        let attempts = step
+            .attempts
+            .len()
+            .saturating_sub(step.round_start as usize);
+        let after = match attempts {
+            0 => String::new(),
+            1 => " after 1 attempt".into(),
+            n => format!(" after {n} attempts"),
+        };
         (
             RunStatus::Failed,
-            format!("step `{}` {}", step.name, step_status_name(step.status)),
+            format!(
+                "step `{}` {}{after}",
+                step.name,
+                step_status_name(step.status)
+            ),
         )
     } else {
         (RunStatus::Succeeded, String::new())
     }
+}
+
+/// The step whose failure made step `leaf` end unsuccessfully: from a
+/// cancelled step, up through the upstreams that ended unsuccessfully
+/// (cancelled ones lead further up), to the failed or dead ones; of those
+/// the first in topological order (spec order among equals). `leaf` itself
+/// when it failed, or when nothing upstream did (cancelled for another reason).
+fn root_cause(run: &RunState, leaf: usize) -> usize {
+    let steps = &run.rec.steps;
+    let unsuccessful = |i: usize| {
+        matches!(
+            steps[i].status,
+            StepStatus::Failed | StepStatus::Dead | StepStatus::Cancelled
+        )
+    };
+    let mut seen = vec![false; steps.len()];
+    let mut stack = vec![leaf];
+    let mut causes = Vec::new();
+    while let Some(i) = stack.pop() {
+        if std::mem::replace(&mut seen[i], true) {
+            continue;
+        }
+        if steps[i].status == StepStatus::Cancelled {
+            stack.extend(
+                run.graph
+                    .upstreams(i)
+                    .iter()
+                    .copied()
+                    .filter(|&u| unsuccessful(u)),
+            );
+        } else {
+            causes.push(i);
+        }
+    }
+    let order = run.graph.topological_positions();
+    causes.into_iter().min_by_key(|&i| order[i]).unwrap_or(leaf)
 }
 
 /// Takes up the result of step `i`'s condition, evaluated under `token`:

@@ -179,7 +179,10 @@ fn a_failing_step_retries_with_backoff_until_max_attempts_then_is_dead() {
     assert_eq!(run.rec.steps[0].status, StepStatus::Dead);
     assert_eq!(advance(&mut run, now, false), [Effect::Finished]);
     assert_eq!(run.rec.status, RunStatus::Failed);
-    assert_eq!(run.rec.reason.as_deref(), Some("step `flaky` dead"));
+    assert_eq!(
+        run.rec.reason.as_deref(),
+        Some("step `flaky` dead after 3 attempts")
+    );
 }
 
 #[test]
@@ -240,7 +243,47 @@ fn a_failed_upstream_cancels_its_dependants_and_fails_the_run() {
     );
     assert_eq!(statuses(&run), [StepStatus::Failed, StepStatus::Cancelled]);
     assert_eq!(run.rec.status, RunStatus::Failed);
-    assert_eq!(run.rec.reason.as_deref(), Some("step `b` cancelled"));
+    // The reason names the failed step, not the cancelled leaf it reached.
+    assert_eq!(run.rec.reason.as_deref(), Some("step `a` failed"));
+}
+
+#[test]
+fn a_failed_runs_reason_names_the_root_cause_not_a_cancelled_leaf() {
+    // extract → totals → {small_day, big_day}; `noise` fails too, but
+    // `audit` (all_done) handles it, so it is no cause; totals comes first
+    // in the DAG among the causes reaching the cancelled leaves.
+    let mut run = state(
+        "name: p\nsteps:\n  - { name: small_day, needs: [totals], plugin: x@1.0.0 }\n  - { name: big_day, needs: [totals, late], plugin: x@1.0.0 }\n  - { name: late, needs: [totals], plugin: x@1.0.0 }\n  - { name: totals, needs: [extract], plugin: x@1.0.0 }\n  - { name: extract, plugin: x@1.0.0 }\n  - { name: noise, plugin: x@1.0.0 }\n  - { name: audit, needs: [noise], plugin: x@1.0.0, trigger_rule: all_done }\n",
+    );
+    advance(&mut run, T0, false);
+    run.rec.steps[4].status = StepStatus::Succeeded;
+    run.rec.steps[5].status = StepStatus::Failed;
+    advance(&mut run, T0, false);
+    // totals: dead after three attempts, after two of an earlier round.
+    for _ in 0..5 {
+        begin(&mut run, 3, T0);
+    }
+    run.rec.steps[3].round_start = 2;
+    run.rec.steps[3].status = StepStatus::Dead;
+    run.rec.steps[6].status = StepStatus::Succeeded;
+    advance(&mut run, T0, false);
+    assert_eq!(
+        statuses(&run),
+        [
+            StepStatus::Cancelled,
+            StepStatus::Cancelled,
+            StepStatus::Cancelled,
+            StepStatus::Dead,
+            StepStatus::Succeeded,
+            StepStatus::Failed,
+            StepStatus::Succeeded
+        ]
+    );
+    assert_eq!(run.rec.status, RunStatus::Failed);
+    assert_eq!(
+        run.rec.reason.as_deref(),
+        Some("step `totals` dead after 3 attempts")
+    );
 }
 
 #[test]
