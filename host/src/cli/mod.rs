@@ -2,10 +2,12 @@
 //! server); `ax bench` measures the runtime; the client commands (`ax plugin`,
 //! `ax task`, `ax trigger`, `ax runs`, …, see [`client`]) talk to a server
 //! over HTTP and need no async runtime; `ax completions SHELL` prints a
-//! completion script (clap_complete), `ax status` a health summary.
+//! completion script (clap_complete), `ax status` a health summary; `ax plugin
+//! new` writes a plugin project ([`scaffold`]).
 
 mod client;
 mod exec;
+mod scaffold;
 mod term;
 
 use std::path::PathBuf;
