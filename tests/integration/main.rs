@@ -21,6 +21,7 @@ mod openapi;
 mod plugins_quota;
 mod retention;
 mod sandbox;
+mod scaffold;
 mod serve_cli;
 mod tenants;
 mod terminal;
