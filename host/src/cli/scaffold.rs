@@ -41,6 +41,35 @@ const SOURCE_SDK: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../plugin-sdk");
 
 const TASK: &str = include_str!("scaffold/task.yaml");
 
+/// Each language's files: (path in the project, template).
+const RUST: &[(&str, &str)] = &[
+    ("Cargo.toml", include_str!("scaffold/rust/Cargo.toml")),
+    (
+        "rust-toolchain.toml",
+        include_str!("scaffold/rust/rust-toolchain.toml"),
+    ),
+    ("src/lib.rs", include_str!("scaffold/rust/lib.rs")),
+    ("README.md", include_str!("scaffold/rust/README.md")),
+    (".gitignore", include_str!("scaffold/rust/gitignore")),
+];
+const PYTHON: &[(&str, &str)] = &[
+    ("app.py", include_str!("scaffold/python/app.py")),
+    (
+        "requirements.txt",
+        include_str!("scaffold/python/requirements.txt"),
+    ),
+    // Made executable.
+    ("build.sh", include_str!("scaffold/python/build.sh")),
+    ("README.md", include_str!("scaffold/python/README.md")),
+    (".gitignore", include_str!("scaffold/python/gitignore")),
+];
+const JS: &[(&str, &str)] = &[
+    ("app.js", include_str!("scaffold/js/app.js")),
+    ("package.json", include_str!("scaffold/js/package.json")),
+    ("README.md", include_str!("scaffold/js/README.md")),
+    (".gitignore", include_str!("scaffold/js/gitignore")),
+];
+
 /// The language of a new plugin.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(super) enum Lang {
@@ -146,93 +175,20 @@ pub(super) fn new(args: &NewArgs) -> Result<Created, Error> {
             .replace("{{fuel}}", &fuel.to_string())
             .replace("{{memory_mb}}", &memory_mb.to_string())
     };
+    let (templates, wasm) = match args.lang {
+        Lang::Rust => (RUST, format!("target/wasm32-wasip2/release/{file}.wasm")),
+        Lang::Python => (PYTHON, format!("{file}.wasm")),
+        Lang::Js => (JS, format!("{file}.wasm")),
+    };
     let mut files: Vec<(&'static str, String, bool)> = vec![
         ("wit/ax.wit", WIT.to_owned(), false),
         ("task.yaml", fill(TASK), false),
     ];
-    let wasm = match args.lang {
-        Lang::Rust => {
-            files.extend([
-                (
-                    "Cargo.toml",
-                    fill(include_str!("scaffold/rust/Cargo.toml")),
-                    false,
-                ),
-                (
-                    "rust-toolchain.toml",
-                    fill(include_str!("scaffold/rust/rust-toolchain.toml")),
-                    false,
-                ),
-                (
-                    "src/lib.rs",
-                    fill(include_str!("scaffold/rust/lib.rs")),
-                    false,
-                ),
-                (
-                    "README.md",
-                    fill(include_str!("scaffold/rust/README.md")),
-                    false,
-                ),
-                (
-                    ".gitignore",
-                    fill(include_str!("scaffold/rust/gitignore")),
-                    false,
-                ),
-            ]);
-            format!("target/wasm32-wasip2/release/{file}.wasm")
-        }
-        Lang::Python => {
-            files.extend([
-                (
-                    "app.py",
-                    fill(include_str!("scaffold/python/app.py")),
-                    false,
-                ),
-                (
-                    "requirements.txt",
-                    fill(include_str!("scaffold/python/requirements.txt")),
-                    false,
-                ),
-                (
-                    "build.sh",
-                    fill(include_str!("scaffold/python/build.sh")),
-                    true,
-                ),
-                (
-                    "README.md",
-                    fill(include_str!("scaffold/python/README.md")),
-                    false,
-                ),
-                (
-                    ".gitignore",
-                    fill(include_str!("scaffold/python/gitignore")),
-                    false,
-                ),
-            ]);
-            format!("{file}.wasm")
-        }
-        Lang::Js => {
-            files.extend([
-                ("app.js", fill(include_str!("scaffold/js/app.js")), false),
-                (
-                    "package.json",
-                    fill(include_str!("scaffold/js/package.json")),
-                    false,
-                ),
-                (
-                    "README.md",
-                    fill(include_str!("scaffold/js/README.md")),
-                    false,
-                ),
-                (
-                    ".gitignore",
-                    fill(include_str!("scaffold/js/gitignore")),
-                    false,
-                ),
-            ]);
-            format!("{file}.wasm")
-        }
-    };
+    files.extend(
+        templates
+            .iter()
+            .map(|(path, template)| (*path, fill(template), *path == "build.sh")),
+    );
 
     let dir = args.dir.clone().unwrap_or_else(|| PathBuf::from(name));
     let created_dir = prepare_dir(&dir)?;
