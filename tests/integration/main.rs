@@ -22,6 +22,7 @@ mod openapi;
 mod plugins_quota;
 mod retention;
 mod sandbox;
+mod scaffold;
 mod scale;
 mod serve_cli;
 mod tenants;

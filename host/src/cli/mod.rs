@@ -2,7 +2,8 @@
 //! server); `ax bench` measures the runtime; the client commands (`ax plugin`,
 //! `ax task`, `ax trigger`, `ax runs`, …, see [`client`]) talk to a server
 //! over HTTP and need no async runtime; `ax completions SHELL` prints a
-//! completion script (clap_complete), `ax status` a health summary.
+//! completion script (clap_complete), `ax status` a health summary; `ax plugin
+//! new` writes a plugin project ([`scaffold`]).
 
 // Every command below prints through these two: a closed stdout (`ax runs |
 // head -1`) ends the command quietly with exit 0 instead of std's panic
@@ -25,6 +26,7 @@ macro_rules! print {
 
 mod client;
 mod exec;
+mod scaffold;
 mod term;
 
 use std::path::PathBuf;

@@ -1,5 +1,6 @@
 //! `ax plugin push|list|delete`: upload a component (with a progress bar),
-//! list the tenant's plugins, delete a version no task uses.
+//! list the tenant's plugins, delete a version no task uses. (`ax plugin
+//! new`, local, is `crate::cli::scaffold`.)
 
 use std::path::PathBuf;
 
@@ -19,6 +20,8 @@ pub(in crate::cli) struct PluginArgs {
 
 #[derive(Debug, Subcommand)]
 enum PluginCommand {
+    /// Create a plugin project in Rust, Python or JavaScript (no server needed).
+    New(crate::cli::scaffold::NewArgs),
     /// Upload a plugin component (`.wasm`).
     // `--version` names the plugin's version here, not ax's.
     #[command(disable_version_flag = true)]
@@ -75,6 +78,16 @@ fn name_and_version(plugin: &str, version: Option<&str>) -> Result<(String, Stri
 pub(super) fn plugin(args: PluginArgs) -> Outcome {
     let client = Client::new(&args.conn);
     match args.command {
+        PluginCommand::New(new) => {
+            let created = crate::cli::scaffold::new(&new).map_err(|e| {
+                let code = match e {
+                    crate::cli::scaffold::Error::Io { .. } => "io",
+                    _ => "usage",
+                };
+                Failure::new(code, e.to_string())
+            })?;
+            print!("{}", crate::cli::scaffold::summary(&created));
+        }
         PluginCommand::Push {
             file,
             name,

@@ -1,0 +1,494 @@
+//! `ax plugin new NAME --lang rust|python|js [--dir PATH]`: writes a plugin
+//! project that builds with one command outside this repository.
+//!
+//! Every project gets the world (`wit/ax.wit`, compiled into this binary from
+//! the repository's one `wit/` folder, so it never drifts from what the host
+//! checks), a sample task (`task.yaml`), a README with the build, local test
+//! (`ax exec`) and server commands, and the sample plugin: it greets
+//! `input.name`, reads the `greeting` config value, logs and reports progress,
+//! and returns a fatal error for bad input — the same in each language.
+//!
+//! - `rust`: a crate depending on `ax-plugin-sdk` by path (default: the
+//!   `plugin-sdk/` of the source tree this `ax` was built from, when it is
+//!   still there) or by git (`--sdk-git URL`); `rust-toolchain.toml` pins the
+//!   toolchain and the `wasm32-wasip2` target.
+//! - `python`: `app.py` and `build.sh`, which installs the pinned
+//!   componentize-py into `.venv` on first use.
+//! - `js`: `app.js` and `package.json` with the pinned componentize-js and
+//!   `npm run build`.
+//!
+//! Decisions: NAME is `[a-z][a-z0-9-]*` (at most 64), so one name is at once a
+//! valid plugin, task, crate and npm package name, and the built file
+//! (`NAME` with `_` for `-`, as cargo names a cdylib) gives NAME back when
+//! `ax plugin push` derives the plugin name from it. The target folder must
+//! not exist or be empty; nothing is written if any check fails, and a
+//! failed write removes what this command created.
+
+use std::path::{Path, PathBuf};
+
+use clap::{Args, ValueEnum};
+
+/// The world, from the repository's `wit/` folder.
+const WIT: &str = include_str!("../../../wit/ax.wit");
+/// ax's own toolchain file; the Rust scaffold pins the same channel.
+const TOOLCHAIN: &str = include_str!("../../../rust-toolchain.toml");
+/// The componentize-py release the Python scaffold pins (PyPI).
+pub(super) const COMPONENTIZE_PY: &str = "0.25.1";
+/// The componentize-js release the JavaScript scaffold pins (npm).
+pub(super) const COMPONENTIZE_JS: &str = "0.23.0";
+/// The SDK of the source tree this binary was built from.
+const SOURCE_SDK: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../plugin-sdk");
+
+const TASK: &str = include_str!("scaffold/task.yaml");
+
+/// Each language's files: (path in the project, template).
+const RUST: &[(&str, &str)] = &[
+    ("Cargo.toml", include_str!("scaffold/rust/Cargo.toml")),
+    (
+        "rust-toolchain.toml",
+        include_str!("scaffold/rust/rust-toolchain.toml"),
+    ),
+    ("src/lib.rs", include_str!("scaffold/rust/lib.rs")),
+    ("README.md", include_str!("scaffold/rust/README.md")),
+    (".gitignore", include_str!("scaffold/rust/gitignore")),
+];
+const PYTHON: &[(&str, &str)] = &[
+    ("app.py", include_str!("scaffold/python/app.py")),
+    (
+        "requirements.txt",
+        include_str!("scaffold/python/requirements.txt"),
+    ),
+    // Made executable.
+    ("build.sh", include_str!("scaffold/python/build.sh")),
+    ("README.md", include_str!("scaffold/python/README.md")),
+    (".gitignore", include_str!("scaffold/python/gitignore")),
+];
+const JS: &[(&str, &str)] = &[
+    ("app.js", include_str!("scaffold/js/app.js")),
+    ("package.json", include_str!("scaffold/js/package.json")),
+    ("README.md", include_str!("scaffold/js/README.md")),
+    (".gitignore", include_str!("scaffold/js/gitignore")),
+];
+
+/// The language of a new plugin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(super) enum Lang {
+    /// A Rust crate using ax-plugin-sdk (cargo, wasm32-wasip2).
+    Rust,
+    /// A Python app built with componentize-py.
+    Python,
+    /// A JavaScript module built with componentize-js.
+    Js,
+}
+
+/// `ax plugin new`.
+#[derive(Debug, Args)]
+pub(super) struct NewArgs {
+    /// The plugin's name: lowercase letters, digits and `-`, starting with a
+    /// letter (it names the plugin, the sample task and the package).
+    name: String,
+    /// The language.
+    #[arg(long, value_enum)]
+    lang: Lang,
+    /// Where to create the project (default: ./NAME); must not exist or be empty.
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Rust: depend on the SDK at this path (a clone's `plugin-sdk/`).
+    #[arg(long, value_name = "DIR", conflicts_with = "sdk_git")]
+    sdk_path: Option<PathBuf>,
+    /// Rust: depend on the SDK by git, the URL of an ax repository.
+    #[arg(long, value_name = "URL")]
+    sdk_git: Option<String>,
+}
+
+/// Why a project was not created.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum Error {
+    /// The name does not fit the rule.
+    #[error(
+        "`{0}` is not a scaffold name: use lowercase letters, digits and `-`, starting \
+         with a letter, at most 64 (e.g. `order-export`)"
+    )]
+    Name(String),
+    /// A flag does not fit the language, or a value is unusable.
+    #[error("{0}")]
+    Usage(String),
+    /// The target folder holds files already.
+    #[error("{0} exists and is not empty; pick another --dir or remove it")]
+    NotEmpty(PathBuf),
+    /// Writing failed (what was created is removed).
+    #[error("writing {path}: {source}")]
+    Io {
+        /// The file or folder.
+        path: PathBuf,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+}
+
+/// What `new` created.
+#[derive(Debug)]
+pub(super) struct Created {
+    /// The project folder.
+    pub(super) dir: PathBuf,
+    /// The files written, relative to `dir`.
+    pub(super) files: Vec<&'static str>,
+    /// The language.
+    pub(super) lang: Lang,
+    /// The built component, relative to `dir`.
+    pub(super) wasm: String,
+}
+
+/// Whether `name` can name a scaffold (see the module docs).
+pub(super) fn valid_name(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    matches!(bytes.next(), Some(b'a'..=b'z'))
+        && name.len() <= crate::model::name::MAX_NAME_LEN
+        && bytes.all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'-'))
+}
+
+/// Writes the project `args` describes; see the module docs.
+pub(super) fn new(args: &NewArgs) -> Result<Created, Error> {
+    if !valid_name(&args.name) {
+        return Err(Error::Name(args.name.clone()));
+    }
+    if args.lang != Lang::Rust && (args.sdk_path.is_some() || args.sdk_git.is_some()) {
+        return Err(Error::Usage(
+            "--sdk-path and --sdk-git are for --lang rust".into(),
+        ));
+    }
+    let name = args.name.as_str();
+    let file = name.replace('-', "_");
+    let sdk = match args.lang {
+        Lang::Rust => sdk_dependency(args)?,
+        _ => String::new(),
+    };
+    let (fuel, memory_mb) = sample_limits(args.lang);
+    let fill = |template: &str| {
+        template
+            .replace("{{name}}", name)
+            .replace("{{file}}", &file)
+            .replace("{{sdk}}", &sdk)
+            .replace("{{toolchain}}", toolchain_channel())
+            .replace("{{componentize_py}}", COMPONENTIZE_PY)
+            .replace("{{componentize_js}}", COMPONENTIZE_JS)
+            .replace("{{fuel}}", &fuel.to_string())
+            .replace("{{memory_mb}}", &memory_mb.to_string())
+    };
+    let (templates, wasm) = match args.lang {
+        Lang::Rust => (RUST, format!("target/wasm32-wasip2/release/{file}.wasm")),
+        Lang::Python => (PYTHON, format!("{file}.wasm")),
+        Lang::Js => (JS, format!("{file}.wasm")),
+    };
+    let mut files: Vec<(&'static str, String, bool)> = vec![
+        ("wit/ax.wit", WIT.to_owned(), false),
+        ("task.yaml", fill(TASK), false),
+    ];
+    files.extend(
+        templates
+            .iter()
+            .map(|(path, template)| (*path, fill(template), *path == "build.sh")),
+    );
+
+    let dir = args.dir.clone().unwrap_or_else(|| PathBuf::from(name));
+    let created_dir = prepare_dir(&dir)?;
+    if let Err(e) = write_all(&dir, &files) {
+        // Leave nothing half-written behind: only what this call created goes.
+        if created_dir {
+            let _ = std::fs::remove_dir_all(&dir);
+        } else {
+            for (path, _, _) in &files {
+                let _ = std::fs::remove_file(dir.join(path));
+            }
+            for sub in ["wit", "src"] {
+                let _ = std::fs::remove_dir(dir.join(sub));
+            }
+        }
+        return Err(e);
+    }
+    Ok(Created {
+        dir,
+        files: files.iter().map(|(p, _, _)| *p).collect(),
+        lang: args.lang,
+        wasm,
+    })
+}
+
+/// The sample task's limits per language: the host's default fuel (about
+/// 70 ms of CPU in Rust or JavaScript, 110 ms in Python, measured in
+/// docs/PLUGINS.md) and three to eight times the memory the sample needs
+/// (its floor: 2, 13 and 10 MiB), so a first change to the sample does not
+/// hit them while a runaway loop still ends quickly.
+fn sample_limits(lang: Lang) -> (u64, u64) {
+    let fuel = crate::model::DEFAULT_FUEL;
+    match lang {
+        Lang::Rust => (fuel, 16),
+        Lang::Python => (fuel, 48),
+        Lang::Js => (fuel, 32),
+    }
+}
+
+/// The `ax-plugin-sdk = …` line of the Rust scaffold's Cargo.toml.
+fn sdk_dependency(args: &NewArgs) -> Result<String, Error> {
+    if let Some(url) = &args.sdk_git {
+        if url.trim().is_empty() {
+            return Err(Error::Usage(
+                "--sdk-git needs the URL of an ax repository".into(),
+            ));
+        }
+        return Ok(format!("ax-plugin-sdk = {{ git = {} }}", toml_string(url)));
+    }
+    let (path, from_flag) = match &args.sdk_path {
+        Some(p) => (p.clone(), true),
+        None => (PathBuf::from(SOURCE_SDK), false),
+    };
+    match std::fs::canonicalize(&path) {
+        Ok(abs) if abs.join("Cargo.toml").is_file() => {
+            let text = abs.to_str().ok_or_else(|| {
+                Error::Usage(format!("{} is not UTF-8; pass --sdk-git", abs.display()))
+            })?;
+            Ok(format!(
+                "ax-plugin-sdk = {{ path = {} }}",
+                toml_string(text)
+            ))
+        }
+        _ if from_flag => Err(Error::Usage(format!(
+            "--sdk-path {}: no Cargo.toml there; point it at the plugin-sdk/ folder of a clone of ax",
+            path.display()
+        ))),
+        _ => Err(Error::Usage(format!(
+            "this ax was built from a source tree that is gone ({}); pass --sdk-path \
+             DIR (the plugin-sdk/ of a clone of ax) or --sdk-git URL",
+            path.display()
+        ))),
+    }
+}
+
+/// The `channel` of ax's rust-toolchain.toml.
+fn toolchain_channel() -> &'static str {
+    TOOLCHAIN
+        .lines()
+        .find_map(|line| {
+            let (key, value) = line.split_once('=')?;
+            (key.trim() == "channel").then(|| value.trim().trim_matches('"'))
+        })
+        .unwrap_or("stable")
+}
+
+/// A TOML basic string holding `s`.
+fn toml_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if c.is_control() => out.push_str(&format!("\\u{:04X}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// Makes sure `dir` exists and is empty; `true` if this call created it.
+fn prepare_dir(dir: &Path) -> Result<bool, Error> {
+    let io = |source| Error::Io {
+        path: dir.to_path_buf(),
+        source,
+    };
+    match std::fs::read_dir(dir) {
+        Ok(mut entries) => {
+            if entries.next().is_some() {
+                return Err(Error::NotEmpty(dir.to_path_buf()));
+            }
+            Ok(false)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::create_dir_all(dir).map_err(io)?;
+            Ok(true)
+        }
+        Err(e) => Err(io(e)),
+    }
+}
+
+fn write_all(dir: &Path, files: &[(&'static str, String, bool)]) -> Result<(), Error> {
+    for (rel, text, executable) in files {
+        let path = dir.join(rel);
+        let io = |source| Error::Io {
+            path: path.clone(),
+            source,
+        };
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(io)?;
+        }
+        std::fs::write(&path, text).map_err(io)?;
+        if *executable {
+            set_executable(&path).map_err(io)?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(unix)]
+fn set_executable(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))
+}
+
+#[cfg(not(unix))]
+fn set_executable(_path: &Path) -> std::io::Result<()> {
+    Ok(())
+}
+
+/// What `ax plugin new` prints: where the project is and the next commands.
+pub(super) fn summary(created: &Created) -> String {
+    let dir = created.dir.display();
+    let build = match created.lang {
+        Lang::Rust => "cargo build --release --target wasm32-wasip2",
+        Lang::Python => "./build.sh",
+        Lang::Js => "npm install && npm run build",
+    };
+    let wasm = &created.wasm;
+    let mut out = format!("created {dir}:");
+    for f in &created.files {
+        out.push_str(&format!(" {f}"));
+    }
+    out.push_str(&format!(
+        "\nnext:\n  cd {dir}\n  {build}\n  ax exec {wasm} --input '{{\"name\": \"ax\"}}'\n  \
+         ax plugin push {wasm} --version 0.1.0 && ax task apply -f task.yaml\n"
+    ));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(name: &str, lang: Lang, dir: &Path) -> NewArgs {
+        NewArgs {
+            name: name.into(),
+            lang,
+            dir: Some(dir.to_path_buf()),
+            sdk_path: None,
+            sdk_git: None,
+        }
+    }
+
+    #[test]
+    fn names_follow_the_scaffold_rule() {
+        for good in ["a", "order-export", "x1", &"a".repeat(64)] {
+            assert!(valid_name(good), "{good}");
+        }
+        for bad in [
+            "",
+            "1a",
+            "-a",
+            "A",
+            "my_plugin",
+            "a.b",
+            "a b",
+            &"a".repeat(65),
+        ] {
+            assert!(!valid_name(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn each_language_gets_the_repository_wit_and_a_task_naming_the_plugin() {
+        for lang in [Lang::Rust, Lang::Python, Lang::Js] {
+            let tmp = tempfile::tempdir().unwrap();
+            let dir = tmp.path().join("p");
+            let created = new(&args("my-plugin", lang, &dir)).unwrap();
+            let wit = std::fs::read_to_string(dir.join("wit/ax.wit")).unwrap();
+            assert_eq!(
+                wit,
+                std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../wit/ax.wit"))
+                    .unwrap()
+            );
+            let task = std::fs::read_to_string(dir.join("task.yaml")).unwrap();
+            let parsed = crate::task::parse(&task).expect("the sample task parses");
+            assert_eq!(parsed.name.as_str(), "my-plugin");
+            assert!(task.contains("plugin: my-plugin@0.1.0"), "{task}");
+            assert!(created.wasm.ends_with("my_plugin.wasm"), "{}", created.wasm);
+            for f in &created.files {
+                let text = std::fs::read_to_string(dir.join(f)).unwrap();
+                assert!(!text.contains("{{"), "{f} has an unfilled placeholder");
+            }
+        }
+    }
+
+    #[test]
+    fn a_rust_project_names_the_sdk_by_path_or_git() {
+        let tmp = tempfile::tempdir().unwrap();
+        new(&args("p", Lang::Rust, &tmp.path().join("a"))).unwrap();
+        let manifest = std::fs::read_to_string(tmp.path().join("a/Cargo.toml")).unwrap();
+        let sdk = std::fs::canonicalize(SOURCE_SDK).unwrap();
+        assert!(
+            manifest.contains(&format!(
+                "ax-plugin-sdk = {{ path = \"{}\" }}",
+                sdk.display()
+            )),
+            "{manifest}"
+        );
+        let mut git = args("p", Lang::Rust, &tmp.path().join("b"));
+        git.sdk_git = Some("https://git.example/ax.git".into());
+        new(&git).unwrap();
+        let manifest = std::fs::read_to_string(tmp.path().join("b/Cargo.toml")).unwrap();
+        assert!(
+            manifest.contains("ax-plugin-sdk = { git = \"https://git.example/ax.git\" }"),
+            "{manifest}"
+        );
+        let toolchain = std::fs::read_to_string(tmp.path().join("b/rust-toolchain.toml")).unwrap();
+        assert!(toolchain.contains(&format!("channel = \"{}\"", toolchain_channel())));
+        assert_ne!(toolchain_channel(), "stable");
+    }
+
+    #[test]
+    fn bad_requests_write_nothing() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("p");
+        assert!(matches!(
+            new(&args("Bad_Name", Lang::Js, &dir)),
+            Err(Error::Name(_))
+        ));
+        let mut wrong = args("p", Lang::Python, &dir);
+        wrong.sdk_git = Some("https://git.example/ax.git".into());
+        assert!(matches!(new(&wrong), Err(Error::Usage(_))));
+        let mut missing = args("p", Lang::Rust, &dir);
+        missing.sdk_path = Some(tmp.path().join("nowhere"));
+        assert!(matches!(new(&missing), Err(Error::Usage(_))));
+        assert!(!dir.exists());
+
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::write(dir.join("keep.txt"), "mine").unwrap();
+        assert!(matches!(
+            new(&args("p", Lang::Js, &dir)),
+            Err(Error::NotEmpty(_))
+        ));
+        let left: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
+        assert_eq!(left.len(), 1);
+    }
+
+    #[test]
+    fn an_empty_existing_folder_is_used() {
+        let tmp = tempfile::tempdir().unwrap();
+        new(&args("p", Lang::Python, tmp.path())).unwrap();
+        assert!(tmp.path().join("app.py").is_file());
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            let mode = std::fs::metadata(tmp.path().join("build.sh"))
+                .unwrap()
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o111, 0o111);
+        }
+    }
+
+    #[test]
+    fn toml_strings_are_escaped() {
+        assert_eq!(toml_string(r#"a"b\c"#), r#""a\"b\\c""#);
+        assert_eq!(toml_string("a\nb"), "\"a\\u000Ab\"");
+    }
+}
