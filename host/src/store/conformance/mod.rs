@@ -53,6 +53,7 @@ macro_rules! conformance_suite {
                 catalog::blobs_are_content_addressed,
                 catalog::plugins_are_listed_by_name_then_version,
                 catalog::tasks_are_stored_with_their_schedule,
+                catalog::put_tasks_stores_many_with_their_schedules_in_one_write,
                 catalog::schedules_round_trip,
                 runs::inserted_run_is_readable_with_its_events,
                 runs::known_idempotency_key_returns_the_run_and_writes_nothing,

@@ -268,6 +268,18 @@ impl Store for SledStore {
         self.apply(batch)
     }
 
+    fn put_tasks(&self, tasks: &[(TaskRecord, ScheduleState)]) -> Result<()> {
+        let mut batch = sled::Batch::default();
+        for (task, schedule) in tasks {
+            batch.insert(key("task", &[&task.tenant, &task.name]), encode(task)?);
+            batch.insert(
+                key("sched", &[&schedule.tenant, &schedule.task]),
+                encode(schedule)?,
+            );
+        }
+        self.apply(batch)
+    }
+
     fn get_task(&self, tenant: &str, name: &str) -> Result<Option<TaskRecord>> {
         let key = key("task", &[tenant, name]);
         let task: Option<TaskRecord> = self.get(&key)?;
