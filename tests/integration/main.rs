@@ -5,6 +5,7 @@
 mod alerts;
 mod api;
 mod browser;
+mod bulk;
 mod capabilities;
 mod cli;
 mod cli_polish;
