@@ -236,11 +236,14 @@ impl Stats {
     }
 }
 
+/// Where a trigger's run (and whether it is new) is answered.
+type TriggerAnswer = oneshot::Sender<Result<(RunRecord, bool)>>;
+
 enum Command {
-    Trigger(TriggerRequest, oneshot::Sender<Result<(RunRecord, bool)>>),
+    Trigger(TriggerRequest, TriggerAnswer),
     /// Many triggers taken up in one turn of the loop, so their runs are
     /// stored in one write; each is answered on its own sender once stored.
-    TriggerBatch(Vec<(TriggerRequest, oneshot::Sender<Result<(RunRecord, bool)>>)>),
+    TriggerBatch(Vec<(TriggerRequest, TriggerAnswer)>),
     /// Many validated task definitions, stored in one write.
     PutTasks {
         records: Vec<TaskRecord>,
