@@ -106,8 +106,7 @@ pub const ROUTES: &[Route] = &[
         ],
     ),
     // A bad item refuses the whole batch with `invalid` (its own error,
-    // whatever its code, in `details.items`); over 1000 items is
-    // `payload_too_large`, shared with the body limit.
+    // whatever its code, in `details.items`), as do 0 or over 1000 items.
     route("post", "/v1/tasks:apply", &[INVALID]),
     route("get", "/v1/tasks", &[]),
     route("get", "/v1/tasks/{name}", &[NOT_FOUND]),

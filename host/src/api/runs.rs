@@ -126,8 +126,9 @@ pub(super) struct BatchAnswer {
 /// `POST /v1/tasks/{name}/runs:batch`: up to 1000 runs of one task, stored
 /// in one write and durable before the answer.
 ///
-/// Items that fail the checks of a single trigger (the shape, the
-/// priority, the idempotency key, each item's size) refuse the whole batch:
+/// An unknown task is `404`. Items that fail the checks of a single trigger
+/// (the shape, the priority, the idempotency key, each item's size) refuse
+/// the whole batch:
 /// `422 invalid`, every bad item in `details.items`, nothing created. Limits
 /// of the moment (the queue bound, quotas) refuse only the runs they hit:
 /// `200`, each such item with its own `error`.

@@ -176,8 +176,9 @@ pub const MAX_BATCH_RUNS: usize = 1000;
 /// Task definitions one bulk apply may hold.
 pub const MAX_BATCH_TASKS: usize = 1000;
 
-/// A batch holds 1 to `max` items: an empty one is invalid (422), a
-/// larger one is too large (413), and the message says how to split it.
+/// A batch holds 1 to `max` items; outside that it is invalid (422 at the
+/// list, as the API document's `minItems`/`maxItems` state), and the
+/// message says how to split a larger one.
 pub(crate) fn check_batch_len(len: usize, max: usize, what: &str) -> Result<()> {
     if len == 0 {
         return Err(Error::Invalid {
@@ -186,9 +187,12 @@ pub(crate) fn check_batch_len(len: usize, max: usize, what: &str) -> Result<()> 
         });
     }
     if len > max {
-        return Err(Error::TooLarge(format!(
-            "a batch holds at most {max} {what}; this one has {len}: split it into batches of {max} or fewer"
-        )));
+        return Err(Error::Invalid {
+            path: Some(what.to_string()),
+            message: format!(
+                "a batch holds at most {max} {what}; this one has {len}: split it into batches of {max} or fewer"
+            ),
+        });
     }
     Ok(())
 }

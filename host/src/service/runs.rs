@@ -28,7 +28,8 @@ impl Ax {
     /// that fails the checks of a single trigger (priority, ceiling,
     /// idempotency key) refuses the whole batch with [`Error::Items`], one
     /// error per bad item, and nothing is created. What depends on the
-    /// moment (the tenant's queue bound, its quotas, the task gone) refuses
+    /// moment (the tenant's queue bound, its quotas, the task deleted
+    /// meanwhile) refuses
     /// only the runs it hits: the answer holds, in request order, each
     /// run and whether it is new, or its own error.
     pub async fn trigger_batch(
@@ -54,6 +55,11 @@ impl Ax {
         }
         if let Some(first) = requests.first() {
             self.check_tenant_enabled(&first.tenant)?;
+            // The task is the batch's, not an item's: an unknown one refuses
+            // the request (404), as it does a single trigger.
+            if self.store.get_task(&first.tenant, &first.task)?.is_none() {
+                return Err(Error::NotFound(format!("task `{}`", first.task)));
+            }
         }
         let answers = self.scheduler.trigger_batch(requests).await?;
         self.sync().await?;

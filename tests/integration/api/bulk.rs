@@ -142,7 +142,7 @@ async fn a_bad_item_refuses_the_whole_batch_with_every_bad_item_named() {
         .await;
     assert_eq!(
         (over.status, over.code()),
-        (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large")
+        (StatusCode::UNPROCESSABLE_ENTITY, "invalid")
     );
     assert!(
         over.message()
@@ -168,13 +168,14 @@ async fn a_bad_item_refuses_the_whole_batch_with_every_bad_item_named() {
         answer.body["error"]["details"]["items"][0]["error"]["code"],
         "payload_too_large"
     );
-    // An unknown task: every run says so, none is created.
+    // An unknown task refuses the request, as it does a single trigger.
     let answer = h
         .post_json("/v1/tasks/nope/runs:batch", json!({ "runs": [{}, {}] }))
         .await;
-    assert_eq!(answer.status, StatusCode::OK);
-    assert_eq!(answer.body["failed"], 2);
-    assert_eq!(answer.body["runs"][1]["error"]["code"], "not_found");
+    assert_eq!(
+        (answer.status, answer.code()),
+        (StatusCode::NOT_FOUND, "not_found")
+    );
     assert_eq!(h.snapshot().await, before);
 }
 
@@ -305,7 +306,7 @@ async fn a_bulk_apply_stores_all_or_nothing_and_names_each_bad_file() {
         .await;
     assert_eq!(
         (over.status, over.code()),
-        (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large")
+        (StatusCode::UNPROCESSABLE_ENTITY, "invalid")
     );
     let empty = h.post_json("/v1/tasks:apply", json!({ "tasks": [] })).await;
     assert_eq!(
