@@ -6,6 +6,7 @@ mod alerts;
 mod api;
 mod browser;
 mod build_script;
+mod bulk;
 mod capabilities;
 mod cli;
 mod cli_polish;

@@ -105,6 +105,9 @@ pub const ROUTES: &[Route] = &[
             INVALID_PLUGIN,
         ],
     ),
+    // A bad item refuses the whole batch with `invalid` (its own error,
+    // whatever its code, in `details.items`), as do 0 or over 1000 items.
+    route("post", "/v1/tasks:apply", &[INVALID]),
     route("get", "/v1/tasks", &[]),
     route("get", "/v1/tasks/{name}", &[NOT_FOUND]),
     route("delete", "/v1/tasks/{name}", &[NOT_FOUND]),
@@ -117,6 +120,9 @@ pub const ROUTES: &[Route] = &[
         "/v1/tasks/{name}/runs",
         &[BAD_REQUEST, NOT_FOUND, INVALID, QUEUE_FULL, QUOTA_EXCEEDED],
     ),
+    // The queue bound and quotas refuse single runs of a batch inside its
+    // `200` answer, never the request.
+    route("post", "/v1/tasks/{name}/runs:batch", &[INVALID]),
     route("get", "/v1/runs", &[]),
     route("get", "/v1/runs/{id}", &[NOT_FOUND]),
     route("get", "/v1/runs/{id}/logs", &[NOT_FOUND]),

@@ -226,6 +226,55 @@ impl ApiError {
         }
     }
 
+    /// 422 `invalid` for a batch (bulk trigger, bulk apply) refused
+    /// whole for its bad items: `details.items` holds each one's index, the
+    /// name the client gave it (`file`, or `null`) and its own error
+    /// ([`ApiError::item_detail`]), whatever status it would have alone.
+    pub fn items(what: &str, total: usize, items: Vec<(usize, Option<String>, ApiError)>) -> Self {
+        let first = items.first().map_or_else(String::new, |(index, file, e)| {
+            let at = file.clone().unwrap_or_else(|| format!("{what}[{index}]"));
+            format!("; first, {at}: {}", e.public_message())
+        });
+        let message = format!(
+            "{} of the {total} {what} are invalid, so none was applied{first}",
+            items.len()
+        );
+        let items: Vec<Value> = items
+            .into_iter()
+            .map(|(index, file, e)| json!({"index": index, "file": file, "error": e.item_detail()}))
+            .collect();
+        ApiError::Invalid {
+            code: "invalid",
+            message,
+            details: Some(json!({ "items": items })),
+        }
+    }
+
+    /// The `details` of the body.
+    fn details(&self) -> Value {
+        match self {
+            ApiError::Invalid { details, .. } => details.clone().unwrap_or(Value::Null),
+            ApiError::QueueFull { retry_after, .. }
+            | ApiError::QuotaExceeded { retry_after, .. }
+            | ApiError::CompileQueueFull { retry_after, .. } => {
+                json!({ "retry_after": retry_after })
+            }
+            _ => Value::Null,
+        }
+    }
+
+    /// The error of one item of a batch, as the `error` of an error body
+    /// (`{"code", "message", "details"}`) without the request id, which the
+    /// whole answer carries. An internal fault is logged here, as an
+    /// answer's is, and shown with the generic message.
+    pub fn item_detail(&self) -> Value {
+        let (_, code) = self.status_and_code();
+        if let ApiError::Internal(message) = self {
+            tracing::error!(error = %message, "internal error on an item of a batch");
+        }
+        json!({ "code": code, "message": self.public_message(), "details": self.details() })
+    }
+
     /// The message sent to the client.
     fn public_message(&self) -> String {
         match self {
@@ -266,20 +315,11 @@ impl IntoResponse for ApiError {
         if let ApiError::Internal(message) = &self {
             tracing::error!(error = %message, "internal error answering a request");
         }
-        let details = match &self {
-            ApiError::Invalid { details, .. } => details.clone().unwrap_or(Value::Null),
-            ApiError::QueueFull { retry_after, .. }
-            | ApiError::QuotaExceeded { retry_after, .. }
-            | ApiError::CompileQueueFull { retry_after, .. } => {
-                json!({ "retry_after": retry_after })
-            }
-            _ => Value::Null,
-        };
         let body = ErrorBody {
             error: ErrorDetail {
                 code: code.to_string(),
                 message: self.public_message(),
-                details,
+                details: self.details(),
                 request_id: super::request_id::current(),
             },
         };
@@ -368,6 +408,20 @@ impl From<service::Error> for ApiError {
             service::Error::Internal(message) => ApiError::Internal(message),
             service::Error::TooManyPlugins(message) => ApiError::TooManyPlugins(message),
             service::Error::PluginBytesQuota(message) => ApiError::PluginBytesQuota(message),
+            // One 422 for the batch; each bad item's own error (whatever its
+            // status alone would be) in `details.items`, by index.
+            service::Error::Items {
+                what,
+                total,
+                errors,
+            } => ApiError::items(
+                what,
+                total,
+                errors
+                    .into_iter()
+                    .map(|item| (item.index, item.file, ApiError::from(*item.error)))
+                    .collect(),
+            ),
         }
     }
 }

@@ -47,6 +47,9 @@ pub use self::error::ApiError;
 
 /// Largest body of any route but plugin upload (task definitions, trigger inputs).
 pub const MAX_BODY_BYTES: usize = 1 << 20;
+/// Largest body of a batch route (bulk trigger, bulk apply): up to 1000
+/// items, each at most [`MAX_BODY_BYTES`] as it is alone, and 16 MiB in all.
+pub const MAX_BATCH_BODY_BYTES: usize = 16 << 20;
 /// Room for the multipart framing around an uploaded plugin, over the plugin limit.
 pub(super) const MULTIPART_OVERHEAD: usize = 64 << 10;
 
@@ -81,6 +84,10 @@ fn routes(plugin_limit: usize) -> Vec<(&'static str, MethodRouter<ApiState>)> {
         ),
         ("/v1/tasks", get(tasks::list)),
         (
+            "/v1/tasks:apply",
+            post(tasks::apply).layer(DefaultBodyLimit::max(MAX_BATCH_BODY_BYTES)),
+        ),
+        (
             "/v1/tasks/{name}",
             get(tasks::show).put(tasks::put).delete(tasks::delete),
         ),
@@ -89,6 +96,10 @@ fn routes(plugin_limit: usize) -> Vec<(&'static str, MethodRouter<ApiState>)> {
         ("/v1/tasks/{name}/next", get(tasks::next)),
         ("/v1/tasks/{name}/graph", get(tasks::graph)),
         ("/v1/tasks/{name}/runs", post(runs::trigger)),
+        (
+            "/v1/tasks/{name}/runs:batch",
+            post(runs::trigger_batch).layer(DefaultBodyLimit::max(MAX_BATCH_BODY_BYTES)),
+        ),
         ("/v1/runs", get(runs::list)),
         ("/v1/runs/{id}", get(runs::show)),
         ("/v1/runs/{id}/logs", get(runs::logs)),

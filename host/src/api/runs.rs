@@ -1,4 +1,4 @@
-//! Runs and dead letters: trigger, list (newest first, cursor paging), show,
+//! Runs and dead letters: trigger (one, or up to 1000 in one request), list (newest first, cursor paging), show,
 //! logs, events, cancel, retry; list, resolve and requeue dead letters.
 //!
 //! The error statuses each route can answer are declared in
@@ -76,6 +76,152 @@ pub(super) async fn trigger(
         StatusCode::OK
     };
     Ok((status, Json(RunView::from(run))).into_response())
+}
+
+/// The body of a bulk trigger.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct BatchBody {
+    /// 1 to 1000 runs, each shaped like the body of a single trigger.
+    #[schema(value_type = Vec<TriggerBody>, min_items = 1, max_items = 1000)]
+    runs: Vec<serde_json::Value>,
+}
+
+/// What became of one run of a bulk trigger.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub(super) struct BatchItem {
+    /// Its place in the request, from 0.
+    index: usize,
+    /// The run's id (absent when `error` is set).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    id: Option<String>,
+    /// `true`: a new run; `false`: the existing run of its idempotency key
+    /// (an earlier request's, or an earlier item's of this one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    created: Option<bool>,
+    /// The run's state as stored.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<RunStatus>)]
+    status: Option<String>,
+    /// Why this run was not created (`queue_full`, `quota_exceeded`,
+    /// `not_found`…): `{"code", "message", "details"}` as an error body's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    error: Option<serde_json::Value>,
+}
+
+/// The answer of a bulk trigger.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub(super) struct BatchAnswer {
+    /// One per requested run, in request order.
+    runs: Vec<BatchItem>,
+    /// New runs.
+    created: usize,
+    /// Existing runs returned for their idempotency keys.
+    existing: usize,
+    /// Runs refused (each with its `error`).
+    failed: usize,
+}
+
+/// `POST /v1/tasks/{name}/runs:batch`: up to 1000 runs of one task, stored
+/// in one write and durable before the answer.
+///
+/// An unknown task is `404`. Items that fail the checks of a single trigger
+/// (the shape, the priority, the idempotency key, each item's size) refuse
+/// the whole batch:
+/// `422 invalid`, every bad item in `details.items`, nothing created. Limits
+/// of the moment (the queue bound, quotas) refuse only the runs they hit:
+/// `200`, each such item with its own `error`.
+#[utoipa::path(post, path = "/v1/tasks/{name}/runs:batch", tag = "runs", params(("name" = String, Path, description = "Task name")),
+    request_body(content = BatchBody, description = "At most 16 MiB; each run's JSON at most 1 MiB, as a single trigger's body"),
+    responses((status = 200, description = "Each run, or its own error, in request order; the created ones are durable", body = BatchAnswer)))]
+pub(super) async fn trigger_batch(
+    State(state): State<ApiState>,
+    caller: Caller,
+    ApiPath(task): ApiPath<String>,
+    ApiBody(body): ApiBody,
+) -> ApiResult<Json<BatchAnswer>> {
+    let body: BatchBody = parse_json(&body)?;
+    let total = body.runs.len();
+    crate::service::check_batch_len(total, crate::service::MAX_BATCH_RUNS, "runs")?;
+    let mut requests = Vec::with_capacity(total);
+    let mut bad = Vec::new();
+    for (index, item) in body.runs.into_iter().enumerate() {
+        match trigger_item(&state, &caller, &task, &item) {
+            Ok(request) => requests.push(request),
+            Err(e) => bad.push((index, None, e)),
+        }
+    }
+    if !bad.is_empty() {
+        return Err(ApiError::items("runs", total, bad));
+    }
+    let answers = state.ax.trigger_batch(requests).await?;
+    let mut out = BatchAnswer {
+        runs: Vec::with_capacity(total),
+        created: 0,
+        existing: 0,
+        failed: 0,
+    };
+    for (index, answer) in answers.into_iter().enumerate() {
+        out.runs.push(match answer {
+            Ok((run, created)) => {
+                if created {
+                    out.created += 1;
+                } else {
+                    out.existing += 1;
+                }
+                BatchItem {
+                    index,
+                    id: Some(run.id.to_string()),
+                    created: Some(created),
+                    status: Some(run.status.as_str().to_string()),
+                    error: None,
+                }
+            }
+            Err(e) => {
+                out.failed += 1;
+                BatchItem {
+                    index,
+                    id: None,
+                    created: None,
+                    status: None,
+                    error: Some(ApiError::from(e).item_detail()),
+                }
+            }
+        });
+    }
+    tracing::info!(tenant = %caller.tenant, %task, created = out.created, existing = out.existing, failed = out.failed, "runs triggered in bulk");
+    Ok(Json(out))
+}
+
+/// One item of a bulk trigger, read and checked as a single trigger's body:
+/// at most [`MAX_BODY_BYTES`](super::MAX_BODY_BYTES) as JSON, the same
+/// shape, the same checks.
+fn trigger_item(
+    state: &ApiState,
+    caller: &Caller,
+    task: &str,
+    item: &serde_json::Value,
+) -> ApiResult<TriggerRequest> {
+    let bytes = serde_json::to_vec(item).map_err(|e| ApiError::Internal(e.to_string()))?;
+    if bytes.len() > super::MAX_BODY_BYTES {
+        return Err(ApiError::TooLarge(format!(
+            "this run is {} bytes of JSON; a run's body is at most {} bytes, as a single trigger's",
+            bytes.len(),
+            super::MAX_BODY_BYTES
+        )));
+    }
+    let body: TriggerBody = parse_json(&bytes)?;
+    let request = TriggerRequest {
+        tenant: caller.tenant.as_str().into(),
+        task: task.into(),
+        input: body.input,
+        idempotency_key: body.idempotency_key,
+        priority: body.priority,
+        actor: caller.actor.clone(),
+    };
+    state.ax.check_trigger(&request)?;
+    Ok(request)
 }
 
 /// `?task=&status=&limit=&cursor=` of a run listing.

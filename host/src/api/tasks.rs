@@ -1,4 +1,5 @@
-//! `/v1/tasks`: create or replace (YAML or JSON text), list (by name, cursor
+//! `/v1/tasks`: create or replace (YAML or JSON text; many at once, all or
+//! nothing, with `POST /v1/tasks:apply`), list (by name, cursor
 //! paging), show, delete, pause, resume, the next fire instants and the DAG
 //! drawn as text, DOT, Mermaid or JSON. Parsing and validating a definition
 //! is the service's (and `task`'s) job; drawing the DAG is `graph`'s.
@@ -57,6 +58,115 @@ pub(super) async fn put(
         StatusCode::OK
     };
     Ok((status, Json(TaskView::new(task, schedule.as_ref(), false))).into_response())
+}
+
+/// The body of a bulk apply.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ApplyBody {
+    /// 1 to 1000 definitions, each named by its own `name`.
+    #[schema(min_items = 1, max_items = 1000)]
+    tasks: Vec<ApplyItem>,
+}
+
+/// One definition of a bulk apply.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ApplyItem {
+    /// What the client calls it (`ax task apply -f DIR/` sends the file
+    /// name), repeated in its errors; optional.
+    file: Option<String>,
+    /// The definition as YAML or JSON text (docs/TASKS.md), at most 1 MiB.
+    source: String,
+}
+
+/// A task stored by a bulk apply.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub(super) struct AppliedTask {
+    /// Its place in the request, from 0.
+    index: usize,
+    /// The `file` it was sent with.
+    file: Option<String>,
+    /// Whether it is new (`false`: it replaced a saved definition).
+    created: bool,
+    /// The task as stored.
+    task: TaskView,
+}
+
+/// The answer of a bulk apply.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub(super) struct ApplyAnswer {
+    /// Every definition of the request, in order.
+    tasks: Vec<AppliedTask>,
+    /// New tasks.
+    created: usize,
+    /// Replaced tasks.
+    replaced: usize,
+}
+
+/// `POST /v1/tasks:apply`: many definitions, all or nothing. Each is checked
+/// as `PUT /v1/tasks/{name}` checks one, and the `after` triggers of the set
+/// together; if any fails, nothing is stored and the answer is `422 invalid`
+/// with every bad definition in `details.items` (`index`, `file`, `error`).
+#[utoipa::path(post, path = "/v1/tasks:apply", tag = "tasks",
+    request_body(content = ApplyBody, description = "At most 16 MiB"),
+    responses((status = 200, description = "All stored, durably, in one write", body = ApplyAnswer)))]
+pub(super) async fn apply(
+    State(state): State<ApiState>,
+    caller: Caller,
+    ApiBody(body): ApiBody,
+) -> ApiResult<Json<ApplyAnswer>> {
+    let body: ApplyBody = super::error::parse_json(&body)?;
+    let total = body.tasks.len();
+    crate::service::check_batch_len(total, crate::service::MAX_BATCH_TASKS, "tasks")?;
+    // The bounds of a single apply's body, item by item.
+    let bad: Vec<(usize, Option<String>, ApiError)> = body
+        .tasks
+        .iter()
+        .enumerate()
+        .filter_map(|(index, item)| {
+            let bad = if item.source.len() > super::MAX_BODY_BYTES {
+                ApiError::TooLarge(format!(
+                    "the definition is {} bytes; one is at most {} bytes, as a single apply's body",
+                    item.source.len(),
+                    super::MAX_BODY_BYTES
+                ))
+            } else if item.source.trim().is_empty() {
+                ApiError::bad_request("the definition is empty")
+            } else {
+                return None;
+            };
+            Some((index, item.file.clone(), bad))
+        })
+        .collect();
+    if !bad.is_empty() {
+        return Err(ApiError::items("tasks", total, bad));
+    }
+    let items: Vec<(Option<String>, String)> =
+        body.tasks.into_iter().map(|t| (t.file, t.source)).collect();
+    let stored = state.ax.put_tasks(&caller.tenant, &items).await?;
+    let mut out = ApplyAnswer {
+        tasks: Vec::with_capacity(total),
+        created: 0,
+        replaced: 0,
+    };
+    for (index, ((record, schedule, created), (file, _))) in
+        stored.into_iter().zip(items).enumerate()
+    {
+        if created {
+            out.created += 1;
+        } else {
+            out.replaced += 1;
+        }
+        out.tasks.push(AppliedTask {
+            index,
+            file,
+            created,
+            task: TaskView::new(record, Some(&schedule), false),
+        });
+    }
+    tracing::info!(tenant = %caller.tenant, created = out.created, replaced = out.replaced, "tasks applied in bulk");
+    Ok(Json(out))
 }
 
 /// `?limit=&cursor=` of a task listing.

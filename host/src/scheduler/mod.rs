@@ -271,8 +271,19 @@ impl Stats {
     }
 }
 
+/// Where a trigger's run (and whether it is new) is answered.
+type TriggerAnswer = oneshot::Sender<Result<(RunRecord, bool)>>;
+
 enum Command {
-    Trigger(TriggerRequest, oneshot::Sender<Result<(RunRecord, bool)>>),
+    Trigger(TriggerRequest, TriggerAnswer),
+    /// Many triggers taken up in one turn of the loop, so their runs are
+    /// stored in one write; each is answered on its own sender once stored.
+    TriggerBatch(Vec<(TriggerRequest, TriggerAnswer)>),
+    /// Many validated task definitions, stored in one write.
+    PutTasks {
+        records: Vec<TaskRecord>,
+        reply: oneshot::Sender<Result<Vec<ScheduleState>>>,
+    },
     TaskChanged {
         tenant: String,
         task: String,
@@ -434,6 +445,39 @@ impl Scheduler {
     /// sync ticket before answering a client.
     pub async fn trigger(&self, request: TriggerRequest) -> Result<(RunRecord, bool)> {
         self.ask(|reply| Command::Trigger(request, reply)).await
+    }
+
+    /// Triggers many runs in one turn of the actor, so the new ones are
+    /// stored in one write. One answer per request, in order: the run and
+    /// whether it is new, or why this one was refused (queue bound, quota,
+    /// unknown task). The caller waits for a store sync ticket before
+    /// answering a client.
+    pub async fn trigger_batch(
+        &self,
+        requests: Vec<TriggerRequest>,
+    ) -> Result<Vec<Result<(RunRecord, bool)>>> {
+        let (items, answers): (Vec<_>, Vec<_>) = requests
+            .into_iter()
+            .map(|request| {
+                let (reply, rx) = oneshot::channel();
+                ((request, reply), rx)
+            })
+            .unzip();
+        self.tx
+            .send(Command::TriggerBatch(items))
+            .map_err(|_| Error::Stopped)?;
+        let mut out = Vec::with_capacity(answers.len());
+        for rx in answers {
+            out.push(rx.await.map_err(|_| Error::Stopped)?);
+        }
+        Ok(out)
+    }
+
+    /// Stores validated task definitions in one store write and (re)arms
+    /// their triggers, as [`Scheduler::put_task`] does for one; the schedule
+    /// states are answered in order. All are stored or none.
+    pub async fn put_tasks(&self, records: Vec<TaskRecord>) -> Result<Vec<ScheduleState>> {
+        self.ask(|reply| Command::PutTasks { records, reply }).await
     }
 
     /// Stores a validated task definition and (re)arms its trigger. The

@@ -123,6 +123,78 @@ pub enum Error {
     /// The upload would take the tenant's plugins over its `plugin_bytes` quota.
     #[error("{0}")]
     PluginBytesQuota(String),
+    /// Items of a batch (bulk trigger, bulk apply) are invalid, each with
+    /// its own error; nothing was changed.
+    #[error("{}", items_message(what, *total, errors))]
+    Items {
+        /// What the items are (`runs`, `tasks`).
+        what: &'static str,
+        /// Items in the request.
+        total: usize,
+        /// The invalid ones, by index (never empty).
+        errors: Vec<ItemError>,
+    },
+}
+
+/// One invalid item of a batch.
+#[derive(Debug)]
+pub struct ItemError {
+    /// Its place in the request, from 0.
+    pub index: usize,
+    /// The name the client gave it (a bulk apply's file name).
+    pub file: Option<String>,
+    /// What is wrong with it.
+    pub error: Box<Error>,
+}
+
+impl ItemError {
+    pub(crate) fn new(index: usize, file: Option<String>, error: Error) -> Self {
+        Self {
+            index,
+            file,
+            error: Box::new(error),
+        }
+    }
+}
+
+fn items_message(what: &str, total: usize, errors: &[ItemError]) -> String {
+    let first = errors.first().map_or_else(String::new, |e| {
+        let at = e
+            .file
+            .clone()
+            .unwrap_or_else(|| format!("{what}[{}]", e.index));
+        format!("; first, {at}: {}", e.error)
+    });
+    format!(
+        "{} of the {total} {what} are invalid, so none was applied{first}",
+        errors.len()
+    )
+}
+
+/// Items one batch request may hold (bulk triggers, bulk apply).
+pub const MAX_BATCH_RUNS: usize = 1000;
+/// Task definitions one bulk apply may hold.
+pub const MAX_BATCH_TASKS: usize = 1000;
+
+/// A batch holds 1 to `max` items; outside that it is invalid (422 at the
+/// list, as the API document's `minItems`/`maxItems` state), and the
+/// message says how to split a larger one.
+pub(crate) fn check_batch_len(len: usize, max: usize, what: &str) -> Result<()> {
+    if len == 0 {
+        return Err(Error::Invalid {
+            path: Some(what.to_string()),
+            message: format!("the batch is empty: send 1 to {max} {what}"),
+        });
+    }
+    if len > max {
+        return Err(Error::Invalid {
+            path: Some(what.to_string()),
+            message: format!(
+                "a batch holds at most {max} {what}; this one has {len}: split it into batches of {max} or fewer"
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// Result type of the service.

@@ -1,18 +1,79 @@
 //! Run operations of the facade ([`Ax`]): trigger (checked against the
 //! priority bounds, the idempotency key rule and a disabled tenant), show,
-//! list, logs, events, and run control (cancel, retry, rerun a step).
+//! list, logs, events, and run control (cancel, retry, rerun a step); and
+//! bulk triggers, many runs of one task in one store write.
 
 use crate::model::ids::RunId;
 use crate::model::priority::MAX_PRIORITY;
 use crate::model::{Event, RunRecord};
 use crate::scheduler::TriggerRequest;
-use crate::service::{Ax, Error, Result};
+use crate::service::{Ax, Error, ItemError, MAX_BATCH_RUNS, Result, check_batch_len};
 use crate::store::{AttemptLogs, RunPage, RunQuery};
 
 impl Ax {
     /// Triggers a run; answers once it is durable. `false`: an existing run
     /// was returned for a known idempotency key.
     pub async fn trigger(&self, request: TriggerRequest) -> Result<(RunRecord, bool)> {
+        self.check_trigger(&request)?;
+        self.check_tenant_enabled(&request.tenant)?;
+        let result = self.scheduler.trigger(request).await?;
+        self.sync().await?;
+        Ok(result)
+    }
+
+    /// Triggers up to [`MAX_BATCH_RUNS`] runs of one task, stored in one
+    /// write and answered once durable, like [`Ax::trigger`] for each.
+    ///
+    /// All or nothing for what is wrong with the request itself: an item
+    /// that fails the checks of a single trigger (priority, ceiling,
+    /// idempotency key) refuses the whole batch with [`Error::Items`], one
+    /// error per bad item, and nothing is created. What depends on the
+    /// moment (the tenant's queue bound, its quotas, the task deleted
+    /// meanwhile) refuses
+    /// only the runs it hits: the answer holds, in request order, each
+    /// run and whether it is new, or its own error.
+    pub async fn trigger_batch(
+        &self,
+        requests: Vec<TriggerRequest>,
+    ) -> Result<Vec<Result<(RunRecord, bool)>>> {
+        check_batch_len(requests.len(), MAX_BATCH_RUNS, "runs")?;
+        let errors: Vec<ItemError> = requests
+            .iter()
+            .enumerate()
+            .filter_map(|(index, r)| {
+                self.check_trigger(r)
+                    .err()
+                    .map(|e| ItemError::new(index, None, e))
+            })
+            .collect();
+        if !errors.is_empty() {
+            return Err(Error::Items {
+                what: "runs",
+                total: requests.len(),
+                errors,
+            });
+        }
+        if let Some(first) = requests.first() {
+            self.check_tenant_enabled(&first.tenant)?;
+            // The task is the batch's, not an item's: an unknown one refuses
+            // the request (404), as it does a single trigger.
+            if self.store.get_task(&first.tenant, &first.task)?.is_none() {
+                return Err(Error::NotFound(format!("task `{}`", first.task)));
+            }
+        }
+        let answers = self.scheduler.trigger_batch(requests).await?;
+        self.sync().await?;
+        Ok(answers
+            .into_iter()
+            .map(|a| a.map_err(Error::from))
+            .collect())
+    }
+
+    /// The checks of a trigger that depend on the request alone: the
+    /// priority's range and the tenant's ceiling, the idempotency key's
+    /// length. [`Ax::trigger`] and [`Ax::trigger_batch`] make them; the API
+    /// makes them too while reading a batch, to list every bad item at once.
+    pub fn check_trigger(&self, request: &TriggerRequest) -> Result<()> {
         if let Some(p) = request.priority
             && p > MAX_PRIORITY
         {
@@ -31,19 +92,16 @@ impl Ax {
                 "idempotency_key must be 1 to 256 characters".into(),
             ));
         }
-        if self
-            .tenants
-            .tenant(&request.tenant)
-            .is_some_and(|t| t.disabled)
-        {
+        Ok(())
+    }
+
+    fn check_tenant_enabled(&self, tenant: &str) -> Result<()> {
+        if self.tenants.tenant(tenant).is_some_and(|t| t.disabled) {
             return Err(Error::Forbidden(format!(
-                "tenant `{}` is disabled; enable it to trigger runs",
-                request.tenant
+                "tenant `{tenant}` is disabled; enable it to trigger runs"
             )));
         }
-        let result = self.scheduler.trigger(request).await?;
-        self.sync().await?;
-        Ok(result)
+        Ok(())
     }
 
     /// One run of this tenant.

@@ -1,12 +1,15 @@
 //! Task operations of the facade ([`Ax`]): save a definition (parsed,
 //! validated against the caps, the tenant's ceilings, its plugins and the
-//! `after` graph), show, list by page, delete, pause and resume.
+//! `after` graph), many at once all or nothing (bulk apply), show, list by
+//! page, delete, pause and resume.
+
+use std::collections::{HashMap, HashSet};
 
 use crate::dag;
 use crate::model::{RECORD_FORMAT, ScheduleState, TaskRecord};
 use crate::schedule::Trigger;
 use crate::scheduler::clock::from_ms;
-use crate::service::{Ax, Error, Result, record_of};
+use crate::service::{Ax, Error, ItemError, MAX_BATCH_TASKS, Result, check_batch_len, record_of};
 use crate::task::{self, TaskSpec};
 
 impl Ax {
@@ -30,10 +33,91 @@ impl Ax {
         name: &str,
         body: &str,
     ) -> Result<(TaskRecord, bool)> {
+        let prepared = self.prepare_task(tenant, Some(name), body).await?;
+        self.check_after_cycles(tenant, &[&prepared])
+            .map_err(|(_, e)| e)?;
+        self.scheduler.put_task(prepared.record.clone()).await?;
+        self.sync().await?;
+        Ok((prepared.record, prepared.created))
+    }
+
+    /// Applies many definitions (YAML or JSON text, each with the name the
+    /// client knows it by, e.g. its file) all or nothing: each is checked as
+    /// [`Ax::put_task`] checks one, and the `after` triggers of the whole set
+    /// together with the saved tasks; if any fails nothing is stored and
+    /// [`Error::Items`] lists every bad one. Otherwise all are stored in one
+    /// store write (through the scheduler, which arms their triggers) and
+    /// are durable when this returns. Returns the records with their
+    /// schedule states, in order, and whether each was created.
+    pub async fn put_tasks(
+        &self,
+        tenant: &str,
+        items: &[(Option<String>, String)],
+    ) -> Result<Vec<(TaskRecord, ScheduleState, bool)>> {
+        check_batch_len(items.len(), MAX_BATCH_TASKS, "tasks")?;
+        let mut prepared = Vec::with_capacity(items.len());
+        let mut errors = Vec::new();
+        let mut seen: HashMap<String, usize> = HashMap::with_capacity(items.len());
+        for (index, (file, body)) in items.iter().enumerate() {
+            match self.prepare_task(tenant, None, body).await {
+                Ok(p) => {
+                    if let Some(first) = seen.insert(p.record.name.clone(), index) {
+                        let other = items[first]
+                            .0
+                            .clone()
+                            .unwrap_or_else(|| format!("tasks[{first}]"));
+                        errors.push(ItemError::new(
+                            index,
+                            file.clone(),
+                            Error::Invalid {
+                                path: Some("name".into()),
+                                message: format!(
+                                    "task `{}` is defined twice in this batch (also in {other})",
+                                    p.record.name
+                                ),
+                            },
+                        ));
+                    }
+                    prepared.push(p);
+                }
+                Err(e) => errors.push(ItemError::new(index, file.clone(), e)),
+            }
+        }
+        if errors.is_empty() {
+            let all: Vec<&Prepared> = prepared.iter().collect();
+            if let Err((index, e)) = self.check_after_cycles(tenant, &all) {
+                errors.push(ItemError::new(index, items[index].0.clone(), e));
+            }
+        }
+        if !errors.is_empty() {
+            return Err(Error::Items {
+                what: "tasks",
+                total: items.len(),
+                errors,
+            });
+        }
+        let records = prepared.iter().map(|p| p.record.clone()).collect();
+        let schedules = self.scheduler.put_tasks(records).await?;
+        self.sync().await?;
+        Ok(prepared
+            .into_iter()
+            .zip(schedules)
+            .map(|(p, s)| (p.record, s, p.created))
+            .collect())
+    }
+
+    /// Parses and checks one definition and makes the record saving it
+    /// would store (its version and creation time from the saved one, if
+    /// any). `name`: the name it was sent to, which the definition's must
+    /// match. The `after` graph is checked apart, for all definitions saved
+    /// together ([`Ax::check_after_cycles`]).
+    async fn prepare_task(&self, tenant: &str, name: Option<&str>, body: &str) -> Result<Prepared> {
         let spec = task::parse(body)?;
         // Well-formed, but not this resource: an invalid document (422 with
         // its path), like any other field that disagrees with its context.
-        if spec.name != name {
+        if let Some(name) = name
+            && spec.name != name
+        {
             return Err(Error::Invalid {
                 path: Some("name".into()),
                 message: format!(
@@ -42,6 +126,7 @@ impl Ax {
                 ),
             });
         }
+        let name = spec.name.as_str();
         task::validate(&spec, &self.caps_for(tenant))?;
         self.check_priority(tenant, spec.priority)?;
         self.check_http_ceiling(tenant, &spec)?;
@@ -69,7 +154,6 @@ impl Ax {
                 message: e.to_string(),
             }
         })?;
-        self.check_after_cycle(tenant, &spec)?;
         let record = TaskRecord {
             format: RECORD_FORMAT,
             tenant: tenant.to_string(),
@@ -83,41 +167,61 @@ impl Ax {
             updated_at: now.timestamp_millis(),
             version: existing.as_ref().map_or(1, |t| t.version + 1),
         };
-        self.scheduler.put_task(record.clone()).await?;
-        self.sync().await?;
-        Ok((record, existing.is_none()))
+        Ok(Prepared {
+            record,
+            after: spec.trigger.map(|t| t.after).unwrap_or_default(),
+            created: existing.is_none(),
+        })
     }
 
-    /// Refuses an `after` trigger that would close a cycle across tasks.
-    fn check_after_cycle(&self, tenant: &str, spec: &TaskSpec) -> Result<()> {
-        let Some(after) = spec
-            .trigger
-            .as_ref()
-            .map(|t| t.after.clone())
-            .filter(|a| !a.is_empty())
-        else {
+    /// Refuses `after` triggers that would close a cycle across tasks, with
+    /// `records` saved (replacing the saved tasks of their names) together:
+    /// the index in `records` of a task on the cycle, and the error naming it.
+    fn check_after_cycles(
+        &self,
+        tenant: &str,
+        new: &[&Prepared],
+    ) -> std::result::Result<(), (usize, Error)> {
+        let new: Vec<(&str, &[String])> = new
+            .iter()
+            .map(|p| (p.record.name.as_str(), p.after.as_slice()))
+            .collect();
+        // A cycle passes through a new task with `after` edges: the saved
+        // tasks have none among themselves, and a task without edges closes none.
+        if new.iter().all(|(_, a)| a.is_empty()) {
             return Ok(());
-        };
-        // The new task first, so the cycle (which must pass through it: the
-        // saved tasks have none) is named from it.
+        }
+        let names: HashSet<&str> = new.iter().map(|(n, _)| *n).collect();
         let saved: Vec<(String, Vec<String>)> = self
-            .list_specs(tenant)?
+            .list_specs(tenant)
+            .map_err(|e| (0, e))?
             .into_iter()
-            .filter(|(t, _)| t.name != spec.name)
+            .filter(|(t, _)| !names.contains(t.name.as_str()))
             .map(|(t, s)| (t.name, s.trigger.map(|t| t.after).unwrap_or_default()))
             .collect();
-        let mut nodes: Vec<(&str, &[String])> = Vec::with_capacity(saved.len() + 1);
-        nodes.push((&spec.name, &after));
+        // The new tasks first, so the cycle (which passes through one) is
+        // named from the first of them on it.
+        let mut nodes: Vec<(&str, &[String])> = Vec::with_capacity(new.len() + saved.len());
+        nodes.extend(new.iter().copied());
         nodes.extend(saved.iter().map(|(n, a)| (n.as_str(), a.as_slice())));
         match dag::find_named_cycle(&nodes) {
             None => Ok(()),
-            Some(cycle) => Err(Error::Invalid {
-                path: Some("trigger.after".into()),
-                message: format!(
-                    "`after` triggers would form a cycle: {} (each task runs after the next)",
-                    cycle.join(" -> ")
-                ),
-            }),
+            Some(cycle) => {
+                let index = new
+                    .iter()
+                    .position(|(n, _)| cycle.iter().any(|c| c == n))
+                    .unwrap_or(0);
+                Err((
+                    index,
+                    Error::Invalid {
+                        path: Some("trigger.after".into()),
+                        message: format!(
+                            "`after` triggers would form a cycle: {} (each task runs after the next)",
+                            cycle.join(" -> ")
+                        ),
+                    },
+                ))
+            }
         }
     }
 
@@ -193,6 +297,15 @@ impl Ax {
         self.sync().await?;
         Ok(schedule)
     }
+}
+
+/// A checked definition, ready to store.
+struct Prepared {
+    record: TaskRecord,
+    /// Its `after` trigger's upstream tasks (for the cycle check).
+    after: Vec<String>,
+    /// No task of this name was saved.
+    created: bool,
 }
 
 /// A page of tasks with their schedules, and the cursor of the next page.

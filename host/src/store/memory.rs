@@ -227,6 +227,20 @@ impl Store for MemoryStore {
         Ok(())
     }
 
+    fn put_tasks(&self, tasks: &[(TaskRecord, ScheduleState)]) -> Result<()> {
+        // One lock: a reader sees all of them or none.
+        let mut state = self.state();
+        for (task, schedule) in tasks {
+            state
+                .tasks
+                .insert(key2(&task.tenant, &task.name), task.clone());
+            state
+                .schedules
+                .insert(key2(&schedule.tenant, &schedule.task), schedule.clone());
+        }
+        Ok(())
+    }
+
     fn get_task(&self, tenant: &str, name: &str) -> Result<Option<TaskRecord>> {
         Ok(self.state().tasks.get(&key2(tenant, name)).cloned())
     }

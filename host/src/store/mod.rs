@@ -185,6 +185,9 @@ pub trait Store: Send + Sync + 'static {
     // --- tasks ------------------------------------------------------------
     /// Creates or replaces a task, with its schedule state in the same write.
     fn put_task(&self, task: &TaskRecord, schedule: &ScheduleState) -> Result<()>;
+    /// [`Store::put_task`] for many tasks in one atomic write: all are
+    /// stored or none (bulk apply).
+    fn put_tasks(&self, tasks: &[(TaskRecord, ScheduleState)]) -> Result<()>;
     /// One task.
     fn get_task(&self, tenant: &str, name: &str) -> Result<Option<TaskRecord>>;
     /// A tenant's tasks by name (`None`: every tenant's).

@@ -4,6 +4,7 @@
 //!
 //! This file holds the in-process [`Host`] and its request helpers (which
 //! `tenants` uses too); the tests are in one file per subject:
+//! - `bulk`: bulk triggers and bulk apply, per-item errors, all or nothing;
 //! - `runs`: upload, apply, trigger and poll; idempotency, timeouts, cancelling, listing;
 //! - `dead_letters`: retries, dead letters requeued or resolved, retrying a run;
 //! - `schedules`: the cron preview, pausing and resuming a task;
@@ -14,6 +15,7 @@
 //! - `cli`: the `ax` client commands against a real socket;
 //! - `graph`: task graphs in four formats, with a run's states, and `ax graph`.
 
+mod bulk;
 mod cli;
 mod dead_letters;
 mod graph;

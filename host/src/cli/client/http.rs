@@ -152,7 +152,11 @@ impl Client {
         if status == 401 && self.token.is_none() {
             message.push_str(" (set AX_TOKEN or pass --token)");
         }
-        Err(Failure { code, message })
+        Err(Failure {
+            code,
+            message,
+            details: error["details"].clone(),
+        })
     }
 
     pub(super) fn get(&self, path: &str) -> Result<Value, Failure> {

@@ -98,6 +98,9 @@ pub(super) enum ClientCommand {
 struct Failure {
     code: String,
     message: String,
+    /// The `details` of the server's error body (`null` otherwise): a
+    /// refused batch lists its bad items there.
+    details: serde_json::Value,
 }
 
 impl Failure {
@@ -105,6 +108,7 @@ impl Failure {
         Self {
             code: code.to_string(),
             message: message.into(),
+            details: serde_json::Value::Null,
         }
     }
 }

@@ -1,14 +1,16 @@
 //! `ax task apply|validate|list|show|pause|resume|delete|next`: a task's
 //! definition and its trigger (checks before saving: [`super::task_check`]).
+//! `ax task apply -f DIR/` applies a directory's definitions in one request,
+//! all or nothing.
 
 use std::io::Read as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
 use super::http::{Body, Client, all_pages, enc};
-use super::output::{cell, print_json, table};
+use super::output::{cell, items, print_json, table};
 use super::{Conn, Failure, Outcome, done};
 use crate::cli::term::{Layout, safe};
 
@@ -22,9 +24,11 @@ pub(in crate::cli) struct TaskArgs {
 
 #[derive(Debug, Subcommand)]
 enum TaskCommand {
-    /// Create or replace a task from a YAML or JSON file (`-` reads stdin).
+    /// Create or replace a task from a YAML or JSON file (`-` reads stdin),
+    /// or every `*.yaml`, `*.yml` and `*.json` file of a directory in one
+    /// request, all or nothing.
     Apply {
-        /// The definition file.
+        /// The definition file, or a directory of them.
         #[arg(short = 'f', long = "file")]
         file: PathBuf,
         /// Check the definition and show a diff against the stored one; store nothing.
@@ -80,6 +84,109 @@ fn read_definition(file: &PathBuf) -> Result<String, Failure> {
         .map_err(|e| Failure::new("io", format!("reading {}: {e}", file.display())))
 }
 
+/// Definitions one bulk apply holds (the server's bound).
+const MAX_FILES: usize = crate::service::MAX_BATCH_TASKS;
+
+/// The definition files of a directory (`*.yaml`, `*.yml`, `*.json`, not
+/// its subdirectories), by name.
+fn definition_files(dir: &Path) -> Result<Vec<PathBuf>, Failure> {
+    let entries = std::fs::read_dir(dir)
+        .map_err(|e| Failure::new("io", format!("reading {}: {e}", dir.display())))?;
+    let mut files = Vec::new();
+    for entry in entries {
+        let path = entry
+            .map_err(|e| Failure::new("io", format!("reading {}: {e}", dir.display())))?
+            .path();
+        let wanted = path
+            .extension()
+            .and_then(|e| e.to_str())
+            .is_some_and(|e| matches!(e, "yaml" | "yml" | "json"));
+        if wanted && path.is_file() {
+            files.push(path);
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// `ax task apply -f DIR/`: every definition of the directory in one
+/// request (`POST /v1/tasks:apply`), all or nothing; a refusal lists each
+/// bad file's errors.
+fn apply_dir(client: &Client, dir: &Path, json: bool) -> Outcome {
+    let files = definition_files(dir)?;
+    if files.is_empty() {
+        return Err(Failure::new(
+            "usage",
+            format!("{} holds no *.yaml, *.yml or *.json file", dir.display()),
+        ));
+    }
+    // All or nothing holds for one request: more files would need several.
+    if files.len() > MAX_FILES {
+        return Err(Failure::new(
+            "usage",
+            format!(
+                "{} holds {} definitions; one apply takes at most {MAX_FILES}: split the directory",
+                dir.display(),
+                files.len()
+            ),
+        ));
+    }
+    let mut tasks = Vec::with_capacity(files.len());
+    for path in &files {
+        let name = path.file_name().map_or_else(
+            || path.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        );
+        tasks.push(json!({ "file": name, "source": read_definition(path)? }));
+    }
+    let answer = match client.post("/v1/tasks:apply", Body::Json(json!({ "tasks": tasks }))) {
+        Ok((_, answer)) => answer,
+        Err(f) => {
+            let bad: Vec<&Value> = items(&f.details["items"]).collect();
+            if json && !bad.is_empty() {
+                print_json(&f.details);
+            }
+            if !json {
+                for item in &bad {
+                    println!(
+                        "{}: error {}: {}",
+                        cell(&item["file"]),
+                        cell(&item["error"]["code"]),
+                        cell(&item["error"]["message"])
+                    );
+                }
+            }
+            return Err(Failure::new(&f.code, f.message));
+        }
+    };
+    if json {
+        print_json(&answer);
+    } else {
+        for item in items(&answer["tasks"]) {
+            let t = &item["task"];
+            println!(
+                "{}: task {} {} (version {}); next fire: {}",
+                cell(&item["file"]),
+                cell(&t["name"]),
+                if item["created"] == true {
+                    "created"
+                } else {
+                    "replaced"
+                },
+                cell(&t["version"]),
+                cell(&t["next_fire"])
+            );
+        }
+        println!(
+            "{} tasks applied: {} created, {} replaced",
+            files.len(),
+            cell(&answer["created"]),
+            cell(&answer["replaced"])
+        );
+    }
+    done()
+}
+
 fn task_row(t: &Value) -> Vec<String> {
     vec![
         cell(&t["name"]),
@@ -123,6 +230,7 @@ pub(super) fn task(args: TaskArgs) -> Outcome {
             let text = read_definition(&file)?;
             return super::task_check::dry_run(&client, &text, &file.display().to_string());
         }
+        TaskCommand::Apply { file, .. } if file.is_dir() => return apply_dir(&client, &file, json),
         TaskCommand::Apply { file, .. } => {
             let text = read_definition(&file)?;
             // The URL names the task: read the name with the server's own parser.

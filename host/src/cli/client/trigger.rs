@@ -1,7 +1,11 @@
 //! `ax trigger TASK [--wait]`: start a run now and, with `--wait`, poll it
 //! to its end behind a progress bar; the exit code says whether it
 //! succeeded (0), did not (1), or was still going at `--timeout` (124).
+//! `ax trigger TASK --from-file runs.jsonl`: one run per line, sent in
+//! batches of [`BATCH`] (`POST /v1/tasks/{name}/runs:batch`), one result
+//! printed per line.
 
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -19,6 +23,11 @@ pub(in crate::cli) struct TriggerArgs {
     conn: Conn,
     /// Task name.
     task: String,
+    /// Trigger one run per line of this JSON Lines file (`-`: stdin), each
+    /// `{"input": …, "idempotency_key": …, "priority": …}` (all optional),
+    /// in batches of 1000; prints each line's run or error.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["input", "idempotency_key", "priority", "wait"])]
+    from_file: Option<PathBuf>,
     /// Trigger input (JSON), available to steps as `${input.*}`.
     #[arg(long)]
     input: Option<String>,
@@ -37,8 +46,14 @@ pub(in crate::cli) struct TriggerArgs {
     timeout: Duration,
 }
 
+/// Runs one bulk request holds (the server's bound).
+const BATCH: usize = crate::service::MAX_BATCH_RUNS;
+
 pub(super) fn trigger(args: TriggerArgs) -> Outcome {
     let client = Client::new(&args.conn);
+    if let Some(file) = &args.from_file {
+        return trigger_from_file(&client, &args.task, file, args.conn.json);
+    }
     let mut body = serde_json::Map::new();
     if let Some(input) = &args.input {
         let value: Value = serde_json::from_str(input)
@@ -86,6 +101,148 @@ pub(super) fn trigger(args: TriggerArgs) -> Outcome {
     } else {
         ExitCode::from(1)
     })
+}
+
+/// The runs of a JSON Lines file: (line number from 1, object), blank lines
+/// skipped. Any line that is not a JSON object fails the whole file, before
+/// anything is sent.
+fn read_runs(file: &Path) -> Result<Vec<(usize, Value)>, Failure> {
+    let text = if file.as_os_str() == "-" {
+        std::io::read_to_string(std::io::stdin())
+            .map_err(|e| Failure::new("io", format!("reading stdin: {e}")))?
+    } else {
+        std::fs::read_to_string(file)
+            .map_err(|e| Failure::new("io", format!("reading {}: {e}", file.display())))?
+    };
+    parse_runs(&text).map_err(|m| Failure::new("usage", format!("{}: {m}", file.display())))
+}
+
+fn parse_runs(text: &str) -> Result<Vec<(usize, Value)>, String> {
+    let mut runs = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let value: Value =
+            serde_json::from_str(line).map_err(|e| format!("line {}: not JSON: {e}", i + 1))?;
+        if !value.is_object() {
+            return Err(format!(
+                "line {}: a run is a JSON object ({{\"input\": …, \"idempotency_key\": …, \"priority\": …}})",
+                i + 1
+            ));
+        }
+        runs.push((i + 1, value));
+    }
+    if runs.is_empty() {
+        return Err("no runs in the file (one JSON object per line)".into());
+    }
+    Ok(runs)
+}
+
+/// One line's result as printed: `line N: run ID created: queued`.
+fn result_line(line: usize, item: &Value) -> String {
+    let error = &item["error"];
+    if !error.is_null() {
+        return format!(
+            "line {line}: error {}: {}",
+            cell(&error["code"]),
+            cell(&error["message"])
+        );
+    }
+    let what = if item["created"] == true {
+        "created"
+    } else {
+        "already exists (same idempotency key)"
+    };
+    format!(
+        "line {line}: run {} {what}: {}",
+        cell(&item["id"]),
+        cell(&item["status"])
+    )
+}
+
+fn trigger_from_file(client: &Client, task: &str, file: &Path, json: bool) -> Outcome {
+    let runs = read_runs(file)?;
+    let path = format!("/v1/tasks/{}/runs:batch", enc(task));
+    let mut results: Vec<Value> = Vec::with_capacity(runs.len());
+    let (mut created, mut existing, mut failed) = (0u64, 0u64, 0u64);
+    let print = |results: &[Value], created, existing, failed| {
+        if json {
+            print_json(&serde_json::json!({
+                "results": results, "created": created, "existing": existing, "failed": failed,
+            }));
+        }
+    };
+    for chunk in runs.chunks(BATCH) {
+        let lines: Vec<usize> = chunk.iter().map(|(line, _)| *line).collect();
+        let body = serde_json::json!({ "runs": chunk.iter().map(|(_, v)| v).collect::<Vec<_>>() });
+        let answer = match client.post(&path, Body::Json(body)) {
+            Ok((_, answer)) => answer,
+            Err(f) => {
+                // A refused batch: every bad line with its error; nothing of
+                // this batch or after it was created.
+                for item in items(&f.details["items"]) {
+                    let line = item["index"].as_u64().and_then(|i| lines.get(i as usize));
+                    if let Some(&line) = line {
+                        let mut result =
+                            serde_json::json!({ "line": line, "error": item["error"] });
+                        if !json {
+                            println!("{}", result_line(line, &result));
+                        }
+                        result["index"] = item["index"].clone();
+                        results.push(result);
+                    }
+                }
+                print(&results, created, existing, failed);
+                let first = lines.first().copied().unwrap_or_default();
+                let last = lines.last().copied().unwrap_or_default();
+                return Err(Failure::new(
+                    &f.code,
+                    format!(
+                        "lines {first}-{last} were refused, none of them triggered: {}{}",
+                        f.message,
+                        if last < runs.last().map_or(0, |r| r.0) {
+                            "; the lines after them were not sent"
+                        } else {
+                            ""
+                        }
+                    ),
+                ));
+            }
+        };
+        for item in items(&answer["runs"]) {
+            let Some(&line) = item["index"].as_u64().and_then(|i| lines.get(i as usize)) else {
+                continue;
+            };
+            if !item["error"].is_null() {
+                failed += 1;
+            } else if item["created"] == true {
+                created += 1;
+            } else {
+                existing += 1;
+            }
+            if !json {
+                println!("{}", result_line(line, item));
+            }
+            let mut result = item.clone();
+            result["line"] = line.into();
+            results.push(result);
+        }
+    }
+    print(&results, created, existing, failed);
+    if failed > 0 {
+        return Err(Failure::new(
+            "partial",
+            format!(
+                "{failed} of {} runs were refused (see their lines); {created} created, {existing} already existed",
+                runs.len()
+            ),
+        ));
+    }
+    if !json {
+        println!("{created} runs created, {existing} already existed");
+    }
+    done()
 }
 
 fn is_terminal(status: &Value) -> bool {
@@ -184,6 +341,34 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn a_runs_file_is_read_line_by_line_and_refused_whole_on_a_bad_line() {
+        let runs = parse_runs("{\"input\": {\"n\": 1}}\n\n{\"idempotency_key\": \"k\"}\n").unwrap();
+        assert_eq!(runs.len(), 2);
+        assert_eq!(runs[0].0, 1);
+        assert_eq!(runs[1], (3, json!({"idempotency_key": "k"})));
+        assert_eq!(
+            parse_runs("{}\n[1]").unwrap_err().split(':').next(),
+            Some("line 2")
+        );
+        assert!(
+            parse_runs("{}\n{oops")
+                .unwrap_err()
+                .starts_with("line 2: not JSON")
+        );
+        assert!(parse_runs("\n  \n").unwrap_err().starts_with("no runs"));
+    }
+
+    #[test]
+    fn each_line_prints_its_run_or_its_error() {
+        let ok = json!({"index": 0, "id": "r1", "created": true, "status": "queued"});
+        assert_eq!(result_line(4, &ok), "line 4: run r1 created: queued");
+        let again = json!({"index": 1, "id": "r1", "created": false, "status": "queued"});
+        assert!(result_line(5, &again).contains("already exists"));
+        let bad = json!({"index": 2, "error": {"code": "queue_full", "message": "full"}});
+        assert_eq!(result_line(6, &bad), "line 6: error queue_full: full");
+    }
 
     #[test]
     fn the_wait_bar_counts_ended_steps_and_names_the_one_at_work() {

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use super::tasks::{Loaded, Saved};
 use super::{Actor, Armed, Origin, Timer};
 use crate::model::ids::TaskKey;
 use crate::model::{Millis, ScheduleState};
@@ -40,7 +41,22 @@ impl Actor {
         &mut self,
         record: crate::model::TaskRecord,
     ) -> Result<ScheduleState> {
-        let now = self.clock.now();
+        let saved = self.prepare_save(record, self.clock.now())?;
+        self.store.put_task(&saved.loaded.record, &saved.schedule)?;
+        let schedule = saved.schedule.clone();
+        self.take_up_saved(saved)?;
+        Ok(schedule)
+    }
+
+    /// What saving `record` at `now` gives: its schedule state (the next
+    /// fire from the old state, so a replaced `at` that fired does not fire
+    /// again; the old last fire and pause kept), with the definition parsed
+    /// and the trigger compiled once for arming it.
+    pub(super) fn prepare_save(
+        &self,
+        record: crate::model::TaskRecord,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Saved> {
         let spec: TaskSpec = serde_json::from_value(record.spec.clone())
             .map_err(|e| Error::Conflict(format!("definition of `{}`: {e}", record.name)))?;
         let trigger = Trigger::compile(spec.trigger.as_ref(), from_ms(record.created_at))
@@ -56,11 +72,30 @@ impl Actor {
             last_fired: old.as_ref().and_then(|s| s.last_fired),
             paused: old.as_ref().is_some_and(|s| s.paused),
         };
-        self.store.put_task(&record, &schedule)?;
+        Ok(Saved {
+            schedule,
+            loaded: Loaded {
+                record: Arc::new(record),
+                spec: Arc::new(spec),
+            },
+            trigger: Arc::new(trigger),
+        })
+    }
+
+    /// Takes up a definition just stored: cached, and armed if it fires
+    /// within the window.
+    pub(super) fn take_up_saved(&mut self, saved: Saved) -> Result<()> {
+        let (tenant, task) = (saved.schedule.tenant.clone(), saved.schedule.task.clone());
         self.tasks
-            .remove(&TaskKey::new(record.tenant.as_str(), record.name.as_str()));
-        self.on_task_changed(&record.tenant, &record.name)?;
-        Ok(schedule)
+            .insert(TaskKey::new(&tenant, &task), saved.loaded.clone());
+        self.arm_compiled(
+            &tenant,
+            &task,
+            Some(saved.schedule),
+            saved.loaded,
+            saved.trigger,
+        );
+        Ok(())
     }
 
     pub(super) fn on_set_paused(
@@ -110,6 +145,37 @@ impl Actor {
         task: &str,
         schedule: Option<ScheduleState>,
     ) -> Result<()> {
+        let due = schedule
+            .as_ref()
+            .filter(|s| !s.paused)
+            .and_then(|s| s.next_fire)
+            .is_some_and(|next| next <= self.horizon);
+        if !due {
+            let key = TaskKey::new(tenant, task);
+            self.armed_remove(&key);
+            self.clear_beyond(&key);
+            self.disarm_fire(tenant, task);
+            return Ok(());
+        }
+        let loaded = self.load_task(tenant, task)?;
+        let trigger = Trigger::compile(
+            loaded.spec.trigger.as_ref(),
+            from_ms(loaded.record.created_at),
+        )
+        .map_err(|e| Error::Conflict(format!("trigger of `{task}`: {e}")))?;
+        self.arm_compiled(tenant, task, schedule, loaded, Arc::new(trigger));
+        Ok(())
+    }
+
+    /// [`Actor::arm_schedule`] with the definition and trigger at hand.
+    fn arm_compiled(
+        &mut self,
+        tenant: &str,
+        task: &str,
+        schedule: Option<ScheduleState>,
+        loaded: Loaded,
+        trigger: Arc<Trigger>,
+    ) {
         let key = TaskKey::new(tenant, task);
         self.armed_remove(&key);
         self.clear_beyond(&key);
@@ -119,27 +185,20 @@ impl Actor {
             .filter(|(_, next)| *next <= self.horizon)
         else {
             self.disarm_fire(tenant, task);
-            return Ok(());
+            return;
         };
-        let loaded = self.load_task(tenant, task)?;
-        let trigger = Trigger::compile(
-            loaded.spec.trigger.as_ref(),
-            from_ms(loaded.record.created_at),
-        )
-        .map_err(|e| Error::Conflict(format!("trigger of `{task}`: {e}")))?;
         self.armed_insert(
             key.clone(),
             Armed {
                 task: loaded.record,
                 spec: loaded.spec,
-                trigger: Arc::new(trigger),
+                trigger,
                 schedule,
             },
         );
         if self.armed.contains_key(&key) {
             self.arm_fire(tenant, task, next, true);
         }
-        Ok(())
     }
 
     /// Moves the fire window on: arms the tasks whose next fire came within

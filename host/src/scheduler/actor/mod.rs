@@ -10,6 +10,7 @@
 //! - `recovery`: rebuilding memory from the store at start;
 //! - `parked`: the head of the persistent queue held in memory, refilled;
 //! - `create`: manual and `after` triggers, new runs, storing them per loop turn;
+//! - `apply`: many task definitions stored in one write (bulk apply);
 //! - `fire`: time triggers, schedules, due timers, firing;
 //! - `advance`: moving a run on, conditions, applying effects, finishing runs;
 //! - `attempts`: dispatching, starting attempts, their results, retries;
@@ -20,6 +21,7 @@
 
 mod active;
 mod advance;
+mod apply;
 mod attempts;
 mod control;
 mod create;
@@ -387,7 +389,7 @@ impl Actor {
                 tracing::error!(error = %e, "cannot store a reply's changes");
             }
         }
-        if !matches!(cmd, Command::Trigger(..)) {
+        if !matches!(cmd, Command::Trigger(..) | Command::TriggerBatch(..)) {
             // Triggers drained together are stored together; anything else
             // sees the runs created before it stored (and writes after them).
             self.insert_pending();
@@ -427,6 +429,17 @@ impl Actor {
             // loop before the answer (`insert_pending`); what follows (its
             // first steps queued) may be written behind.
             Command::Trigger(req, reply) => self.on_trigger(req, reply),
+            // The whole batch is created in this turn, so its runs go to the
+            // store in one write (with any other triggers of the turn).
+            Command::TriggerBatch(items) => {
+                for (req, reply) in items {
+                    self.on_trigger(req, reply);
+                }
+            }
+            Command::PutTasks { records, reply } => {
+                let r = self.on_put_tasks(records);
+                answer(self, reply, r);
+            }
             Command::PluginDeleted {
                 tenant,
                 name,

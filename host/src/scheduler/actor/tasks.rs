@@ -24,6 +24,14 @@ pub(super) struct Loaded {
     pub(super) spec: Arc<TaskSpec>,
 }
 
+/// A definition being saved: its new schedule state, parsed, its trigger
+/// compiled once (`fire::prepare_save`).
+pub(super) struct Saved {
+    pub(super) schedule: crate::model::ScheduleState,
+    pub(super) loaded: Loaded,
+    pub(super) trigger: Arc<crate::schedule::Trigger>,
+}
+
 /// Least-recently-used cache of parsed definitions, at most `capacity`.
 pub(super) struct TaskCache {
     capacity: usize,
@@ -53,7 +61,7 @@ impl TaskCache {
         Some(loaded.clone())
     }
 
-    fn insert(&mut self, key: TaskKey, loaded: Loaded) {
+    pub(super) fn insert(&mut self, key: TaskKey, loaded: Loaded) {
         self.remove(&key);
         while self.entries.len() >= self.capacity {
             let Some((_, oldest)) = self.by_use.pop_first() else {

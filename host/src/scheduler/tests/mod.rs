@@ -34,6 +34,7 @@ use crate::store::memory::MemoryStore;
 use crate::store::{RunQuery, Store};
 use crate::task::{self, TaskSpec};
 
+mod bulk;
 mod conditions;
 mod dag;
 mod fairness;

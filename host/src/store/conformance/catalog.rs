@@ -113,6 +113,38 @@ pub(super) fn tasks_are_stored_with_their_schedule<S: Store>(make: Make<S>) {
     assert_eq!(store.get_schedule("t1", "b").unwrap(), None);
 }
 
+pub(super) fn put_tasks_stores_many_with_their_schedules_in_one_write<S: Store>(make: Make<S>) {
+    let (store, _dir) = make(SCAN);
+    store
+        .put_task(&task("t1", "a", 1), &schedule("t1", "a", Some(10)))
+        .unwrap();
+    let batch: Vec<_> = (0..50)
+        .map(|i| {
+            let name = format!("n{i:02}");
+            (task("t1", &name, 1), schedule("t1", &name, Some(i)))
+        })
+        .chain([(task("t1", "a", 2), schedule("t1", "a", None))])
+        .collect();
+    store.put_tasks(&batch).unwrap();
+    for (task, schedule) in &batch {
+        assert_eq!(
+            store.get_task(&task.tenant, &task.name).unwrap().as_ref(),
+            Some(task)
+        );
+        assert_eq!(
+            store
+                .get_schedule(&task.tenant, &task.name)
+                .unwrap()
+                .as_ref(),
+            Some(schedule)
+        );
+    }
+    assert_eq!(store.list_tasks(Some("t1")).unwrap().len(), 51);
+    assert_eq!(store.list_tasks(Some("t2")).unwrap().len(), 0);
+    store.put_tasks(&[]).unwrap();
+    assert_eq!(store.list_tasks(None).unwrap().len(), 51);
+}
+
 pub(super) fn schedules_round_trip<S: Store>(make: Make<S>) {
     let (store, _dir) = make(SCAN);
     let mut paused = schedule("t2", "a", Some(5));

@@ -54,6 +54,7 @@ macro_rules! conformance_suite {
                 catalog::plugins_are_listed_by_name_then_version,
                 catalog::tasks_are_stored_with_their_schedule,
                 catalog::task_pages_are_ranges_by_name,
+                catalog::put_tasks_stores_many_with_their_schedules_in_one_write,
                 catalog::schedules_round_trip,
                 catalog::the_next_fire_index_follows_every_schedule_write,
                 catalog::downstream_tasks_follow_the_after_triggers,

@@ -264,7 +264,12 @@ impl Store for SledStore {
     }
 
     fn put_task(&self, task: &TaskRecord, schedule: &ScheduleState) -> Result<()> {
-        self.put_task_at(task, schedule)
+        self.put_tasks_at(&[(task, schedule)])
+    }
+
+    fn put_tasks(&self, tasks: &[(TaskRecord, ScheduleState)]) -> Result<()> {
+        let tasks: Vec<_> = tasks.iter().map(|(t, s)| (t, s)).collect();
+        self.put_tasks_at(&tasks)
     }
 
     fn get_task(&self, tenant: &str, name: &str) -> Result<Option<TaskRecord>> {

@@ -99,11 +99,15 @@ impl SledStore {
         Ok(())
     }
 
-    pub(super) fn put_task_at(&self, task: &TaskRecord, schedule: &ScheduleState) -> Result<()> {
+    /// Tasks with their schedules (and index entries), in one batch.
+    pub(super) fn put_tasks_at(&self, tasks: &[(&TaskRecord, &ScheduleState)]) -> Result<()> {
         let _serial = lock(&self.claim_lock);
         let mut batch = sled::Batch::default();
-        self.task_changes(&mut batch, task)?;
-        self.schedule_changes(&mut batch, schedule, &mut Written::new())?;
+        let mut written = Written::new();
+        for (task, schedule) in tasks {
+            self.task_changes(&mut batch, task)?;
+            self.schedule_changes(&mut batch, schedule, &mut written)?;
+        }
         self.apply(batch)
     }
 
