@@ -109,6 +109,9 @@ pub struct SchedulerConfig {
     /// The limits of one condition evaluation (default: the budget the
     /// check on save assumes, see [`crate::cond::Budget`]).
     pub cond_budget: crate::cond::Budget,
+    /// Seeds the scheduler's own randomness (retry jitter) for a replayable
+    /// run (the simulator's); `None` draws a seed from the OS.
+    pub rng_seed: Option<u64>,
 }
 
 /// Scheduled runs are stored this long before their instant, so the store's
@@ -130,6 +133,7 @@ impl Default for SchedulerConfig {
             caps: crate::model::Caps::UNLIMITED,
             cond_workers: COND_WORKERS,
             cond_budget: crate::cond::Budget::default(),
+            rng_seed: None,
         }
     }
 }
@@ -499,5 +503,7 @@ impl Scheduler {
     }
 }
 
+#[cfg(test)]
+mod sim;
 #[cfg(test)]
 mod tests;
