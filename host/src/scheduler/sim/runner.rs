@@ -144,7 +144,7 @@ fn report(outcome: Outcome, fuel: u64, ms: f64) -> AttemptReport {
         memory_peak_bytes: 1 << 16,
         duration_ms: ms,
         // Something to store as logs now and then (a store write of its own).
-        stdout: if fuel % 3 == 0 {
+        stdout: if fuel.is_multiple_of(3) {
             "hello\n".into()
         } else {
             String::new()
@@ -205,7 +205,9 @@ impl Runner for SimRunner {
                     _ => tokio::time::sleep(Duration::from_millis(ms)).await,
                 }
             };
+            // Biased: tokio draws the order of ready branches at random.
             let ended = tokio::select! {
+                biased;
                 () = work => None,
                 _ = tokio::time::sleep(req.limits.timeout) => Some(Outcome::TimedOut),
                 _ = req.cancel.cancelled() => Some(Outcome::Cancelled),

@@ -72,6 +72,9 @@ pub(super) struct World {
     pub(super) budgets: HashMap<(String, Millis), Option<u64>>,
     /// Hours in which a crash or a clock jump happened.
     pub(super) disturbed: std::collections::HashSet<Millis>,
+    /// Hours a clock set back across an hour boundary re-entered (see
+    /// `check`: the quota forgets a window it left and comes back to).
+    pub(super) rewound: std::collections::HashSet<Millis>,
     /// Rounds (1 + retries and requeues) per run id.
     pub(super) rounds: HashMap<String, u32>,
     pub(super) epoch: u64,
@@ -155,6 +158,7 @@ impl Sim {
                 keys: BTreeMap::new(),
                 budgets: HashMap::new(),
                 disturbed: Default::default(),
+                rewound: Default::default(),
                 rounds: HashMap::new(),
                 epoch: 0,
             },
@@ -392,7 +396,13 @@ impl Sim {
         fut: impl std::future::Future<Output = crate::scheduler::Result<T>>,
     ) -> Option<crate::scheduler::Result<T>> {
         match tokio::time::timeout(Duration::from_secs(60), fut).await {
-            Ok(r) => Some(r),
+            // The service waits for the store's sync ticket before it
+            // answers a change (a task saved or deleted, a run cancelled).
+            Ok(Ok(r)) => {
+                let _ = self.store.sync_ticket().wait().await;
+                Some(Ok(r))
+            }
+            Ok(Err(e)) => Some(Err(e)),
             // While the store refuses writes a command that must store its
             // change waits for it (the writer retries); past the faults, an
             // unanswered command is a violation.
@@ -474,6 +484,15 @@ impl Sim {
         let after = self.clock.now_ms();
         for t in [before, after] {
             self.world.disturbed.insert(t.div_euclid(HOUR) * HOUR);
+        }
+        let (from, to) = (
+            after.div_euclid(HOUR) * HOUR,
+            before.div_euclid(HOUR) * HOUR,
+        );
+        let mut hour = from;
+        while hour <= to && from < to {
+            self.world.rewound.insert(hour);
+            hour += HOUR;
         }
         let at = self.now_rel();
         self.note(format!("{at} clock jumps {ms} ms"));

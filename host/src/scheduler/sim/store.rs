@@ -34,7 +34,7 @@ enum Write {
     DeleteTask(String, String),
     Schedule(ScheduleState),
     InsertRuns(Vec<NewRun>),
-    WriteRuns(Vec<(RunRecord, Vec<Event>)>, Vec<UsageBucket>),
+    Runs(Vec<(RunRecord, Vec<Event>)>, Vec<UsageBucket>),
     DeleteRun(String),
     Logs(String, AttemptLogs),
     DeadLetter(Box<DeadLetter>),
@@ -56,7 +56,7 @@ impl Write {
             Self::DeleteTask(t, n) => store.delete_task(t, n).map(drop),
             Self::Schedule(s) => store.put_schedule(s),
             Self::InsertRuns(runs) => store.insert_runs(runs).map(drop),
-            Self::WriteRuns(runs, usage) => store.write_runs(runs, usage),
+            Self::Runs(runs, usage) => store.write_runs(runs, usage),
             Self::DeleteRun(id) => store.delete_run(id).map(drop),
             Self::Logs(id, logs) => store.put_logs(id, logs),
             Self::DeadLetter(d) => store.put_dead_letter(d),
@@ -184,7 +184,7 @@ impl SimStore {
         }
         s.attempts += 1;
         if s.fail_per_mille > 0 {
-            let draw = super::mix(s.seed ^ 0x5704_e5, s.attempts) % 1000;
+            let draw = super::mix(s.seed ^ 0x0057_04e5, s.attempts) % 1000;
             if draw < u64::from(s.fail_per_mille) {
                 s.refused += 1;
                 return Err(Error::Io(std::io::Error::other(
@@ -287,7 +287,7 @@ impl Store for SimStore {
     }
 
     fn write_runs(&self, runs: &[(RunRecord, Vec<Event>)], usage: &[UsageBucket]) -> Result<()> {
-        let w = Write::WriteRuns(runs.to_vec(), usage.to_vec());
+        let w = Write::Runs(runs.to_vec(), usage.to_vec());
         self.write(w, |s| s.write_runs(runs, usage))
     }
 
