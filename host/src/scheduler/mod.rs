@@ -117,6 +117,9 @@ pub struct SchedulerConfig {
     /// Queued runs of one tenant held in memory, at most (the others wait
     /// in the store's queue index; see `actor/parked.rs`).
     pub queue_head: usize,
+    /// Seeds the scheduler's own randomness (retry jitter) for a replayable
+    /// run (the simulator's); `None` draws a seed from the OS.
+    pub rng_seed: Option<u64>,
 }
 
 /// The fires the scheduler holds in memory: those due within `ahead_ms`,
@@ -165,6 +168,7 @@ impl Default for SchedulerConfig {
             window: FireWindow::default(),
             task_cache: 10_000,
             queue_head: 1_000,
+            rng_seed: None,
         }
     }
 }
@@ -586,5 +590,7 @@ impl Scheduler {
     }
 }
 
+#[cfg(test)]
+mod sim;
 #[cfg(test)]
 mod tests;

@@ -279,8 +279,10 @@ impl Actor {
             && report.stderr.is_empty()
             && report.logs.is_empty()
             && report.progress.is_none();
-        if !quiet {
-            self.store.put_logs(
+        // Logs are kept apart from the run: a store that refuses them must
+        // not cost the attempt its result (the run would wait forever).
+        if !quiet
+            && let Err(e) = self.store.put_logs(
                 &done.run_id,
                 &AttemptLogs {
                     step: step.name.clone(),
@@ -290,7 +292,9 @@ impl Actor {
                     logs: report.logs,
                     progress: report.progress,
                 },
-            )?;
+            )
+        {
+            tracing::error!(run = %done.run_id, error = %e, "cannot store an attempt's logs");
         }
         if report.outcome != Outcome::Succeeded {
             tracing::info!(run = %done.run_id, tenant = %done.tenant, task = %run.rec.task,

@@ -86,6 +86,15 @@ impl Actor {
             .get_run(&dead.run_id)?
             .ok_or_else(|| Error::NotFound(format!("run `{}`", dead.run_id)))?;
         let step = dead.step.clone();
+        // A run retried since its step died may have run the step to success:
+        // requeueing the stale letter would run a succeeded step again.
+        let status = rec.steps.iter().find(|s| s.name == step).map(|s| s.status);
+        if status != Some(crate::model::StepStatus::Dead) {
+            return Err(Error::Conflict(format!(
+                "step `{step}` of run `{}` is no longer dead (the run was retried since)",
+                dead.run_id
+            )));
+        }
         let reopened = self.reopen(
             rec,
             decide::control::requeue_resets(&step),

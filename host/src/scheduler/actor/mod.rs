@@ -205,6 +205,10 @@ impl Actor {
         let (cond_tx, cond_rx) = mpsc::unbounded_channel();
         let cond_pool = CondPool::new(config.cond_workers, config.cond_budget, cond_tx);
         let now = clock.now_ms();
+        let rng = config.rng_seed.map_or_else(
+            rand::rngs::StdRng::from_os_rng,
+            rand::rngs::StdRng::seed_from_u64,
+        );
         Self {
             queue: DispatchQueue::new(config.queue.clone(), now),
             tasks: self::tasks::TaskCache::new(config.task_cache),
@@ -234,7 +238,7 @@ impl Actor {
             cond_pool,
             cond_rx: Some(cond_rx),
             cond_token: 0,
-            rng: rand::rngs::StdRng::from_os_rng(),
+            rng,
             tenant_metrics: crate::metrics::TenantCache::new(stats.tenants.clone()),
             quotas: HashMap::new(),
             usage: HashMap::new(),

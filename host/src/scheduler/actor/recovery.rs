@@ -55,15 +55,17 @@ impl Actor {
                 .entry(TaskKey::new(tenant, task))
                 .or_default() += n;
         }
+        // The head's runs are not parked (and are counted as queued again
+        // below, as each is taken up); only the rest count for `overlap` as
+        // parked, so a head run is not held behind itself or a later one.
+        for rec in active.iter().filter(|r| r.status == RunStatus::Queued) {
+            self.unpark_count(rec);
+            self.queued_runs
+                .entry(rec.tenant.clone())
+                .and_modify(|n| *n = n.saturating_sub(1));
+        }
         active.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
         for rec in active {
-            if rec.status == RunStatus::Queued {
-                // Read as the head: not parked (counted again below).
-                self.unpark_count(&rec);
-                self.queued_runs
-                    .entry(rec.tenant.clone())
-                    .and_modify(|n| *n = n.saturating_sub(1));
-            }
             let spec: TaskSpec = match serde_json::from_value(rec.spec.clone()) {
                 Ok(spec) => spec,
                 Err(e) => {

@@ -21,6 +21,12 @@ pub(super) const FLUSH_EVERY: std::time::Duration = std::time::Duration::from_mi
 /// The longest write-behind interval (see [`FLUSH_EVERY`]).
 pub(super) const FLUSH_MAX: std::time::Duration = std::time::Duration::from_millis(250);
 
+/// The first wait before a refused write is tried again; it doubles up to
+/// [`WRITE_RETRY_MAX`].
+pub(super) const WRITE_RETRY_FIRST: std::time::Duration = std::time::Duration::from_millis(50);
+/// The longest wait between two tries of a refused write.
+pub(super) const WRITE_RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Runs to write, in order, and what to do once they are written.
 pub(super) struct WriteJob {
     pub(super) runs: Vec<(RunRecord, Vec<Event>)>,
@@ -36,16 +42,42 @@ pub(super) struct WriteJob {
 pub(super) fn spawn_writer(store: Arc<dyn Store>) -> mpsc::UnboundedSender<WriteJob> {
     let (tx, mut rx) = mpsc::unbounded_channel::<WriteJob>();
     tokio::spawn(async move {
-        while let Some(WriteJob { runs, usage, then }) = rx.recv().await {
-            let result = if runs.is_empty() && usage.is_empty() {
-                Ok(())
-            } else {
+        while let Some(WriteJob {
+            mut runs,
+            mut usage,
+            mut then,
+        }) = rx.recv().await
+        {
+            let mut wait = WRITE_RETRY_FIRST;
+            let result = loop {
+                if runs.is_empty() && usage.is_empty() {
+                    break Ok(());
+                }
                 let store = store.clone();
-                tokio::task::spawn_blocking(move || {
-                    store.write_runs(&runs, &usage).map_err(Error::from)
+                let written = tokio::task::spawn_blocking(move || {
+                    let result = store.write_runs(&runs, &usage).map_err(Error::from);
+                    (result, runs, usage)
                 })
-                .await
-                .unwrap_or(Err(Error::Stopped))
+                .await;
+                let Ok((result, back_runs, back_usage)) = written else {
+                    break Err(Error::Stopped);
+                };
+                (runs, usage) = (back_runs, back_usage);
+                // An I/O error (full disk) passes: the changes are already
+                // applied in memory, so the same records are written again
+                // until they are stored (later jobs wait behind them, in
+                // order). A waiting reply is told at once.
+                let Err(Error::Store(crate::store::Error::Io(e))) = &result else {
+                    break result;
+                };
+                tracing::error!(error = %e, retry_in = ?wait, "writing runs failed; retrying");
+                if let Some(then) = then.take() {
+                    then(Err(Error::Store(crate::store::Error::Backend(format!(
+                        "writing runs failed: {e}"
+                    )))));
+                }
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(WRITE_RETRY_MAX);
             };
             if let Err(e) = &result {
                 tracing::error!(error = %e, "writing runs failed");

@@ -57,3 +57,41 @@ async fn a_requeued_dead_letter_runs_again() {
     let resolved = h.store.get_dead_letter(&dead.id).unwrap().unwrap();
     assert!(resolved.resolution.unwrap().contains("requeued"));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_dead_letter_of_a_run_retried_to_success_is_not_requeued() {
+    // Found by the simulator (seed 46 before the fix): the run was retried,
+    // its dead step succeeded, then the stale dead letter was requeued and
+    // ran the succeeded step again.
+    let h = Harness::start().await;
+    let flip = |digest: &str| PluginRecord {
+        tenant: "t".into(),
+        name: "flip".into(),
+        version: "1.0.0".into(),
+        digest: digest.into(),
+        size: 1,
+        created_at: 0,
+    };
+    h.store.put_plugin(&flip("fail")).unwrap();
+    h.put_task("name: f\nplugin: flip@1.0.0\nretry: { max_attempts: 2, backoff: [1s] }\n")
+        .await;
+    let run = h.trigger("f", serde_json::json!({})).await;
+    h.wait_terminal(&run.id).await;
+    let dead = h.store.list_dead_letters("t", true).unwrap().remove(0);
+    h.store.put_plugin(&flip("ok")).unwrap();
+    // The actor keeps plugin records it has read; make it read this one again.
+    h.scheduler.plugin_deleted("t", "flip", "1.0.0");
+    h.scheduler.retry(&run_id(&run), "test").await.unwrap();
+    let done = h.wait_terminal(&run.id).await;
+    assert_eq!(done.status, RunStatus::Succeeded);
+    let err = h.scheduler.requeue(&dead.id, "test").await.unwrap_err();
+    assert!(matches!(err, Error::Conflict(_)), "{err}");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let after = h.store.get_run(&run.id).unwrap().unwrap();
+    assert_eq!(after.status, RunStatus::Succeeded);
+    assert_eq!(
+        after.steps[0].attempts.len(),
+        3,
+        "no attempt after the success"
+    );
+}
