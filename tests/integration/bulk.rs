@@ -82,7 +82,10 @@ fn bulk_apply_and_bulk_triggers_on_a_real_server_are_durable_and_run_to_the_end(
     write(
         &tasks,
         "hello.yaml",
-        "name: hello\nplugin: hello@1.0.0\ninput: { name: \"${input.name}\" }\n",
+        // All 1,498 runs are counted below: the default history (1,000
+        // finished runs a task) would let a retention sweep during the
+        // drain (every 60 s; slow on a loaded CI machine) delete the oldest.
+        "name: hello\nplugin: hello@1.0.0\ninput: { name: \"${input.name}\" }\nretention: { keep_runs: 10000 }\n",
     );
     write(
         &tasks,

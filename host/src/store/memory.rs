@@ -455,6 +455,14 @@ impl Store for MemoryStore {
         Ok(queued.into_iter().take(limit).cloned().collect())
     }
 
+    fn queued_ids(&self, tenant: &str, limit: usize) -> Result<Vec<String>> {
+        Ok(self
+            .queued_runs(tenant, limit)?
+            .into_iter()
+            .map(|r| r.id)
+            .collect())
+    }
+
     fn queued_counts(&self) -> Result<Vec<(String, String, usize)>> {
         let state = self.state();
         let mut counts: BTreeMap<(String, String), usize> = BTreeMap::new();

@@ -280,6 +280,9 @@ pub trait Store: Send + Sync + 'static {
     /// priority, then id), at most `limit`. The scheduler holds a bounded
     /// head of it and reads on as the head drains.
     fn queued_runs(&self, tenant: &str, limit: usize) -> Result<Vec<RunRecord>>;
+    /// The ids of [`Store::queued_runs`], from the index alone (no record
+    /// read): what the scheduler scans past its head with.
+    fn queued_ids(&self, tenant: &str, limit: usize) -> Result<Vec<String>>;
     /// Queued runs counted per (tenant, task), from the queue's index alone
     /// (no record read), by tenant then task.
     fn queued_counts(&self) -> Result<Vec<(String, String, usize)>>;

@@ -149,6 +149,8 @@ pub(super) struct Actor {
     parked: HashMap<String, usize>,
     /// The same by task (they count for `overlap`).
     parked_by_task: HashMap<TaskKey, usize>,
+    /// When the heads were last refilled (`parked`).
+    heads_refilled_at: Millis,
     /// Runs changed since the last flush, with their events not yet stored.
     /// Internal transitions are written once per loop turn (write-behind);
     /// anything a client is told about is flushed before the answer.
@@ -229,6 +231,7 @@ impl Actor {
             queued_runs: HashMap::new(),
             parked: HashMap::new(),
             parked_by_task: HashMap::new(),
+            heads_refilled_at: Millis::MIN,
             dirty: Dirty::default(),
             finished: HashMap::new(),
             writer: None,
@@ -292,6 +295,7 @@ impl Actor {
             let next_wake = [
                 self.timers.first().map(|(at, _)| *at),
                 self.queue.next_rate_wakeup(),
+                self.heads_wake(),
             ]
             .into_iter()
             .flatten()

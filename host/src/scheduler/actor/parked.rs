@@ -35,6 +35,9 @@ use crate::scheduler::Result;
 use crate::scheduler::core as decide;
 use crate::task::TaskSpec;
 
+/// Least time between two refills of the heads (ms).
+const HEAD_REFILL_MS: Millis = 5;
+
 impl Actor {
     /// Queued runs of `tenant` held in memory.
     pub(super) fn resident_queued(&self, tenant: &str) -> usize {
@@ -96,6 +99,12 @@ impl Actor {
     /// Refills the heads that fell to half: reads each such tenant's next
     /// queued runs from the store, in dispatch order, and takes them up.
     pub(super) fn refill_heads(&mut self, now: Millis) {
+        // At most every few milliseconds: a head that cannot grow yet (its
+        // runs' writes not landed) must not cost every turn of the loop.
+        if now < self.heads_refilled_at.saturating_add(HEAD_REFILL_MS) {
+            return;
+        }
+        self.heads_refilled_at = now;
         let head = self.config.queue_head.max(1);
         let low: Vec<String> = self
             .parked
@@ -110,18 +119,37 @@ impl Actor {
         }
     }
 
+    /// When the loop must wake to refill a head that has room (throttled
+    /// by [`HEAD_REFILL_MS`]), if one has.
+    pub(super) fn heads_wake(&self) -> Option<Millis> {
+        let half = self.config.queue_head.max(1) / 2;
+        self.parked
+            .keys()
+            .any(|t| self.resident_queued(t) <= half)
+            .then(|| self.heads_refilled_at.saturating_add(HEAD_REFILL_MS))
+    }
+
     fn refill_head(&mut self, tenant: &str, head: usize, now: Millis) -> Result<()> {
         let resident = self.resident_queued(tenant);
         let room = head.saturating_sub(resident);
-        // The resident ones come first in the index (they were read in
-        // order); read past them.
-        let runs = self.store.queued_runs(tenant, resident + room)?;
+        // The runs in memory come first in the index (they were read in
+        // order; a started one stays there until its write lands): read
+        // past them by id, and only the ones taken up whole.
+        let ids = self
+            .store
+            .queued_ids(tenant, head.saturating_mul(2) + room)?;
         let mut taken = 0;
-        for rec in runs {
+        for id in ids {
             if taken == room || !self.parked.contains_key(tenant) {
                 break;
             }
-            if self.in_memory(&rec.id) || rec.status != RunStatus::Queued {
+            if self.in_memory(&id) {
+                continue;
+            }
+            let Some(rec) = self.store.get_run(&id)? else {
+                continue;
+            };
+            if rec.status != RunStatus::Queued {
                 continue;
             }
             self.take_up_parked(rec, now)?;

@@ -339,6 +339,10 @@ impl Store for SimStore {
         self.inner().queued_runs(tenant, limit)
     }
 
+    fn queued_ids(&self, tenant: &str, limit: usize) -> Result<Vec<String>> {
+        self.inner().queued_ids(tenant, limit)
+    }
+
     fn queued_counts(&self) -> Result<Vec<(String, String, usize)>> {
         self.inner().queued_counts()
     }

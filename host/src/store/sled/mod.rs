@@ -359,6 +359,10 @@ impl Store for SledStore {
         runs::queued(self, tenant, limit)
     }
 
+    fn queued_ids(&self, tenant: &str, limit: usize) -> Result<Vec<String>> {
+        runs::queued_ids(self, tenant, limit)
+    }
+
     fn queued_counts(&self) -> Result<Vec<(String, String, usize)>> {
         runs::queued_counts(self)
     }

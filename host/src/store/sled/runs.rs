@@ -203,6 +203,19 @@ pub(super) fn queued(store: &SledStore, tenant: &str, limit: usize) -> Result<Ve
     Ok(runs)
 }
 
+/// [`Store::queued_ids`](crate::store::Store::queued_ids): keys only.
+pub(super) fn queued_ids(store: &SledStore, tenant: &str, limit: usize) -> Result<Vec<String>> {
+    let mut ids = Vec::new();
+    for item in store.scan(&key("q", &[tenant])) {
+        if ids.len() == limit {
+            break;
+        }
+        let (k, _) = item?;
+        ids.push(queued_id(&k)?);
+    }
+    Ok(ids)
+}
+
 /// [`Store::queued_counts`](crate::store::Store::queued_counts): the `q`
 /// index's keys and values, no record read.
 pub(super) fn queued_counts(store: &SledStore) -> Result<Vec<(String, String, usize)>> {
