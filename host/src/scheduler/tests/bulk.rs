@@ -5,20 +5,6 @@
 
 use super::*;
 
-fn record(tenant: &str, yaml: &str, now: DateTime<Utc>) -> TaskRecord {
-    let spec = task::parse(yaml).unwrap();
-    TaskRecord {
-        format: RECORD_FORMAT,
-        tenant: tenant.into(),
-        name: spec.name.clone(),
-        spec: serde_json::to_value(&spec).unwrap(),
-        source: yaml.into(),
-        created_at: now.timestamp_millis(),
-        updated_at: now.timestamp_millis(),
-        version: 1,
-    }
-}
-
 #[tokio::test(start_paused = true)]
 async fn a_trigger_batch_answers_each_run_in_order_with_its_own_refusal() {
     let config = SchedulerConfig {
@@ -86,24 +72,24 @@ async fn tasks_put_in_one_batch_are_stored_and_armed_like_single_saves() {
     h.put_task("name: old\ntrigger: { every: 10s }\nplugin: ok@1.0.0\n")
         .await;
     h.scheduler.set_paused("t", "old", true).await.unwrap();
-    let mut replaced = record(
+    let mut replaced = task_record(
         "t",
         "name: old\ntrigger: { every: 20s }\nplugin: ok@1.0.0\n",
         now,
     );
     replaced.version = 2;
     let records = vec![
-        record(
+        task_record(
             "t",
             "name: c1\ntrigger: { cron: \"*/10 * * * * ?\" }\nplugin: ok@1.0.0\n",
             now,
         ),
-        record(
+        task_record(
             "t",
             "name: c2\ntrigger: { every: 15s }\nplugin: ok@1.0.0\n",
             now,
         ),
-        record("t", "name: manual\nplugin: ok@1.0.0\n", now),
+        task_record("t", "name: manual\nplugin: ok@1.0.0\n", now),
         replaced,
     ];
     let schedules = h.scheduler.put_tasks(records).await.unwrap();

@@ -143,6 +143,21 @@ fn run_id(run: &RunRecord) -> crate::model::ids::RunId {
     crate::model::ids::RunId::new(run.id.as_str())
 }
 
+/// A first version of the task `yaml` defines, as the service stores it.
+fn task_record(tenant: &str, yaml: &str, now: DateTime<Utc>) -> TaskRecord {
+    let spec = task::parse(yaml).unwrap();
+    TaskRecord {
+        format: RECORD_FORMAT,
+        tenant: tenant.into(),
+        name: spec.name.clone(),
+        spec: serde_json::to_value(&spec).unwrap(),
+        source: yaml.into(),
+        created_at: now.timestamp_millis(),
+        updated_at: now.timestamp_millis(),
+        version: 1,
+    }
+}
+
 fn t0() -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2026, 12, 1, 0, 0, 0).unwrap()
 }
@@ -215,17 +230,10 @@ impl Harness {
         let spec = task::parse(yaml).unwrap();
         let now = self.clock.now();
         Trigger::compile(spec.trigger.as_ref(), now).unwrap();
-        let record = TaskRecord {
-            format: RECORD_FORMAT,
-            tenant: tenant.into(),
-            name: spec.name.clone(),
-            spec: serde_json::to_value(&spec).unwrap(),
-            source: yaml.into(),
-            created_at: now.timestamp_millis(),
-            updated_at: now.timestamp_millis(),
-            version: 1,
-        };
-        self.scheduler.put_task(record).await.unwrap();
+        self.scheduler
+            .put_task(task_record(tenant, yaml, now))
+            .await
+            .unwrap();
         spec
     }
 

@@ -152,12 +152,10 @@ pub(super) fn list(store: &SledStore, query: &RunQuery) -> Result<RunPage> {
 /// [`Store::active_runs`](crate::store::Store::active_runs).
 pub(super) fn active(store: &SledStore) -> Result<Vec<RunRecord>> {
     let mut runs = running(store)?;
-    for item in store.scan(&key("q", &[])) {
-        let (k, _) = item?;
-        if let Some(run) = store.get_run(&queued_id(&k)?)? {
-            runs.push(run);
-        }
-    }
+    runs.extend(records(
+        store,
+        ids_in_queue(store, &key("q", &[]), usize::MAX)?,
+    )?);
     runs.sort_by(|a, b| a.id.cmp(&b.id));
     Ok(runs)
 }
@@ -165,15 +163,35 @@ pub(super) fn active(store: &SledStore) -> Result<Vec<RunRecord>> {
 /// [`Store::running_runs`](crate::store::Store::running_runs): `act/{id}`.
 pub(super) fn running(store: &SledStore) -> Result<Vec<RunRecord>> {
     let prefix = key("act", &[]);
-    let mut runs = Vec::new();
-    for item in store.scan(&prefix) {
-        let (k, _) = item?;
-        let id = decode_part(&k[prefix.len()..]).ok_or_else(|| corrupt_key(&k))?;
+    let ids = store
+        .scan(&prefix)
+        .map(|item| {
+            let (k, _) = item?;
+            decode_part(&k[prefix.len()..]).ok_or_else(|| corrupt_key(&k))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    records(store, ids)
+}
+
+/// The stored runs of `ids`, in order (an id whose run is gone is skipped).
+fn records(store: &SledStore, ids: Vec<String>) -> Result<Vec<RunRecord>> {
+    let mut runs = Vec::with_capacity(ids.len());
+    for id in ids {
         if let Some(run) = store.get_run(&id)? {
             runs.push(run);
         }
     }
     Ok(runs)
+}
+
+/// The ids of the first `limit` entries of the queue index under `prefix`
+/// (`q/` or `q/{tenant}/`), from the keys alone.
+fn ids_in_queue(store: &SledStore, prefix: &[u8], limit: usize) -> Result<Vec<String>> {
+    store
+        .scan(prefix)
+        .take(limit)
+        .map(|item| queued_id(&item?.0))
+        .collect()
 }
 
 /// The id at the end of a `q/{tenant}/{order}/{id}` key.
@@ -190,30 +208,12 @@ fn queued_id(k: &[u8]) -> Result<String> {
 
 /// [`Store::queued_runs`](crate::store::Store::queued_runs): `q/{tenant}/…`.
 pub(super) fn queued(store: &SledStore, tenant: &str, limit: usize) -> Result<Vec<RunRecord>> {
-    let mut runs = Vec::new();
-    for item in store.scan(&key("q", &[tenant])) {
-        if runs.len() == limit {
-            break;
-        }
-        let (k, _) = item?;
-        if let Some(run) = store.get_run(&queued_id(&k)?)? {
-            runs.push(run);
-        }
-    }
-    Ok(runs)
+    records(store, queued_ids(store, tenant, limit)?)
 }
 
 /// [`Store::queued_ids`](crate::store::Store::queued_ids): keys only.
 pub(super) fn queued_ids(store: &SledStore, tenant: &str, limit: usize) -> Result<Vec<String>> {
-    let mut ids = Vec::new();
-    for item in store.scan(&key("q", &[tenant])) {
-        if ids.len() == limit {
-            break;
-        }
-        let (k, _) = item?;
-        ids.push(queued_id(&k)?);
-    }
-    Ok(ids)
+    ids_in_queue(store, &key("q", &[tenant]), limit)
 }
 
 /// [`Store::queued_counts`](crate::store::Store::queued_counts): the `q`
