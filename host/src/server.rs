@@ -157,6 +157,8 @@ pub async fn start(config: Config, demo: bool) -> anyhow::Result<Server> {
         .memory
         .validate()
         .map_err(|e| anyhow::anyhow!("config: memory.{e}"))?;
+    crate::task::retention::check_idempotency_ttl(config.retention.idempotency_ttl)
+        .map_err(|e| anyhow::anyhow!("config: retention.idempotency_ttl: {e}"))?;
     // The port first: a taken one stops ax before it writes the data
     // directory, uploads the demo or prints a new admin token.
     let listener = tokio::net::TcpListener::bind(config.listen)
@@ -221,6 +223,7 @@ pub async fn start(config: Config, demo: bool) -> anyhow::Result<Server> {
         max_queued_per_tenant: config.max_queued_per_tenant,
         high_water: config.high_water,
         caps: caps.clone(),
+        idempotency_ttl: config.retention.idempotency_ttl,
         ..SchedulerConfig::default()
     };
     config.memory.apply(&mut scheduler_config);

@@ -160,6 +160,14 @@ async fn bad_retention_is_refused_with_its_field() {
         ("retention: { keep_runs: 0 }", "retention.keep_runs"),
         ("retention: { keep_for: 5ms }", "retention.keep_for"),
         ("retention: { keep: 3 }", "retention"),
+        (
+            "retention: { idempotency_ttl: 0s }",
+            "retention.idempotency_ttl",
+        ),
+        (
+            "retention: { idempotency_ttl: 400d }",
+            "retention.idempotency_ttl",
+        ),
     ] {
         let yaml = format!("name: t\nplugin: echo@1.0.0\n{body}\n");
         let r = live
@@ -178,5 +186,76 @@ async fn bad_retention_is_refused_with_its_field() {
         404,
         "nothing was stored"
     );
+    live.stop().await;
+}
+
+/// An idempotency key outlives its run: after retention deleted the run, a
+/// replay of the key answers 410 `run_deleted` with the run's id and creates
+/// nothing; once the key's `idempotency_ttl` has passed, a sweep frees it and
+/// the key starts a new run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idempotency_keys_outlive_their_runs_until_their_ttl() {
+    let live = Live::start(|c| c.retention.sweep_every = Duration::from_secs(3600)).await;
+    live.upload("echo").await;
+    live.apply(
+        "keyed",
+        "name: keyed\nplugin: echo@1.0.0\nretention: { keep_runs: 1, idempotency_ttl: 4s }\n",
+    )
+    .await;
+    let trigger = |key: &'static str| {
+        let live = &live;
+        async move {
+            live.call(
+                "POST",
+                "/v1/tasks/keyed/runs",
+                &[],
+                Some((
+                    "application/json",
+                    format!(r#"{{"idempotency_key": "{key}"}}"#).into_bytes(),
+                )),
+            )
+            .await
+        }
+    };
+    let first = trigger("k1").await;
+    assert_eq!(first.status, 201, "{}", first.text);
+    let k1_run = first.json()["id"].as_str().unwrap().to_string();
+    let created = std::time::Instant::now();
+    live.wait_run(&k1_run).await;
+    let second = trigger("k2").await;
+    assert_eq!(second.status, 201, "{}", second.text);
+    let k2_run = second.json()["id"].as_str().unwrap().to_string();
+    live.wait_run(&k2_run).await;
+    tokio::time::sleep(Duration::from_millis(300)).await; // the final write is behind
+    let report = sweep(&live).await;
+    assert_eq!((report.deleted, report.keys_expired), (1, 0), "{report:?}");
+    assert_eq!(status_of(&live, &format!("/v1/runs/{k1_run}")).await, 404);
+
+    // The key is remembered: 410 with the deleted run's id, no new run.
+    let replay = trigger("k1").await;
+    assert_eq!(replay.status, 410, "{}", replay.text);
+    let error = &replay.json()["error"];
+    assert_eq!(error["code"], "run_deleted", "{}", replay.text);
+    assert_eq!(
+        error["details"]["run_id"],
+        k1_run.as_str(),
+        "{}",
+        replay.text
+    );
+    // A key whose run is kept answers with it, as before.
+    let replay = trigger("k2").await;
+    assert_eq!(replay.status, 200, "{}", replay.text);
+    assert_eq!(replay.json()["id"], k2_run.as_str());
+    let listed = live.get("/v1/runs?task=keyed").await;
+    assert_eq!(listed["runs"].as_array().unwrap().len(), 1, "{listed}");
+
+    // Past the TTL, a sweep forgets both keys; k1 starts a new run.
+    tokio::time::sleep(Duration::from_secs(4).saturating_sub(created.elapsed())).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let report = sweep(&live).await;
+    assert_eq!(report.keys_expired, 2, "{report:?}");
+    let again = trigger("k1").await;
+    assert_eq!(again.status, 201, "{}", again.text);
+    assert_ne!(again.json()["id"], k1_run.as_str());
     live.stop().await;
 }

@@ -118,7 +118,14 @@ pub const ROUTES: &[Route] = &[
     route(
         "post",
         "/v1/tasks/{name}/runs",
-        &[BAD_REQUEST, NOT_FOUND, INVALID, QUEUE_FULL, QUOTA_EXCEEDED],
+        &[
+            BAD_REQUEST,
+            NOT_FOUND,
+            INVALID,
+            RUN_DELETED,
+            QUEUE_FULL,
+            QUOTA_EXCEEDED,
+        ],
     ),
     // The queue bound and quotas refuse single runs of a batch inside its
     // `200` answer, never the request.

@@ -91,6 +91,7 @@ pub mod codes {
         METHOD_NOT_ALLOWED = 405 "method_not_allowed" "the route exists, not with this method";
         BODY_TIMEOUT = 408 "body_timeout" "the request body did not arrive within `connections.body_timeout`; the connection is closed";
         CONFLICT = 409 "conflict" "conflicts with the current state";
+        RUN_DELETED = 410 "run_deleted" "the trigger's idempotency key started a run that retention has since deleted; `details.run_id` names it, and no new run is created while the key is remembered (`idempotency_ttl`)";
         PAYLOAD_TOO_LARGE = 413 "payload_too_large" "the body is over the route's limit";
         UNSUPPORTED_MEDIA_TYPE = 415 "unsupported_media_type" "a body of a type this route does not take";
         INVALID = 422 "invalid" "well-formed but invalid; `details.path` names the field";
@@ -170,6 +171,13 @@ pub enum ApiError {
         /// Seconds to wait (sent as `Retry-After`).
         retry_after: u64,
     },
+    /// 410 `run_deleted`: an idempotency key whose run retention deleted.
+    RunDeleted {
+        /// What happened.
+        message: String,
+        /// The deleted run's id (`details.run_id`).
+        run: String,
+    },
     /// 503: the host cannot serve right now.
     Unavailable(String),
     /// 500: a fault of the host. The text is logged, never sent.
@@ -209,6 +217,7 @@ impl ApiError {
             ApiError::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             ApiError::BodyTimeout(_) => (StatusCode::REQUEST_TIMEOUT, "body_timeout"),
             ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
+            ApiError::RunDeleted { .. } => (StatusCode::GONE, "run_deleted"),
             ApiError::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
             ApiError::UnsupportedMediaType(_) => {
                 (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
@@ -259,6 +268,7 @@ impl ApiError {
             | ApiError::CompileQueueFull { retry_after, .. } => {
                 json!({ "retry_after": retry_after })
             }
+            ApiError::RunDeleted { run, .. } => json!({ "run_id": run }),
             _ => Value::Null,
         }
     }
@@ -287,6 +297,7 @@ impl ApiError {
             | ApiError::TooLarge(message)
             | ApiError::UnsupportedMediaType(message)
             | ApiError::Invalid { message, .. }
+            | ApiError::RunDeleted { message, .. }
             | ApiError::QueueFull { message, .. }
             | ApiError::QuotaExceeded { message, .. }
             | ApiError::Unavailable(message)
@@ -383,6 +394,7 @@ impl From<service::Error> for ApiError {
             service::Error::Plugin(e) => e.into(),
             service::Error::NotFound(what) => ApiError::NotFound(format!("{what} not found")),
             service::Error::Conflict(message) => ApiError::Conflict(message),
+            service::Error::RunDeleted { message, run } => ApiError::RunDeleted { message, run },
             service::Error::TooLarge(message) => ApiError::TooLarge(message),
             service::Error::Quota {
                 message,
@@ -605,6 +617,10 @@ mod tests {
             ApiError::NotFound("x".into()),
             ApiError::MethodNotAllowed,
             ApiError::Conflict("x".into()),
+            ApiError::RunDeleted {
+                message: "x".into(),
+                run: "r1".into(),
+            },
             ApiError::TooLarge("x".into()),
             ApiError::UnsupportedMediaType("x".into()),
             ApiError::QueueFull {

@@ -43,7 +43,8 @@ pub(super) struct TriggerBody {
 }
 
 /// `POST /v1/tasks/{name}/runs`: 201 with the new run, 200 with the
-/// existing one for an idempotency key already seen.
+/// existing one for an idempotency key already seen, 410 `run_deleted` (with
+/// `details.run_id`) for a key whose run retention has deleted.
 #[utoipa::path(post, path = "/v1/tasks/{name}/runs", tag = "runs", params(("name" = String, Path, description = "Task name")),
     request_body(content = Option<TriggerBody>, description = "Optional; an empty body (or `null`) is `{}`"),
     responses(

@@ -72,6 +72,20 @@ pub enum Error {
     /// The request conflicts with the object's state (e.g. retrying a running run).
     #[error("{0}")]
     Conflict(String),
+    /// A trigger's idempotency key belongs to a run that retention has
+    /// deleted: the run is not created again (the key is remembered until
+    /// its `idempotency_ttl` ends).
+    #[error(
+        "idempotency key `{key}` of task `{task}` already started run {run}, which has since been deleted from history (retention); the key is remembered until its idempotency_ttl ends"
+    )]
+    RunDeleted {
+        /// The task.
+        task: String,
+        /// The key.
+        key: String,
+        /// The deleted run's id.
+        run: String,
+    },
     /// The store failed.
     #[error(transparent)]
     Store(#[from] store::Error),
@@ -120,6 +134,9 @@ pub struct SchedulerConfig {
     /// Seeds the scheduler's own randomness (retry jitter) for a replayable
     /// run (the simulator's); `None` draws a seed from the OS.
     pub rng_seed: Option<u64>,
+    /// How long a run's idempotency key is remembered when its task does
+    /// not say (`retention.idempotency_ttl` of the config and of a task).
+    pub idempotency_ttl: std::time::Duration,
 }
 
 /// The fires the scheduler holds in memory: those due within `ahead_ms`,
@@ -169,6 +186,7 @@ impl Default for SchedulerConfig {
             task_cache: 10_000,
             queue_head: 1_000,
             rng_seed: None,
+            idempotency_ttl: crate::task::retention::DEFAULT_IDEMPOTENCY_TTL,
         }
     }
 }

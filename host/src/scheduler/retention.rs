@@ -32,9 +32,13 @@
 //! deletes it. The store then refuses the reopened run's writes (updating an
 //! unknown run fails), so the client gets an error instead of a run and
 //! nothing half-deleted is stored; the run would have to be old enough to be
-//! deleted and retried in the same few milliseconds. A deleted run's idempotency key
-//! and fire key are freed with it (as Temporal frees workflow ids after
-//! retention): reusing a key after its run aged out starts a new run.
+//! deleted and retried in the same few milliseconds. A deleted run's fire key
+//! is freed with it; its idempotency key is not: keys are remembered for
+//! `idempotency_ttl` from their run's creation (7 days by default, a task's
+//! `retention.idempotency_ttl` replaces it) whether or not the run is kept,
+//! and a replayed key whose run is gone answers `410 run_deleted` with the
+//! run's id. Each sweep frees the keys that expired ([`Store::expire_keys`],
+//! read in expiry order, so only the due ones are read).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -49,7 +53,8 @@ use crate::scheduler::{Clock, Scheduler};
 use crate::store::{RunSummary, Store, id_millis};
 use crate::task::TaskSpec;
 pub use crate::task::retention::{
-    DEFAULT_KEEP_FOR, DEFAULT_KEEP_RUNS, MAX_KEEP_RUNS, MIN_KEEP_FOR, RetentionSpec,
+    DEFAULT_IDEMPOTENCY_TTL, DEFAULT_KEEP_FOR, DEFAULT_KEEP_RUNS, MAX_KEEP_RUNS, MIN_KEEP_FOR,
+    RetentionSpec,
 };
 
 /// How often the sweeper runs by default.
@@ -70,6 +75,10 @@ pub struct RetentionConfig {
     /// How often the sweeper runs.
     #[serde(with = "humantime_text")]
     pub sweep_every: Duration,
+    /// How long idempotency keys are remembered (a task's own
+    /// `retention.idempotency_ttl` replaces it).
+    #[serde(with = "humantime_text")]
+    pub idempotency_ttl: Duration,
 }
 
 impl Default for RetentionConfig {
@@ -78,6 +87,7 @@ impl Default for RetentionConfig {
             keep_runs: DEFAULT_KEEP_RUNS,
             keep_for: DEFAULT_KEEP_FOR,
             sweep_every: DEFAULT_SWEEP_EVERY,
+            idempotency_ttl: DEFAULT_IDEMPOTENCY_TTL,
         }
     }
 }
@@ -108,6 +118,8 @@ pub struct SweepReport {
     pub kept_for_dead_letters: usize,
     /// Runs deleted.
     pub deleted: u64,
+    /// Idempotency keys that expired and were freed.
+    pub keys_expired: u64,
 }
 
 /// The effective limits of one task.
@@ -193,10 +205,22 @@ pub async fn sweep(
         candidates: chosen.len() + kept_for_dead_letters,
         kept_for_dead_letters,
         deleted: 0,
+        keys_expired: 0,
     };
     for batch in chosen.chunks(PURGE_BATCH) {
         let ids = batch.iter().map(|r| r.id.clone()).collect();
         report.deleted += scheduler.purge(ids).await?;
+    }
+    // Expired keys, a batch at a time (each holds the store's claim lock,
+    // which new runs' inserts wait for).
+    loop {
+        let store = store.clone();
+        let freed =
+            tokio::task::spawn_blocking(move || store.expire_keys(now, PURGE_BATCH)).await??;
+        report.keys_expired += freed as u64;
+        if freed < PURGE_BATCH {
+            break;
+        }
     }
     Ok(report)
 }
@@ -302,6 +326,7 @@ mod tests {
             Some(RetentionSpec {
                 keep_runs: Some(1),
                 keep_for: None,
+                idempotency_ttl: None,
             }),
         );
         let chosen = choose(runs, &policies, &RetentionConfig::default(), 5_000);

@@ -85,6 +85,15 @@ pub enum Error {
     /// disabled tenant).
     #[error("{0}")]
     Forbidden(String),
+    /// A trigger's idempotency key belongs to a run retention has deleted:
+    /// answered 410 with the run's id.
+    #[error("{message}")]
+    RunDeleted {
+        /// What happened.
+        message: String,
+        /// The deleted run's id.
+        run: String,
+    },
     /// The store failed (I/O, a corrupt record): a fault of the host.
     #[error("internal error: {0}")]
     Store(#[source] store::Error),
@@ -222,6 +231,10 @@ impl From<scheduler::Error> for Error {
                 retry_after: retry_after.as_secs_f64().ceil().max(1.0) as u64,
             },
             scheduler::Error::Conflict(m) => Error::Conflict(m),
+            scheduler::Error::RunDeleted { ref run, .. } => Error::RunDeleted {
+                run: run.clone(),
+                message: e.to_string(),
+            },
             scheduler::Error::Store(e) => Error::Store(e),
             other => Error::Scheduler(other),
         }

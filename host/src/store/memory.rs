@@ -93,6 +93,8 @@ struct State {
     runs: BTreeMap<String, RunRecord>,
     /// (tenant, task, key) → run id.
     idempotency: HashMap<(String, String, String), String>,
+    /// (expires at, (tenant, task, key)) → run id: the keys by expiry.
+    key_expiry: BTreeMap<(Millis, (String, String, String)), String>,
     /// (tenant, task, scheduled_for) → run id, for runs inserted with `unique_fire`.
     fires: HashMap<(String, String, Millis), String>,
     /// Run id → events, oldest first.
@@ -329,27 +331,40 @@ impl Store for MemoryStore {
             unique_fire,
             schedule,
             events,
+            key_expires_at,
         } in runs
         {
             let existing = |id: Option<&String>| id.and_then(|id| state.runs.get(id)).cloned();
+            let key_owner = run.idempotency_key.as_ref().and_then(|key| {
+                let key = (run.tenant.clone(), run.task.clone(), key.clone());
+                state.idempotency.get(&key).cloned()
+            });
             let found = existing(Some(&run.id))
+                .map(|r| Insert::Existing(Box::new(r)))
                 .or_else(|| {
-                    let key = run.idempotency_key.as_ref()?;
-                    let key = (run.tenant.clone(), run.task.clone(), key.clone());
-                    existing(state.idempotency.get(&key))
+                    // A key outlives its run until it expires.
+                    let owner = key_owner?;
+                    Some(match existing(Some(&owner)) {
+                        Some(r) => Insert::Existing(Box::new(r)),
+                        None => Insert::Forgotten(owner),
+                    })
                 })
                 .or_else(|| {
                     let key = (run.tenant.clone(), run.task.clone(), run.scheduled_for);
-                    unique_fire.then(|| existing(state.fires.get(&key)))?
+                    let r = unique_fire.then(|| existing(state.fires.get(&key)))??;
+                    Some(Insert::Existing(Box::new(r)))
                 });
             if let Some(found) = found {
-                outcomes.push(Insert::Existing(Box::new(found)));
+                outcomes.push(found);
                 continue;
             }
             state.runs.insert(run.id.clone(), run.clone());
             if let Some(key) = &run.idempotency_key {
                 let key = (run.tenant.clone(), run.task.clone(), key.clone());
-                state.idempotency.insert(key, run.id.clone());
+                state.idempotency.insert(key.clone(), run.id.clone());
+                state
+                    .key_expiry
+                    .insert((*key_expires_at, key), run.id.clone());
             }
             if *unique_fire {
                 let key = (run.tenant.clone(), run.task.clone(), run.scheduled_for);
@@ -495,6 +510,26 @@ impl Store for MemoryStore {
             .collect())
     }
 
+    fn expire_keys(&self, now: Millis, limit: usize) -> Result<usize> {
+        let mut state = self.state();
+        // Everything before (now + 1, the least key): the keys due at `now`
+        // or earlier. A key that never expires (`Millis::MAX`) is never due.
+        let least = (String::new(), String::new(), String::new());
+        let due: Vec<_> = state
+            .key_expiry
+            .range(..(now.saturating_add(1), least))
+            .take(limit)
+            .map(|(k, run)| (k.clone(), run.clone()))
+            .collect();
+        for (entry, run) in &due {
+            state.key_expiry.remove(entry);
+            if state.idempotency.get(&entry.1) == Some(run) {
+                state.idempotency.remove(&entry.1);
+            }
+        }
+        Ok(due.len())
+    }
+
     fn delete_run(&self, id: &str) -> Result<bool> {
         let mut state = self.state();
         let Some(run) = state.runs.get(id) else {
@@ -503,13 +538,8 @@ impl Store for MemoryStore {
         if !run.status.is_terminal() {
             return Ok(false);
         }
+        // Its idempotency key stays until it expires (`expire_keys`).
         let run = state.runs.remove(id).expect("the run was just found");
-        if let Some(key) = run.idempotency_key {
-            let key = (run.tenant.clone(), run.task.clone(), key);
-            if state.idempotency.get(&key).is_some_and(|owner| owner == id) {
-                state.idempotency.remove(&key);
-            }
-        }
         let fire = (run.tenant, run.task, run.scheduled_for);
         if state.fires.get(&fire).is_some_and(|owner| owner == id) {
             state.fires.remove(&fire);

@@ -79,6 +79,10 @@ pub struct NewRun {
     pub schedule: Option<ScheduleState>,
     /// Its creation events.
     pub events: Vec<Event>,
+    /// When the run's idempotency key (if it has one) is forgotten: until
+    /// then the key answers with this run, even after retention deleted it
+    /// ([`Insert::Forgotten`]); [`Store::expire_keys`] frees it after.
+    pub key_expires_at: Millis,
 }
 
 /// What `insert_run` did.
@@ -89,6 +93,9 @@ pub enum Insert {
     /// A run with the same idempotency key, or for the same (task,
     /// scheduled_for) fire, already exists: nothing was written.
     Existing(Box<RunRecord>),
+    /// The idempotency key belongs to a run that retention has deleted (its
+    /// id here); the key is remembered until it expires: nothing was written.
+    Forgotten(String),
 }
 
 /// Which runs to list, newest first.
@@ -244,6 +251,8 @@ pub trait Store: Send + Sync + 'static {
             unique_fire,
             schedule: schedule.cloned(),
             events: events.to_vec(),
+            // Tests and tools insert this way: their keys never expire.
+            key_expires_at: Millis::MAX,
         };
         let mut outcome = self.insert_runs(std::slice::from_ref(&new))?;
         Ok(outcome.pop().expect("one outcome per run"))
@@ -286,8 +295,13 @@ pub trait Store: Send + Sync + 'static {
     /// Queued runs counted per (tenant, task), from the queue's index alone
     /// (no record read), by tenant then task.
     fn queued_counts(&self) -> Result<Vec<(String, String, usize)>>;
-    /// Deletes a terminal run with its events, logs and keys (retention).
+    /// Deletes a terminal run with its events, logs and fire key
+    /// (retention). Its idempotency key stays until it expires.
     fn delete_run(&self, id: &str) -> Result<bool>;
+    /// Frees the idempotency keys that expired at or before `now` (their
+    /// [`NewRun::key_expires_at`]), oldest first, at most `limit`; returns
+    /// how many. A later run may take a freed key.
+    fn expire_keys(&self, now: Millis, limit: usize) -> Result<usize>;
     /// Every run as its indexes know it, in no particular order. Reads no
     /// run record, so a retention sweep over many runs stays cheap.
     fn run_summaries(&self) -> Result<Vec<RunSummary>>;

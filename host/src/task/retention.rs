@@ -1,4 +1,7 @@
-//! `retention:` of a task: how many finished runs are kept and for how long.
+//! `retention:` of a task: how many finished runs are kept and for how long,
+//! and how long its idempotency keys are remembered (`idempotency_ttl`):
+//! a key outlives its run, so a client retrying a trigger after the run aged
+//! out of history still gets the original run's id, not a second run.
 //! The policy and the sweeper that applies it are the scheduler's
 //! (`crate::scheduler::retention`).
 
@@ -16,6 +19,14 @@ pub const DEFAULT_KEEP_FOR: Duration = Duration::from_secs(30 * 24 * 3600);
 pub const MAX_KEEP_RUNS: u64 = 1_000_000;
 /// Shortest `keep_for`.
 pub const MIN_KEEP_FOR: Duration = Duration::from_secs(1);
+/// How long idempotency keys are remembered unless the task or the config
+/// says otherwise: 7 days (payment APIs keep theirs 24 hours to 30 days).
+pub const DEFAULT_IDEMPOTENCY_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+/// Shortest `idempotency_ttl`.
+pub const MIN_IDEMPOTENCY_TTL: Duration = Duration::from_secs(1);
+/// Longest `idempotency_ttl`: a year. Keys take store space (about 200
+/// bytes each) for as long as they are remembered.
+pub const MAX_IDEMPOTENCY_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// `retention:` of a task; absent fields take the server defaults.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -31,6 +42,14 @@ pub struct RetentionSpec {
         skip_serializing_if = "Option::is_none"
     )]
     pub keep_for: Option<Duration>,
+    /// How long a run's idempotency key answers with that run (`7d`), from
+    /// the run's creation, whether or not the run is still kept.
+    #[serde(
+        default,
+        with = "crate::schedule::spec::opt_duration",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub idempotency_ttl: Option<Duration>,
 }
 
 impl RetentionSpec {
@@ -39,14 +58,17 @@ impl RetentionSpec {
         let spec: RetentionSpec = serde_json::from_value(value.clone()).map_err(|e| {
             SpecError::new(
                 path,
-                format!("{e}; expected {{keep_runs: N, keep_for: DURATION}}"),
+                format!(
+                    "{e}; expected {{keep_runs: N, keep_for: DURATION, idempotency_ttl: DURATION}}"
+                ),
             )
         })?;
         spec.validate(path)?;
         Ok(spec)
     }
 
-    /// Bounds: `keep_runs` 1..=1,000,000, `keep_for` at least 1 s.
+    /// Bounds: `keep_runs` 1..=1,000,000, `keep_for` at least 1 s,
+    /// `idempotency_ttl` 1 s to a year.
     pub fn validate(&self, path: &str) -> Result<(), SpecError> {
         if let Some(n) = self.keep_runs
             && !(1..=MAX_KEEP_RUNS).contains(&n)
@@ -67,6 +89,24 @@ impl RetentionSpec {
                 ),
             ));
         }
+        if let Some(d) = self.idempotency_ttl {
+            check_idempotency_ttl(d)
+                .map_err(|m| SpecError::new(format!("{path}.idempotency_ttl"), m))?;
+        }
         Ok(())
     }
+}
+
+/// The bounds of an `idempotency_ttl` (a task's, or the server default):
+/// [`MIN_IDEMPOTENCY_TTL`] to [`MAX_IDEMPOTENCY_TTL`].
+pub fn check_idempotency_ttl(d: Duration) -> Result<(), String> {
+    if (MIN_IDEMPOTENCY_TTL..=MAX_IDEMPOTENCY_TTL).contains(&d) {
+        return Ok(());
+    }
+    Err(format!(
+        "{} is outside {}..={}",
+        humantime::format_duration(d),
+        humantime::format_duration(MIN_IDEMPOTENCY_TTL),
+        humantime::format_duration(MAX_IDEMPOTENCY_TTL)
+    ))
 }

@@ -262,12 +262,23 @@ impl Actor {
             // against the queue bounds; undone if the run is not created.
             None => *self.queued_runs.entry(rec.tenant.clone()).or_default() += 1,
         }
+        // The key is remembered from the run's creation for the task's
+        // `idempotency_ttl`, or the server's.
+        let ttl = spec
+            .retention
+            .as_ref()
+            .and_then(|r| r.idempotency_ttl)
+            .unwrap_or(self.config.idempotency_ttl);
+        let key_expires_at = rec
+            .created_at
+            .saturating_add(Millis::try_from(ttl.as_millis()).unwrap_or(Millis::MAX));
         self.pending.push(PendingRun {
             new: NewRun {
                 run: rec,
                 unique_fire,
                 schedule: None,
                 events,
+                key_expires_at,
             },
             spec,
             actor: actor.to_string(),
@@ -356,6 +367,11 @@ impl Actor {
                     Err(e)
                 }
                 Ok(Insert::Existing(existing)) => Ok((*existing, false)),
+                Ok(Insert::Forgotten(run)) => Err(Error::RunDeleted {
+                    task: rec.task.clone(),
+                    key: rec.idempotency_key.clone().unwrap_or_default(),
+                    run,
+                }),
                 Ok(Insert::Created) => self.on_created(rec, spec, shed.is_some(), &actor, now),
             };
             if let Some(reply) = reply {

@@ -913,6 +913,7 @@ fn kind(e: &crate::scheduler::Error) -> String {
         E::QueueFull { .. } => "queue full",
         E::Quota { .. } => "quota",
         E::Conflict(_) => "conflict",
+        E::RunDeleted { .. } => "run deleted",
         E::Store(_) => "store error",
         E::Stopped => "stopped",
     }

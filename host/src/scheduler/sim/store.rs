@@ -37,6 +37,7 @@ enum Write {
     InsertRuns(Vec<NewRun>),
     Runs(Vec<(RunRecord, Vec<Event>)>, Vec<UsageBucket>),
     DeleteRun(String),
+    ExpireKeys(Millis, usize),
     Logs(String, AttemptLogs),
     DeadLetter(Box<DeadLetter>),
     Tenant(Box<TenantRecord>),
@@ -60,6 +61,7 @@ impl Write {
             Self::InsertRuns(runs) => store.insert_runs(runs).map(drop),
             Self::Runs(runs, usage) => store.write_runs(runs, usage),
             Self::DeleteRun(id) => store.delete_run(id).map(drop),
+            Self::ExpireKeys(now, limit) => store.expire_keys(*now, *limit).map(drop),
             Self::Logs(id, logs) => store.put_logs(id, logs),
             Self::DeadLetter(d) => store.put_dead_letter(d),
             Self::Tenant(t) => store.put_tenant(t),
@@ -349,6 +351,10 @@ impl Store for SimStore {
 
     fn delete_run(&self, id: &str) -> Result<bool> {
         self.write(Write::DeleteRun(id.into()), |s| s.delete_run(id))
+    }
+
+    fn expire_keys(&self, now: Millis, limit: usize) -> Result<usize> {
+        self.write(Write::ExpireKeys(now, limit), |s| s.expire_keys(now, limit))
     }
 
     fn run_summaries(&self) -> Result<Vec<RunSummary>> {

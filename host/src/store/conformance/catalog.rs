@@ -223,12 +223,14 @@ pub(super) fn the_next_fire_index_follows_every_schedule_write<S: Store>(make: M
             unique_fire: true,
             schedule: Some(schedule("t1", "a", Some(60))),
             events: Vec::new(),
+            key_expires_at: crate::model::Millis::MAX,
         },
         crate::store::NewRun {
             run: second,
             unique_fire: true,
             schedule: Some(schedule("t1", "a", Some(900))),
             events: Vec::new(),
+            key_expires_at: crate::model::Millis::MAX,
         },
     ];
     store.insert_runs(&news).unwrap();

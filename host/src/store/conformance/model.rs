@@ -9,13 +9,15 @@ use rand::{Rng, SeedableRng};
 
 use super::{Make, SCAN, all_pages, attempt_logs, dead, event, ids, run, run_id, schedule, task};
 use crate::model::{DeadLetter, Event, Millis, RunRecord, RunStatus, ScheduleState, TaskRecord};
-use crate::store::{AttemptLogs, Insert, RunQuery, Store};
+use crate::store::{AttemptLogs, Insert, NewRun, RunQuery, Store};
 
 /// The reference: what a store must show, kept the simplest way possible.
 #[derive(Default)]
 struct Model {
     runs: Vec<RunRecord>,
     idempotency: HashMap<(String, String, String), String>,
+    /// (expires at, (tenant, task, key)) → run id.
+    key_expiry: BTreeMap<(Millis, (String, String, String)), String>,
     fires: HashMap<(String, String, Millis), String>,
     events: HashMap<String, Vec<Event>>,
     schedules: BTreeMap<(String, String), ScheduleState>,
@@ -37,22 +39,35 @@ impl Model {
         unique_fire: bool,
         sched: Option<&ScheduleState>,
         events: &[Event],
+        key_expires_at: Millis,
     ) -> Insert {
         let idem = run
             .idempotency_key
             .as_ref()
             .map(|k| (run.tenant.clone(), run.task.clone(), k.clone()));
         let fire = (run.tenant.clone(), run.task.clone(), run.scheduled_for);
-        let holder = self
-            .run(&run.id)
-            .or_else(|| self.run(self.idempotency.get(idem.as_ref()?)?))
-            .or_else(|| self.run(self.fires.get(&fire).filter(|_| unique_fire)?));
-        if let Some(holder) = holder {
+        if let Some(holder) = self.run(&run.id) {
+            return Insert::Existing(Box::new(holder.clone()));
+        }
+        // A key outlives its run until it expires.
+        if let Some(owner) = idem.as_ref().and_then(|k| self.idempotency.get(k)) {
+            return match self.run(owner) {
+                Some(holder) => Insert::Existing(Box::new(holder.clone())),
+                None => Insert::Forgotten(owner.clone()),
+            };
+        }
+        let fire_holder = unique_fire
+            .then(|| self.fires.get(&fire))
+            .flatten()
+            .and_then(|owner| self.run(owner));
+        if let Some(holder) = fire_holder {
             return Insert::Existing(Box::new(holder.clone()));
         }
         self.runs.push(run.clone());
         if let Some(idem) = idem {
-            self.idempotency.insert(idem, run.id.clone());
+            self.idempotency.insert(idem.clone(), run.id.clone());
+            self.key_expiry
+                .insert((key_expires_at, idem), run.id.clone());
         }
         if unique_fire {
             self.fires.insert(fire, run.id.clone());
@@ -88,12 +103,28 @@ impl Model {
             return false;
         }
         self.runs.remove(pos);
-        self.idempotency.retain(|_, owner| owner != id);
         self.fires.retain(|_, owner| owner != id);
         self.events.remove(id);
         self.logs.remove(id);
         self.deleted.push(id.to_owned());
         true
+    }
+
+    fn expire_keys(&mut self, now: Millis, limit: usize) -> usize {
+        let due: Vec<_> = self
+            .key_expiry
+            .iter()
+            .filter(|((at, _), _)| *at <= now)
+            .take(limit)
+            .map(|(k, run)| (k.clone(), run.clone()))
+            .collect();
+        for (entry, run) in &due {
+            self.key_expiry.remove(entry);
+            if self.idempotency.get(&entry.1) == Some(run) {
+                self.idempotency.remove(&entry.1);
+            }
+        }
+        due.len()
     }
 
     fn list(&self, query: &RunQuery) -> Vec<RunRecord> {
@@ -207,10 +238,17 @@ pub(super) fn random_operations_match_the_model<S: Store>(make: Make<S>, seeds: 
                         .random_bool(0.3)
                         .then(|| schedule(&r.tenant, &r.task, Some(clock)));
                     let events = random_events(&mut rng, &r.id, clock);
-                    let got = store
-                        .insert_run(&r, unique_fire, sched.as_ref(), &events)
-                        .unwrap();
-                    let want = model.insert(&r, unique_fire, sched.as_ref(), &events);
+                    let key_expires_at = pick(&mut rng, &[100, 200, Millis::MAX]);
+                    let new = NewRun {
+                        run: r.clone(),
+                        unique_fire,
+                        schedule: sched.clone(),
+                        events: events.clone(),
+                        key_expires_at,
+                    };
+                    let got = store.insert_runs(&[new]).unwrap().pop().unwrap();
+                    let want =
+                        model.insert(&r, unique_fire, sched.as_ref(), &events, key_expires_at);
                     assert_eq!(got, want, "{context}: insert_run");
                 }
                 30..55 => {
@@ -226,10 +264,16 @@ pub(super) fn random_operations_match_the_model<S: Store>(make: Make<S>, seeds: 
                     let got = store.update_run(&r, &events).is_ok();
                     assert_eq!(got, model.update(&r, &events), "{context}: update_run");
                 }
-                55..63 => {
+                55..60 => {
                     let id = some_run_id(&mut rng, &model);
                     let got = store.delete_run(&id).unwrap();
                     assert_eq!(got, model.delete(&id), "{context}: delete_run {id}");
+                }
+                60..63 => {
+                    let (now, limit) = (pick(&mut rng, &[150, 250]), pick(&mut rng, &[1, 10]));
+                    let got = store.expire_keys(now, limit).unwrap();
+                    let want = model.expire_keys(now, limit);
+                    assert_eq!(got, want, "{context}: expire_keys({now}, {limit})");
                 }
                 63..75 => {
                     let query = random_query(&mut rng);

@@ -110,6 +110,7 @@ pub(super) fn insert_runs_checks_each_run_against_the_store_and_the_batch<S: Sto
             unique_fire: fire.is_some(),
             schedule: None,
             run: r,
+            key_expires_at: Millis::MAX,
         }
     };
     let mut batch = vec![
@@ -277,7 +278,7 @@ pub(super) fn delete_run_refuses_an_active_run<S: Store>(make: Make<S>) {
     assert!(!store.delete_run("r-unknown").unwrap());
 }
 
-pub(super) fn delete_run_removes_everything_and_frees_its_keys<S: Store>(make: Make<S>) {
+pub(super) fn delete_run_removes_everything_and_frees_its_fire<S: Store>(make: Make<S>) {
     let (store, _dir) = make(SCAN);
     let mut r = run(&run_id(1, 1), "t1", "a", RunStatus::Succeeded);
     r.idempotency_key = Some("k".to_owned());
@@ -318,10 +319,88 @@ pub(super) fn delete_run_removes_everything_and_frees_its_keys<S: Store>(make: M
     assert_eq!(store.logs(&keep.id).unwrap().len(), 1);
     assert_eq!(store.events(&keep.id).unwrap().len(), 1);
 
-    // The idempotency key and the fire instant are free again.
+    // The fire instant is free again; the idempotency key is not, it
+    // answers with the deleted run's id until it expires.
     let mut again = r.clone();
     again.id = run_id(3, 3);
+    assert_eq!(
+        store.insert_run(&again, true, None, &[]).unwrap(),
+        Insert::Forgotten(r.id.clone())
+    );
+    again.idempotency_key = None;
     created(store.insert_run(&again, true, None, &[]).unwrap());
+}
+
+/// A key answers with its run until `key_expires_at`, whether the run is
+/// kept or not; `expire_keys` frees keys in expiry order, within its limit,
+/// and leaves a key a newer run took alone.
+pub(super) fn idempotency_keys_expire_in_order<S: Store>(make: Make<S>) {
+    let (store, _dir) = make(SCAN);
+    let new = |id: &str, key: &str, expires: Millis| {
+        let mut r = run(id, "t1", "a", RunStatus::Succeeded);
+        r.idempotency_key = Some(key.to_owned());
+        NewRun {
+            run: r,
+            unique_fire: false,
+            schedule: None,
+            events: Vec::new(),
+            key_expires_at: expires,
+        }
+    };
+    let (a, b, c) = (
+        new(&run_id(1, 1), "ka", 100),
+        new(&run_id(2, 2), "kb", 200),
+        new(&run_id(3, 3), "kc", Millis::MAX),
+    );
+    let outcomes = store
+        .insert_runs(&[a.clone(), b.clone(), c.clone()])
+        .unwrap();
+    assert_eq!(
+        outcomes,
+        [Insert::Created, Insert::Created, Insert::Created]
+    );
+    assert!(store.delete_run(&a.run.id).unwrap());
+
+    // Before expiry: the kept run answers, the deleted one is remembered.
+    let again = |key: &str| new(&run_id(9, 9), key, 1_000);
+    assert_eq!(store.expire_keys(99, 10).unwrap(), 0);
+    assert_eq!(
+        store.insert_runs(&[again("ka")]).unwrap(),
+        [Insert::Forgotten(a.run.id.clone())]
+    );
+    assert!(matches!(
+        &store.insert_runs(&[again("kb")]).unwrap()[..],
+        [Insert::Existing(r)] if r.id == b.run.id
+    ));
+
+    // Due at or before `now`, oldest first, at most `limit`.
+    assert_eq!(store.expire_keys(200, 1).unwrap(), 1);
+    assert_eq!(store.expire_keys(200, 10).unwrap(), 1);
+    assert_eq!(
+        store.expire_keys(Millis::MAX - 1, 10).unwrap(),
+        0,
+        "kc never expires"
+    );
+    // `ka` is free: a new run takes it.
+    assert_eq!(
+        store
+            .insert_runs(&[new(&run_id(4, 4), "ka", 5_000)])
+            .unwrap(),
+        [Insert::Created]
+    );
+    // `kb`'s run is still kept, but its key is free too.
+    assert_eq!(
+        store
+            .insert_runs(&[new(&run_id(5, 5), "kb", 5_000)])
+            .unwrap(),
+        [Insert::Created]
+    );
+    assert!(matches!(
+        &store.insert_runs(&[again("kc")]).unwrap()[..],
+        [Insert::Existing(r)] if r.id == c.run.id
+    ));
+    assert_eq!(store.expire_keys(5_000, 10).unwrap(), 2);
+    assert_eq!(store.expire_keys(5_000, 10).unwrap(), 0);
 }
 
 pub(super) fn sync_ticket_resolves_after_writes<S: Store>(make: Make<S>) {

@@ -33,10 +33,15 @@ pub(super) fn key(kind: &str, parts: &[&str]) -> Vec<u8> {
     out
 }
 
-/// Hours as fixed-width text so keys sort by time (instants before 1970
-/// are clamped: usage is never recorded for them).
+/// Instants as fixed-width text so keys sort by time (instants before 1970
+/// sort first, clamped: nothing ax indexes by time happens then).
+pub(super) fn instant_part(at: Millis) -> String {
+    format!("{:020}", at.max(0))
+}
+
+/// Hours as fixed-width text so keys sort by time (see [`instant_part`]).
 pub(super) fn hour_part(hour: Millis) -> String {
-    format!("{:020}", hour.max(0))
+    instant_part(hour)
 }
 
 pub(super) fn usage_key(tenant: &str, hour: Millis, task: &str) -> Vec<u8> {
@@ -73,6 +78,18 @@ pub(super) fn decode_part(bytes: &[u8]) -> Option<String> {
         });
     }
     String::from_utf8(out).ok()
+}
+
+/// Decodes the parts that `bytes` holds (the rest of a key after a prefix),
+/// in order.
+pub(super) fn split_parts(bytes: &[u8]) -> Option<Vec<String>> {
+    if bytes.last() != Some(&0) {
+        return None;
+    }
+    bytes
+        .split_inclusive(|&b| b == 0)
+        .map(decode_part)
+        .collect()
 }
 
 /// A key made readable for messages: parts joined by `/`.
@@ -200,6 +217,16 @@ mod tests {
     use super::super::fixtures::run;
     use super::*;
     use crate::store::Store;
+
+    #[test]
+    fn split_parts_reads_back_what_key_wrote() {
+        let parts = ["00042", "a\0b", "\u{1}", ""];
+        let k = key("ik", &parts);
+        let got = split_parts(&k).unwrap();
+        assert_eq!(got, ["ik", "00042", "a\0b", "\u{1}", ""]);
+        assert_eq!(split_parts(b"no-end"), None);
+        assert_eq!(split_parts(&[0xff, 0]), None, "not UTF-8");
+    }
 
     #[test]
     fn values_of_an_unknown_format_are_corrupt_not_a_panic() {

@@ -29,7 +29,8 @@
 //! | `ra/{id}`, `rt/{tenant}/{id}`, `rk/{tenant}/{task}/{id}` | run indexes: status and task |
 //! | `act/{id}` | present while the run is `running` |
 //! | `q/{tenant}/{order:020}/{id}` | task name; present while the run is `queued`: the persistent queue in dispatch order (`order`: priority with aging) |
-//! | `idem/{tenant}/{task}/{key}` | run id |
+//! | `idem/{tenant}/{task}/{key}` | run id (kept after the run is deleted, until the key expires) |
+//! | `ik/{expires:020}/{tenant}/{task}/{key}` | run id: idempotency keys by when they expire |
 //! | `fire/{tenant}/{task}/{scheduled_for}` | run id (runs inserted with `unique_fire`) |
 //! | `ev/{run}/{seq:020}` | [`Event`]; `seq` from sled's monotonic id generator |
 //! | `log/{run}/{step}/{attempt:010}` | attempt logs, inline or a blob reference |
@@ -373,6 +374,10 @@ impl Store for SledStore {
 
     fn delete_run(&self, id: &str) -> Result<bool> {
         runs::delete(self, id)
+    }
+
+    fn expire_keys(&self, now: Millis, limit: usize) -> Result<usize> {
+        runs::expire(self, now, limit)
     }
 
     fn events(&self, run_id: &str) -> Result<Vec<Event>> {

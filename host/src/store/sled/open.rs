@@ -135,6 +135,10 @@ impl SledStore {
         };
         super::schedules::build_indexes(&store)?;
         super::runs::build_queue_index(&store)?;
+        super::runs::build_key_expiry(
+            &store,
+            crate::task::retention::DEFAULT_IDEMPOTENCY_TTL.as_millis() as crate::model::Millis,
+        )?;
         Ok(store)
     }
 }

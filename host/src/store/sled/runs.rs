@@ -2,14 +2,19 @@
 //! keys they claim (`idem`, `fire`) and their events (`ev`). Inserts are
 //! serialised by `claim_lock` (check the claims, then write them), updates
 //! by `run_lock`, deletes by both; each call is one sled batch.
+//!
+//! An idempotency key outlives its run: `idem/{tenant}/{task}/{key}` stays
+//! when retention deletes the run, and `ik/{expires:020}/{tenant}/{task}/{key}`
+//! (value: the run id) orders the keys by when they are forgotten, so that
+//! [`expire`] reads only the keys that are due.
 
 use super::keys::{
-    corrupt_key, decode, decode_index, decode_part, encode, fire_key, indexes_of, key, push_part,
-    run_indexes,
+    corrupt_key, decode, decode_index, decode_part, encode, fire_key, indexes_of, instant_part,
+    key, push_part, run_indexes,
 };
 use super::logs::StoredLogs;
 use super::{SledStore, lock, sled_error};
-use crate::model::{Event, RunRecord};
+use crate::model::{Event, Millis, RunRecord};
 use crate::store::memory::{missing_run, select_page};
 use crate::store::{Insert, NewRun, Result, RunPage, RunQuery, RunSummary, Store};
 use crate::tenant::UsageBucket;
@@ -35,8 +40,8 @@ pub(super) fn insert(store: &SledStore, runs: &[NewRun]) -> Result<Vec<Insert>> 
             outcomes.push(Insert::Existing(Box::new((*earlier).clone())));
             continue;
         }
-        if let Some(existing) = store.claimed_by(&run_key, [&idem_key, &fire_key])? {
-            outcomes.push(Insert::Existing(Box::new(existing)));
+        if let Some(existing) = store.claimed_by(&run_key, &idem_key, &fire_key)? {
+            outcomes.push(existing);
             continue;
         }
         batch.insert(run_key.clone(), encode(run)?);
@@ -45,6 +50,9 @@ pub(super) fn insert(store: &SledStore, runs: &[NewRun]) -> Result<Vec<Insert>> 
         }
         for claim in [&idem_key, &fire_key].into_iter().flatten() {
             batch.insert(claim.clone(), encode(&run.id)?);
+        }
+        if let Some(k) = run.idempotency_key.as_deref() {
+            batch.insert(expiry_key(new.key_expires_at, run, k), encode(&run.id)?);
         }
         if let Some(schedule) = &new.schedule {
             store.schedule_changes(&mut batch, schedule, &mut written)?;
@@ -280,15 +288,11 @@ pub(super) fn delete(store: &SledStore, id: &str) -> Result<bool> {
     for (index_key, _) in run_indexes(&run) {
         batch.remove(index_key);
     }
-    let idem_key = run
-        .idempotency_key
-        .as_deref()
-        .map(|k| key("idem", &[&run.tenant, &run.task, k]));
-    for claim in [idem_key, Some(fire_key(&run))].into_iter().flatten() {
-        let owner: Option<String> = store.get(&claim)?;
-        if owner.as_deref() == Some(id) {
-            batch.remove(claim);
-        }
+    // The idempotency key stays until it expires (`expire`).
+    let claim = fire_key(&run);
+    let owner: Option<String> = store.get(&claim)?;
+    if owner.as_deref() == Some(id) {
+        batch.remove(claim);
     }
     for item in store.scan(&key("ev", &[id])) {
         batch.remove(item?.0);
@@ -330,17 +334,27 @@ impl SledStore {
     fn claimed_by(
         &self,
         run_key: &[u8],
-        claims: [&Option<Vec<u8>>; 2],
-    ) -> Result<Option<RunRecord>> {
+        idem_key: &Option<Vec<u8>>,
+        fire_key: &Option<Vec<u8>>,
+    ) -> Result<Option<Insert>> {
         if let Some(existing) = self.get_run_at(run_key)? {
-            return Ok(Some(existing));
+            return Ok(Some(Insert::Existing(Box::new(existing))));
         }
-        for claim in claims.into_iter().flatten() {
+        if let Some(claim) = idem_key
+            && let Some(owner) = self.get::<String>(claim)?
+        {
+            // A key outlives its run until it expires.
+            return Ok(Some(match self.get_run(&owner)? {
+                Some(existing) => Insert::Existing(Box::new(existing)),
+                None => Insert::Forgotten(owner),
+            }));
+        }
+        if let Some(claim) = fire_key {
             let owner: Option<String> = self.get(claim)?;
-            // A claim whose run is gone (it cannot be, delete_run removes
-            // both) is treated as free rather than blocking new runs.
+            // A fire claim whose run is gone (it cannot be, delete_run
+            // removes both) is treated as free rather than blocking new runs.
             if let Some(existing) = owner.map(|id| self.get_run(&id)).transpose()?.flatten() {
-                return Ok(Some(existing));
+                return Ok(Some(Insert::Existing(Box::new(existing))));
             }
         }
         Ok(None)
@@ -391,6 +405,89 @@ impl SledStore {
     }
 }
 
+/// The key ordering an idempotency key by when it expires.
+fn expiry_key(expires_at: Millis, run: &RunRecord, idempotency_key: &str) -> Vec<u8> {
+    key(
+        "ik",
+        &[
+            &instant_part(expires_at),
+            &run.tenant,
+            &run.task,
+            idempotency_key,
+        ],
+    )
+}
+
+/// [`Store::expire_keys`](crate::store::Store::expire_keys): reads `ik` from
+/// its start up to `now` and removes each entry with its `idem` claim (when
+/// the claim still names the entry's run: a key freed and taken again by a
+/// newer run is that run's).
+pub(super) fn expire(store: &SledStore, now: Millis, limit: usize) -> Result<usize> {
+    let _claims = lock(&store.claim_lock);
+    let prefix = key("ik", &[]);
+    let mut batch = sled::Batch::default();
+    let mut expired = 0;
+    for item in store.scan(&prefix) {
+        if expired >= limit {
+            break;
+        }
+        let (k, v) = item?;
+        let mut parts =
+            super::keys::split_parts(&k[prefix.len()..]).ok_or_else(|| corrupt_key(&k))?;
+        let [at, tenant, task, idempotency_key] = parts.as_mut_slice() else {
+            return Err(corrupt_key(&k));
+        };
+        let at: Millis = at.parse().map_err(|_| corrupt_key(&k))?;
+        if at > now {
+            break;
+        }
+        let run_id: String = decode(&k, &v)?;
+        let claim = key("idem", &[tenant, task, idempotency_key]);
+        if store.get::<String>(&claim)?.as_deref() == Some(run_id.as_str()) {
+            batch.remove(claim);
+        }
+        batch.remove(k);
+        expired += 1;
+    }
+    if expired > 0 {
+        store.apply(batch)?;
+    }
+    Ok(expired)
+}
+
+/// Gives the idempotency keys of a store written before keys outlived their
+/// runs an `ik` entry, once (the marker `sys/key-expiry`): each expires
+/// `ttl_ms` after its run was created. Runs at open.
+pub(super) fn build_key_expiry(store: &SledStore, ttl_ms: Millis) -> Result<()> {
+    let marker = key("sys", &["key-expiry"]);
+    if store.db.contains_key(&marker).map_err(sled_error)? {
+        return Ok(());
+    }
+    let mut batch = sled::Batch::default();
+    let prefix = key("idem", &[]);
+    for item in store.scan(&prefix) {
+        let (k, v) = item?;
+        let parts = super::keys::split_parts(&k[prefix.len()..]).ok_or_else(|| corrupt_key(&k))?;
+        let [tenant, task, idempotency_key] = parts.as_slice() else {
+            return Err(corrupt_key(&k));
+        };
+        let run_id: String = decode(&k, &v)?;
+        let created = crate::store::id_millis(&run_id).unwrap_or(0);
+        let entry = key(
+            "ik",
+            &[
+                &instant_part(created.saturating_add(ttl_ms)),
+                tenant,
+                task,
+                idempotency_key,
+            ],
+        );
+        batch.insert(entry, encode(&run_id)?);
+    }
+    batch.insert(marker, encode("1")?);
+    store.apply(batch)
+}
+
 /// Moves the queued runs of a store written before the `q` index (when
 /// `act` held every active run) into it, once; the marker `sys/queue-index`
 /// records that. Runs at open, before anything else uses the store.
@@ -416,4 +513,47 @@ pub(super) fn build_queue_index(store: &SledStore) -> Result<()> {
     }
     batch.insert(marker, encode("1")?);
     store.apply(batch)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixtures::run;
+    use super::*;
+    use crate::model::RunStatus;
+    use crate::store::Store;
+
+    /// A store whose keys had no expiry (as an older ax left it: `idem`
+    /// only, no `ik`, no marker) gets one at open: the run's creation plus
+    /// the default TTL. Before that instant the key holds, after it a sweep
+    /// frees it.
+    #[test]
+    fn keys_of_a_store_written_before_key_expiry_get_one_when_opened() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut r = run("r00000000000003e8000000", RunStatus::Succeeded);
+        r.idempotency_key = Some("k".to_owned());
+        let created = crate::store::id_millis(&r.id).unwrap();
+        {
+            let store = SledStore::open(dir.path()).unwrap();
+            store.insert_run(&r, false, None, &[]).unwrap();
+            for item in store.db.scan_prefix(key("ik", &[])) {
+                store.db.remove(item.unwrap().0).unwrap();
+            }
+            store.db.remove(key("sys", &["key-expiry"])).unwrap();
+            store.db.flush().unwrap();
+        }
+        let store = SledStore::open(dir.path()).unwrap();
+        let ttl = crate::task::retention::DEFAULT_IDEMPOTENCY_TTL.as_millis() as Millis;
+        assert_eq!(store.expire_keys(created + ttl - 1, 10).unwrap(), 0);
+        let mut again = r.clone();
+        again.id = "r00000000000007d0000000".to_owned();
+        assert!(matches!(
+            store.insert_run(&again, false, None, &[]).unwrap(),
+            Insert::Existing(_)
+        ));
+        assert_eq!(store.expire_keys(created + ttl, 10).unwrap(), 1);
+        assert_eq!(
+            store.insert_run(&again, false, None, &[]).unwrap(),
+            Insert::Created
+        );
+    }
 }

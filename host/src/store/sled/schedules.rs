@@ -19,19 +19,13 @@
 
 use std::collections::HashMap;
 
-use super::keys::{decode, encode, key};
+use super::keys::{decode, encode, instant_part, key};
 use super::{SledStore, lock, sled_error};
 use crate::model::{Millis, ScheduleState, TaskRecord};
 use crate::store::{Result, Store};
 
 /// Marker: the `nf` and `aft` indexes exist for every stored task.
 const INDEXES_MARKER: &str = "indexes";
-
-/// Instants as fixed-width text so keys sort by time (instants before 1970
-/// sort first, clamped: no schedule fires then).
-fn instant_part(at: Millis) -> String {
-    format!("{:020}", at.max(0))
-}
 
 fn next_fire_key(schedule: &ScheduleState, at: Millis) -> Vec<u8> {
     key("nf", &[&instant_part(at), &schedule.tenant, &schedule.task])
