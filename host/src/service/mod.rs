@@ -222,6 +222,7 @@ impl From<scheduler::Error> for Error {
                 retry_after: retry_after.as_secs_f64().ceil().max(1.0) as u64,
             },
             scheduler::Error::Conflict(m) => Error::Conflict(m),
+            scheduler::Error::Params(e) => Error::BadRequest(e.to_string()),
             scheduler::Error::Store(e) => Error::Store(e),
             other => Error::Scheduler(other),
         }
