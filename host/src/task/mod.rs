@@ -328,6 +328,19 @@ pool: small
                 "MIN_AT_MS",
                 format!("{}..={}", utc(MIN_AT_MS), utc(MAX_AT_MS)),
             ),
+            ("MAX_PARAMS", format!("{MAX_PARAMS} per task")),
+            (
+                "MAX_PARAM_VALUE_BYTES",
+                format!("{MAX_PARAM_VALUE_BYTES} bytes"),
+            ),
+            (
+                "MAX_PARAM_DESCRIPTION_BYTES",
+                format!("{MAX_PARAM_DESCRIPTION_BYTES} bytes"),
+            ),
+            (
+                "MAX_ENUM_VALUES",
+                format!("1 to {MAX_ENUM_VALUES}, each 1 to {MAX_ENUM_VALUE_BYTES} bytes"),
+            ),
         ] {
             assert!(
                 row(constant).contains(&value),
