@@ -2,7 +2,10 @@
 //! defaults of the right type, and no required param on a task that fires
 //! by itself; and the check that `${input.NAME}` and `input.NAME` name a
 //! declared param (only when the task declares params: a task without them
-//! keeps taking any input).
+//! keeps taking any input). A `when` is checked by the `input.NAME` fields
+//! its parse found (`Condition::referenced_input`); a macro variable that
+//! shadows `input` counts as the input, a documented false refusal that a
+//! rename avoids.
 
 use std::collections::HashSet;
 
