@@ -155,8 +155,51 @@ fn a_cron_fire_takes_the_defaults_and_ax_trigger_p_overrides_them() {
         "day 2026-12-01, limit 7"
     );
 
+    // `--from-file`: each line's `params`, all in one batch.
+    let file = data.path().join("runs.jsonl");
+    std::fs::write(
+        &file,
+        "{\"params\": {\"limit\": 1}}\n{\"params\": {\"mode\": \"incremental\"}, \"input\": {\"limit\": 2}}\n",
+    )
+    .unwrap();
+    let out = ax(
+        &url,
+        &[
+            "trigger",
+            "nightly",
+            "--from-file",
+            file.to_str().unwrap(),
+            "--json",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let batch: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(batch["created"], 2, "{batch:#}");
+    let second = run(&url, batch["results"][1]["id"].as_str().unwrap());
+    assert_eq!(second["input"]["limit"], 2);
+    assert_eq!(second["input"]["mode"], "incremental");
+
     // Refusals: nothing is created.
     let before = runs(&url).len();
+    std::fs::write(
+        &file,
+        "{\"params\": {\"limit\": 1}}\n{\"params\": {\"limit\": true}}\n",
+    )
+    .unwrap();
+    let out = ax(
+        &url,
+        &["trigger", "nightly", "--from-file", file.to_str().unwrap()],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("line 2: error bad_request: params.limit: param `limit` is an integer"),
+        "{stdout}"
+    );
     let out = ax(&url, &["trigger", "nightly", "-p", "limit=ten"]);
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);

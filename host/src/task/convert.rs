@@ -250,7 +250,7 @@ fn param_from_value(value: &Value, path: &str) -> Result<ParamSpec> {
     };
     let default = obj.opt("default", |v, p| {
         kind.check(v).map_err(|why| {
-            SpecError::new(p, format!("the default of a {} param: {why}", kind.name()))
+            SpecError::new(p, format!("the default of {} param: {why}", kind.article()))
         })
     })?;
     Ok(ParamSpec {

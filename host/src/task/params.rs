@@ -79,6 +79,17 @@ impl ParamType {
         }
     }
 
+    /// The type's name with its article: `a string`, `an integer`.
+    pub fn article(&self) -> &'static str {
+        match self {
+            ParamType::String => "a string",
+            ParamType::Integer => "an integer",
+            ParamType::Number => "a number",
+            ParamType::Boolean => "a boolean",
+            ParamType::Enum(_) => "an enum",
+        }
+    }
+
     /// The type of a name, except `enum` (which needs its values).
     pub(super) fn scalar(name: &str) -> Option<Self> {
         match name {
@@ -311,7 +322,6 @@ impl TaskSpec {
 /// `a string`, `an integer`, `an enum of `a`, `b``.
 pub(super) fn kind_phrase(kind: &ParamType) -> String {
     match kind {
-        ParamType::Integer => "an integer".to_owned(),
         ParamType::Enum(values) => format!(
             "an enum of {}",
             values
@@ -320,7 +330,7 @@ pub(super) fn kind_phrase(kind: &ParamType) -> String {
                 .collect::<Vec<_>>()
                 .join(", ")
         ),
-        other => format!("a {}", other.name()),
+        other => other.article().to_owned(),
     }
 }
 

@@ -148,6 +148,44 @@ async fn a_batch_with_one_wrong_param_creates_nothing() {
     let done = h.wait_run(second).await;
     assert_eq!(done["input"]["mode"], "incremental");
     assert_eq!(done["input"]["limit"], 10);
+
+    // `params` for a task that declares none refuses its batch too.
+    let plain = "name: plain\nplugin: echo@1.0.0\n";
+    assert_eq!(h.apply("plain", plain).await.status, StatusCode::CREATED);
+    let answer = h
+        .post_json(
+            "/v1/tasks/plain/runs:batch",
+            json!({"runs": [{"input": {"any": 1}}, {"params": {"day": "x"}}]}),
+        )
+        .await;
+    assert_eq!(
+        answer.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{}",
+        answer.body
+    );
+    let items = &answer.body["error"]["details"]["items"];
+    assert_eq!(items[0]["index"], 1);
+    assert!(
+        items[0]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("task `plain` declares no params"),
+        "{}",
+        answer.body
+    );
+    // Without params, a batch runs as before.
+    let answer = h
+        .post_json(
+            "/v1/tasks/plain/runs:batch",
+            json!({"runs": [{"input": [1, 2]}]}),
+        )
+        .await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    let done = h
+        .wait_run(answer.body["runs"][0]["id"].as_str().unwrap())
+        .await;
+    assert_eq!(done["input"], json!([1, 2]));
 }
 
 #[tokio::test]
@@ -169,7 +207,7 @@ async fn definitions_that_could_not_fire_right_are_refused_on_save() {
         (
             "name: t\nparams: [{ name: n, type: integer, default: ten }]\nplugin: echo@1.0.0\n",
             "params[0].default",
-            "the default of a integer param: expected a whole number, found the text `ten`",
+            "the default of an integer param: expected a whole number, found the text `ten`",
         ),
         (
             "name: t\nparams: [{ name: n, type: date }]\nplugin: echo@1.0.0\n",

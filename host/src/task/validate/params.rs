@@ -75,7 +75,7 @@ pub(super) fn validate_params(spec: &TaskSpec) -> Result<()> {
                 if let Err(why) = p.kind.check(default) {
                     return Err(SpecError::new(
                         at("default"),
-                        format!("the default of a {} param: {why}", p.kind.name()),
+                        format!("the default of {} param: {why}", p.kind.article()),
                     ));
                 }
             }
@@ -225,12 +225,12 @@ mod tests {
             (
                 task("[{name: n, type: integer, default: ten}]", "{}"),
                 "params[0].default",
-                "the default of a integer param: expected a whole number, found the text `ten`".to_owned(),
+                "the default of an integer param: expected a whole number, found the text `ten`".to_owned(),
             ),
             (
                 task("[{name: n, type: integer, default: 1.5}]", "{}"),
                 "params[0].default",
-                "the default of a integer param: expected a whole number (64-bit), found the number 1.5".to_owned(),
+                "the default of an integer param: expected a whole number (64-bit), found the number 1.5".to_owned(),
             ),
             (
                 task("[{name: b, type: boolean, default: 'no'}]", "{}"),
@@ -250,7 +250,7 @@ mod tests {
             (
                 task("[{name: m, type: enum, values: [a, b], default: c}]", "{}"),
                 "params[0].default",
-                "the default of a enum param: expected one of `a`, `b`, found the text `c`".to_owned(),
+                "the default of an enum param: expected one of `a`, `b`, found the text `c`".to_owned(),
             ),
             (
                 task("[{name: m, type: enum}]", "{}"),
