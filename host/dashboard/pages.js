@@ -8,6 +8,10 @@ import {
   h, replace, link, route, qs, badge, table, when, relative, human, span, bytes, num, button, TERMINAL,
 } from "./dom.js";
 import { dag, histogram, outcomeStrip } from "./charts.js";
+import { openParamsForm } from "./params.js";
+
+/** Whether "Run now" asks for the task's params first. */
+const hasParams = (t) => Boolean(t.spec && t.spec.params && t.spec.params.length);
 
 /** `cron 0 30 1 * * ? (Asia/Shanghai)`, `every 10s`, `after a, b (success)`, `manual`. */
 export function triggerText(spec) {
@@ -92,6 +96,7 @@ export async function tasksPage(ctx) {
     const r = last[i];
     const act = async (what) => {
       try {
+        if (what === "run" && hasParams(t)) return openParamsForm(t, () => ctx.refresh());
         if (what === "run") await post(`/v1/tasks/${encodeURIComponent(t.name)}/runs`, {});
         else await post(`/v1/tasks/${encodeURIComponent(t.name)}/${what}`);
       } catch (e) {
@@ -143,6 +148,10 @@ export async function taskPage(ctx, name) {
       "p",
       { class: "actions" },
       button("Run now", async () => {
+        const open = (run) => {
+          location.hash = route("runs", run.id);
+        };
+        if (hasParams(task)) return openParamsForm(task, open);
         try {
           const run = await post(`/v1/tasks/${enc}/runs`, {});
           location.hash = route("runs", run.id);
@@ -165,6 +174,7 @@ export async function taskPage(ctx, name) {
       { class: "facts" },
       h("dt", {}, "trigger"), h("dd", {}, h("code", {}, triggerText(task.spec))),
       h("dt", {}, "version"), h("dd", {}, String(task.version)),
+      hasParams(task) ? [h("dt", {}, "params"), h("dd", {}, h("ul", { class: "plain" }, task.spec.params.map((p) => h("li", {}, h("code", {}, p.name), ` ${p.type}`, p.default !== undefined ? ` = ${JSON.stringify(p.default)}` : " (required)"))))] : null,
       h("dt", {}, "updated"), h("dd", {}, when(task.updated_at)),
       h("dt", {}, "next fires"), h("dd", {}, (next.next || []).length ? h("ul", { class: "plain" }, next.next.map((t) => h("li", {}, when(t), " ", h("span", { class: "muted" }, relative(t))))) : "-"),
       task.spec.description ? [h("dt", {}, "description"), h("dd", {}, task.spec.description)] : null,

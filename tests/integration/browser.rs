@@ -3,7 +3,7 @@
 //! its token) applied
 //! over the API, then in the browser: sign in, click "Run now", watch the run
 //! reach `succeeded`, open the run page and see its logs; then the other
-//! pages, the admin's tenant pages, and a tenant token's narrower view.
+//! pages, the "Run now" form of a task with params, the admin's tenant pages, and a tenant token's narrower view.
 //! Screenshots of the main pages go to `target/tmp/ax-browser-screenshots/`
 //! (`CARGO_TARGET_TMPDIR`).
 //!
@@ -123,7 +123,8 @@ fn capabilities(profile: &Path) -> serde_json::Map<String, Value> {
 /// The test fixture, applied over the API: plugins `hello`, `echo` and
 /// `fail`, a task `flaky` that fails three times, and a
 /// manual task `greet` (hello, then echo of hello's greeting, and a
-/// conditional step that is skipped). The input
+/// conditional step that is skipped), a manual task `report` with four
+/// params (one required) for the "Run now" form. The input
 /// carries markup: the pages must show it as text. Plus a tenant `acme` with
 /// a fuel budget, and a token of it (returned).
 fn apply_fixture(url: &str) -> String {
@@ -159,6 +160,16 @@ steps:
         "PUT",
         &format!("{url}/v1/tasks/greet"),
         Some(task.as_bytes()),
+        "application/yaml",
+    )
+    .unwrap();
+    assert_eq!(status, 201, "{body}");
+    let report = "name: report\ndescription: a task with params\nparams:\n  - { name: day, type: string, description: the day to process }\n  - { name: limit, type: integer, default: 10 }\n  - { name: mode, type: enum, values: [full, incremental], default: full }\n  - { name: dry_run, type: boolean, default: false }\nplugin: echo@1.0.0\ninput: \"${input}\"\n";
+    let (status, body) = call(
+        &agent,
+        "PUT",
+        &format!("{url}/v1/tasks/report"),
+        Some(report.as_bytes()),
         "application/yaml",
     )
     .unwrap();
@@ -492,6 +503,59 @@ fn dashboard_signs_in_runs_a_task_and_shows_its_logs() {
                 b.goto(&format!("{}/#/tasks/greet", url)).await;
                 b.wait_for("the task page's chart", "document.querySelector('svg.chart')", long).await;
                 b.shot("06-task").await;
+
+                // "Run now" on a task with params: a form from them, the
+                // defaults filled in, the required one empty.
+                b.goto(&format!("{}/#/tasks", url)).await;
+                b.click("button[data-action=run][data-task=report]").await;
+                let form = b
+                    .wait_for(
+                        "report's params form",
+                        "document.querySelector('dialog[open] #params-form[data-task=report]') && [...document.querySelectorAll('#params-form [name]')].map(e => e.name + '=' + (e.type === 'checkbox' ? e.checked : e.value) + (e.required ? '!' : ''))",
+                        long,
+                    )
+                    .await;
+                assert_eq!(
+                    form,
+                    json!(["day=!", "limit=10", "mode=full", "dry_run=false"]),
+                    "one field per param, in declared order, with its default"
+                );
+                let labels = b
+                    .client
+                    .execute("return document.querySelector('#params-form').textContent;", vec![])
+                    .await
+                    .unwrap();
+                assert!(labels.as_str().unwrap().contains("the day to process"), "{labels}");
+                b.shot("11-params-form").await;
+                // Fill it in, then run.
+                b.client.find(Locator::Css("#param-day")).await.unwrap().send_keys("2026-12-24").await.unwrap();
+                let limit = b.client.find(Locator::Css("#param-limit")).await.unwrap();
+                limit.clear().await.unwrap();
+                limit.send_keys("42").await.unwrap();
+                b.client
+                    .execute("document.querySelector('#param-mode').value = 'incremental';", vec![])
+                    .await
+                    .unwrap();
+                b.click("#param-dry_run").await;
+                b.click("#params-form button[type=submit]").await;
+                b.wait_for(
+                    "report's run to succeed",
+                    "!document.querySelector('dialog[open]') && [...document.querySelectorAll('.last[data-task=report] .badge')].some(e => e.textContent === 'succeeded')",
+                    long,
+                )
+                .await;
+                let runs_url = format!("{}/v1/runs?task=report", url);
+                let (status, runs) = tokio::task::spawn_blocking(move || {
+                    call(&new_agent(), "GET", &runs_url, None, "").unwrap()
+                })
+                .await
+                .unwrap();
+                assert_eq!(status, 200, "{runs}");
+                assert_eq!(
+                    runs["runs"][0]["input"],
+                    json!({"day": "2026-12-24", "limit": 42, "mode": "incremental", "dry_run": true}),
+                    "the form's values, typed"
+                );
 
                 // The admin's tenant pages; acting as another tenant.
                 b.goto(&format!("{}/#/tenants/default", url)).await;

@@ -20,6 +20,7 @@ mod live;
 mod logs;
 mod metrics;
 mod openapi;
+mod params;
 mod plugins_quota;
 mod retention;
 mod sandbox;

@@ -36,6 +36,9 @@ use super::extract::{PAGE_LIMITS, PREVIEW_COUNTS};
 /// tenant names and `capability::valid_name` use it).
 pub const NAME_PATTERN: &str = "^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$";
 
+/// A param's name: [`NAME_PATTERN`] without `.` (docs/TASKS.md, "Params").
+pub const PARAM_NAME_PATTERN: &str = "^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$";
+
 /// A semver 2.0 version as `task::is_valid_version` reads it (at most 64
 /// characters besides, stated as `maxLength`).
 pub const VERSION_PATTERN: &str = "^(0|[1-9][0-9]*)\\.(0|[1-9][0-9]*)\\.(0|[1-9][0-9]*)\
@@ -428,7 +431,7 @@ fn refine_parameters(path: &str, holder: &mut Value) {
 /// else (a plugin that exists, a cron expression that parses, a DAG
 /// without cycles) is a `422 invalid` with the field's path.
 fn task_definition() -> Value {
-    use crate::task::{MAX_PRIORITY, MAX_STEPS};
+    use crate::task::{MAX_ENUM_VALUES, MAX_PARAMS, MAX_PRIORITY, MAX_STEPS, PARAM_TYPES};
     json!({
         "type": "object",
         "description": "A task definition (docs/TASKS.md): a trigger and one or more steps, or the one-step shorthand with `plugin` at the top.",
@@ -440,6 +443,18 @@ fn task_definition() -> Value {
             "catch_up": {"type": "string", "enum": ["latest", "none", "all"]},
             "overlap": {"type": "string", "enum": ["skip", "queue_one", "allow"]},
             "priority": {"type": "integer", "minimum": 0, "maximum": MAX_PRIORITY},
+            "params": {"type": "array", "maxItems": MAX_PARAMS, "items": {
+                "type": "object",
+                "required": ["name", "type"],
+                "properties": {
+                    "name": {"type": "string", "pattern": PARAM_NAME_PATTERN},
+                    "type": {"type": "string", "enum": PARAM_TYPES},
+                    "values": {"type": "array", "minItems": 1, "maxItems": MAX_ENUM_VALUES, "items": {"type": "string", "minLength": 1}},
+                    "default": {},
+                    "description": {"type": "string"},
+                },
+                "additionalProperties": false,
+            }},
             "steps": {"type": "array", "minItems": 1, "maxItems": MAX_STEPS, "items": {"type": "object"}},
             "plugin": {"type": "string"},
             "input": {},
@@ -610,6 +625,15 @@ mod tests {
             let want = crate::task::is_valid_name(&s);
             assert_eq!(re.is_match(&s), want, "{s:?}");
             assert_eq!(crate::capability::valid_name(&s), want, "{s:?}");
+        }
+    }
+
+    #[test]
+    fn the_param_name_pattern_is_the_name_rule_without_dots() {
+        let re = regex::Regex::new(PARAM_NAME_PATTERN).unwrap();
+        for s in samples() {
+            let want = crate::task::is_valid_name(&s) && !s.contains('.');
+            assert_eq!(re.is_match(&s), want, "{s:?}");
         }
     }
 

@@ -62,6 +62,7 @@ const ASSETS: &[Asset] = &[
     asset!("/ui/dom.js", "dom.js", JS),
     asset!("/ui/charts.js", "charts.js", JS),
     asset!("/ui/pages.js", "pages.js", JS),
+    asset!("/ui/params.js", "params.js", JS),
     asset!("/ui/run.js", "run.js", JS),
     asset!("/ui/tenants.js", "tenants.js", JS),
 ];

@@ -32,6 +32,11 @@ pub(super) struct TriggerBody {
     /// The trigger input (`${input.*}` in templates), any JSON value; default `{}`.
     #[schema(value_type = Option<serde_json::Value>)]
     input: Option<serde_json::Value>,
+    /// Values of the task's declared `params:` by name, each of its type
+    /// (docs/TASKS.md, "Params"); over `input`'s and the defaults. An
+    /// unknown name or a wrong type is `400`, and nothing is created.
+    #[schema(value_type = Option<Object>)]
+    params: Option<serde_json::Map<String, serde_json::Value>>,
     /// A key already used for this task returns the existing run (200);
     /// 1 to 256 characters.
     #[schema(min_length = 1, max_length = 256)]
@@ -65,6 +70,7 @@ pub(super) async fn trigger(
         tenant: caller.tenant.as_str().into(),
         task: task.into(),
         input: body.input,
+        params: body.params,
         idempotency_key: body.idempotency_key,
         priority: body.priority,
         actor: caller.actor.clone(),
@@ -217,6 +223,7 @@ fn trigger_item(
         tenant: caller.tenant.as_str().into(),
         task: task.into(),
         input: body.input,
+        params: body.params,
         idempotency_key: body.idempotency_key,
         priority: body.priority,
         actor: caller.actor.clone(),

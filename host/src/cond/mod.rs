@@ -376,6 +376,19 @@ impl Condition {
     pub fn referenced_steps(&self) -> Vec<String> {
         self.steps.clone()
     }
+
+    /// The fields of `input` the expression names as `input.NAME` (or
+    /// `has(input.NAME)`), in name order, each with whether a path below it
+    /// is read (`input.NAME.x`). Empty when `input` is read only whole or
+    /// by a computed key (`input["a-b"]`), which names no field.
+    pub fn referenced_input(&self) -> Vec<(String, bool)> {
+        self.reads
+            .input
+            .fields
+            .iter()
+            .map(|(name, below)| (name.clone(), !below.full))
+            .collect()
+    }
 }
 
 /// Runs `f` on a new thread with [`EVAL_STACK`] of stack and waits for it.

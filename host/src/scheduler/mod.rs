@@ -86,6 +86,9 @@ pub enum Error {
         /// The deleted run's id.
         run: String,
     },
+    /// A trigger's input or params do not fit the task's `params:`.
+    #[error(transparent)]
+    Params(#[from] crate::task::ParamError),
     /// The store failed.
     #[error(transparent)]
     Store(#[from] store::Error),
@@ -198,8 +201,11 @@ pub struct TriggerRequest {
     pub tenant: TenantId,
     /// Task name.
     pub task: TaskName,
-    /// Trigger input (`${input.*}`), default `{}`.
+    /// Trigger input (`${input.*}`), default `{}`; for a task with
+    /// `params:`, a mapping of param values (`TaskSpec::manual_input`).
     pub input: Option<serde_json::Value>,
+    /// Values of the task's declared params, over `input`'s and the defaults.
+    pub params: Option<serde_json::Map<String, serde_json::Value>>,
     /// A key already seen for this task returns the existing run.
     pub idempotency_key: Option<String>,
     /// Overrides the task's priority.

@@ -235,6 +235,7 @@ impl From<scheduler::Error> for Error {
                 run: run.clone(),
                 message: e.to_string(),
             },
+            scheduler::Error::Params(e) => Error::BadRequest(e.to_string()),
             scheduler::Error::Store(e) => Error::Store(e),
             other => Error::Scheduler(other),
         }

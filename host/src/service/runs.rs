@@ -9,6 +9,7 @@ use crate::model::{Event, RunRecord};
 use crate::scheduler::TriggerRequest;
 use crate::service::{Ax, Error, ItemError, MAX_BATCH_RUNS, Result, check_batch_len};
 use crate::store::{AttemptLogs, RunPage, RunQuery};
+use crate::task::TaskSpec;
 
 impl Ax {
     /// Triggers a run; answers once it is durable. `false`: an existing run
@@ -26,7 +27,7 @@ impl Ax {
     ///
     /// All or nothing for what is wrong with the request itself: an item
     /// that fails the checks of a single trigger (priority, ceiling,
-    /// idempotency key) refuses the whole batch with [`Error::Items`], one
+    /// idempotency key, input and params against the task's `params:`) refuses the whole batch with [`Error::Items`], one
     /// error per bad item, and nothing is created. What depends on the
     /// moment (the tenant's queue bound, its quotas, the task deleted
     /// meanwhile) refuses
@@ -57,10 +58,56 @@ impl Ax {
             self.check_tenant_enabled(&first.tenant)?;
             // The task is the batch's, not an item's: an unknown one refuses
             // the request (404), as it does a single trigger.
-            if self.store.get_task(&first.tenant, &first.task)?.is_none() {
+            let Some(record) = self.store.get_task(&first.tenant, &first.task)? else {
                 return Err(Error::NotFound(format!("task `{}`", first.task)));
+            };
+            // An item whose input or params do not fit the task's `params:`
+            // refuses the batch, as the checks above do: nothing is created.
+            // Without params on either side there is nothing to check, and
+            // the definition is not read (a bulk trigger of a big task).
+            let declares = record.spec.get("params").is_some_and(|p| !p.is_null());
+            if !declares
+                && requests
+                    .iter()
+                    .all(|r| r.params.as_ref().is_none_or(|p| p.is_empty()))
+            {
+                return self.send_batch(requests).await;
+            }
+            let spec: TaskSpec =
+                serde_json::from_value(record.spec).map_err(|source| Error::Record {
+                    what: format!("the definition of task `{}`", first.task),
+                    source,
+                })?;
+            let errors: Vec<ItemError> = requests
+                .iter()
+                .enumerate()
+                .filter_map(|(index, r)| {
+                    let e = spec
+                        .manual_input(r.input.as_ref(), r.params.as_ref())
+                        .err()?;
+                    Some(ItemError::new(
+                        index,
+                        None,
+                        Error::BadRequest(e.to_string()),
+                    ))
+                })
+                .collect();
+            if !errors.is_empty() {
+                return Err(Error::Items {
+                    what: "runs",
+                    total: requests.len(),
+                    errors,
+                });
             }
         }
+        self.send_batch(requests).await
+    }
+
+    /// Hands a checked batch to the scheduler; answers once durable.
+    async fn send_batch(
+        &self,
+        requests: Vec<TriggerRequest>,
+    ) -> Result<Vec<Result<(RunRecord, bool)>>> {
         let answers = self.scheduler.trigger_batch(requests).await?;
         self.sync().await?;
         Ok(answers

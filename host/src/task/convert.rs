@@ -12,6 +12,7 @@ use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value};
 
 use super::error::{Result, SpecError};
+use super::params::{PARAM_TYPES, ParamSpec, ParamType};
 use super::read::Tree;
 use super::retry::{Backoff, Exponential, RetryPolicy};
 use super::types::{StepLimits, StepSpec, TaskSpec};
@@ -22,15 +23,17 @@ use super::value::{
 use super::{DEFAULT_PRIORITY, MAX_ATTEMPTS, MAX_PRIORITY, alerts, retention};
 use crate::capability::{self, KvScope};
 use crate::schedule::TriggerSpec;
+use crate::template::shorten;
 
 /// Every top-level field of a definition (the API document lists the same).
-pub(crate) const TASK_FIELDS: [&str; 18] = [
+pub(crate) const TASK_FIELDS: [&str; 19] = [
     "name",
     "description",
     "trigger",
     "catch_up",
     "overlap",
     "priority",
+    "params",
     "steps",
     "retention",
     "alerts",
@@ -70,6 +73,7 @@ const STEP_FIELDS: [&str; 13] = [
     "kv",
     "config",
 ];
+const PARAM_FIELDS: [&str; 5] = ["name", "type", "values", "default", "description"];
 const TRIGGER_FIELDS: [&str; 7] = ["cron", "timezone", "at", "delay", "every", "after", "on"];
 
 /// Converts a JSON tree to a spec; also says whether it used the shorthand.
@@ -116,6 +120,7 @@ pub(super) fn task_from_value(value: &Value) -> Result<(TaskSpec, bool)> {
                 .ok_or_else(|| SpecError::new(p, format!("{n} is outside 0..={MAX_PRIORITY}")))
         })?
         .unwrap_or(DEFAULT_PRIORITY);
+    let params = task.opt("params", params_from_value)?.unwrap_or_default();
     let retention = task.opt("retention", retention::RetentionSpec::from_value)?;
     let alerts = task.opt("alerts", alerts::AlertSpec::from_value)?;
 
@@ -172,12 +177,88 @@ pub(super) fn task_from_value(value: &Value) -> Result<(TaskSpec, bool)> {
         catch_up,
         overlap,
         priority,
+        params,
         steps,
         retention,
         alerts,
         config: task.opt("config", config_from_value)?.unwrap_or_default(),
     };
     Ok((spec, shorthand))
+}
+
+/// `params: [{name, type, values, default, description}, …]`; a default
+/// is checked against its type here (and a whole `5.0` stored as `5`).
+fn params_from_value(value: &Value, path: &str) -> Result<Vec<ParamSpec>> {
+    let Value::Array(items) = value else {
+        return Err(SpecError::new(
+            path,
+            format!(
+                "expected a list of params ([{{name: day, type: string, default: \"2026-01-01\"}}]), found {}",
+                describe(value)
+            ),
+        ));
+    };
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| param_from_value(item, &format!("{path}[{i}]")))
+        .collect()
+}
+
+fn param_from_value(value: &Value, path: &str) -> Result<ParamSpec> {
+    let obj = Obj::new(value, path, "a param", &PARAM_FIELDS)?;
+    let name = obj.required("name", as_string)?;
+    let type_name = obj.required("type", as_string)?;
+    let values = obj.opt("values", |v, p| match v {
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .map(|(i, item)| as_string(item, &format!("{p}[{i}]")))
+            .collect(),
+        other => Err(SpecError::new(
+            p,
+            format!("expected a list of texts, found {}", describe(other)),
+        )),
+    })?;
+    let kind = match (type_name.as_str(), values) {
+        ("enum", Some(values)) => ParamType::Enum(values),
+        ("enum", None) => {
+            return Err(SpecError::new(
+                path,
+                "missing field `values`: an enum lists its values (values: [full, incremental])",
+            ));
+        }
+        (other, values) => {
+            let Some(kind) = ParamType::scalar(other) else {
+                return Err(SpecError::new(
+                    obj.at("type"),
+                    format!(
+                        "unknown type `{}`; expected one of: {}",
+                        shorten(other),
+                        PARAM_TYPES.join(", ")
+                    ),
+                ));
+            };
+            if values.is_some() {
+                return Err(SpecError::new(
+                    obj.at("values"),
+                    format!("`values` belongs to `type: enum`, not `{other}`"),
+                ));
+            }
+            kind
+        }
+    };
+    let default = obj.opt("default", |v, p| {
+        kind.check(v).map_err(|why| {
+            SpecError::new(p, format!("the default of {} param: {why}", kind.article()))
+        })
+    })?;
+    Ok(ParamSpec {
+        name,
+        kind,
+        default,
+        description: obj.opt("description", as_string)?,
+    })
 }
 
 fn trigger_from_value(value: &Value, path: &str) -> Result<TriggerSpec> {
@@ -445,6 +526,7 @@ mod tests {
                 catch_up: CatchUp::Latest,
                 overlap: Overlap::Skip,
                 priority: DEFAULT_PRIORITY,
+                params: vec![],
                 retention: None,
                 alerts: None,
                 steps: vec![StepSpec {

@@ -21,6 +21,8 @@
 //! - `retry`: [`RetryPolicy`], [`Backoff`], [`RetryOn`]: whether an attempt is
 //!   retried and how long to wait first.
 //! - `rules`: [`TriggerRule`], [`RuleVerdict`]: how upstream results decide a step.
+//! - `params`: [`ParamSpec`], [`ParamType`]: the `params:` a run's input is
+//!   made of, and resolving a run's input from them ([`TaskSpec::manual_input`]).
 //! - `error`: [`SpecError`], located by the path of its field.
 //! - `read`: text → JSON tree (YAML or JSON; duplicate keys refused, values counted).
 //! - `value`: one value of the tree read with its path; mappings that refuse
@@ -38,6 +40,7 @@ pub mod retention;
 
 mod convert;
 mod error;
+mod params;
 mod read;
 mod retry;
 mod rules;
@@ -54,6 +57,7 @@ use std::time::Duration;
 pub(crate) use convert::TASK_FIELDS;
 use convert::task_from_value;
 pub use error::SpecError;
+pub use params::{PARAM_TYPES, ParamError, ParamSpec, ParamType, UPSTREAM};
 use read::read_tree;
 pub use retry::{Backoff, Exponential, RetryOn, RetryPolicy};
 pub use rules::{RuleVerdict, TriggerRule};
@@ -74,6 +78,16 @@ pub const MAX_STEPS: usize = 256;
 pub use crate::model::priority::{DEFAULT_PRIORITY, MAX_PRIORITY};
 /// Longest `description`, in bytes.
 pub const MAX_DESCRIPTION_BYTES: usize = 4096;
+/// Most `params:` one task may declare.
+pub const MAX_PARAMS: usize = 32;
+/// Longest text value of a param (a `string` default or override), in bytes.
+pub const MAX_PARAM_VALUE_BYTES: usize = 4096;
+/// Longest `description` of a param, in bytes.
+pub const MAX_PARAM_DESCRIPTION_BYTES: usize = 1024;
+/// Most `values` of an `enum` param.
+pub const MAX_ENUM_VALUES: usize = 64;
+/// Longest value of an `enum` param, in bytes.
+pub const MAX_ENUM_VALUE_BYTES: usize = 256;
 /// Most attempts a retry policy may allow.
 pub const MAX_ATTEMPTS: u32 = 100;
 /// Most entries in a backoff list.
@@ -313,6 +327,19 @@ pool: small
             (
                 "MIN_AT_MS",
                 format!("{}..={}", utc(MIN_AT_MS), utc(MAX_AT_MS)),
+            ),
+            ("MAX_PARAMS", format!("{MAX_PARAMS} per task")),
+            (
+                "MAX_PARAM_VALUE_BYTES",
+                format!("{MAX_PARAM_VALUE_BYTES} bytes"),
+            ),
+            (
+                "MAX_PARAM_DESCRIPTION_BYTES",
+                format!("{MAX_PARAM_DESCRIPTION_BYTES} bytes"),
+            ),
+            (
+                "MAX_ENUM_VALUES",
+                format!("1 to {MAX_ENUM_VALUES}, each 1 to {MAX_ENUM_VALUE_BYTES} bytes"),
             ),
         ] {
             assert!(

@@ -15,6 +15,7 @@ use serde::de;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
+use super::params::ParamSpec;
 use super::retry::RetryPolicy;
 use super::rules::TriggerRule;
 use super::{alerts, retention};
@@ -46,6 +47,10 @@ pub struct TaskSpec {
     pub overlap: Overlap,
     /// 0..=9, higher first in the dispatch queue.
     pub priority: u8,
+    /// The typed values a run's input is made of (`task::params`); empty:
+    /// the input is whatever the trigger sends.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub params: Vec<ParamSpec>,
     /// The DAG, in declaration order (at least one step).
     pub steps: Vec<StepSpec>,
     /// How much finished history to keep (`crate::scheduler::retention`); `None`: the

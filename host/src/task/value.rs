@@ -134,7 +134,7 @@ pub(super) fn as_string_list(value: &Value, path: &str) -> Result<Vec<String>> {
 }
 
 /// Edit distance, for "did you mean" hints on short field names.
-fn distance(a: &str, b: &str) -> usize {
+pub(super) fn distance(a: &str, b: &str) -> usize {
     let b: Vec<char> = b.chars().collect();
     let mut row: Vec<usize> = (0..=b.len()).collect();
     for (i, ca) in a.chars().enumerate() {

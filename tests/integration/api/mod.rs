@@ -13,12 +13,14 @@
 //! - `tenancy`: another tenant sees none of the first tenant's objects;
 //! - `public`: health, readiness and the dashboard, which need no token;
 //! - `cli`: the `ax` client commands against a real socket;
-//! - `graph`: task graphs in four formats, with a run's states, and `ax graph`.
+//! - `graph`: task graphs in four formats, with a run's states, and `ax graph`;
+//! - `params`: a task's `params:` on save, on manual and bulk triggers, through the service.
 
 mod bulk;
 mod cli;
 mod dead_letters;
 mod graph;
+mod params;
 mod plugins;
 mod public;
 mod refusals;

@@ -1,4 +1,5 @@
-//! `ax trigger TASK [--wait]`: start a run now and, with `--wait`, poll it
+//! `ax trigger TASK [-p NAME=VALUE]… [--wait]`: start a run now (each `-p`
+//! a value of the task's `params:`, typed by its declaration) and, with `--wait`, poll it
 //! to its end behind a progress bar; the exit code says whether it
 //! succeeded (0), did not (1), or was still going at `--timeout` (124).
 //! `ax trigger TASK --from-file runs.jsonl`: one run per line, sent in
@@ -24,10 +25,15 @@ pub(in crate::cli) struct TriggerArgs {
     /// Task name.
     task: String,
     /// Trigger one run per line of this JSON Lines file (`-`: stdin), each
-    /// `{"input": …, "idempotency_key": …, "priority": …}` (all optional),
-    /// in batches of 1000; prints each line's run or error.
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["input", "idempotency_key", "priority", "wait"])]
+    /// `{"params": …, "input": …, "idempotency_key": …, "priority": …}` (all
+    /// optional), in batches of 1000; prints each line's run or error.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["input", "param", "idempotency_key", "priority", "wait"])]
     from_file: Option<PathBuf>,
+    /// A value of one of the task's `params:` (repeatable), read as the
+    /// param's type (`-p limit=5` is the integer 5, `-p day=2026-12-01` text);
+    /// over `--input`'s and the defaults.
+    #[arg(short = 'p', long = "param", value_name = "NAME=VALUE")]
+    param: Vec<String>,
     /// Trigger input (JSON), available to steps as `${input.*}`.
     #[arg(long)]
     input: Option<String>,
@@ -59,6 +65,12 @@ pub(super) fn trigger(args: TriggerArgs) -> Outcome {
         let value: Value = serde_json::from_str(input)
             .map_err(|e| Failure::new("usage", format!("--input is not JSON: {e}")))?;
         body.insert("input".into(), value);
+    }
+    if !args.param.is_empty() {
+        let task = client.get(&format!("/v1/tasks/{}", enc(&args.task)))?;
+        let params = typed_params(&task["spec"]["params"], &args.param)
+            .map_err(|m| Failure::new("usage", m))?;
+        body.insert("params".into(), Value::Object(params));
     }
     if let Some(key) = &args.idempotency_key {
         body.insert("idempotency_key".into(), key.clone().into());
@@ -103,6 +115,51 @@ pub(super) fn trigger(args: TriggerArgs) -> Outcome {
     })
 }
 
+/// `-p NAME=VALUE` pairs as the JSON values of the task's declared params
+/// (`declared`: its `spec.params`): text for `string` and `enum`, parsed
+/// for `integer`, `number` and `boolean`. A name it does not declare is
+/// sent as text, for the server to refuse with the task's param names.
+fn typed_params(
+    declared: &Value,
+    pairs: &[String],
+) -> Result<serde_json::Map<String, Value>, String> {
+    let mut out = serde_json::Map::new();
+    for pair in pairs {
+        let Some((name, text)) = pair.split_once('=') else {
+            return Err(format!("-p {pair}: write NAME=VALUE"));
+        };
+        let kind = items(declared)
+            .find(|p| p["name"] == name)
+            .and_then(|p| p["type"].as_str())
+            .unwrap_or("string");
+        let bad = |what: &str| format!("-p {name}={text}: param `{name}` is {what}");
+        let value = match kind {
+            "integer" => text
+                .trim()
+                .parse::<i64>()
+                .map(Value::from)
+                .map_err(|_| bad("an integer (like 42)"))?,
+            "number" => text
+                .trim()
+                .parse::<f64>()
+                .ok()
+                .and_then(serde_json::Number::from_f64)
+                .map(Value::Number)
+                .ok_or_else(|| bad("a number (like 0.5)"))?,
+            "boolean" => match text.trim() {
+                "true" => Value::Bool(true),
+                "false" => Value::Bool(false),
+                _ => return Err(bad("a boolean (true or false)")),
+            },
+            _ => Value::String(text.to_owned()),
+        };
+        if out.insert(name.to_owned(), value).is_some() {
+            return Err(format!("-p {name}: given twice"));
+        }
+    }
+    Ok(out)
+}
+
 /// The runs of a JSON Lines file: (line number from 1, object), blank lines
 /// skipped. Any line that is not a JSON object fails the whole file, before
 /// anything is sent.
@@ -127,7 +184,7 @@ fn parse_runs(text: &str) -> Result<Vec<(usize, Value)>, String> {
             serde_json::from_str(line).map_err(|e| format!("line {}: not JSON: {e}", i + 1))?;
         if !value.is_object() {
             return Err(format!(
-                "line {}: a run is a JSON object ({{\"input\": …, \"idempotency_key\": …, \"priority\": …}})",
+                "line {}: a run is a JSON object ({{\"params\": …, \"input\": …, \"idempotency_key\": …, \"priority\": …}})",
                 i + 1
             ));
         }
@@ -358,6 +415,42 @@ mod tests {
                 .starts_with("line 2: not JSON")
         );
         assert!(parse_runs("\n  \n").unwrap_err().starts_with("no runs"));
+    }
+
+    #[test]
+    fn params_are_typed_by_their_declaration() {
+        let declared = json!([
+            {"name": "day", "type": "string"},
+            {"name": "n", "type": "integer"},
+            {"name": "x", "type": "number"},
+            {"name": "dry", "type": "boolean"},
+            {"name": "mode", "type": "enum", "values": ["a", "b"]},
+        ]);
+        let pairs = [
+            "day=2026-12-01",
+            "n=42",
+            "x=0.5",
+            "dry=true",
+            "mode=a",
+            "other=5",
+            "eq=a=b",
+        ]
+        .map(String::from);
+        let got = typed_params(&declared, &pairs).unwrap();
+        assert_eq!(
+            Value::Object(got),
+            json!({"day": "2026-12-01", "n": 42, "x": 0.5, "dry": true, "mode": "a", "other": "5", "eq": "a=b"})
+        );
+        let err = |pair: &str| typed_params(&declared, &[pair.to_owned()]).unwrap_err();
+        assert_eq!(err("n=ten"), "-p n=ten: param `n` is an integer (like 42)");
+        assert_eq!(err("x=fast"), "-p x=fast: param `x` is a number (like 0.5)");
+        assert_eq!(
+            err("dry=yes"),
+            "-p dry=yes: param `dry` is a boolean (true or false)"
+        );
+        assert_eq!(err("day"), "-p day: write NAME=VALUE");
+        let twice = typed_params(&declared, &["n=1".to_owned(), "n=2".to_owned()]).unwrap_err();
+        assert_eq!(twice, "-p n: given twice");
     }
 
     #[test]

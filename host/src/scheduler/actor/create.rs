@@ -154,6 +154,8 @@ impl Actor {
         let now = self.clock.now_ms();
         let loaded = self.load_task(&req.tenant, &req.task)?;
         let (task, spec) = (&*loaded.record, (*loaded.spec).clone());
+        // Before the limits, so a refused input takes no trigger token.
+        let input = spec.manual_input(req.input.as_ref(), req.params.as_ref())?;
         let queued = self
             .queued_runs
             .get(req.tenant.as_str())
@@ -200,7 +202,6 @@ impl Actor {
             .priority
             .unwrap_or(spec.priority)
             .min(crate::model::priority::MAX_PRIORITY);
-        let input = req.input.clone().unwrap_or_else(|| serde_json::json!({}));
         let origin = Origin {
             trigger: TriggerKind::Manual,
             scheduled_for: now,
@@ -453,9 +454,9 @@ impl Actor {
                 .iter()
                 .filter_map(|s| s.output.clone().map(|o| (s.name.clone(), o)))
                 .collect();
-            let input = serde_json::json!({ "upstream": {
+            let input = loaded.spec.after_input(serde_json::json!({
                 "task": rec.task, "run_id": rec.id, "status": rec.status.as_str(), "outputs": outputs,
-            }});
+            }));
             let origin = Origin {
                 trigger: TriggerKind::After,
                 scheduled_for: now,

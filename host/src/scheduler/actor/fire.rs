@@ -347,7 +347,7 @@ impl Actor {
             let origin = Origin {
                 trigger: kind,
                 scheduled_for: instant,
-                input: serde_json::json!({}),
+                input: spec.fire_input(),
                 idempotency_key: None,
                 priority: spec.priority,
             };

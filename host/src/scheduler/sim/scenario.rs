@@ -509,6 +509,7 @@ impl Sim {
             tenant: t.tenant.as_str().into(),
             task: t.name.as_str().into(),
             input: Some(serde_json::json!({ "n": self.triggers })),
+            params: None,
             idempotency_key: key,
             priority: None,
             actor: "sim".into(),
@@ -914,6 +915,7 @@ fn kind(e: &crate::scheduler::Error) -> String {
         E::Quota { .. } => "quota",
         E::Conflict(_) => "conflict",
         E::RunDeleted { .. } => "run deleted",
+        E::Params(_) => "bad params",
         E::Store(_) => "store error",
         E::Stopped => "stopped",
     }

@@ -15,6 +15,7 @@
 //! - `quotas`: a tenant's fuel and wall-time budgets and what they charge;
 //! - `fairness`: tenants sharing the slots (flooding, ceilings, running caps);
 //! - `conditions`: `when` conditions evaluated off the actor;
+//! - `params`: a run's input from the task's `params:` (fires, `after`, manual);
 //! - `head`: the queue's head in memory, the rest parked in the store;
 //! - `window`: the fire window (tasks held in memory only when due soon).
 
@@ -41,6 +42,7 @@ mod fairness;
 mod firing;
 mod head;
 mod limits;
+mod params;
 mod quotas;
 mod recovery;
 mod retries;

@@ -2,12 +2,15 @@
 //! [`TaskSpec`] means — the task's name, description, priority and config;
 //! each `when`, parsed as a CEL [`Condition`]; the graph (through
 //! [`crate::dag`]); and that template references and conditions read only
-//! upstream steps. A step's own fields are checked in `step`, the trigger in
-//! `trigger`. Errors carry the path of the field (`steps[1].limits.fuel`).
+//! upstream steps, and that `input.NAME` names a declared param. A step's own
+//! fields are checked in `step`, the trigger in `trigger`, `params:` in
+//! `params`. Errors carry the path of the field (`steps[1].limits.fuel`).
 
+mod params;
 mod step;
 mod trigger;
 
+use params::{input_field_error, validate_params};
 use step::{validate_config, validate_step};
 use trigger::validate_trigger;
 
@@ -27,7 +30,8 @@ use crate::{dag, template};
 /// retry bounds, `needs`; each `when`, parsed as a [`Condition`] (bounds,
 /// syntax); the graph (duplicates, unknown needs, cycles); then template
 /// references and the steps each `when` reads, which must be upstream
-/// (transitively needed) of the step using them.
+/// (transitively needed) of the step using them, and, on a task that
+/// declares `params:`, the `input.NAME` each reads, which must be a param.
 pub fn validate(spec: &TaskSpec, caps: &Caps) -> Result<(), SpecError> {
     if !is_valid_name(&spec.name) {
         return Err(name_error("name", "task", &spec.name));
@@ -49,6 +53,7 @@ pub fn validate(spec: &TaskSpec, caps: &Caps) -> Result<(), SpecError> {
     if let Some(trigger) = &spec.trigger {
         validate_trigger(trigger, &spec.name)?;
     }
+    validate_params(spec)?;
     if spec.steps.is_empty() {
         return Err(SpecError::new("steps", "a task needs at least one step"));
     }
@@ -102,10 +107,24 @@ pub fn validate(spec: &TaskSpec, caps: &Caps) -> Result<(), SpecError> {
                 {
                     return Err(SpecError::new(&here, format!("`${{{var}}}`: {why}")));
                 }
+                if let template::VarRef::Input(path) = &var
+                    && let Some((name, below)) = path.split_first()
+                    && let Some(why) = input_field_error(spec, name, !below.is_empty())
+                {
+                    return Err(SpecError::new(&here, format!("`${{{var}}}`: {why}")));
+                }
             }
             Ok(())
         })?;
         if let Some(when) = &conditions[i] {
+            for (name, below) in when.referenced_input() {
+                if let Some(why) = input_field_error(spec, &name, below) {
+                    return Err(SpecError::new(
+                        format!("{path}.when"),
+                        format!("`input.{name}`: {why}"),
+                    ));
+                }
+            }
             for other in when.referenced_steps() {
                 if let Some(why) = reach(&other) {
                     let hint = if names.iter().any(|n| n.starts_with(&format!("{other}-"))) {
