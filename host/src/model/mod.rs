@@ -594,6 +594,23 @@ pub struct PluginRecord {
     pub created_at: Millis,
 }
 
+/// A tag: a movable name for one version of one plugin (`plugin@stable`),
+/// per tenant and plugin name. Kept apart from [`PluginRecord`] (a version
+/// stays immutable; its tags move).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PluginTag {
+    /// Owning tenant.
+    pub tenant: String,
+    /// Plugin name.
+    pub name: String,
+    /// The tag (a name by [`name::is_valid_name`], not readable as a version or range).
+    pub tag: String,
+    /// The version it points at.
+    pub version: String,
+    /// When it was last set or moved (ms).
+    pub updated_at: Millis,
+}
+
 /// A stored task definition.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TaskRecord {
