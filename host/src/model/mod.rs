@@ -447,6 +447,14 @@ pub struct AttemptRecord {
     pub error: Option<String>,
     /// For `failed`: retryable or fatal.
     pub error_kind: Option<ErrorKind>,
+    /// The plugin version this attempt ran, resolved from the step's
+    /// `name@version`, `name@RANGE` or `name@TAG` when it started (`None`
+    /// in records written before versions were recorded).
+    #[serde(default)]
+    pub plugin_version: Option<String>,
+    /// The sha256 of that version's component.
+    #[serde(default)]
+    pub plugin_digest: Option<String>,
 }
 
 /// One step of a run, as stored.

@@ -16,12 +16,14 @@
 
 pub mod kv;
 pub mod memory;
+mod resolve;
 pub mod secrets;
 pub mod sled;
 
 #[cfg(test)]
 mod conformance;
 
+pub use self::resolve::{Unresolved, resolve_plugin};
 pub use self::sled::SledStore;
 
 use std::future::Future;

@@ -141,6 +141,8 @@ fn run(id: &str, tenant: &str, task: &str, status: RunStatus) -> RunRecord {
                 duration_ms: 1.5,
                 error: None,
                 error_kind: None,
+                plugin_version: Some("1.2.0".to_owned()),
+                plugin_digest: Some("ab".repeat(32)),
             }],
             next_attempt_at: None,
             lost_attempts: 0,
