@@ -20,6 +20,7 @@ mod live;
 mod logs;
 mod metrics;
 mod openapi;
+mod plugin_tags;
 mod plugins_quota;
 mod retention;
 mod sandbox;
