@@ -94,12 +94,12 @@ pub const ROUTES: &[Route] = &[
         "/v1/plugins/{name}/{version}",
         &[NOT_FOUND, CONFLICT],
     ),
-    // A bad tag or version is `bad_request`; an unknown version
-    // `not_found`; the tag bounds `conflict`.
+    // A bad tag or version is `invalid`; an unknown version `not_found`;
+    // the tag bounds `conflict`.
     route(
         "put",
         "/v1/plugins/{name}/tags/{tag}",
-        &[BAD_REQUEST, NOT_FOUND, CONFLICT],
+        &[INVALID, NOT_FOUND, CONFLICT],
     ),
     route(
         "delete",
@@ -480,6 +480,14 @@ fn refine_body(path: &str, method: &str, op: &mut Value) {
             for media in ["application/yaml", "application/json"] {
                 content[media]["schema"] = json!({"$ref": "#/components/schemas/TaskDefinition"});
             }
+        }
+        ("put", "/v1/plugins/{name}/tags/{tag}") => {
+            content["application/json"]["schema"] = json!({
+                "type": "object",
+                "required": ["version"],
+                "properties": {"version": version_schema()},
+                "additionalProperties": false,
+            });
         }
         ("put", "/v1/secrets/{name}") => {
             content["text/plain"]["schema"] = json!({"type": "string", "minLength": 1});

@@ -284,17 +284,25 @@ impl Ax {
         tag: &str,
         version: &str,
     ) -> Result<(PluginTag, Option<String>)> {
+        // `invalid` (422), not `bad_request`: `x` has a tag's shape but
+        // reads as a range, which only this check knows.
         if !task::is_valid_tag(tag) {
-            return Err(Error::BadRequest(format!(
-                "tag `{}` is not valid: a name ([A-Za-z0-9][A-Za-z0-9_.-]{{0,63}}) that starts with a letter and does not read as a version range (`x` is one)",
-                crate::template::shorten(tag)
-            )));
+            return Err(Error::Invalid {
+                path: Some("tag".into()),
+                message: format!(
+                    "tag `{}` is not valid: a name ([A-Za-z0-9][A-Za-z0-9_.-]{{0,63}}) that starts with a letter and does not read as a version range (`x` is one)",
+                    crate::template::shorten(tag)
+                ),
+            });
         }
         if !task::is_valid_version(version) {
-            return Err(Error::BadRequest(format!(
-                "a tag points at an exact version, and `{}` is not one (like 1.2.0)",
-                crate::template::shorten(version)
-            )));
+            return Err(Error::Invalid {
+                path: Some("version".into()),
+                message: format!(
+                    "a tag points at an exact version, and `{}` is not one (like 1.2.0)",
+                    crate::template::shorten(version)
+                ),
+            });
         }
         let writes = self.plugin_quota.writes.clone();
         // With the deletion's check: a version cannot go while a tag moves onto it.
