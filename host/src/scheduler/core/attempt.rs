@@ -106,7 +106,11 @@ pub(crate) fn attempt_begun(
         i,
         StepStatus::Running,
         now,
-        format!("attempt {number} started"),
+        // The version it runs, in the event too: `ax events` shows a tag's move.
+        format!(
+            "attempt {number} started ({}@{})",
+            plugin.name, plugin.version
+        ),
         "scheduler",
         events,
     );

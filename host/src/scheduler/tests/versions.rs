@@ -57,6 +57,21 @@ async fn a_range_is_resolved_at_each_attempt_and_each_records_its_version() {
         done.steps[0].attempts[1].plugin_digest.as_deref(),
         Some("ok")
     );
+    let started: Vec<String> = h
+        .store
+        .events(&run.id)
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.reason.contains(" started ("))
+        .map(|e| e.reason)
+        .collect();
+    assert_eq!(
+        started,
+        [
+            "attempt 1 started (mv@1.0.0)",
+            "attempt 2 started (mv@1.1.0)"
+        ]
+    );
 }
 
 #[tokio::test(start_paused = true)]
