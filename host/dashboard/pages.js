@@ -250,8 +250,8 @@ export async function pluginsPage(ctx) {
     ctx.main,
     h("h1", {}, "Plugins"),
     table(
-      ["name", "version", "digest (sha256)", "size", "uploaded"],
-      plugins.map((p) => [p.name, p.version, h("code", { title: p.digest }, String(p.digest).slice(0, 16) + "…"), bytes(p.size), when(p.created_at)]),
+      ["name", "version", "tags", "digest (sha256)", "size", "uploaded"],
+      plugins.map((p) => [p.name, p.version, (p.tags || []).length ? (p.tags || []).join(", ") : "-", h("code", { title: p.digest }, String(p.digest).slice(0, 16) + "…"), bytes(p.size), when(p.created_at)]),
       { id: "plugins" },
     ),
   );

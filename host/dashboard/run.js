@@ -27,6 +27,7 @@ function attemptRows(run, events) {
       rows.push({
         backoff: waitFrom === null ? null : [waitFrom, waitTo],
         step: step.name,
+        plugin: step.plugin,
         attempt: a.number,
         queued,
         started,
@@ -41,10 +42,12 @@ function attemptRows(run, events) {
 
 function attemptsTable(rows) {
   return table(
-    ["step", "#", "outcome", "queued", "started", "finished", "waited", "ran", "fuel", "memory peak", "error"],
+    ["step", "#", "version", "outcome", "queued", "started", "finished", "waited", "ran", "fuel", "memory peak", "error"],
     rows.map((r) => [
       r.step,
       String(r.attempt),
+      // The plugin version the attempt ran (what a range or tag resolved to when it started).
+      r.a.plugin_version ? h("code", { title: `${r.plugin || ""} sha256:${r.a.plugin_digest || "?"}` }, r.a.plugin_version) : "-",
       badge(r.outcome || "running"),
       r.queued ? when(new Date(r.queued).toISOString()) : "-",
       when(r.a.started_at),
@@ -167,9 +170,10 @@ export async function runPage(ctx, id) {
     h("h2", {}, "Steps"),
     graph ? dag(graph) : h("p", { class: "muted" }, "the task's graph is not available"),
     table(
-      ["step", "status", "attempts", "output / error"],
+      ["step", "plugin", "status", "attempts", "output / error"],
       (run.steps || []).map((st) => [
         st.name,
+        st.plugin ? h("code", {}, st.plugin) : "-",
         badge(st.status),
         String((st.attempts || []).length),
         stepResult(st),

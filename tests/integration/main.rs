@@ -21,6 +21,7 @@ mod logs;
 mod metrics;
 mod openapi;
 mod params;
+mod plugin_tags;
 mod plugins_quota;
 mod retention;
 mod sandbox;

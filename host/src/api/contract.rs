@@ -97,6 +97,18 @@ pub const ROUTES: &[Route] = &[
         "/v1/plugins/{name}/{version}",
         &[NOT_FOUND, CONFLICT],
     ),
+    // A bad tag or version is `invalid`; an unknown version `not_found`;
+    // the tag bounds `conflict`.
+    route(
+        "put",
+        "/v1/plugins/{name}/tags/{tag}",
+        &[INVALID, NOT_FOUND, CONFLICT],
+    ),
+    route(
+        "delete",
+        "/v1/plugins/{name}/tags/{tag}",
+        &[NOT_FOUND, CONFLICT],
+    ),
     route(
         "put",
         "/v1/tasks/{name}",
@@ -371,6 +383,14 @@ fn version_schema() -> Value {
     json!({"type": "string", "pattern": VERSION_PATTERN, "maxLength": crate::task::MAX_NAME_LEN})
 }
 
+/// A plugin tag (`task::is_valid_tag`): a name starting with a letter; that
+/// it must not read as a version range (`x`) is stated in its description.
+pub const TAG_PATTERN: &str = "^[A-Za-z][A-Za-z0-9_.-]{0,63}$";
+
+fn tag_schema() -> Value {
+    json!({"type": "string", "pattern": TAG_PATTERN})
+}
+
 /// The schema of a parameter the server checks beyond its Rust type, and
 /// whether it is required when the code cannot say (`None`: as generated).
 fn parameter_schema(path: &str, location: &str, name: &str) -> Option<(Value, Option<bool>)> {
@@ -378,6 +398,7 @@ fn parameter_schema(path: &str, location: &str, name: &str) -> Option<(Value, Op
         ("header", "x-ax-tenant") => name_schema(),
         ("path", "name" | "tenant" | "step") => name_schema(),
         ("path", "version") => version_schema(),
+        ("path", "tag") => tag_schema(),
         // An upload names its plugin in the query (the multipart fields are
         // an alternative a JSON schema cannot state, so the query is the
         // documented way).
@@ -481,6 +502,14 @@ fn refine_body(path: &str, method: &str, op: &mut Value) {
             for media in ["application/yaml", "application/json"] {
                 content[media]["schema"] = json!({"$ref": "#/components/schemas/TaskDefinition"});
             }
+        }
+        ("put", "/v1/plugins/{name}/tags/{tag}") => {
+            content["application/json"]["schema"] = json!({
+                "type": "object",
+                "required": ["version"],
+                "properties": {"version": version_schema()},
+                "additionalProperties": false,
+            });
         }
         ("put", "/v1/secrets/{name}") => {
             content["text/plain"]["schema"] = json!({"type": "string", "minLength": 1});

@@ -82,6 +82,10 @@ fn routes(plugin_limit: usize) -> Vec<(&'static str, MethodRouter<ApiState>)> {
             "/v1/plugins/{name}/{version}",
             get(plugins::show).delete(plugins::delete),
         ),
+        (
+            "/v1/plugins/{name}/tags/{tag}",
+            put(plugins::put_tag).delete(plugins::delete_tag),
+        ),
         ("/v1/tasks", get(tasks::list)),
         (
             "/v1/tasks:apply",

@@ -47,6 +47,8 @@ use super::{metrics, ops, plugins, runs, secrets, tasks, tenants};
         plugins::versions,
         plugins::show,
         plugins::delete,
+        plugins::put_tag,
+        plugins::delete_tag,
         tasks::put,
         tasks::apply,
         tasks::list,
@@ -91,7 +93,7 @@ use super::{metrics, ops, plugins, runs, secrets, tasks, tenants};
     modifiers(&Shared),
     security(("bearer" = [])),
     tags(
-        (name = "plugins", description = "WebAssembly components, `name@version`, immutable"),
+        (name = "plugins", description = "WebAssembly components, `name@version`, immutable; tags, movable names for versions"),
         (name = "tasks", description = "Task definitions and their triggers"),
         (name = "runs", description = "Runs: trigger, inspect, control"),
         (name = "dead letters", description = "Steps that exhausted their retries"),

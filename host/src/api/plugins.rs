@@ -1,5 +1,5 @@
 //! `/v1/plugins`: upload (raw `application/wasm` or multipart), list, show,
-//! delete. Validation (component? ax world? compiles?) and the tenant's
+//! delete; `/v1/plugins/{name}/tags/{tag}`: set, move and delete a tag. Validation (component? ax world? compiles?) and the tenant's
 //! plugin quotas are the service's and the runtime's; this module gets the
 //! bytes and the names out of the request, after taking the upload's place
 //! in the compile line (so a refused upload's body is never read) and within
@@ -16,9 +16,9 @@ use std::time::Duration;
 use super::ApiState;
 use super::auth::Caller;
 use super::error::ErrorBody;
-use super::error::{ApiError, ApiResult};
-use super::extract::{ApiPath, ApiQuery};
-use super::views::{PluginList, PluginVersions, PluginView};
+use super::error::{ApiError, ApiResult, parse_json};
+use super::extract::{ApiBody, ApiPath, ApiQuery};
+use super::views::{PluginList, PluginTagView, PluginVersions, PluginView};
 
 /// How long an upload's body may take to arrive. Its place in the compile
 /// line is held meanwhile, so a client sending slowly cannot keep it: 32 MiB
@@ -168,11 +168,12 @@ pub(super) async fn list(
     State(state): State<ApiState>,
     caller: Caller,
 ) -> ApiResult<Json<PluginList>> {
+    let tags = state.ax.plugin_tags(&caller.tenant)?;
     let plugins: Vec<PluginView> = state
         .ax
         .list_plugins(&caller.tenant)?
         .into_iter()
-        .map(PluginView::from)
+        .map(|p| PluginView::tagged(p, &tags))
         .collect();
     Ok(Json(PluginList { plugins }))
 }
@@ -185,13 +186,24 @@ pub(super) async fn versions(
     caller: Caller,
     ApiPath(name): ApiPath<String>,
 ) -> ApiResult<Json<PluginVersions>> {
+    let tags: Vec<_> = state
+        .ax
+        .plugin_tags(&caller.tenant)?
+        .into_iter()
+        .filter(|t| t.name == name)
+        .collect();
     let versions: Vec<PluginView> = state
         .ax
         .plugin_versions(&caller.tenant, &name)?
         .into_iter()
-        .map(PluginView::from)
+        .map(|p| PluginView::tagged(p, &tags))
         .collect();
-    Ok(Json(PluginVersions { name, versions }))
+    let tags = tags.into_iter().map(PluginTagView::from).collect();
+    Ok(Json(PluginVersions {
+        name,
+        versions,
+        tags,
+    }))
 }
 
 /// `GET /v1/plugins/{name}/{version}`.
@@ -203,9 +215,9 @@ pub(super) async fn show(
     caller: Caller,
     ApiPath((name, version)): ApiPath<(String, String)>,
 ) -> ApiResult<Json<PluginView>> {
-    Ok(Json(
-        state.ax.get_plugin(&caller.tenant, &name, &version)?.into(),
-    ))
+    let record = state.ax.get_plugin(&caller.tenant, &name, &version)?;
+    let tags = state.ax.plugin_tags(&caller.tenant)?;
+    Ok(Json(PluginView::tagged(record, &tags)))
 }
 
 /// `DELETE /v1/plugins/{name}/{version}`: 204, or 409 while a task uses it.
@@ -222,5 +234,54 @@ pub(super) async fn delete(
         .ax
         .delete_plugin(&caller.tenant, &name, &version)
         .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// The body of `PUT /v1/plugins/{name}/tags/{tag}`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct TagTarget {
+    /// The exact version the tag is to point at (stored).
+    version: String,
+}
+
+/// `PUT /v1/plugins/{name}/tags/{tag}` with `{"version": "1.1.0"}`: sets or
+/// moves the tag; the answer names the version it pointed at before.
+#[utoipa::path(put, path = "/v1/plugins/{name}/tags/{tag}", tag = "plugins",
+    params(("name" = String, Path), ("tag" = String, Path, description = "A name starting with a letter that does not read as a version range (`x` does)")),
+    request_body(content = TagTarget, content_type = "application/json"),
+    responses((status = 200, description = "Set or moved", body = PluginTagView)))]
+pub(super) async fn put_tag(
+    State(state): State<ApiState>,
+    caller: Caller,
+    ApiPath((name, tag)): ApiPath<(String, String)>,
+    ApiBody(body): ApiBody,
+) -> ApiResult<Json<PluginTagView>> {
+    let target: TagTarget = parse_json(&body)?;
+    let (record, previous) = state
+        .ax
+        .set_plugin_tag(&caller.tenant, &name, &tag, &target.version)
+        .await?;
+    tracing::info!(tenant = %caller.tenant, plugin = %name, tag = %tag, version = %record.version,
+        previous = previous.as_deref().unwrap_or("-"), "plugin tag set");
+    let mut view = PluginTagView::from(record);
+    view.previous = previous;
+    Ok(Json(view))
+}
+
+/// `DELETE /v1/plugins/{name}/tags/{tag}`: 204, or 409 while a task names it.
+#[utoipa::path(delete, path = "/v1/plugins/{name}/tags/{tag}", tag = "plugins",
+    params(("name" = String, Path), ("tag" = String, Path)),
+    responses((status = 204, description = "Deleted")))]
+pub(super) async fn delete_tag(
+    State(state): State<ApiState>,
+    caller: Caller,
+    ApiPath((name, tag)): ApiPath<(String, String)>,
+) -> ApiResult<StatusCode> {
+    state
+        .ax
+        .delete_plugin_tag(&caller.tenant, &name, &tag)
+        .await?;
+    tracing::info!(tenant = %caller.tenant, plugin = %name, tag = %tag, "plugin tag deleted");
     Ok(StatusCode::NO_CONTENT)
 }

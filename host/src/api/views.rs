@@ -9,8 +9,8 @@ use utoipa::ToSchema;
 
 use crate::model::time::rfc3339;
 use crate::model::{
-    AttemptRecord, DeadLetter, ErrorKind, Event, Millis, Outcome, PluginRecord, RunRecord,
-    RunStatus, ScheduleState, StepRunRecord, StepStatus, TaskRecord, TriggerKind,
+    AttemptRecord, DeadLetter, ErrorKind, Event, Millis, Outcome, PluginRecord, PluginTag,
+    RunRecord, RunStatus, ScheduleState, StepRunRecord, StepStatus, TaskRecord, TriggerKind,
 };
 
 fn instant(ms: Millis) -> String {
@@ -34,6 +34,8 @@ pub struct PluginView {
     pub size: u64,
     /// When it was uploaded.
     pub created_at: String,
+    /// The tags that point at this version, by name.
+    pub tags: Vec<String>,
 }
 
 impl From<PluginRecord> for PluginView {
@@ -44,6 +46,49 @@ impl From<PluginRecord> for PluginView {
             digest: p.digest,
             size: p.size,
             created_at: instant(p.created_at),
+            tags: Vec::new(),
+        }
+    }
+}
+
+impl PluginView {
+    /// The view of `p` with those of `tags` (of its tenant) that point at it.
+    pub fn tagged(p: PluginRecord, tags: &[PluginTag]) -> Self {
+        let mut view = Self::from(p);
+        view.tags = tags
+            .iter()
+            .filter(|t| t.name == view.name && t.version == view.version)
+            .map(|t| t.tag.clone())
+            .collect();
+        view
+    }
+}
+
+/// A plugin tag: a movable name for one version (`plugin@stable`).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PluginTagView {
+    /// Plugin name.
+    pub name: String,
+    /// The tag.
+    pub tag: String,
+    /// The version it points at.
+    pub version: String,
+    /// When it was last set or moved.
+    pub updated_at: String,
+    /// The version it pointed at before this change (`null`: it is new, or
+    /// not the answer of a change).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub previous: Option<String>,
+}
+
+impl From<PluginTag> for PluginTagView {
+    fn from(t: PluginTag) -> Self {
+        Self {
+            name: t.name,
+            tag: t.tag,
+            version: t.version,
+            updated_at: instant(t.updated_at),
+            previous: None,
         }
     }
 }
@@ -111,6 +156,12 @@ pub struct AttemptView {
     pub error: Option<String>,
     /// For `failed`: retryable or fatal.
     pub error_kind: Option<ErrorKind>,
+    /// The plugin version this attempt ran (what the step's version, range
+    /// or tag resolved to when it started); `null` for attempts recorded
+    /// before versions were.
+    pub plugin_version: Option<String>,
+    /// The sha256 of that version's component.
+    pub plugin_digest: Option<String>,
 }
 
 impl From<AttemptRecord> for AttemptView {
@@ -125,6 +176,8 @@ impl From<AttemptRecord> for AttemptView {
             duration_ms: a.duration_ms,
             error: a.error,
             error_kind: a.error_kind,
+            plugin_version: a.plugin_version,
+            plugin_digest: a.plugin_digest,
         }
     }
 }
@@ -134,6 +187,9 @@ impl From<AttemptRecord> for AttemptView {
 pub struct StepView {
     /// Step name.
     pub name: String,
+    /// The plugin as the run's definition names it (`name@1.2.0`,
+    /// `name@^1.2`, `name@stable`); each attempt says which version it ran.
+    pub plugin: Option<String>,
     /// Current state.
     pub status: StepStatus,
     /// Resolved input.
@@ -152,6 +208,7 @@ impl From<StepRunRecord> for StepView {
     fn from(s: StepRunRecord) -> Self {
         Self {
             name: s.name,
+            plugin: None,
             status: s.status,
             input: s.input,
             output: s.output,
@@ -228,10 +285,27 @@ impl From<RunRecord> for RunView {
             finished_at: opt_instant(r.finished_at),
             input: r.input,
             idempotency_key: r.idempotency_key,
-            steps: r.steps.into_iter().map(StepView::from).collect(),
+            steps: r
+                .steps
+                .into_iter()
+                .map(|s| StepView {
+                    plugin: step_plugin(&r.spec, &s.name),
+                    ..StepView::from(s)
+                })
+                .collect(),
             held: None,
         }
     }
+}
+
+/// The plugin step `step` of a run's definition snapshot names.
+fn step_plugin(spec: &Value, step: &str) -> Option<String> {
+    spec["steps"]
+        .as_array()?
+        .iter()
+        .find(|s| s["name"] == step)?["plugin"]
+        .as_str()
+        .map(str::to_owned)
 }
 
 /// One state change of a run.
@@ -333,6 +407,8 @@ pub struct PluginVersions {
     pub name: String,
     /// Its versions.
     pub versions: Vec<PluginView>,
+    /// Its tags, by name.
+    pub tags: Vec<PluginTagView>,
 }
 
 /// `GET /v1/tasks`.

@@ -447,6 +447,14 @@ pub struct AttemptRecord {
     pub error: Option<String>,
     /// For `failed`: retryable or fatal.
     pub error_kind: Option<ErrorKind>,
+    /// The plugin version this attempt ran, resolved from the step's
+    /// `name@version`, `name@RANGE` or `name@TAG` when it started (`None`
+    /// in records written before versions were recorded).
+    #[serde(default)]
+    pub plugin_version: Option<String>,
+    /// The sha256 of that version's component.
+    #[serde(default)]
+    pub plugin_digest: Option<String>,
 }
 
 /// One step of a run, as stored.
@@ -592,6 +600,23 @@ pub struct PluginRecord {
     pub size: u64,
     /// When it was uploaded (ms).
     pub created_at: Millis,
+}
+
+/// A tag: a movable name for one version of one plugin (`plugin@stable`),
+/// per tenant and plugin name. Kept apart from [`PluginRecord`] (a version
+/// stays immutable; its tags move).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PluginTag {
+    /// Owning tenant.
+    pub tenant: String,
+    /// Plugin name.
+    pub name: String,
+    /// The tag (a name by [`name::is_valid_name`], not readable as a version or range).
+    pub tag: String,
+    /// The version it points at.
+    pub version: String,
+    /// When it was last set or moved (ms).
+    pub updated_at: Millis,
 }
 
 /// A stored task definition.

@@ -1,6 +1,7 @@
 //! Names and versions: the one rule for what a task, step, pool, plugin or
-//! tenant may be called, and which plugin versions exist. Upload, task
-//! references, the API's path checks and the capability grants all call these.
+//! tenant may be called, which plugin versions exist and what a plugin tag
+//! may be called. Upload, tagging, task references, the API's path checks
+//! and the capability grants all call these.
 
 /// Longest task, step, pool, plugin or tenant name.
 pub const MAX_NAME_LEN: usize = 64;
@@ -46,6 +47,16 @@ pub fn is_valid_version(version: &str) -> bool {
         && build.is_none_or(|b| idents(b, false))
 }
 
+/// Whether `tag` is a valid plugin tag (`plugin@stable`): a name by
+/// [`is_valid_name`] that starts with a letter and does not read as a
+/// version range (`x` and `X` are wildcards), so `plugin@TEXT` means one
+/// thing only.
+pub fn is_valid_tag(tag: &str) -> bool {
+    is_valid_name(tag)
+        && tag.starts_with(|c: char| c.is_ascii_alphabetic())
+        && semver::VersionReq::parse(tag).is_err()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -78,6 +89,19 @@ mod tests {
         ] {
             assert!(!is_valid_version(bad), "{bad}");
         }
+    }
+
+    #[test]
+    fn tags_are_names_that_start_with_a_letter_and_are_not_ranges() {
+        for ok in ["stable", "latest", "canary", "prod-1", "v1", "beta.2", "a"] {
+            assert!(is_valid_tag(ok), "{ok}");
+        }
+        for bad in [
+            "", "1", "1.x", "x", "X", "1.2.3", "-a", "_a", "a b", "a/b", "^1",
+        ] {
+            assert!(!is_valid_tag(bad), "{bad}");
+        }
+        assert!(!is_valid_tag(&"a".repeat(MAX_NAME_LEN + 1)));
     }
 
     #[test]

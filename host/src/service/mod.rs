@@ -33,7 +33,7 @@ use crate::task::{self, Caps};
 
 pub use self::plugins::{
     DEFAULT_MAX_PLUGIN_BYTES, DEFAULT_MAX_PLUGINS_PER_TENANT, DEFAULT_PLUGIN_BYTES_PER_TENANT,
-    PluginList, PluginQuota,
+    MAX_TAGS_PER_PLUGIN, MAX_TAGS_PER_TENANT, PluginList, PluginQuota,
 };
 pub use self::preview::{MAX_PREVIEW, describe};
 pub use self::tasks::TaskPage;

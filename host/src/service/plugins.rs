@@ -1,12 +1,21 @@
 //! Plugin operations of the facade ([`Ax`]): upload (checked against the
 //! name and version rules and the tenant's plugin quotas, compiled before it
-//! is stored), list, show and delete plugin versions. Versions are
-//! immutable; a blob is shared by digest across tenants and deleted with the
-//! last version naming it.
+//! is stored), list, show and delete plugin versions, and set, move and
+//! delete tags. Versions are immutable; a blob is shared by digest across
+//! tenants and deleted with the last version naming it.
+//!
+//! Tags (`plugin@stable`) are records of their own, per tenant and plugin
+//! name, pointing at one stored version; at most [`MAX_TAGS_PER_PLUGIN`] per
+//! plugin name and [`MAX_TAGS_PER_TENANT`] per tenant. Decisions: a version
+//! a tag points at cannot be deleted (move or delete the tag first), and a
+//! tag a saved task names cannot be deleted (it can be moved); so neither a
+//! pinned task nor a tagged one is left naming nothing by a deletion. A
+//! range is not protected that way: deleting the last version it matches is
+//! allowed, and the next attempt of a task naming it fails with the reason.
 
 use std::sync::Arc;
 
-use crate::model::PluginRecord;
+use crate::model::{PluginRecord, PluginTag};
 use crate::service::{Ax, Error, Result};
 use crate::task;
 
@@ -17,6 +26,11 @@ pub const DEFAULT_MAX_PLUGINS_PER_TENANT: u32 = 100;
 /// Bytes of plugin versions a tenant may keep by default (its `plugin_bytes`
 /// quota): sixteen of the largest uploads, or hundreds of typical ones.
 pub const DEFAULT_PLUGIN_BYTES_PER_TENANT: u64 = 512 << 20;
+
+/// Tags one plugin name may have.
+pub const MAX_TAGS_PER_PLUGIN: usize = 20;
+/// Tags one tenant may have, over all its plugins.
+pub const MAX_TAGS_PER_TENANT: usize = 200;
 
 /// A plugin as listed: its record plus which tasks use it.
 pub type PluginList = Vec<PluginRecord>;
@@ -179,19 +193,11 @@ impl Ax {
             .ok_or_else(|| Error::NotFound(format!("plugin {name}@{version}")))
     }
 
-    /// Deletes a plugin version no task uses (409 naming the tasks otherwise).
+    /// Deletes a plugin version no task pins and no tag points at (409
+    /// naming the tasks or the tags otherwise).
     pub async fn delete_plugin(&self, tenant: &str, name: &str, version: &str) -> Result<()> {
         let record = self.get_plugin(tenant, name, version)?;
-        let users: Vec<String> = self
-            .list_specs(tenant)?
-            .into_iter()
-            .filter(|(_, spec)| {
-                spec.steps
-                    .iter()
-                    .any(|s| s.plugin.name == name && s.plugin.version == version)
-            })
-            .map(|(t, _)| t.name)
-            .collect();
+        let users = self.tasks_naming(tenant, name, |v| v.exact() == Some(version))?;
         if !users.is_empty() {
             return Err(Error::Conflict(format!(
                 "plugin {name}@{version} is used by task(s) {}; apply them with another version (`ax task apply`) or delete them (`ax task delete`) first",
@@ -199,7 +205,21 @@ impl Ax {
             )));
         }
         let writes = self.plugin_quota.writes.clone();
+        // Under the lock, so a tag cannot be moved onto it in between.
         let writing = writes.lock().await;
+        let tags: Vec<String> = self
+            .store
+            .list_plugin_tags(tenant)?
+            .into_iter()
+            .filter(|t| t.name == name && t.version == version)
+            .map(|t| t.tag)
+            .collect();
+        if !tags.is_empty() {
+            return Err(Error::Conflict(format!(
+                "plugin {name}@{version} is the target of tag(s) {}; move them (`ax plugin tag {name}@OTHER TAG`) or delete them (`ax plugin untag {name} TAG`) first",
+                tags.join(", ")
+            )));
+        }
         self.store.delete_plugin(tenant, name, version)?;
         self.scheduler.plugin_deleted(tenant, name, version);
         // Blobs are stored by digest for all tenants: keep one another
@@ -220,6 +240,120 @@ impl Ax {
         if !still_used {
             self.store.delete_blob(&record.digest)?;
             self.runtime.evict(&record.digest);
+        }
+        drop(writing);
+        self.sync().await
+    }
+}
+
+impl Ax {
+    /// The tasks of `tenant` with a step naming plugin `name` by a version
+    /// selector `names` accepts.
+    fn tasks_naming(
+        &self,
+        tenant: &str,
+        name: &str,
+        names: impl Fn(&task::VersionSelector) -> bool,
+    ) -> Result<Vec<String>> {
+        Ok(self
+            .list_specs(tenant)?
+            .into_iter()
+            .filter(|(_, spec)| {
+                spec.steps
+                    .iter()
+                    .any(|s| s.plugin.name == name && names(&s.plugin.version))
+            })
+            .map(|(t, _)| t.name)
+            .collect())
+    }
+
+    /// A tenant's plugin tags, by plugin name then tag.
+    pub fn plugin_tags(&self, tenant: &str) -> Result<Vec<PluginTag>> {
+        Ok(self.store.list_plugin_tags(tenant)?)
+    }
+
+    /// Points tag `tag` of plugin `name` at `version` (creating or moving
+    /// it), and gives the version it pointed at before. The version must be
+    /// stored; the tag must be a valid tag name and within the bounds. Runs
+    /// already started keep the version they resolved; the next attempt of a
+    /// task naming `name@tag` takes the new one.
+    pub async fn set_plugin_tag(
+        &self,
+        tenant: &str,
+        name: &str,
+        tag: &str,
+        version: &str,
+    ) -> Result<(PluginTag, Option<String>)> {
+        // `invalid` (422), not `bad_request`: `x` has a tag's shape but
+        // reads as a range, which only this check knows.
+        if !task::is_valid_tag(tag) {
+            return Err(Error::Invalid {
+                path: Some("tag".into()),
+                message: format!(
+                    "tag `{}` is not valid: a name ([A-Za-z0-9][A-Za-z0-9_.-]{{0,63}}) that starts with a letter and does not read as a version range (`x` is one)",
+                    crate::template::shorten(tag)
+                ),
+            });
+        }
+        if !task::is_valid_version(version) {
+            return Err(Error::Invalid {
+                path: Some("version".into()),
+                message: format!(
+                    "a tag points at an exact version, and `{}` is not one (like 1.2.0)",
+                    crate::template::shorten(version)
+                ),
+            });
+        }
+        let writes = self.plugin_quota.writes.clone();
+        // With the deletion's check: a version cannot go while a tag moves onto it.
+        let _writing = writes.lock().await;
+        self.get_plugin(tenant, name, version)?;
+        let tags = self.store.list_plugin_tags(tenant)?;
+        let previous = tags
+            .iter()
+            .find(|t| t.name == name && t.tag == tag)
+            .map(|t| t.version.clone());
+        if previous.is_none() {
+            let of_plugin = tags.iter().filter(|t| t.name == name).count();
+            if of_plugin >= MAX_TAGS_PER_PLUGIN {
+                return Err(Error::Conflict(format!(
+                    "plugin `{name}` has {of_plugin} tags, the most a plugin may have ({MAX_TAGS_PER_PLUGIN}); delete one first (`ax plugin untag {name} TAG`)"
+                )));
+            }
+            if tags.len() >= MAX_TAGS_PER_TENANT {
+                return Err(Error::Conflict(format!(
+                    "tenant `{tenant}` has {} plugin tags, the most a tenant may have ({MAX_TAGS_PER_TENANT}); delete one first (`ax plugin untag NAME TAG`)",
+                    tags.len()
+                )));
+            }
+        }
+        let record = PluginTag {
+            tenant: tenant.to_string(),
+            name: name.to_string(),
+            tag: tag.to_string(),
+            version: version.to_string(),
+            updated_at: self.clock.now_ms(),
+        };
+        self.store.put_plugin_tag(&record)?;
+        drop(_writing);
+        self.sync().await?;
+        Ok((record, previous))
+    }
+
+    /// Deletes tag `tag` of plugin `name`, unless a saved task names
+    /// `name@tag` (409 naming the tasks).
+    pub async fn delete_plugin_tag(&self, tenant: &str, name: &str, tag: &str) -> Result<()> {
+        let users = self.tasks_naming(tenant, name, |v| v.tag() == Some(tag))?;
+        if !users.is_empty() {
+            return Err(Error::Conflict(format!(
+                "tag {name}@{tag} is used by task(s) {}; move it instead (`ax plugin tag {name}@VERSION {tag}`), or apply them with another version first",
+                users.join(", ")
+            )));
+        }
+        let writes = self.plugin_quota.writes.clone();
+        let writing = writes.lock().await;
+        if !self.store.delete_plugin_tag(tenant, name, tag)? {
+            return Err(Error::NotFound(format!("tag {name}@{tag}")));
         }
         drop(writing);
         self.sync().await

@@ -10,6 +10,7 @@ use crate::model::{RECORD_FORMAT, ScheduleState, TaskRecord};
 use crate::schedule::Trigger;
 use crate::scheduler::clock::from_ms;
 use crate::service::{Ax, Error, ItemError, MAX_BATCH_TASKS, Result, check_batch_len, record_of};
+use crate::store;
 use crate::task::{self, TaskSpec};
 
 impl Ax {
@@ -131,15 +132,13 @@ impl Ax {
         self.check_priority(tenant, spec.priority)?;
         self.check_http_ceiling(tenant, &spec)?;
         self.check_alert_webhook(tenant, &spec).await?;
+        // An exact version must exist; a range or a tag must select one now
+        // (which one an attempt runs is decided when it starts).
         for (i, step) in spec.steps.iter().enumerate() {
-            if self
-                .store
-                .get_plugin(tenant, &step.plugin.name, &step.plugin.version)?
-                .is_none()
-            {
+            if let Err(unresolved) = store::resolve_plugin(&*self.store, tenant, &step.plugin)? {
                 return Err(Error::Invalid {
                     path: Some(format!("steps[{i}].plugin")),
-                    message: format!("plugin {} is not uploaded for this tenant", step.plugin),
+                    message: unresolved.0,
                 });
             }
         }

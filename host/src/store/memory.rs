@@ -14,7 +14,8 @@ use sha2::{Digest, Sha256};
 use super::{AttemptLogs, Error, Insert, NewRun, Result, RunPage, RunQuery, Store, SyncTicket};
 use crate::model::ids::TaskKey;
 use crate::model::{
-    DeadLetter, Event, Millis, PluginRecord, RunRecord, RunStatus, ScheduleState, TaskRecord,
+    DeadLetter, Event, Millis, PluginRecord, PluginTag, RunRecord, RunStatus, ScheduleState,
+    TaskRecord,
 };
 use crate::tenant::{TenantRecord, TokenRecord, UsageBucket};
 
@@ -85,6 +86,8 @@ struct State {
     blobs: HashMap<String, Vec<u8>>,
     /// Keyed by (tenant, name, version).
     plugins: BTreeMap<(String, String, String), PluginRecord>,
+    /// Keyed by (tenant, name, tag).
+    plugin_tags: BTreeMap<(String, String, String), PluginTag>,
     /// Keyed by (tenant, name).
     tasks: BTreeMap<TaskKey, TaskRecord>,
     /// Keyed by (tenant, task).
@@ -216,6 +219,32 @@ impl Store for MemoryStore {
     fn delete_plugin(&self, tenant: &str, name: &str, version: &str) -> Result<bool> {
         let key = (tenant.to_owned(), name.to_owned(), version.to_owned());
         Ok(self.state().plugins.remove(&key).is_some())
+    }
+
+    fn put_plugin_tag(&self, tag: &PluginTag) -> Result<()> {
+        let key = (tag.tenant.clone(), tag.name.clone(), tag.tag.clone());
+        self.state().plugin_tags.insert(key, tag.clone());
+        Ok(())
+    }
+
+    fn get_plugin_tag(&self, tenant: &str, name: &str, tag: &str) -> Result<Option<PluginTag>> {
+        let key = (tenant.to_owned(), name.to_owned(), tag.to_owned());
+        Ok(self.state().plugin_tags.get(&key).cloned())
+    }
+
+    fn list_plugin_tags(&self, tenant: &str) -> Result<Vec<PluginTag>> {
+        let state = self.state();
+        Ok(state
+            .plugin_tags
+            .values()
+            .filter(|t| t.tenant == tenant)
+            .cloned()
+            .collect())
+    }
+
+    fn delete_plugin_tag(&self, tenant: &str, name: &str, tag: &str) -> Result<bool> {
+        let key = (tenant.to_owned(), name.to_owned(), tag.to_owned());
+        Ok(self.state().plugin_tags.remove(&key).is_some())
     }
 
     fn put_task(&self, task: &TaskRecord, schedule: &ScheduleState) -> Result<()> {

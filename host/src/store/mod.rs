@@ -16,12 +16,14 @@
 
 pub mod kv;
 pub mod memory;
+mod resolve;
 pub mod secrets;
 pub mod sled;
 
 #[cfg(test)]
 mod conformance;
 
+pub use self::resolve::{Unresolved, resolve_plugin};
 pub use self::sled::SledStore;
 
 use std::future::Future;
@@ -31,7 +33,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::model::{
-    DeadLetter, Event, LogRecord, Millis, PluginRecord, Progress, RunRecord, RunStatus,
+    DeadLetter, Event, LogRecord, Millis, PluginRecord, PluginTag, Progress, RunRecord, RunStatus,
     ScheduleState, TaskRecord,
 };
 use crate::tenant::{TenantRecord, TokenRecord, UsageBucket};
@@ -188,6 +190,14 @@ pub trait Store: Send + Sync + 'static {
     fn list_plugins(&self, tenant: &str) -> Result<Vec<PluginRecord>>;
     /// Deletes a plugin version; true if it existed.
     fn delete_plugin(&self, tenant: &str, name: &str, version: &str) -> Result<bool>;
+    /// Creates or moves a plugin tag (keyed by tenant, plugin name and tag).
+    fn put_plugin_tag(&self, tag: &PluginTag) -> Result<()>;
+    /// One plugin tag.
+    fn get_plugin_tag(&self, tenant: &str, name: &str, tag: &str) -> Result<Option<PluginTag>>;
+    /// A tenant's plugin tags, by plugin name then tag.
+    fn list_plugin_tags(&self, tenant: &str) -> Result<Vec<PluginTag>>;
+    /// Deletes a plugin tag; whether it existed.
+    fn delete_plugin_tag(&self, tenant: &str, name: &str, tag: &str) -> Result<bool>;
 
     // --- tasks ------------------------------------------------------------
     /// Creates or replaces a task, with its schedule state in the same write.

@@ -617,18 +617,17 @@ mod tests {
     #[test]
     fn bad_plugin_references_are_explained() {
         let cases = [
-            ("p", "`p` has no version: write the plugin as name@1.2.3"),
             (
-                "p@1.2",
-                "`1.2` is not a semver version (like 1.2.0 or 1.2.0-rc.1)",
+                "p",
+                "`p` has no version: write the plugin as name@1.2.3, name@^1.2 or name@TAG",
             ),
             (
                 "p@01.2.3",
-                "`01.2.3` is not a semver version (like 1.2.0 or 1.2.0-rc.1)",
+                "`01.2.3` is neither a semver version (1.2.0, 1.2.0-rc.1), a version range (^1.2, ~1.2, >=1.0, <2, 1.x) nor a tag (a name starting with a letter, at most 64 characters)",
             ),
             (
-                "p@latest",
-                "`latest` is not a semver version (like 1.2.0 or 1.2.0-rc.1)",
+                "p@1.2.3.4",
+                "`1.2.3.4` is neither a semver version (1.2.0, 1.2.0-rc.1), a version range (^1.2, ~1.2, >=1.0, <2, 1.x) nor a tag (a name starting with a letter, at most 64 characters)",
             ),
             (
                 "my plugin@1.0.0",

@@ -61,7 +61,9 @@ pub use params::{PARAM_TYPES, ParamError, ParamSpec, ParamType, UPSTREAM};
 use read::read_tree;
 pub use retry::{Backoff, Exponential, RetryOn, RetryPolicy};
 pub use rules::{RuleVerdict, TriggerRule};
-pub use types::{PluginRef, StepLimits, StepSpec, TaskSpec};
+pub use types::{
+    MAX_RANGE_LEN, PluginRef, StepLimits, StepSpec, TaskSpec, VersionRange, VersionSelector,
+};
 pub use validate::validate;
 
 use crate::cond;
@@ -72,7 +74,7 @@ pub const MAX_SPEC_BYTES: usize = 1 << 20;
 /// Cap on the values (scalars, lists, mappings) in one definition, counted
 /// after YAML aliases are expanded: a second line of defence against alias bombs.
 pub const MAX_SPEC_NODES: usize = 100_000;
-pub use crate::model::name::{MAX_NAME_LEN, is_valid_name, is_valid_version};
+pub use crate::model::name::{MAX_NAME_LEN, is_valid_name, is_valid_tag, is_valid_version};
 /// Most steps in one task (docs/TASKS.md states it; a test holds them equal).
 pub const MAX_STEPS: usize = 256;
 pub use crate::model::priority::{DEFAULT_PRIORITY, MAX_PRIORITY};

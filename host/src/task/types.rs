@@ -1,5 +1,5 @@
 //! The task and step types a user writes, after parsing: [`TaskSpec`],
-//! [`StepSpec`], [`PluginRef`] and [`StepLimits`], with the little behaviour
+//! [`StepSpec`], [`PluginRef`] (with its [`VersionSelector`]) and [`StepLimits`], with the little behaviour
 //! they carry: the limits, HTTP limits and grants an attempt of a step gets,
 //! and the `(name, needs)` graph [`crate::dag`] takes. Plain data: the retry
 //! policy is `task::retry`, trigger rules `task::rules`; reading these types
@@ -20,7 +20,7 @@ use super::retry::RetryPolicy;
 use super::rules::TriggerRule;
 use super::{alerts, retention};
 use crate::capability::{self, HttpPattern, KvScope, StepGrants};
-use crate::model::name::{MAX_NAME_LEN, is_valid_name, is_valid_version};
+use crate::model::name::{MAX_NAME_LEN, is_valid_name, is_valid_tag, is_valid_version};
 use crate::model::{Caps, Limits};
 use crate::schedule::{CatchUp, Overlap, TriggerSpec};
 use crate::template::shorten;
@@ -72,7 +72,7 @@ pub struct TaskSpec {
 pub struct StepSpec {
     /// Unique within the task; same charset as task names.
     pub name: String,
-    /// The plugin to run, `name@version`.
+    /// The plugin to run: `name@version`, `name@RANGE` or `name@TAG`.
     pub plugin: PluginRef,
     /// The input template (see [`crate::template`]); `{}` when absent.
     pub input: Value,
@@ -106,13 +106,150 @@ pub struct StepSpec {
     pub config: BTreeMap<String, String>,
 }
 
-/// A plugin version, written `name@version` (semver).
+/// The plugin a step runs, written `name@SELECTOR`: an exact version
+/// (`p@1.2.3`), a semver range (`p@^1.2`, `p@~1.2`, `p@>=1.0, <2`, `p@1.x`)
+/// or a tag (`p@stable`). Which version a range or a tag means is decided
+/// when an attempt starts (`crate::store::resolve_plugin`), not here.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PluginRef {
     /// The plugin's name.
     pub name: String,
-    /// Its semver version, `x.y.z` with optional `-pre` and `+build`.
-    pub version: String,
+    /// Which of its versions.
+    pub version: VersionSelector,
+}
+
+/// Which version of a plugin a step names. The text after `@` is read as,
+/// in this order: a semver version (exact); a semver range (what the
+/// `semver` crate, Cargo's, reads: a bare `1` or `1.2` is `^1`, `^1.2`); a
+/// tag ([`is_valid_tag`]: a name starting with a letter that is not a range).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum VersionSelector {
+    /// That version and no other.
+    Exact(String),
+    /// The highest uploaded version the range matches.
+    Range(VersionRange),
+    /// The version the tag points at.
+    Tag(String),
+}
+
+/// Longest range text after `@` (`>=1.0.0-rc.1, <2.0.0` is 20).
+pub const MAX_RANGE_LEN: usize = 128;
+
+/// A semver range as written, with its parse. Compared, hashed and written
+/// back by its text, so a stored definition reads back as sent.
+#[derive(Clone, Debug)]
+pub struct VersionRange {
+    text: String,
+    req: semver::VersionReq,
+}
+
+impl VersionRange {
+    /// The range as written.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// Whether `version` is in the range. A pre-release (`1.3.0-rc.1`) is
+    /// only when a comparator names a pre-release of the same
+    /// `MAJOR.MINOR.PATCH` (`>=1.3.0-rc.1`), as in Cargo; text that is not
+    /// a semver version is not.
+    pub fn matches(&self, version: &str) -> bool {
+        semver::Version::parse(version).is_ok_and(|v| self.req.matches(&v))
+    }
+}
+
+impl PartialEq for VersionRange {
+    fn eq(&self, other: &Self) -> bool {
+        self.text == other.text
+    }
+}
+impl Eq for VersionRange {}
+impl std::hash::Hash for VersionRange {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.text.hash(h);
+    }
+}
+impl PartialOrd for VersionRange {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for VersionRange {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.text.cmp(&other.text)
+    }
+}
+
+impl VersionSelector {
+    /// The exact version, if this selector names one.
+    pub fn exact(&self) -> Option<&str> {
+        match self {
+            Self::Exact(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// The tag, if this selector is one.
+    pub fn tag(&self) -> Option<&str> {
+        match self {
+            Self::Tag(t) => Some(t),
+            _ => None,
+        }
+    }
+
+    /// Of `versions` (of one plugin), the one an exact version or a range
+    /// selects: the exact one, or the highest in the range by semver order.
+    /// A tag selects through its record, so this gives `None` for it.
+    pub fn pick<'a>(&self, versions: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+        match self {
+            Self::Exact(want) => versions.into_iter().find(|v| v == want),
+            Self::Range(range) => versions
+                .into_iter()
+                .filter_map(|v| semver::Version::parse(v).ok().map(|p| (p, v)))
+                .filter(|(p, _)| range.req.matches(p))
+                .max_by(|(a, _), (b, _)| a.cmp(b))
+                .map(|(_, v)| v),
+            Self::Tag(_) => None,
+        }
+    }
+}
+
+impl fmt::Display for VersionSelector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Exact(v) | Self::Tag(v) => f.write_str(v),
+            Self::Range(r) => f.write_str(&r.text),
+        }
+    }
+}
+
+impl FromStr for VersionSelector {
+    type Err = String;
+
+    /// Reads the text after `@` (see [`VersionSelector`] for the order).
+    fn from_str(s: &str) -> Result<Self, String> {
+        let s = s.trim();
+        if is_valid_version(s) {
+            return Ok(Self::Exact(s.to_owned()));
+        }
+        if s.len() <= MAX_RANGE_LEN
+            && let Ok(req) = semver::VersionReq::parse(s)
+        {
+            return Ok(Self::Range(VersionRange {
+                text: s.to_owned(),
+                req,
+            }));
+        }
+        if is_valid_tag(s) {
+            return Ok(Self::Tag(s.to_owned()));
+        }
+        Err(format!(
+            "`{}` is neither a semver version (1.2.0, 1.2.0-rc.1), a version range \
+             (^1.2, ~1.2, >=1.0, <2, 1.x) nor a tag (a name starting with a letter, \
+             at most {MAX_NAME_LEN} characters)",
+            shorten(s)
+        ))
+    }
 }
 
 /// Per-attempt limits a step asks for. Each is checked against the tenant's
@@ -237,11 +374,12 @@ impl fmt::Display for PluginRef {
 impl FromStr for PluginRef {
     type Err = String;
 
-    /// Reads `name@version`, checking the name's charset and the version's semver syntax.
+    /// Reads `name@SELECTOR`, checking the name's charset and the selector
+    /// ([`VersionSelector`]).
     fn from_str(s: &str) -> Result<Self, String> {
         let Some((name, version)) = s.split_once('@') else {
             return Err(format!(
-                "`{}` has no version: write the plugin as name@1.2.3",
+                "`{}` has no version: write the plugin as name@1.2.3, name@^1.2 or name@TAG",
                 shorten(s)
             ));
         };
@@ -252,15 +390,9 @@ impl FromStr for PluginRef {
                 shorten(name)
             ));
         }
-        if !is_valid_version(version) {
-            return Err(format!(
-                "`{}` is not a semver version (like 1.2.0 or 1.2.0-rc.1)",
-                shorten(version)
-            ));
-        }
         Ok(PluginRef {
             name: name.to_owned(),
-            version: version.to_owned(),
+            version: version.parse()?,
         })
     }
 }
@@ -311,7 +443,7 @@ mod tests {
     fn plugin_ref_round_trips_as_text() {
         let p = plugin("extract-orders@1.2.0-rc.1");
         assert_eq!(p.name, "extract-orders");
-        assert_eq!(p.version, "1.2.0-rc.1");
+        assert_eq!(p.version.exact(), Some("1.2.0-rc.1"));
         assert_eq!(
             serde_json::to_value(&p).unwrap(),
             json!("extract-orders@1.2.0-rc.1")
@@ -321,6 +453,87 @@ mod tests {
             p
         );
         assert!(serde_json::from_value::<PluginRef>(json!("nope")).is_err());
+    }
+
+    #[test]
+    fn the_text_after_the_at_reads_as_a_version_then_a_range_then_a_tag() {
+        let sel = |s: &str| plugin(&format!("p@{s}")).version;
+        assert_eq!(sel("1.2.3"), VersionSelector::Exact("1.2.3".into()));
+        assert_eq!(sel("1.2.3+b.1"), VersionSelector::Exact("1.2.3+b.1".into()));
+        for range in [
+            "^1.2",
+            "~1.2",
+            ">=1.0, <2",
+            "1.x",
+            "1",
+            "1.2",
+            "*",
+            "x",
+            "=1.2.3",
+        ] {
+            assert!(
+                matches!(sel(range), VersionSelector::Range(ref r) if r.text() == range),
+                "{range}"
+            );
+        }
+        assert_eq!(sel("stable"), VersionSelector::Tag("stable".into()));
+        assert_eq!(sel("v2"), VersionSelector::Tag("v2".into()));
+        for bad in ["", "-x", "1.2.3.4.5", "a b", ">=", "^", "1.2.3-", "nope!"] {
+            let e = format!("p@{bad}").parse::<PluginRef>().unwrap_err();
+            assert!(e.contains("neither a semver version"), "{bad}: {e}");
+        }
+        let long = format!(">={}", "1.0.0, >=".repeat(20));
+        assert!(
+            format!("p@{long}").parse::<PluginRef>().is_err(),
+            "too long"
+        );
+        // Ranges and tags round-trip as written.
+        for text in ["p@>=1.0, <2", "p@stable", "p@~1.2"] {
+            let p = plugin(text);
+            assert_eq!(serde_json::to_value(&p).unwrap(), json!(text));
+            assert_eq!(serde_json::from_value::<PluginRef>(json!(text)).unwrap(), p);
+        }
+    }
+
+    #[test]
+    fn a_range_picks_the_highest_match_and_no_pre_release_unless_asked() {
+        let versions = [
+            "1.0.0",
+            "1.1.0",
+            "1.10.0-rc.1",
+            "1.2.0",
+            "2.0.0",
+            "2.1.0-beta.1",
+            "junk",
+        ];
+        let pick = |s: &str| {
+            plugin(&format!("p@{s}"))
+                .version
+                .pick(versions)
+                .map(str::to_owned)
+        };
+        assert_eq!(
+            pick("^1.0").as_deref(),
+            Some("1.2.0"),
+            "semver order, not text order"
+        );
+        assert_eq!(pick("~1.1").as_deref(), Some("1.1.0"));
+        assert_eq!(pick(">=1.0, <2").as_deref(), Some("1.2.0"));
+        assert_eq!(pick("1.x").as_deref(), Some("1.2.0"));
+        assert_eq!(pick("*").as_deref(), Some("2.0.0"), "not 2.1.0-beta.1");
+        assert_eq!(pick("^2").as_deref(), Some("2.0.0"));
+        // Asked for: a comparator with a pre-release of the same x.y.z.
+        assert_eq!(pick(">=2.1.0-beta.1").as_deref(), Some("2.1.0-beta.1"));
+        assert_eq!(pick(">=1.10.0-rc.0, <2").as_deref(), Some("1.10.0-rc.1"));
+        assert_eq!(pick("^3"), None);
+        assert_eq!(pick("1.1.0").as_deref(), Some("1.1.0"), "exact");
+        assert_eq!(pick("1.3.0"), None, "exact, absent");
+        assert_eq!(pick("stable"), None, "a tag resolves through its record");
+        let VersionSelector::Range(r) = plugin("p@^1.2").version else {
+            panic!("a range")
+        };
+        assert!(r.matches("1.9.0") && !r.matches("1.9.0-rc.1") && !r.matches("2.0.0"));
+        assert!(!r.matches("not a version"));
     }
 
     const CAPS_TASK: &str = "name: t\nconfig: { endpoint: \"http://x\", retries: 3, verbose: true }\nsteps:\n  - name: a\n    plugin: p@1.0.0\n    allow_http: [\"https://*.example.com\", \"http://127.0.0.1:*\"]\n    secrets: [token]\n    kv: task\n    config: { retries: 5 }\n    limits: { http_requests: 7, http_timeout: 2s, http_response_kb: 64 }\n  - name: b\n    plugin: p@1.0.0\n    kv: true\n";

@@ -1,6 +1,7 @@
-//! `ax plugin push|list|delete`: upload a component (with a progress bar),
-//! list the tenant's plugins, delete a version no task uses. (`ax plugin
-//! new`, local, is `crate::cli::scaffold`.)
+//! `ax plugin push|list|delete|tag|untag`: upload a component (with a
+//! progress bar, and tags to point at it), list the tenant's plugins with
+//! their tags, delete a version no task pins, set or move a tag, delete a
+//! tag. (`ax plugin new`, local, is `crate::cli::scaffold`.)
 
 use std::path::PathBuf;
 
@@ -34,9 +35,28 @@ enum PluginCommand {
         /// Semver version, e.g. 1.0.0.
         #[arg(long = "version", id = "plugin_version", value_name = "VERSION")]
         version: String,
+        /// Point this tag at the version once uploaded (created or moved; repeatable).
+        #[arg(long = "tag", value_name = "TAG")]
+        tags: Vec<String>,
     },
-    /// List the tenant's plugins.
+    /// List the tenant's plugins, with the tags that point at each version.
     List,
+    /// Point a tag at a version: create it, or move it (tasks naming
+    /// `NAME@TAG` take the new version at their next attempt).
+    #[command(disable_version_flag = true)]
+    Tag {
+        /// `NAME@VERSION`, the version the tag is to point at.
+        plugin: String,
+        /// The tag, e.g. `stable` (starts with a letter, not a version range).
+        tag: String,
+    },
+    /// Delete a tag (refused while a task names `NAME@TAG`).
+    Untag {
+        /// The plugin name.
+        name: String,
+        /// The tag.
+        tag: String,
+    },
     /// Delete a plugin version (refused while a task names that exact version).
     #[command(disable_version_flag = true)]
     Delete {
@@ -92,6 +112,7 @@ pub(super) fn plugin(args: PluginArgs) -> Outcome {
             file,
             name,
             version,
+            tags,
         } => {
             let bytes = std::fs::read(&file)
                 .map_err(|e| Failure::new("io", format!("reading {}: {e}", file.display())))?;
@@ -114,7 +135,10 @@ pub(super) fn plugin(args: PluginArgs) -> Outcome {
             );
             let path = format!(
                 "/v1/plugins{}",
-                query(&[("name", Some(name)), ("version", Some(version))])
+                query(&[
+                    ("name", Some(name.clone())),
+                    ("version", Some(version.clone()))
+                ])
             );
             let (status, v) = client.post(
                 &path,
@@ -140,6 +164,35 @@ pub(super) fn plugin(args: PluginArgs) -> Outcome {
                     cell(&v["size"])
                 );
             }
+            for tag in tags {
+                let t = set_tag(&client, &name, &version, &tag)?;
+                if args.conn.json {
+                    print_json(&t);
+                } else {
+                    print_tag(&t);
+                }
+            }
+        }
+        PluginCommand::Tag { plugin, tag } => {
+            let (name, version) = name_and_version(&plugin, None)?;
+            let t = set_tag(&client, &name, &version, &tag)?;
+            if args.conn.json {
+                print_json(&t);
+            } else {
+                print_tag(&t);
+            }
+        }
+        PluginCommand::Untag { name, tag } => {
+            client.call(
+                "DELETE",
+                &format!("/v1/plugins/{}/tags/{}", enc(&name), enc(&tag)),
+                Body::None,
+            )?;
+            if args.conn.json {
+                print_json(&serde_json::json!({ "deleted": { "name": name, "tag": tag } }));
+            } else {
+                println!("deleted tag: {}@{}", cell(&name.into()), cell(&tag.into()));
+            }
         }
         PluginCommand::List => {
             let v = client.get("/v1/plugins")?;
@@ -154,12 +207,16 @@ pub(super) fn plugin(args: PluginArgs) -> Outcome {
                             short_digest(&p["digest"]),
                             cell(&p["size"]),
                             cell(&p["created_at"]),
+                            tag_list(&p["tags"]),
                         ]
                     })
                     .collect();
                 print!(
                     "{}",
-                    table(&["NAME", "VERSION", "DIGEST", "SIZE", "CREATED"], &rows)
+                    table(
+                        &["NAME", "VERSION", "DIGEST", "SIZE", "CREATED", "TAGS"],
+                        &rows
+                    )
                 );
             }
         }
@@ -181,6 +238,43 @@ pub(super) fn plugin(args: PluginArgs) -> Outcome {
         }
     }
     done()
+}
+
+/// `PUT /v1/plugins/{name}/tags/{tag}`: the tag's answer.
+fn set_tag(
+    client: &Client,
+    name: &str,
+    version: &str,
+    tag: &str,
+) -> Result<serde_json::Value, Failure> {
+    let path = format!("/v1/plugins/{}/tags/{}", enc(name), enc(tag));
+    let body = Body::Json(serde_json::json!({ "version": version }));
+    client.call("PUT", &path, body).map(|(_, v)| v)
+}
+
+/// One line for a tag set or moved.
+fn print_tag(t: &serde_json::Value) {
+    let from = match t["previous"].as_str() {
+        Some(p) if p != t["version"] => format!(" (moved from {})", cell(&p.into())),
+        Some(_) => " (unchanged)".to_owned(),
+        None => String::new(),
+    };
+    println!(
+        "tag {}@{} -> {}{from}",
+        cell(&t["name"]),
+        cell(&t["tag"]),
+        cell(&t["version"])
+    );
+}
+
+/// A version's tags, comma-separated (`-` when none).
+fn tag_list(tags: &serde_json::Value) -> String {
+    let tags: Vec<String> = items(tags).map(cell).collect();
+    if tags.is_empty() {
+        "-".into()
+    } else {
+        tags.join(",")
+    }
 }
 
 #[cfg(test)]

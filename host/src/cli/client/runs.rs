@@ -177,6 +177,7 @@ pub(super) fn print_run(r: &Value) {
         let last = attempts.last().unwrap_or(&Value::Null);
         rows.push(vec![
             cell(&s["name"]),
+            cell(&s["plugin"]),
             cell(&s["status"]),
             attempts.len().to_string(),
             cell(&last["outcome"]),
@@ -195,6 +196,7 @@ pub(super) fn print_run(r: &Value) {
         table(
             &[
                 "STEP",
+                "PLUGIN",
                 "STATUS",
                 "ATTEMPTS",
                 "LAST OUTCOME",
@@ -222,6 +224,7 @@ pub(super) fn print_run(r: &Value) {
                     .as_f64()
                     .filter(|_| !a["outcome"].is_null())
                     .map_or_else(|| "-".into(), human_ms),
+                cell(&a["plugin_version"]),
                 cell(&a["error"]),
             ]
         })
@@ -231,7 +234,9 @@ pub(super) fn print_run(r: &Value) {
         print!(
             "{}",
             table(
-                &["STEP", "ATTEMPT", "OUTCOME", "STARTED", "TIME", "ERROR"],
+                &[
+                    "STEP", "ATTEMPT", "OUTCOME", "STARTED", "TIME", "VERSION", "ERROR"
+                ],
                 &attempt_rows
             )
         );

@@ -1,7 +1,8 @@
 //! `ax task validate FILE` and `ax task apply --dry-run`: a definition
 //! checked before it is saved. The document is parsed and validated here,
 //! with the server's own parser and rules (crate::task); the server is then
-//! asked whether each plugin version it names is uploaded. The host's caps
+//! asked whether each plugin version it names is uploaded (or, for a range
+//! or a tag, selects an uploaded version). The host's caps
 //! (`caps.max_fuel`, …) and a tenant's quota are not known to the client:
 //! limits above them are still refused by `ax task apply`, with the field.
 //! `--dry-run` also prints a line diff against the stored definition.
@@ -26,32 +27,70 @@ pub(super) fn check(text: &str, origin: &str) -> Result<TaskSpec, Failure> {
     })
 }
 
-/// Asks the server for each plugin version the task names: a missing one
-/// is an error naming the step. `Ok(false)` when the server is unreachable
-/// (nothing checked).
+/// Asks the server for each plugin version the task names (for a range or
+/// a tag: the plugin's versions and tags, to see that it selects one now): a
+/// missing one is an error naming the step. `Ok(false)` when the server is
+/// unreachable (nothing checked).
 fn plugins_uploaded(client: &Client, spec: &TaskSpec, origin: &str) -> Result<bool, Failure> {
     for (i, step) in spec.steps.iter().enumerate() {
-        let path = format!(
-            "/v1/plugins/{}/{}",
-            enc(&step.plugin.name),
-            enc(&step.plugin.version)
-        );
+        let name = enc(&step.plugin.name);
+        let path = match step.plugin.version.exact() {
+            Some(version) => format!("/v1/plugins/{name}/{}", enc(version)),
+            None => format!("/v1/plugins/{name}"),
+        };
+        let missing = |why: String| {
+            Failure::new(
+                "invalid",
+                format!("{origin}: steps[{i}].plugin: {why} (`ax plugin push`, `ax plugin tag`)"),
+            )
+        };
         match client.get(&path) {
-            Ok(_) => {}
+            Ok(v) => {
+                if let Some(why) = unselected(&step.plugin, &v) {
+                    return Err(missing(why));
+                }
+            }
             Err(f) if f.code == "connection" => return Ok(false),
             Err(f) if f.code == "not_found" => {
-                return Err(Failure::new(
-                    "invalid",
-                    format!(
-                        "{origin}: steps[{i}].plugin: plugin {} is not uploaded for this tenant (`ax plugin push`)",
-                        step.plugin
-                    ),
-                ));
+                return Err(missing(format!(
+                    "plugin {} is not uploaded for this tenant",
+                    step.plugin
+                )));
             }
             Err(f) => return Err(f),
         }
     }
     Ok(true)
+}
+
+/// For a range or a tag, given `GET /v1/plugins/{name}` (its versions and
+/// tags): why it selects no version, if it does not.
+fn unselected(plugin: &task::PluginRef, versions: &Value) -> Option<String> {
+    let version = |v: &Value| v["version"].as_str().unwrap_or_default().to_owned();
+    let uploaded: Vec<String> = versions["versions"]
+        .as_array()
+        .map(|vs| vs.iter().map(version).collect())
+        .unwrap_or_default();
+    match &plugin.version {
+        task::VersionSelector::Exact(_) => None,
+        task::VersionSelector::Range(_) => {
+            let picked = plugin.version.pick(uploaded.iter().map(String::as_str));
+            picked.is_none().then(|| {
+                format!(
+                    "plugin {plugin}: no uploaded version is in the range (uploaded: {})",
+                    uploaded.join(", ")
+                )
+            })
+        }
+        task::VersionSelector::Tag(tag) => {
+            let found = versions["tags"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|t| t["tag"] == tag.as_str() && uploaded.contains(&version(t)));
+            (!found).then(|| format!("plugin {plugin}: `{}` has no tag `{tag}`", plugin.name))
+        }
+    }
 }
 
 /// `ax task validate FILE`.

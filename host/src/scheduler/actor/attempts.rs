@@ -4,6 +4,7 @@
 use tokio_util::sync::CancellationToken;
 
 use super::{Actor, AttemptDone, dead_letter_id};
+use crate::model::PluginRecord;
 use crate::model::{AttemptContext, AttemptReport, ErrorKind, Millis, Outcome, StepStatus};
 use crate::scheduler::clock::{from_ms, rfc3339};
 use crate::scheduler::core::{Ctx, Effect};
@@ -11,7 +12,8 @@ use crate::scheduler::queue::Entry;
 use crate::scheduler::quota::{Admit, Grant, WindowUse, duration_ms};
 use crate::scheduler::runner::AttemptRequest;
 use crate::scheduler::{Result, core as decide};
-use crate::store::AttemptLogs;
+use crate::store::{AttemptLogs, Unresolved, resolve_plugin};
+use crate::task::PluginRef;
 use crate::tenant::UsageBucket;
 use crate::{schedule, template};
 
@@ -71,12 +73,14 @@ impl Actor {
         let grants = run.spec.step_grants(i);
         // Resolve the input and the plugin; either failing fails the step for good.
         let input = self.resolve_input(&entry.run_id, i, number);
-        let plugin = self.plugin(&entry.tenant, &spec.plugin.name, &spec.plugin.version)?;
+        // The version a range or a tag means is decided here, at the start
+        // of each attempt, and recorded on it.
+        let plugin = self.resolve_plugin(&entry.tenant, &spec.plugin)?;
         let run = self.runs.get_mut(&entry.run_id).expect("present");
         let prepared = match (input, plugin) {
-            (Ok(input), Some(plugin)) => Ok((input, plugin)),
+            (Ok(input), Ok(plugin)) => Ok((input, plugin)),
             (Err(e), _) => Err(format!("input: {e}")),
-            (_, None) => Err(format!("plugin `{}` is not uploaded", spec.plugin)),
+            (_, Err(unresolved)) => Err(unresolved.0),
         };
         let mut effects = Vec::new();
         let late = decide::attempt::run_started(&mut run.rec, now, &mut effects, &mut events);
@@ -107,7 +111,15 @@ impl Actor {
                 return self.advance(&entry.run_id, now, "scheduler", &mut events);
             }
         };
-        decide::attempt::attempt_begun(&mut run.rec, i, number, input.clone(), now, &mut events);
+        decide::attempt::attempt_begun(
+            &mut run.rec,
+            i,
+            number,
+            input.clone(),
+            &plugin,
+            now,
+            &mut events,
+        );
         self.dirty
             .add(&entry.run_id, run.rec.steps.len(), &mut events);
         let cancel = CancellationToken::new();
@@ -165,22 +177,28 @@ impl Actor {
         Ok(())
     }
 
-    /// A plugin version's record, from memory once read.
-    pub(super) fn plugin(
+    /// The stored version `plugin` means now ([`crate::store::resolve_plugin`]),
+    /// or why none. An exact version's record is kept in memory once read
+    /// (versions are immutable; a deletion evicts it); a range or a tag is
+    /// read from the store at every start, since an upload or a tag move
+    /// changes what it means.
+    pub(super) fn resolve_plugin(
         &mut self,
         tenant: &str,
-        name: &str,
-        version: &str,
-    ) -> Result<Option<crate::model::PluginRecord>> {
-        let key = (tenant.to_string(), name.to_string(), version.to_string());
-        if let Some(record) = self.plugins.get(&key) {
-            return Ok(Some(record.clone()));
+        plugin: &PluginRef,
+    ) -> Result<std::result::Result<PluginRecord, Unresolved>> {
+        let key = plugin
+            .version
+            .exact()
+            .map(|v| (tenant.to_string(), plugin.name.clone(), v.to_string()));
+        if let Some(record) = key.as_ref().and_then(|k| self.plugins.get(k)) {
+            return Ok(Ok(record.clone()));
         }
-        let record = self.store.get_plugin(tenant, name, version)?;
-        if let Some(record) = &record {
+        let resolved = resolve_plugin(&*self.store, tenant, plugin)?;
+        if let (Some(key), Ok(record)) = (key, &resolved) {
             self.plugins.insert(key, record.clone());
         }
-        Ok(record)
+        Ok(resolved)
     }
 
     pub(super) fn resolve_input(

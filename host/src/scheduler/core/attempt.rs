@@ -6,8 +6,8 @@
 use super::run::{RunState, set_run, set_step};
 use super::{Ctx, Effect};
 use crate::model::{
-    AttemptRecord, AttemptReport, DeadLetter, ErrorKind, Event, Millis, Outcome, RunRecord,
-    RunStatus, StepRunRecord, StepStatus, TriggerKind,
+    AttemptRecord, AttemptReport, DeadLetter, ErrorKind, Event, Millis, Outcome, PluginRecord,
+    RunRecord, RunStatus, StepRunRecord, StepStatus, TriggerKind,
 };
 
 /// What a failure decision needs beyond the run: the bound on attempts lost
@@ -76,12 +76,14 @@ pub(crate) fn start_failed(
     set_step(rec, i, StepStatus::Failed, now, reason, "scheduler", events);
 }
 
-/// Attempt `number` of step `i` starts with `input`.
+/// Attempt `number` of step `i` starts with `input`, running `plugin` (the
+/// version its reference resolved to now, recorded on the attempt).
 pub(crate) fn attempt_begun(
     rec: &mut RunRecord,
     i: usize,
     number: u32,
     input: serde_json::Value,
+    plugin: &PluginRecord,
     now: Millis,
     events: &mut Vec<Event>,
 ) {
@@ -96,13 +98,19 @@ pub(crate) fn attempt_begun(
         duration_ms: 0.0,
         error: None,
         error_kind: None,
+        plugin_version: Some(plugin.version.clone()),
+        plugin_digest: Some(plugin.digest.clone()),
     });
     set_step(
         rec,
         i,
         StepStatus::Running,
         now,
-        format!("attempt {number} started"),
+        // The version it runs, in the event too: `ax events` shows a tag's move.
+        format!(
+            "attempt {number} started ({}@{})",
+            plugin.name, plugin.version
+        ),
         "scheduler",
         events,
     );

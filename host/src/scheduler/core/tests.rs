@@ -88,10 +88,23 @@ fn begin(run: &mut RunState, i: usize, now: Millis) -> u32 {
         i,
         number,
         serde_json::json!({}),
+        &plugin_record(),
         now,
         &mut events,
     );
     number
+}
+
+/// The plugin version the attempts of these tests run.
+fn plugin_record() -> crate::model::PluginRecord {
+    crate::model::PluginRecord {
+        tenant: "t".into(),
+        name: "p".into(),
+        version: "1.0.0".into(),
+        digest: "ab".repeat(32),
+        size: 1,
+        created_at: 0,
+    }
 }
 
 fn finish(

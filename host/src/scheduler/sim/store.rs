@@ -14,7 +14,9 @@
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use crate::model::{DeadLetter, Event, Millis, PluginRecord, RunRecord, ScheduleState, TaskRecord};
+use crate::model::{
+    DeadLetter, Event, Millis, PluginRecord, PluginTag, RunRecord, ScheduleState, TaskRecord,
+};
 use crate::store::memory::MemoryStore;
 use crate::store::{
     AttemptLogs, Error, Insert, NewRun, Result, RunPage, RunQuery, RunSummary, Store, SyncTicket,
@@ -30,6 +32,8 @@ enum Write {
     DeleteBlob(String),
     Plugin(PluginRecord),
     DeletePlugin(String, String, String),
+    PluginTag(PluginTag),
+    DeletePluginTag(String, String, String),
     Task(Box<TaskRecord>, ScheduleState),
     Tasks(Vec<(TaskRecord, ScheduleState)>),
     DeleteTask(String, String),
@@ -54,6 +58,8 @@ impl Write {
             Self::DeleteBlob(d) => store.delete_blob(d),
             Self::Plugin(p) => store.put_plugin(p),
             Self::DeletePlugin(t, n, v) => store.delete_plugin(t, n, v).map(drop),
+            Self::PluginTag(t) => store.put_plugin_tag(t),
+            Self::DeletePluginTag(t, n, g) => store.delete_plugin_tag(t, n, g).map(drop),
             Self::Task(t, s) => store.put_task(t, s),
             Self::Tasks(tasks) => store.put_tasks(tasks),
             Self::DeleteTask(t, n) => store.delete_task(t, n).map(drop),
@@ -252,6 +258,23 @@ impl Store for SimStore {
     fn delete_plugin(&self, tenant: &str, name: &str, version: &str) -> Result<bool> {
         let w = Write::DeletePlugin(tenant.into(), name.into(), version.into());
         self.write(w, |s| s.delete_plugin(tenant, name, version))
+    }
+
+    fn put_plugin_tag(&self, tag: &PluginTag) -> Result<()> {
+        self.write(Write::PluginTag(tag.clone()), |s| s.put_plugin_tag(tag))
+    }
+
+    fn get_plugin_tag(&self, tenant: &str, name: &str, tag: &str) -> Result<Option<PluginTag>> {
+        self.inner().get_plugin_tag(tenant, name, tag)
+    }
+
+    fn list_plugin_tags(&self, tenant: &str) -> Result<Vec<PluginTag>> {
+        self.inner().list_plugin_tags(tenant)
+    }
+
+    fn delete_plugin_tag(&self, tenant: &str, name: &str, tag: &str) -> Result<bool> {
+        let w = Write::DeletePluginTag(tenant.into(), name.into(), tag.into());
+        self.write(w, |s| s.delete_plugin_tag(tenant, name, tag))
     }
 
     fn put_task(&self, task: &TaskRecord, schedule: &ScheduleState) -> Result<()> {

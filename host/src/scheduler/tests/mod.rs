@@ -17,7 +17,8 @@
 //! - `conditions`: `when` conditions evaluated off the actor;
 //! - `params`: a run's input from the task's `params:` (fires, `after`, manual);
 //! - `head`: the queue's head in memory, the rest parked in the store;
-//! - `window`: the fire window (tasks held in memory only when due soon).
+//! - `window`: the fire window (tasks held in memory only when due soon);
+//! - `versions`: plugin ranges and tags resolved at each attempt's start.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -47,6 +48,7 @@ mod quotas;
 mod recovery;
 mod retries;
 mod runs;
+mod versions;
 mod window;
 
 /// Plays plugins by digest: `ok` echoes, `fail` fails retryably, `fatal`

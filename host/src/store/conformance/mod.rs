@@ -6,7 +6,7 @@
 //!
 //! This file holds the driver (the fixtures and the macro) and the record
 //! builders; the behaviours live by area: `catalog` (metadata, blobs,
-//! plugins, tasks, schedules), `runs` (writing runs), `listing` (reading them
+//! plugins, tasks, schedules), `tags` (plugin tags), `runs` (writing runs), `listing` (reading them
 //! back), `outputs` (logs, dead letters), `tenants` (tenants, tokens, usage)
 //! and `model` (the random operations).
 
@@ -15,6 +15,7 @@ mod listing;
 mod model;
 mod outputs;
 mod runs;
+mod tags;
 mod tenants;
 
 use serde_json::json;
@@ -52,6 +53,8 @@ macro_rules! conformance_suite {
                 catalog::meta_values_round_trip,
                 catalog::blobs_are_content_addressed,
                 catalog::plugins_are_listed_by_name_then_version,
+                tags::plugin_tags_are_keyed_by_tenant_name_and_tag,
+                tags::moving_a_tag_replaces_it_and_deleting_it_removes_only_it,
                 catalog::tasks_are_stored_with_their_schedule,
                 catalog::task_pages_are_ranges_by_name,
                 catalog::put_tasks_stores_many_with_their_schedules_in_one_write,
@@ -139,6 +142,8 @@ fn run(id: &str, tenant: &str, task: &str, status: RunStatus) -> RunRecord {
                 duration_ms: 1.5,
                 error: None,
                 error_kind: None,
+                plugin_version: Some("1.2.0".to_owned()),
+                plugin_digest: Some("ab".repeat(32)),
             }],
             next_attempt_at: None,
             lost_attempts: 0,

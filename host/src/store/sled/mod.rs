@@ -21,6 +21,7 @@
 //! | `sys/format` | store format |
 //! | `meta/{key}` | a metadata string |
 //! | `plug/{tenant}/{name}/{version}` | [`PluginRecord`] |
+//! | `ptag/{tenant}/{name}/{tag}` | [`PluginTag`]: a movable name for one version |
 //! | `task/{tenant}/{name}` | [`TaskRecord`] |
 //! | `sched/{tenant}/{task}` | [`ScheduleState`] |
 //! | `nf/{next_fire:020}/{tenant}/{task}` | `[tenant, task]`: the next-fire index (unpaused schedules) |
@@ -99,7 +100,8 @@ use super::{
     AttemptLogs, Error, Insert, NewRun, Result, RunPage, RunQuery, RunSummary, Store, SyncTicket,
 };
 use crate::model::{
-    DeadLetter, Event, Millis, PluginRecord, RECORD_FORMAT, RunRecord, ScheduleState, TaskRecord,
+    DeadLetter, Event, Millis, PluginRecord, PluginTag, RECORD_FORMAT, RunRecord, ScheduleState,
+    TaskRecord,
 };
 use crate::tenant::{TenantRecord, TokenRecord, UsageBucket};
 
@@ -259,6 +261,28 @@ impl Store for SledStore {
         let old = self
             .db
             .remove(key("plug", &[tenant, name, version]))
+            .map_err(sled_error)?;
+        self.wrote();
+        Ok(old.is_some())
+    }
+
+    fn put_plugin_tag(&self, tag: &PluginTag) -> Result<()> {
+        let parts = [&*tag.tenant, &tag.name, &tag.tag];
+        self.put(key("ptag", &parts), tag)
+    }
+
+    fn get_plugin_tag(&self, tenant: &str, name: &str, tag: &str) -> Result<Option<PluginTag>> {
+        self.get(&key("ptag", &[tenant, name, tag]))
+    }
+
+    fn list_plugin_tags(&self, tenant: &str) -> Result<Vec<PluginTag>> {
+        self.values(&key("ptag", &[tenant]))
+    }
+
+    fn delete_plugin_tag(&self, tenant: &str, name: &str, tag: &str) -> Result<bool> {
+        let old = self
+            .db
+            .remove(key("ptag", &[tenant, name, tag]))
             .map_err(sled_error)?;
         self.wrote();
         Ok(old.is_some())

@@ -434,10 +434,13 @@ steps:
             "priority: 10 is outside 0..=9"
         );
         spec.priority = 9;
-        spec.steps[0].plugin.version = "1".into();
+        spec.steps[0].plugin.version = crate::task::VersionSelector::Exact("1".into());
         let e = validate(&spec, &CAPS).unwrap_err();
         assert_eq!(e.path, "steps[0].plugin");
         assert!(e.message.contains("`1` is not a semver version"), "{e}");
+        spec.steps[0].plugin.version = crate::task::VersionSelector::Tag("x".into());
+        let e = validate(&spec, &CAPS).unwrap_err();
+        assert!(e.message.contains("`x` is not a valid tag"), "{e}");
         spec.steps.clear();
         assert_eq!(validate(&spec, &CAPS).unwrap_err().path, "steps");
         let one = parse("name: t\nplugin: p@1.0.0\n").unwrap().steps.remove(0);

@@ -10,10 +10,10 @@ use std::time::Duration;
 use super::name_error;
 use crate::capability;
 use crate::model::Caps;
-use crate::model::name::{is_valid_name, is_valid_version};
+use crate::model::name::{is_valid_name, is_valid_tag, is_valid_version};
 use crate::task::error::{Result, SpecError};
 use crate::task::retry::{Backoff, RetryPolicy};
-use crate::task::types::{PluginRef, StepLimits, StepSpec};
+use crate::task::types::{PluginRef, StepLimits, StepSpec, VersionSelector};
 use crate::task::value::join;
 use crate::task::{
     MAX_ATTEMPTS, MAX_BACKOFF, MAX_BACKOFF_ENTRIES, MAX_BACKOFF_FACTOR, MAX_WASM_MEMORY_MB,
@@ -25,13 +25,7 @@ pub(super) fn validate_step(step: &StepSpec, path: &str, caps: &Caps) -> Result<
     if !is_valid_name(&step.name) {
         return Err(name_error(&at("name"), "step", &step.name));
     }
-    if !is_valid_name(&step.plugin.name) || !is_valid_version(&step.plugin.version) {
-        let e = step
-            .plugin
-            .to_string()
-            .parse::<PluginRef>()
-            .err()
-            .unwrap_or_default();
+    if let Some(e) = plugin_ref_error(&step.plugin) {
         return Err(SpecError::new(at("plugin"), e));
     }
     validate_limits(&step.limits, &at("limits"), caps)?;
@@ -50,6 +44,27 @@ pub(super) fn validate_step(step: &StepSpec, path: &str, caps: &Caps) -> Result<
         }
     }
     validate_capabilities(step, path)
+}
+
+/// What is wrong with a plugin reference built by hand (a parsed one is
+/// right by construction).
+fn plugin_ref_error(plugin: &PluginRef) -> Option<String> {
+    if !is_valid_name(&plugin.name) {
+        return plugin.to_string().parse::<PluginRef>().err();
+    }
+    match &plugin.version {
+        VersionSelector::Exact(v) if !is_valid_version(v) => Some(format!(
+            "`{}` is not a semver version (like 1.2.0 or 1.2.0-rc.1)",
+            crate::template::shorten(v)
+        )),
+        VersionSelector::Tag(t) if !is_valid_tag(t) => Some(format!(
+            "`{}` is not a valid tag: a name starting with a letter, at most {} characters, \
+             that does not read as a version range",
+            crate::template::shorten(t),
+            crate::model::name::MAX_NAME_LEN
+        )),
+        _ => None,
+    }
 }
 
 /// The capability fields of a step: patterns (already parsed), secret names,
