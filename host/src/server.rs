@@ -279,6 +279,8 @@ pub async fn start(config: Config, demo: bool) -> anyhow::Result<Server> {
             config.plugin_quota_mb.saturating_mul(1 << 20),
         ),
     };
+    // Versions accepted but not compiled when the host last stopped.
+    ax.resume_compiles()?;
     let token_hash = admin_token(store.as_ref(), config.admin_token.as_deref())?;
     if demo {
         load_demo(&ax).await?;

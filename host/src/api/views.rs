@@ -9,8 +9,8 @@ use utoipa::ToSchema;
 
 use crate::model::time::rfc3339;
 use crate::model::{
-    AttemptRecord, DeadLetter, ErrorKind, Event, Millis, Outcome, PluginRecord, RunRecord,
-    RunStatus, ScheduleState, StepRunRecord, StepStatus, TaskRecord, TriggerKind,
+    AttemptRecord, DeadLetter, ErrorKind, Event, Millis, Outcome, PluginRecord, PluginStatus,
+    RunRecord, RunStatus, ScheduleState, StepRunRecord, StepStatus, TaskRecord, TriggerKind,
 };
 
 fn instant(ms: Millis) -> String {
@@ -34,6 +34,12 @@ pub struct PluginView {
     pub size: u64,
     /// When it was uploaded.
     pub created_at: String,
+    /// `compiling` (uploaded, compiling in the background; runs wait for
+    /// it), `ready`, or `failed` (see `error`).
+    pub status: PluginStatus,
+    /// Why it did not compile (`failed` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 impl From<PluginRecord> for PluginView {
@@ -44,6 +50,8 @@ impl From<PluginRecord> for PluginView {
             digest: p.digest,
             size: p.size,
             created_at: instant(p.created_at),
+            status: p.status,
+            error: p.error,
         }
     }
 }

@@ -56,12 +56,63 @@ pub(super) fn check_header(bytes: &[u8]) -> Result<()> {
     }
 }
 
-/// Checks the component's imports and exports against the ax world.
-pub(super) fn check_world(engine: &Engine, component: &Component) -> Result<()> {
-    let ty = component.component_type();
-    let unsupported: Vec<&str> = ty
-        .imports(engine)
-        .map(|(name, _)| name)
+/// What can be known of `bytes` without compiling them, in a fraction of a
+/// compilation's time: the header, a full validation of the binary (every
+/// function body), and the names of the component's own imports and exports
+/// against the ax world ([`ALLOWED_IMPORTS`], a `run` function). What only a
+/// compilation can tell — the *types* of the imports and of `run`, what
+/// Cranelift or the engine's limits refuse — [`check_world`] and the linker
+/// check after it, in the background.
+///
+/// Validated with every WebAssembly feature on: this check must never refuse
+/// what the engine would accept; a feature the engine does not support is
+/// then refused by the compilation, with its reason.
+pub(super) fn check_cheap(bytes: &[u8]) -> Result<()> {
+    check_header(bytes)?;
+    wasmparser::Validator::new_with_features(wasmparser::WasmFeatures::all())
+        .validate_all(bytes)
+        .map_err(|e| Error::Invalid(format!("{e}")))?;
+    let (mut imports, mut has_run, mut exports) = (Vec::new(), false, String::new());
+    // Nested modules and components have their own imports: only the
+    // outermost component's (depth 0) are the plugin's.
+    let mut depth = 0usize;
+    for payload in wasmparser::Parser::new(0).parse_all(bytes) {
+        use wasmparser::Payload;
+        match payload.map_err(|e| Error::Invalid(format!("{e}")))? {
+            Payload::ModuleSection { .. } | Payload::ComponentSection { .. } => depth += 1,
+            Payload::End(_) => depth = depth.saturating_sub(1),
+            Payload::ComponentImportSection(section) if depth == 0 => {
+                for import in section {
+                    let import = import.map_err(|e| Error::Invalid(format!("{e}")))?;
+                    imports.push(import.name.name.to_string());
+                }
+            }
+            Payload::ComponentExportSection(section) if depth == 0 => {
+                for export in section {
+                    let export = export.map_err(|e| Error::Invalid(format!("{e}")))?;
+                    let name = export.name.name;
+                    if name == "run" && export.kind == wasmparser::ComponentExternalKind::Func {
+                        has_run = true;
+                    }
+                    if !exports.is_empty() {
+                        exports.push_str(", ");
+                    }
+                    let _ = write!(exports, "`{name}`");
+                }
+            }
+            _ => {}
+        }
+    }
+    check_names(imports.iter().map(String::as_str), has_run, exports)
+}
+
+/// The rules on names both checks share: only allowed imports, a `run` func.
+fn check_names<'a>(
+    imports: impl Iterator<Item = &'a str>,
+    has_run: bool,
+    mut exports: String,
+) -> Result<()> {
+    let unsupported: Vec<&str> = imports
         .filter(|name| !ALLOWED_IMPORTS.iter().any(|p| name.starts_with(p)))
         .collect();
     if !unsupported.is_empty() {
@@ -72,6 +123,20 @@ pub(super) fn check_world(engine: &Engine, component: &Component) -> Result<()> 
             .join(", ");
         return Err(Error::UnsupportedImport(names));
     }
+    if !has_run {
+        if exports.is_empty() {
+            exports.push_str("nothing");
+        }
+        return Err(Error::WrongWorld(format!(
+            "it exports no `run` function (it exports {exports})"
+        )));
+    }
+    Ok(())
+}
+
+/// Checks the component's imports and exports against the ax world.
+pub(super) fn check_world(engine: &Engine, component: &Component) -> Result<()> {
+    let ty = component.component_type();
     let mut exports = String::new();
     let mut has_run = false;
     for (name, item) in ty.exports(engine) {
@@ -83,15 +148,7 @@ pub(super) fn check_world(engine: &Engine, component: &Component) -> Result<()> 
         }
         let _ = write!(exports, "`{name}`");
     }
-    if !has_run {
-        if exports.is_empty() {
-            exports.push_str("nothing");
-        }
-        return Err(Error::WrongWorld(format!(
-            "it exports no `run` function (it exports {exports})"
-        )));
-    }
-    Ok(())
+    check_names(ty.imports(engine).map(|(name, _)| name), has_run, exports)
 }
 
 #[cfg(test)]

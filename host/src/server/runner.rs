@@ -121,9 +121,26 @@ impl Runner for WasmRunner {
                 kv_limits,
                 tenant.as_ref(),
             )?;
-            let plugin = match runtime.get(&request.digest) {
-                Some(plugin) => plugin,
-                None => {
+            let loaded = runtime.get(&request.digest);
+            let compiling = loaded
+                .is_none()
+                .then(|| runtime.compilation(&request.digest))
+                .flatten();
+            let plugin = match (loaded, compiling) {
+                (Some(plugin), _) => plugin,
+                // Uploaded and compiling in the background: wait for it,
+                // as long as the step's timeout, then run with full limits.
+                (None, Some(compilation)) => {
+                    let wait = request.limits.timeout;
+                    tokio::time::timeout(wait, compilation.finished())
+                        .await
+                        .map_err(|_| HostFault::StillCompiling {
+                            digest: request.digest.clone(),
+                            waited_ms: wait.as_millis() as u64,
+                        })?
+                        .map_err(sandbox)?
+                }
+                (None, None) => {
                     let digest = request.digest.clone();
                     let rt = runtime.clone();
                     let store = store.clone();

@@ -132,15 +132,29 @@ impl Ax {
         self.check_http_ceiling(tenant, &spec)?;
         self.check_alert_webhook(tenant, &spec).await?;
         for (i, step) in spec.steps.iter().enumerate() {
-            if self
+            // A version still compiling may be named (its runs wait for it);
+            // one that failed to compile cannot run.
+            match self
                 .store
                 .get_plugin(tenant, &step.plugin.name, &step.plugin.version)?
-                .is_none()
             {
-                return Err(Error::Invalid {
-                    path: Some(format!("steps[{i}].plugin")),
-                    message: format!("plugin {} is not uploaded for this tenant", step.plugin),
-                });
+                None => {
+                    return Err(Error::Invalid {
+                        path: Some(format!("steps[{i}].plugin")),
+                        message: format!("plugin {} is not uploaded for this tenant", step.plugin),
+                    });
+                }
+                Some(p) if p.status == crate::model::PluginStatus::Failed => {
+                    return Err(Error::Invalid {
+                        path: Some(format!("steps[{i}].plugin")),
+                        message: format!(
+                            "plugin {} failed to compile ({}); upload a version that compiles",
+                            step.plugin,
+                            p.error.as_deref().unwrap_or("no reason recorded")
+                        ),
+                    });
+                }
+                Some(_) => {}
             }
         }
         let now = self.clock.now();

@@ -4,7 +4,9 @@
 use tokio_util::sync::CancellationToken;
 
 use super::{Actor, AttemptDone, dead_letter_id};
-use crate::model::{AttemptContext, AttemptReport, ErrorKind, Millis, Outcome, StepStatus};
+use crate::model::{
+    AttemptContext, AttemptReport, ErrorKind, Millis, Outcome, PluginStatus, StepStatus,
+};
 use crate::scheduler::clock::{from_ms, rfc3339};
 use crate::scheduler::core::{Ctx, Effect};
 use crate::scheduler::queue::Entry;
@@ -74,9 +76,18 @@ impl Actor {
         let plugin = self.plugin(&entry.tenant, &spec.plugin.name, &spec.plugin.version)?;
         let run = self.runs.get_mut(&entry.run_id).expect("present");
         let prepared = match (input, plugin) {
-            (Ok(input), Some(plugin)) => Ok((input, plugin)),
+            // A version still compiling is handed to the runner, which waits
+            // for its compilation (within the step's timeout).
+            (Ok(input), Some(plugin)) if plugin.status != PluginStatus::Failed => {
+                Ok((input, plugin))
+            }
             (Err(e), _) => Err(format!("input: {e}")),
             (_, None) => Err(format!("plugin `{}` is not uploaded", spec.plugin)),
+            (_, Some(failed)) => Err(format!(
+                "plugin `{}` failed to compile: {}",
+                spec.plugin,
+                failed.error.as_deref().unwrap_or("no reason recorded")
+            )),
         };
         let mut effects = Vec::new();
         let late = decide::attempt::run_started(&mut run.rec, now, &mut effects, &mut events);
@@ -165,7 +176,9 @@ impl Actor {
         Ok(())
     }
 
-    /// A plugin version's record, from memory once read.
+    /// A plugin version's record, from memory once read `ready` (a ready
+    /// version does not change until it is deleted; one compiling is read
+    /// again until its compilation has ended).
     pub(super) fn plugin(
         &mut self,
         tenant: &str,
@@ -177,7 +190,9 @@ impl Actor {
             return Ok(Some(record.clone()));
         }
         let record = self.store.get_plugin(tenant, name, version)?;
-        if let Some(record) = &record {
+        if let Some(record) = &record
+            && record.status == PluginStatus::Ready
+        {
             self.plugins.insert(key, record.clone());
         }
         Ok(record)
