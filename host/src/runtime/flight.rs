@@ -149,21 +149,47 @@ impl Runtime {
         Some(Compilation { rx })
     }
 
-    /// Compiles `bytes` on a blocking thread (under the compile gate), or
-    /// waits for the compilation of the same bytes already in progress.
-    pub async fn compile_shared(&self, bytes: Vec<u8>) -> Result<Plugin> {
-        let digest = super::cache::digest(&bytes);
+    /// Compiles the component `digest` whose bytes `read` returns, or waits
+    /// for its compilation already in progress. Reserves it at once (so
+    /// whoever needs it meanwhile waits for this one), then waits for a turn
+    /// (`max_compiles` at once, first come first served) holding neither a
+    /// thread nor the bytes, then reads and compiles on a blocking thread.
+    pub async fn compile_shared<F>(&self, digest: &str, read: F) -> Result<Plugin>
+    where
+        F: FnOnce() -> Result<Vec<u8>> + Send + 'static,
+    {
         loop {
-            if let Some(compilation) = self.compilation(&digest) {
+            if let Some(compilation) = self.compilation(digest) {
                 return compilation.finished().await;
             }
-            if let Some(slot) = self.reserve_compile(&digest) {
-                return tokio::task::spawn_blocking(move || slot.compile(&bytes))
-                    .await
-                    .map_err(|e| Error::Host(format!("the compile thread: {e}")))?;
+            if let Some(slot) = self.reserve_compile(digest) {
+                return self.compile_reserved(slot, read).await;
             }
             // Reserved by someone else between the two looks: wait for theirs.
         }
+    }
+
+    /// [`Runtime::compile_shared`] for a slot reserved earlier.
+    pub async fn compile_reserved<F>(&self, slot: CompileSlot, read: F) -> Result<Plugin>
+    where
+        F: FnOnce() -> Result<Vec<u8>> + Send + 'static,
+    {
+        // The semaphore is never closed; a failure here would be a bug.
+        let _turn = self
+            .inner
+            .turns
+            .acquire()
+            .await
+            .map_err(|e| Error::Host(format!("the compile turns: {e}")))?;
+        tokio::task::spawn_blocking(move || match read() {
+            Ok(bytes) => slot.compile(&bytes),
+            Err(e) => {
+                slot.fail(e.clone());
+                Err(e)
+            }
+        })
+        .await
+        .map_err(|e| Error::Host(format!("the compile thread: {e}")))?
     }
 }
 

@@ -50,8 +50,8 @@ use self::host::HostState;
 
 pub use self::compile::{DEFAULT_COMPILE_QUEUE, GateStats, UploadTicket, default_max_compiles};
 pub use self::config::{
-    DEFAULT_EPOCH_TICK, DEFAULT_LOADED_BYTES, DEFAULT_MAX_INSTANCES, DEFAULT_MAX_MEMORY_BYTES,
-    DEFAULT_MEMORY_KEEP_RESIDENT, RuntimeConfig,
+    CompilerConfig, CompilerOptLevel, CompilerStrategy, DEFAULT_EPOCH_TICK, DEFAULT_LOADED_BYTES,
+    DEFAULT_MAX_INSTANCES, DEFAULT_MAX_MEMORY_BYTES, DEFAULT_MEMORY_KEEP_RESIDENT, RuntimeConfig,
 };
 pub use self::flight::{Compilation, CompileSlot};
 pub use self::plugin::{LoadSource, Plugin};
@@ -143,6 +143,9 @@ struct Inner {
     gate: Arc<compile::Gate>,
     /// Compilations in progress, by digest (one per component at a time).
     flights: flight::Flights,
+    /// Turns of background compilations: `max_compiles` at once, in order
+    /// of arrival; those waiting hold no thread and no bytes.
+    turns: tokio::sync::Semaphore,
     /// Bounds concurrent instances to the pool's slots, so a burst waits instead of failing.
     slots: Arc<tokio::sync::Semaphore>,
     ticker_stop: Arc<AtomicBool>,
@@ -173,6 +176,7 @@ impl Runtime {
                     config.compile_queue,
                 )),
                 flights: flight::Flights::default(),
+                turns: tokio::sync::Semaphore::new(config.max_compiles.max(1)),
                 config,
                 cache,
                 ticker_stop,

@@ -9,12 +9,14 @@
 //! background on a blocking thread, under the host's compile gate, and its
 //! record moves to `ready` or to `failed` with the reason. Decisions:
 //!
-//! - **Bounds.** Host-wide, an upload holds its place in the compile line
-//!   (`max_compiles + compile_queue`) from before its body is read until its
-//!   compilation is recorded. Per tenant, at most `max_compiling` versions
-//!   compile at once; one more is refused (429 `compile_queue_full`,
-//!   `Retry-After`), counted from the stored records so it holds across
-//!   restarts.
+//! - **Bounds.** Host-wide, an upload holds its place in the upload line
+//!   (`max_compiles + compile_queue`) from before its body is read until it
+//!   is stored; `max_compiles` compilations run at once, the others wait
+//!   their turn in order of arrival, holding no thread and no bytes (read
+//!   back from the store when their turn comes). Per tenant, at most
+//!   `max_compiling` versions are compiling or waiting to; one more is
+//!   refused (429 `compile_queue_full`, `Retry-After`), counted from the
+//!   stored records so it holds across restarts.
 //! - **A failed compilation** keeps its record (status `failed`, the reason
 //!   in `error`) and deletes its bytes (unless a version that is not failed
 //!   shares them): nothing can run it, and the reason stays for `ax plugin
@@ -37,11 +39,13 @@ pub const DEFAULT_MAX_PLUGINS_PER_TENANT: u32 = 100;
 /// Bytes of plugin versions a tenant may keep by default (its `plugin_bytes`
 /// quota): sixteen of the largest uploads, or hundreds of typical ones.
 pub const DEFAULT_PLUGIN_BYTES_PER_TENANT: u64 = 512 << 20;
-/// Versions one tenant may have compiling at once by default; one more is
-/// refused (429 `compile_queue_full`) until one is ready or failed. Two: a
-/// tenant's upload never waits behind its own other one alone, and one
-/// tenant holds at most two of the host's compile places.
-pub const DEFAULT_MAX_COMPILING_PER_TENANT: u32 = 2;
+/// Versions one tenant may have compiling (or waiting to) at once by
+/// default; one more is refused (429 `compile_queue_full`) until one is
+/// ready or failed. A waiting compilation holds no thread and no bytes (they
+/// are read from the store when its turn comes), only CPU time ahead of
+/// other tenants' uploads: eight small plugins are a second or two, eight
+/// componentize-py ones about a minute on two cores.
+pub const DEFAULT_MAX_COMPILING_PER_TENANT: u32 = 8;
 
 /// A plugin as listed: its record plus which tasks use it.
 pub type PluginList = Vec<PluginRecord>;
@@ -75,6 +79,14 @@ impl PluginQuota {
     }
 }
 
+impl PluginQuota {
+    /// With `max` versions compiling per tenant at once (at least one).
+    pub fn with_max_compiling(mut self, max: u32) -> Self {
+        self.max_compiling = max.max(1);
+        self
+    }
+}
+
 impl Default for PluginQuota {
     fn default() -> Self {
         Self::new(
@@ -105,9 +117,9 @@ impl Ax {
             .await
     }
 
-    /// [`Ax::upload_plugin`] with its place in the compile line taken: the
-    /// place is held until the background compilation ends, so at most
-    /// `max_compiles + compile_queue` uploads hold their bytes host-wide.
+    /// [`Ax::upload_plugin`] with its place in the upload line taken (held
+    /// until the upload is stored: at most `max_compiles + compile_queue`
+    /// uploads hold their bytes host-wide).
     pub async fn upload_plugin_admitted(
         &self,
         place: UploadTicket,
@@ -197,21 +209,34 @@ impl Ax {
         // Durable before the answer: an accepted upload survives a crash,
         // and a `compiling` one is compiled again on the next start.
         self.sync().await?;
+        drop((place, bytes));
         if !loaded {
-            self.spawn_compile(record.clone(), bytes, Some(place));
+            self.spawn_compile(record.clone(), None);
         }
         Ok((record, true))
     }
 
-    /// Compiles `record`'s bytes in the background (joining a compilation of
-    /// the same bytes already in progress) and records the result; `place`
-    /// is freed once it is recorded.
-    fn spawn_compile(&self, record: PluginRecord, bytes: Vec<u8>, place: Option<UploadTicket>) {
+    /// Compiles `record`'s component in the background (joining a
+    /// compilation of the same bytes already in progress; `slot` when it was
+    /// reserved already), reading its bytes from the store when its turn
+    /// comes, and records the result.
+    fn spawn_compile(&self, record: PluginRecord, slot: Option<runtime::CompileSlot>) {
         let ax = self.clone();
+        let store = self.store.clone();
+        let digest = record.digest.clone();
+        let read = move || match store.get_blob(&digest) {
+            Ok(Some(bytes)) => Ok(bytes),
+            Ok(None) => Err(runtime::Error::Host(format!(
+                "its bytes ({digest}) are missing from the store"
+            ))),
+            Err(e) => Err(runtime::Error::Host(format!("reading its bytes: {e}"))),
+        };
         tokio::spawn(async move {
-            let result = ax.runtime.compile_shared(bytes).await.map(|_| ());
-            ax.record_compiled(&record, result).await;
-            drop(place);
+            let result = match slot {
+                Some(slot) => ax.runtime.compile_reserved(slot, read).await,
+                None => ax.runtime.compile_shared(&record.digest, read).await,
+            };
+            ax.record_compiled(&record, result.map(|_| ())).await;
         });
     }
 
@@ -275,63 +300,24 @@ impl Ax {
     /// Compiles again every version still `compiling` (the host stopped
     /// before it finished): nothing accepted is lost. Each is reserved at
     /// once (an attempt that needs it waits for it rather than compiling it
-    /// itself), then compiled one after the other in the background, reading
-    /// its bytes only when its turn comes. Returns how many.
+    /// itself), then compiled in the background in turn. Returns how many.
     pub fn resume_compiles(&self) -> Result<usize> {
-        let mut pending = Vec::new();
+        let mut count = 0;
         for t in self.tenants.tenants() {
             for record in self.store.list_plugins(&t.name)? {
                 if record.status == PluginStatus::Compiling {
                     let slot = self.runtime.reserve_compile(&record.digest);
-                    pending.push((record, slot));
+                    self.spawn_compile(record, slot);
+                    count += 1;
                 }
             }
         }
-        let count = pending.len();
         if count > 0 {
             tracing::info!(
                 count,
                 "compiling plugin versions left compiling at the last stop"
             );
         }
-        let ax = self.clone();
-        tokio::spawn(async move {
-            for (record, slot) in pending {
-                let result = match slot {
-                    Some(slot) => {
-                        let store = ax.store.clone();
-                        tokio::task::spawn_blocking(move || match store.get_blob(slot.digest()) {
-                            Ok(Some(bytes)) => slot.compile(&bytes).map(|_| ()),
-                            Ok(None) => {
-                                let e = runtime::Error::Host(format!(
-                                    "its bytes ({}) are missing from the store",
-                                    slot.digest()
-                                ));
-                                slot.fail(e.clone());
-                                Err(e)
-                            }
-                            Err(e) => {
-                                let e = runtime::Error::Host(format!("reading its bytes: {e}"));
-                                slot.fail(e.clone());
-                                Err(e)
-                            }
-                        })
-                        .await
-                        .unwrap_or_else(|e| {
-                            Err(runtime::Error::Host(format!("the compile thread: {e}")))
-                        })
-                    }
-                    // The same bytes as an earlier record: its compilation.
-                    None => match ax.runtime.compilation(&record.digest) {
-                        Some(compilation) => compilation.finished().await.map(|_| ()),
-                        None => ax.runtime.get(&record.digest).map(|_| ()).ok_or_else(|| {
-                            runtime::Error::Host("the same bytes did not compile".into())
-                        }),
-                    },
-                };
-                ax.record_compiled(&record, result).await;
-            }
-        });
         Ok(count)
     }
 
