@@ -240,3 +240,45 @@ async fn a_tenant_with_its_compilations_in_progress_is_refused_more_with_429() {
     assert_eq!(r.status, 201, "{}", r.text);
     live.stop().await;
 }
+
+/// `ax plugin push FILE --version V --wait` against `live`: exit code,
+/// stdout, stderr.
+async fn push_and_wait(live: &Live, file: &str, name: &str) -> (i32, String, String) {
+    let base = live.base.clone();
+    let path = crate::common::plugin_path(file);
+    let name = name.to_string();
+    tokio::task::spawn_blocking(move || {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_ax"))
+            .args(["plugin", "push"])
+            .arg(&path)
+            .args(["--name", &name, "--version", "1.0.0", "--wait"])
+            .env("AX_URL", &base)
+            .env("AX_TOKEN", crate::live::TOKEN)
+            .env_remove("AX_TENANT")
+            .output()
+            .expect("running ax");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    })
+    .await
+    .expect("the CLI")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn push_wait_says_compiling_then_ready_or_failed_with_its_exit_code() {
+    let live = Live::start(|_| {}).await;
+    let (code, out, err) = push_and_wait(&live, "echo", "echo").await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("uploaded: echo@1.0.0"), "{out}");
+    assert!(err.contains("compiling echo@1.0.0"), "{err}");
+    assert!(out.contains("ready: echo@1.0.0"), "{out}");
+
+    let (code, out, err) = push_and_wait(&live, "invalid_wrong_signature", "wrong").await;
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains("compile_failed"), "{err}");
+    assert!(err.contains("`run` export does not match"), "{err}");
+    live.stop().await;
+}

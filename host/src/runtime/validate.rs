@@ -84,7 +84,12 @@ pub(super) fn check_cheap(bytes: &[u8]) -> Result<()> {
             Payload::ComponentImportSection(section) if depth == 0 => {
                 for import in section {
                     let import = import.map_err(|e| Error::Invalid(format!("{e}")))?;
-                    imports.push(import.name.name.to_string());
+                    // A type import (`context`, `task-error` of the world)
+                    // names a type of an imported interface, not something
+                    // the host provides: as in `check_world`, not an import.
+                    if !matches!(import.ty, wasmparser::ComponentTypeRef::Type(_)) {
+                        imports.push(import.name.name.to_string());
+                    }
                 }
             }
             Payload::ComponentExportSection(section) if depth == 0 => {
@@ -169,6 +174,28 @@ mod tests {
         let err = check_header(b"\0asm\x01\0\0\0").unwrap_err();
         assert!(matches!(err, Error::CoreModule));
         assert!(err.to_string().contains("wasm32-wasip2"));
+    }
+
+    fn example(name: &str) -> Vec<u8> {
+        let path = std::path::Path::new(env!("AX_PLUGIN_DIR")).join(format!("{name}.wasm"));
+        std::fs::read(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
+    }
+
+    #[test]
+    fn the_cheap_check_refuses_by_names_and_leaves_types_to_the_compiler() {
+        for ok in ["echo", "hello", "notify", "invalid_wrong_signature"] {
+            check_cheap(&example(ok)).unwrap_or_else(|e| panic!("{ok}: {e}"));
+        }
+        let err = check_cheap(&example("invalid-not-ax")).unwrap_err();
+        assert!(matches!(err, Error::WrongWorld(_)), "{err}");
+        assert!(err.to_string().contains("wasi:cli/run"), "{err}");
+        let err = check_cheap(&example("invalid_extra_import")).unwrap_err();
+        assert!(matches!(err, Error::UnsupportedImport(_)), "{err}");
+        assert!(err.to_string().contains("test:evil/backdoor"), "{err}");
+        // A body cut short is not valid wasm.
+        let echo = example("echo");
+        let err = check_cheap(&echo[..echo.len() / 2]).unwrap_err();
+        assert!(matches!(err, Error::Invalid(_)), "{err}");
     }
 
     #[test]
