@@ -64,9 +64,9 @@ pub enum HostFault {
     #[error(transparent)]
     Sandbox(Box<dyn std::error::Error + Send + Sync>),
     /// The plugin version was still compiling when the attempt had waited
-    /// for it as long as its step's timeout.
+    /// for it as long as it may.
     #[error(
-        "plugin {digest} was still compiling after {waited_ms} ms (the step's timeout); the run can be retried once `ax plugin show` says ready"
+        "plugin {digest} was still compiling after {waited_ms} ms; the run can be retried once `ax plugin show` says ready"
     )]
     StillCompiling {
         /// The sha256 of the component.

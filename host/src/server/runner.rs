@@ -17,6 +17,13 @@ use crate::scheduler::{AttemptRequest, HostFault, RunFuture, Runner};
 use crate::store::Store;
 use crate::tenant::{Registry, TenantRecord};
 
+/// How long an attempt waits for its plugin's background compilation at
+/// most (or its step's timeout, when longer) before it fails: an upload is
+/// bounded to `max_plugin_mb`, whose compilation takes about a minute on a
+/// loaded 2-core host (docs/PERFORMANCE.md, "Compile (issue 16)"); ten
+/// minutes is `ax plugin push --wait`'s default too.
+const COMPILE_WAIT: std::time::Duration = std::time::Duration::from_secs(600);
+
 /// The production runner: plugins from the store, run in the wasm sandbox.
 #[derive(Clone)]
 pub struct WasmRunner {
@@ -128,10 +135,11 @@ impl Runner for WasmRunner {
                 .flatten();
             let plugin = match (loaded, compiling) {
                 (Some(plugin), _) => plugin,
-                // Uploaded and compiling in the background: wait for it,
-                // as long as the step's timeout, then run with full limits.
+                // Uploaded and compiling in the background: wait for it
+                // (not counted in the attempt's own time), then run with
+                // full limits.
                 (None, Some(compilation)) => {
-                    let wait = request.limits.timeout;
+                    let wait = request.limits.timeout.max(COMPILE_WAIT);
                     tokio::time::timeout(wait, compilation.finished())
                         .await
                         .map_err(|_| HostFault::StillCompiling {
