@@ -32,6 +32,6 @@ fn main() -> anyhow::Result<()> {
         }
         anyhow::Ok(())
     })?;
-    println!("{}", ax::bench::load(&bytes, 5)?);
+    println!("{}", ax::bench::load(&bytes, 5, Default::default())?);
     Ok(())
 }

@@ -267,6 +267,9 @@ pub struct Config {
     pub compile_queue: usize,
     /// Plugin versions each tenant may keep, unless its quota says otherwise.
     pub plugin_quota_count: u32,
+    /// Plugin versions each tenant may have compiling (or waiting to) at
+    /// once; one more upload gets `429 compile_queue_full`.
+    pub plugin_compiling_per_tenant: u32,
     /// Bytes of plugin versions each tenant may keep, MiB, unless its quota
     /// says otherwise.
     pub plugin_quota_mb: u64,
@@ -297,6 +300,7 @@ impl Default for Config {
             max_compiles: None,
             compile_queue: crate::runtime::DEFAULT_COMPILE_QUEUE,
             plugin_quota_count: crate::service::DEFAULT_MAX_PLUGINS_PER_TENANT,
+            plugin_compiling_per_tenant: crate::service::DEFAULT_MAX_COMPILING_PER_TENANT,
             plugin_quota_mb: crate::service::DEFAULT_PLUGIN_BYTES_PER_TENANT >> 20,
         }
     }

@@ -280,8 +280,11 @@ pub async fn start(config: Config, demo: bool) -> anyhow::Result<Server> {
         plugin_quota: crate::service::PluginQuota::new(
             config.plugin_quota_count,
             config.plugin_quota_mb.saturating_mul(1 << 20),
-        ),
+        )
+        .with_max_compiling(config.plugin_compiling_per_tenant),
     };
+    // Versions accepted but not compiled when the host last stopped.
+    ax.resume_compiles()?;
     let token_hash = admin_token(store.as_ref(), config.admin_token.as_deref())?;
     if demo {
         load_demo(&ax).await?;

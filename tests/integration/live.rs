@@ -153,6 +153,24 @@ impl Live {
             r.status,
             r.text
         );
+        self.wait_plugin(name, "1.0.0").await;
+    }
+
+    /// Waits until an uploaded version has compiled (uploads compile in the
+    /// background) and returns it; a version that failed is returned too.
+    pub(crate) async fn wait_plugin(&self, name: &str, version: &str) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let v = self.get(&format!("/v1/plugins/{name}/{version}")).await;
+            if v["status"] != "compiling" {
+                return v;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{name}@{version} did not compile: {v}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
 
     /// Applies a task definition (YAML).

@@ -11,6 +11,7 @@ mod capabilities;
 mod cli;
 mod cli_polish;
 mod common;
+mod compile;
 mod connections;
 mod contract;
 mod crash;

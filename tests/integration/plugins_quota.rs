@@ -237,6 +237,8 @@ async fn a_full_compile_line_refuses_uploads_with_429_until_it_frees() {
     assert_eq!(plugin_names(&live).await, ["echo"]);
     let r = upload(&live, "hello", plugin_bytes("hello")).await;
     assert_eq!(r.status, 201, "{}", r.text);
+    // Compiled in the background: the gauges fall to zero once it is ready.
+    live.wait_plugin("hello", "1.0.0").await;
     let m = metrics(&live).await;
     assert_eq!(metric(&m, "ax_plugin_uploads_in_progress"), 0.0);
     assert_eq!(metric(&m, "ax_plugin_compiles_running"), 0.0);

@@ -101,7 +101,7 @@ pub mod codes {
         UNSUPPORTED_IMPORT = 422 "unsupported_import" "a component importing what ax does not provide";
         PLUGIN_BYTES_QUOTA = 413 "plugin_bytes_quota" "a plugin upload that would take the tenant's plugins over its `plugin_bytes` quota";
         PLUGIN_COUNT_QUOTA = 429 "plugin_count_quota" "a plugin upload past the tenant's `max_plugins` versions (delete one first)";
-        COMPILE_QUEUE_FULL = 429 "compile_queue_full" "as many plugin uploads as the host allows are compiling or waiting to; `Retry-After` says when to try again";
+        COMPILE_QUEUE_FULL = 429 "compile_queue_full" "as many plugin uploads as the host (or, per tenant, `max_compiling`) allows are compiling or waiting to; `Retry-After` says when to try again";
         QUEUE_FULL = 429 "queue_full" "the tenant's queue is full; `Retry-After` says when to try again";
         QUOTA_EXCEEDED = 429 "quota_exceeded" "a tenant quota refuses it for now; `Retry-After` says when to try again";
         INTERNAL = 500 "internal" "a fault of the host; the host log has the details";
@@ -420,6 +420,10 @@ impl From<service::Error> for ApiError {
             service::Error::Internal(message) => ApiError::Internal(message),
             service::Error::TooManyPlugins(message) => ApiError::TooManyPlugins(message),
             service::Error::PluginBytesQuota(message) => ApiError::PluginBytesQuota(message),
+            service::Error::CompileBusy(message) => ApiError::CompileQueueFull {
+                message,
+                retry_after: COMPILE_QUEUE_RETRY_AFTER_SECS,
+            },
             // One 422 for the batch; each bad item's own error (whatever its
             // status alone would be) in `details.items`, by index.
             service::Error::Items {
@@ -848,6 +852,10 @@ mod tests {
         assert_eq!(
             code(service::Error::PluginBytesQuota("x".into())),
             (StatusCode::PAYLOAD_TOO_LARGE, "plugin_bytes_quota")
+        );
+        assert_eq!(
+            code(service::Error::CompileBusy("x".into())),
+            (StatusCode::TOO_MANY_REQUESTS, "compile_queue_full")
         );
         let full = ApiError::from(runtime::Error::CompileQueueFull(5)).into_response();
         assert_eq!(

@@ -1,8 +1,10 @@
 //! `/v1/plugins`: upload (raw `application/wasm` or multipart), list, show,
-//! delete; `/v1/plugins/{name}/tags/{tag}`: set, move and delete a tag. Validation (component? ax world? compiles?) and the tenant's
-//! plugin quotas are the service's and the runtime's; this module gets the
-//! bytes and the names out of the request, after taking the upload's place
-//! in the compile line (so a refused upload's body is never read) and within
+//! delete; `/v1/plugins/{name}/tags/{tag}`: set, move and delete a tag.
+//! Validation (component? ax world?), the tenant's plugin quotas and the
+//! background compilation are the service's and the runtime's; this module
+//! gets the bytes and the names out of the request, after taking the
+//! upload's place in the compile line (so a refused upload's body is never
+//! read; the place is held until its compilation ends) and within
 //! [`UPLOAD_BODY_TIMEOUT`].
 
 use axum::Json;
@@ -35,13 +37,16 @@ pub(super) struct UploadQuery {
     version: Option<String>,
 }
 
-/// `POST /v1/plugins?name=N&version=V`: 201 when stored, 200 when the same
-/// bytes were already uploaded under this name and version.
+/// `POST /v1/plugins?name=N&version=V`: 201 when stored (`status:
+/// compiling`, compiled in the background, or `ready` when these bytes are
+/// loaded already), 200 when the same bytes were already uploaded under this
+/// name and version. Poll `GET /v1/plugins/{name}/{version}` for `ready` or
+/// `failed`.
 #[utoipa::path(post, path = "/v1/plugins", tag = "plugins", params(UploadQuery),
     request_body(description = "The component: `application/wasm` or `application/octet-stream` bytes, or `multipart/form-data` with fields `name`, `version`, `file`.",
         content((Vec<u8> = "application/wasm"), (Vec<u8> = "application/octet-stream"), (Vec<u8> = "multipart/form-data"))),
     responses(
-        (status = 201, description = "Stored", body = PluginView),
+        (status = 201, description = "Stored and checked; `status` is `compiling` (compiled in the background: poll the version until `ready` or `failed`) or `ready`", body = PluginView),
         (status = 200, description = "These bytes were already uploaded as this version", body = PluginView)))]
 pub(super) async fn upload(
     State(state): State<ApiState>,
@@ -49,8 +54,8 @@ pub(super) async fn upload(
     ApiQuery(query): ApiQuery<UploadQuery>,
     req: Request,
 ) -> ApiResult<Response> {
-    // Held to the end of the upload; refused before the body is kept.
-    let _place = match state.ax.runtime.admit_upload() {
+    // Held to the end of the upload's compilation; refused before the body is kept.
+    let place = match state.ax.runtime.admit_upload() {
         Ok(place) => place,
         Err(refused) => {
             discard_body(&state, req).await;
@@ -87,9 +92,9 @@ pub(super) async fn upload(
     })?;
     let (record, created) = state
         .ax
-        .upload_plugin(&caller.tenant, &name, &version, Vec::from(bytes))
+        .upload_plugin_admitted(place, &caller.tenant, &name, &version, Vec::from(bytes))
         .await?;
-    tracing::info!(tenant = %caller.tenant, plugin = %name, version = %version, digest = %record.digest, created, "plugin uploaded");
+    tracing::info!(tenant = %caller.tenant, plugin = %name, version = %version, digest = %record.digest, status = %record.status, created, "plugin uploaded");
     let status = if created {
         StatusCode::CREATED
     } else {

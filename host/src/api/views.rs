@@ -9,8 +9,9 @@ use utoipa::ToSchema;
 
 use crate::model::time::rfc3339;
 use crate::model::{
-    AttemptRecord, DeadLetter, ErrorKind, Event, Millis, Outcome, PluginRecord, PluginTag,
-    RunRecord, RunStatus, ScheduleState, StepRunRecord, StepStatus, TaskRecord, TriggerKind,
+    AttemptRecord, DeadLetter, ErrorKind, Event, Millis, Outcome, PluginRecord, PluginStatus,
+    PluginTag, RunRecord, RunStatus, ScheduleState, StepRunRecord, StepStatus, TaskRecord,
+    TriggerKind,
 };
 
 fn instant(ms: Millis) -> String {
@@ -36,6 +37,12 @@ pub struct PluginView {
     pub created_at: String,
     /// The tags that point at this version, by name.
     pub tags: Vec<String>,
+    /// `compiling` (uploaded, compiling in the background; runs wait for
+    /// it), `ready`, or `failed` (see `error`).
+    pub status: PluginStatus,
+    /// Why it did not compile (`failed` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 impl From<PluginRecord> for PluginView {
@@ -46,6 +53,8 @@ impl From<PluginRecord> for PluginView {
             digest: p.digest,
             size: p.size,
             created_at: instant(p.created_at),
+            status: p.status,
+            error: p.error,
             tags: Vec::new(),
         }
     }

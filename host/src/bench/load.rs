@@ -7,13 +7,16 @@ use std::time::Instant;
 use serde::Serialize;
 
 use super::{median, scratch_dir};
-use crate::runtime::{LoadSource, Runtime, RuntimeConfig};
+use crate::runtime::{CompilerConfig, LoadSource, Runtime, RuntimeConfig};
 
 /// Cost of getting a plugin ready, by where it comes from (medians).
 #[derive(Clone, Debug, Serialize)]
 pub struct LoadStats {
     /// Component size in bytes.
     pub size_bytes: usize,
+    /// The cheap check an upload is answered after (validation, the
+    /// world's names; no compilation), ms.
+    pub check_ms: f64,
     /// Validate + compile (nothing cached), ms.
     pub compile_ms: f64,
     /// Validate + deserialize the artifact ax cached on disk, ms.
@@ -25,6 +28,7 @@ pub struct LoadStats {
 impl fmt::Display for LoadStats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "component        {} bytes", self.size_bytes)?;
+        writeln!(f, "upload check     {:.2} ms", self.check_ms)?;
         writeln!(f, "compile (cold)   {:.2} ms", self.compile_ms)?;
         writeln!(
             f,
@@ -36,17 +40,23 @@ impl fmt::Display for LoadStats {
     }
 }
 
-/// Measures compiling `bytes` cold, loading the cached artifact in a fresh
-/// runtime, and a repeated load in the same runtime; `repeat` times each.
-pub fn load(bytes: &[u8], repeat: usize) -> anyhow::Result<LoadStats> {
+/// Measures compiling `bytes` cold (with `compiler`), loading the cached
+/// artifact in a fresh runtime, and a repeated load in the same runtime;
+/// `repeat` times each. Also the cheap check an upload is answered after.
+pub fn load(bytes: &[u8], repeat: usize, compiler: CompilerConfig) -> anyhow::Result<LoadStats> {
     let (mut compile, mut disk, mut memory) = (Vec::new(), Vec::new(), Vec::new());
+    let mut check = Vec::new();
     for i in 0..repeat.max(1) {
         let dir = scratch_dir(i);
         let config = RuntimeConfig {
             cache_dir: Some(dir.clone()),
+            compiler,
             ..RuntimeConfig::default()
         };
         let cold = Runtime::new(config.clone())?;
+        let t = Instant::now();
+        cold.check(bytes)?;
+        check.push(t.elapsed().as_secs_f64());
         compile.push(timed_load(&cold, bytes, LoadSource::Compiled)?);
         memory.push(timed_load(&cold, bytes, LoadSource::Memory)?);
         drop(cold);
@@ -56,6 +66,7 @@ pub fn load(bytes: &[u8], repeat: usize) -> anyhow::Result<LoadStats> {
     }
     Ok(LoadStats {
         size_bytes: bytes.len(),
+        check_ms: median(&mut check) * 1e3,
         compile_ms: median(&mut compile) * 1e3,
         disk_cache_ms: median(&mut disk) * 1e3,
         memory_hit_us: median(&mut memory) * 1e6,

@@ -87,6 +87,16 @@ async fn bench_server(
         .ax
         .upload_plugin("default", "echo", "1.0.0", echo.to_vec())
         .await?;
+    // Compiled in the background: measured runs start with it ready.
+    server
+        .ax
+        .wait_plugin(
+            "default",
+            "echo",
+            "1.0.0",
+            std::time::Duration::from_secs(120),
+        )
+        .await?;
     Ok(server)
 }
 

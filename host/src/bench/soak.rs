@@ -122,6 +122,16 @@ pub async fn soak(config: SoakConfig) -> anyhow::Result<SoakStats> {
         .ax
         .upload_plugin("default", "echo", "1.0.0", echo.to_vec())
         .await?;
+    // Compiled in the background: measured runs start with it ready.
+    server
+        .ax
+        .wait_plugin(
+            "default",
+            "echo",
+            "1.0.0",
+            std::time::Duration::from_secs(120),
+        )
+        .await?;
     for i in 0..config.tasks {
         let body = format!(
             "name: soak{i}\ntrigger: {{ every: 1s }}\nplugin: echo@1.0.0\ninput: {{ n: {i}, run: \"${{runId}}\" }}\nretention: {{ keep_runs: {} }}\n",

@@ -160,6 +160,14 @@ pub async fn tenant_overhead(
         .ok_or_else(|| anyhow::anyhow!("echo plugin not embedded"))?;
     ax.upload_plugin("bench-tenant", "echo", "1.0.0", echo.to_vec())
         .await?;
+    // Compiled in the background: measured runs start with it ready.
+    ax.wait_plugin(
+        "bench-tenant",
+        "echo",
+        "1.0.0",
+        std::time::Duration::from_secs(120),
+    )
+    .await?;
     for tenant in ["default", "bench-tenant"] {
         ax.put_task(tenant, "bench", "name: bench\nplugin: echo@1.0.0\n")
             .await?;

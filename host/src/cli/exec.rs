@@ -271,6 +271,53 @@ pub(super) struct BenchExecArgs {
     /// Reset whole resident memories instead of only dirtied pages.
     #[arg(long)]
     no_pagemap_scan: bool,
+    #[command(flatten)]
+    compiler: CompilerArgs,
+}
+
+/// The compiler settings to measure with (`ax bench exec|load`).
+#[derive(Debug, Args)]
+pub(super) struct CompilerArgs {
+    /// The compiler (`winch` needs a build with the `winch` cargo feature).
+    #[arg(long, value_enum, default_value_t = CompilerChoice::Cranelift)]
+    compiler: CompilerChoice,
+    /// Cranelift's optimisation level.
+    #[arg(long, value_enum, default_value_t = OptChoice::Speed)]
+    opt_level: OptChoice,
+    /// Compile on one thread instead of all cores.
+    #[arg(long)]
+    serial_compilation: bool,
+}
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum CompilerChoice {
+    Cranelift,
+    Winch,
+}
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum OptChoice {
+    None,
+    Speed,
+    SpeedAndSize,
+}
+
+impl CompilerArgs {
+    fn config(&self) -> crate::runtime::CompilerConfig {
+        use crate::runtime::{CompilerConfig, CompilerOptLevel, CompilerStrategy};
+        CompilerConfig {
+            strategy: match self.compiler {
+                CompilerChoice::Cranelift => CompilerStrategy::Cranelift,
+                CompilerChoice::Winch => CompilerStrategy::Winch,
+            },
+            opt_level: match self.opt_level {
+                OptChoice::None => CompilerOptLevel::None,
+                OptChoice::Speed => CompilerOptLevel::Speed,
+                OptChoice::SpeedAndSize => CompilerOptLevel::SpeedAndSize,
+            },
+            serial: self.serial_compilation,
+        }
+    }
 }
 
 pub(super) async fn bench_exec(args: BenchExecArgs) -> anyhow::Result<ExitCode> {
@@ -278,6 +325,7 @@ pub(super) async fn bench_exec(args: BenchExecArgs) -> anyhow::Result<ExitCode> 
     let runtime = Runtime::new(RuntimeConfig {
         memory_keep_resident: args.keep_resident_kib << 10,
         pagemap_scan: !args.no_pagemap_scan,
+        compiler: args.compiler.config(),
         ..RuntimeConfig::default()
     })?;
     let plugin = runtime.load(&bytes)?;
@@ -310,11 +358,15 @@ pub(super) struct BenchLoadArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    compiler: CompilerArgs,
 }
 
 pub(super) async fn bench_load(args: BenchLoadArgs) -> anyhow::Result<ExitCode> {
     let bytes = read_plugin(&args.plugin)?;
-    let stats = tokio::task::spawn_blocking(move || bench::load(&bytes, args.repeat)).await??;
+    let compiler = args.compiler.config();
+    let stats =
+        tokio::task::spawn_blocking(move || bench::load(&bytes, args.repeat, compiler)).await??;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&stats)?);
     } else {

@@ -282,6 +282,28 @@ impl UploadProgress {
     }
 }
 
+/// A spinner while an uploaded plugin compiles on the server (`ax plugin
+/// push --wait`); off a terminal, one `compiling…` line on stderr.
+pub(super) struct CompileProgress(Option<ProgressBar>);
+
+impl CompileProgress {
+    pub(super) fn new(what: &str) -> Self {
+        let bar = bar(1, "{spinner} {prefix} {elapsed} {wide_msg}");
+        match &bar {
+            Some(b) => b.set_prefix(format!("compiling {what}…")),
+            None => eprintln!("compiling {what}…"),
+        }
+        Self(bar)
+    }
+
+    /// Removes the spinner (the result is printed next).
+    pub(super) fn finish(&self) {
+        if let Some(b) = &self.0 {
+            b.finish_and_clear();
+        }
+    }
+}
+
 /// A reader that reports what was read to a bar.
 struct Counting {
     inner: std::io::Cursor<Vec<u8>>,
@@ -294,7 +316,7 @@ impl Read for Counting {
         if let Some(b) = &self.bar {
             b.inc(n as u64);
             if n == 0 || b.position() >= b.length().unwrap_or(0) {
-                b.set_message("sent; the server validates and compiles it");
+                b.set_message("sent; the server checks it");
             }
         }
         Ok(n)

@@ -600,6 +600,49 @@ pub struct PluginRecord {
     pub size: u64,
     /// When it was uploaded (ms).
     pub created_at: Millis,
+    /// Whether it can run yet: uploads answer `compiling` and compile in the
+    /// background. Records stored before there was a status were compiled
+    /// before they were stored: `ready`.
+    #[serde(default)]
+    pub status: PluginStatus,
+    /// Why it did not compile (`failed` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// Where a plugin version is on its way to being runnable
+/// (docs/PLUGINS.md, "Upload and compilation").
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum PluginStatus {
+    /// Stored and checked; compiling in the background. Runs that need it
+    /// wait for it (within their step's timeout).
+    Compiling,
+    /// Compiled: runs start at once.
+    #[default]
+    Ready,
+    /// Did not compile: `error` says why. Its bytes are deleted; tasks may
+    /// not name it; delete it or upload the version again.
+    Failed,
+}
+
+impl PluginStatus {
+    /// Its name as shown (`compiling`, `ready`, `failed`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PluginStatus::Compiling => "compiling",
+            PluginStatus::Ready => "ready",
+            PluginStatus::Failed => "failed",
+        }
+    }
+}
+
+impl std::fmt::Display for PluginStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// A tag: a movable name for one version of one plugin (`plugin@stable`),

@@ -35,6 +35,46 @@ pub struct RuntimeConfig {
     pub max_compiles: usize,
     /// Uploads that may wait for a compilation beyond those compiling.
     pub compile_queue: usize,
+    /// How components are compiled (compiler, optimisation, threads).
+    pub compiler: CompilerConfig,
+}
+
+/// How components are compiled; see docs/PERFORMANCE.md, "Compile (issue
+/// 16)", for what each choice costs and gives. Part of the engine's
+/// settings, so of the artifact cache's fingerprint: changing it compiles
+/// every plugin again once.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CompilerConfig {
+    /// Which compiler.
+    pub strategy: CompilerStrategy,
+    /// Cranelift's optimisation level (Winch has none).
+    pub opt_level: CompilerOptLevel,
+    /// Compile a component's functions on the calling thread alone rather
+    /// than on every core (rayon, the default): for measuring.
+    pub serial: bool,
+}
+
+/// The code generator.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CompilerStrategy {
+    /// Cranelift, the optimising compiler (the default).
+    #[default]
+    Cranelift,
+    /// Winch, the baseline compiler: one pass, no optimisation. Only in a
+    /// build with the `winch` cargo feature; otherwise the engine refuses it.
+    Winch,
+}
+
+/// Cranelift's optimisation level.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CompilerOptLevel {
+    /// No optimisation passes.
+    None,
+    /// Optimise for speed (wasmtime's default).
+    #[default]
+    Speed,
+    /// Optimise for speed and size.
+    SpeedAndSize,
 }
 
 /// Pooling slots by default: many more than cores, since attempts also wait on I/O.
@@ -64,6 +104,7 @@ impl Default for RuntimeConfig {
             loaded_bytes: DEFAULT_LOADED_BYTES,
             max_compiles: default_max_compiles(),
             compile_queue: DEFAULT_COMPILE_QUEUE,
+            compiler: CompilerConfig::default(),
         }
     }
 }

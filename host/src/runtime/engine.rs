@@ -8,10 +8,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use wasmtime::component::Linker;
-use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+use wasmtime::{
+    Config, Engine, InstanceAllocationStrategy, OptLevel, PoolingAllocationConfig, Strategy,
+};
 
 use super::host::HostState;
-use super::{Error, Result, RuntimeConfig, bindings};
+use super::{
+    CompilerConfig, CompilerOptLevel, CompilerStrategy, Error, Result, RuntimeConfig, bindings,
+};
 
 /// The linker every plugin is instantiated with: WASI p2, outgoing
 /// `wasi:http` (checked per request by the attempt's hooks) and the ax imports.
@@ -41,6 +45,7 @@ pub(super) fn build_engine(config: &RuntimeConfig) -> Result<Engine> {
         // recursion ends in a `stack overflow` trap, well inside the 2 MiB
         // async stack the guest runs on.
         .max_wasm_stack(512 << 10);
+    compiler_settings(&mut cfg, config.compiler);
     if config.pooling {
         let slots = config.max_instances;
         let mut pool = PoolingAllocationConfig::new();
@@ -70,6 +75,21 @@ pub(super) fn build_engine(config: &RuntimeConfig) -> Result<Engine> {
         cfg.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     }
     Engine::new(&cfg).map_err(|e| Error::Host(format!("creating the wasm engine: {e:#}")))
+}
+
+/// The compiler, its optimisation level and its threads (docs/RUNTIME.md,
+/// "Compilation"). Kept apart from the pooling settings above.
+fn compiler_settings(cfg: &mut Config, compiler: CompilerConfig) {
+    cfg.strategy(match compiler.strategy {
+        CompilerStrategy::Cranelift => Strategy::Cranelift,
+        CompilerStrategy::Winch => Strategy::Winch,
+    })
+    .cranelift_opt_level(match compiler.opt_level {
+        CompilerOptLevel::None => OptLevel::None,
+        CompilerOptLevel::Speed => OptLevel::Speed,
+        CompilerOptLevel::SpeedAndSize => OptLevel::SpeedAndSize,
+    })
+    .parallel_compilation(!compiler.serial);
 }
 
 /// The thread that advances the engine's epoch every `tick` until `stop`:

@@ -23,7 +23,8 @@
 //! `config` (set-up and defaults), `engine` (engine, pooling, linker, epoch
 //! ticker), `plugin` (loading and the loaded-plugin cache), `run`
 //! (instantiate and call one attempt), `outcome` (how an attempt ended),
-//! `cache`, `compile`, `validate`, `capture`, `host`, `http`. This file holds
+//! `cache`, `compile`, `flight` (compilations in progress, shared),
+//! `validate`, `capture`, `host`, `http`. This file holds
 //! the [`Runtime`] handle and the error.
 
 mod cache;
@@ -31,6 +32,7 @@ mod capture;
 mod compile;
 mod config;
 mod engine;
+mod flight;
 mod host;
 mod http;
 mod outcome;
@@ -48,9 +50,10 @@ use self::host::HostState;
 
 pub use self::compile::{DEFAULT_COMPILE_QUEUE, GateStats, UploadTicket, default_max_compiles};
 pub use self::config::{
-    DEFAULT_EPOCH_TICK, DEFAULT_LOADED_BYTES, DEFAULT_MAX_INSTANCES, DEFAULT_MAX_MEMORY_BYTES,
-    DEFAULT_MEMORY_KEEP_RESIDENT, RuntimeConfig,
+    CompilerConfig, CompilerOptLevel, CompilerStrategy, DEFAULT_EPOCH_TICK, DEFAULT_LOADED_BYTES,
+    DEFAULT_MAX_INSTANCES, DEFAULT_MAX_MEMORY_BYTES, DEFAULT_MEMORY_KEEP_RESIDENT, RuntimeConfig,
 };
+pub use self::flight::{Compilation, CompileSlot};
 pub use self::plugin::{LoadSource, Plugin};
 pub use self::run::FUEL_SLICE;
 pub use self::validate::WORLD;
@@ -67,7 +70,8 @@ mod bindings {
 
 /// Errors of the runtime. Plugin misbehaviour is *not* an error: it is an
 /// [`Outcome`] in the [`AttemptReport`]. These are bad uploads and host faults.
-#[derive(Debug, thiserror::Error)]
+/// `Clone`: a compilation's result goes to everyone waiting for it.
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum Error {
     /// The bytes are not WebAssembly at all.
     #[error("not a WebAssembly binary: {0}")]
@@ -98,6 +102,12 @@ pub enum Error {
     /// As many uploads as may be in progress are (compiling or waiting to).
     #[error("{0} plugin uploads are being compiled or waiting to be; try again shortly")]
     CompileQueueFull(usize),
+}
+
+/// The sha256 of a component's bytes, hex: its digest, as the store and
+/// the caches name it.
+pub fn digest(bytes: &[u8]) -> String {
+    cache::digest(bytes)
 }
 
 /// Result type of the runtime.
@@ -131,6 +141,11 @@ struct Inner {
     cache: cache::ArtifactCache,
     loaded: Mutex<cache::Lru<Plugin>>,
     gate: Arc<compile::Gate>,
+    /// Compilations in progress, by digest (one per component at a time).
+    flights: flight::Flights,
+    /// Turns of background compilations: `max_compiles` at once, in order
+    /// of arrival; those waiting hold no thread and no bytes.
+    turns: tokio::sync::Semaphore,
     /// Bounds concurrent instances to the pool's slots, so a burst waits instead of failing.
     slots: Arc<tokio::sync::Semaphore>,
     ticker_stop: Arc<AtomicBool>,
@@ -160,6 +175,8 @@ impl Runtime {
                     config.max_compiles,
                     config.compile_queue,
                 )),
+                flights: flight::Flights::default(),
+                turns: tokio::sync::Semaphore::new(config.max_compiles.max(1)),
                 config,
                 cache,
                 ticker_stop,
@@ -181,6 +198,13 @@ impl Runtime {
             .gate
             .admit()
             .ok_or_else(|| Error::CompileQueueFull(self.inner.gate.max_uploads()))
+    }
+
+    /// What can be checked of an upload without compiling it (see
+    /// `validate::check_cheap`): tens of milliseconds for an 18 MiB
+    /// component, against seconds of compilation. Blocking for that long.
+    pub fn check(&self, bytes: &[u8]) -> Result<()> {
+        validate::check_cheap(bytes)
     }
 
     /// What the caches and the compile gate hold now.

@@ -63,6 +63,17 @@ pub enum HostFault {
     /// does not name the sandbox.
     #[error(transparent)]
     Sandbox(Box<dyn std::error::Error + Send + Sync>),
+    /// The plugin version was still compiling when the attempt had waited
+    /// for it as long as it may.
+    #[error(
+        "plugin {digest} was still compiling after {waited_ms} ms; the run can be retried once `ax plugin show` says ready"
+    )]
+    StillCompiling {
+        /// The sha256 of the component.
+        digest: String,
+        /// How long the attempt waited, ms.
+        waited_ms: u64,
+    },
     /// The blocking task that loads the plugin panicked or was cancelled.
     #[error("loading the plugin: {0}")]
     Loader(#[source] tokio::task::JoinError),

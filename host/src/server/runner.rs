@@ -17,6 +17,13 @@ use crate::scheduler::{AttemptRequest, HostFault, RunFuture, Runner};
 use crate::store::Store;
 use crate::tenant::{Registry, TenantRecord};
 
+/// How long an attempt waits for its plugin's background compilation at
+/// most (or its step's timeout, when longer) before it fails: an upload is
+/// bounded to `max_plugin_mb`, whose compilation takes about a minute on a
+/// loaded 2-core host (docs/PERFORMANCE.md, "Compile (issue 16)"); ten
+/// minutes is `ax plugin push --wait`'s default too.
+const COMPILE_WAIT: std::time::Duration = std::time::Duration::from_secs(600);
+
 /// The production runner: plugins from the store, run in the wasm sandbox.
 #[derive(Clone)]
 pub struct WasmRunner {
@@ -121,9 +128,27 @@ impl Runner for WasmRunner {
                 kv_limits,
                 tenant.as_ref(),
             )?;
-            let plugin = match runtime.get(&request.digest) {
-                Some(plugin) => plugin,
-                None => {
+            let loaded = runtime.get(&request.digest);
+            let compiling = loaded
+                .is_none()
+                .then(|| runtime.compilation(&request.digest))
+                .flatten();
+            let plugin = match (loaded, compiling) {
+                (Some(plugin), _) => plugin,
+                // Uploaded and compiling in the background: wait for it
+                // (not counted in the attempt's own time), then run with
+                // full limits.
+                (None, Some(compilation)) => {
+                    let wait = request.limits.timeout.max(COMPILE_WAIT);
+                    tokio::time::timeout(wait, compilation.finished())
+                        .await
+                        .map_err(|_| HostFault::StillCompiling {
+                            digest: request.digest.clone(),
+                            waited_ms: wait.as_millis() as u64,
+                        })?
+                        .map_err(sandbox)?
+                }
+                (None, None) => {
                     let digest = request.digest.clone();
                     let rt = runtime.clone();
                     let store = store.clone();

@@ -32,8 +32,9 @@ use crate::store::{self, Store};
 use crate::task::{self, Caps};
 
 pub use self::plugins::{
-    DEFAULT_MAX_PLUGIN_BYTES, DEFAULT_MAX_PLUGINS_PER_TENANT, DEFAULT_PLUGIN_BYTES_PER_TENANT,
-    MAX_TAGS_PER_PLUGIN, MAX_TAGS_PER_TENANT, PluginList, PluginQuota,
+    DEFAULT_MAX_COMPILING_PER_TENANT, DEFAULT_MAX_PLUGIN_BYTES, DEFAULT_MAX_PLUGINS_PER_TENANT,
+    DEFAULT_PLUGIN_BYTES_PER_TENANT, MAX_TAGS_PER_PLUGIN, MAX_TAGS_PER_TENANT, PluginList,
+    PluginQuota,
 };
 pub use self::preview::{MAX_PREVIEW, describe};
 pub use self::tasks::TaskPage;
@@ -132,6 +133,9 @@ pub enum Error {
     /// The upload would take the tenant's plugins over its `plugin_bytes` quota.
     #[error("{0}")]
     PluginBytesQuota(String),
+    /// The tenant has as many versions compiling as it may at once.
+    #[error("{0}")]
+    CompileBusy(String),
     /// Items of a batch (bulk trigger, bulk apply) are invalid, each with
     /// its own error; nothing was changed.
     #[error("{}", items_message(what, *total, errors))]

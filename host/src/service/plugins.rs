@@ -1,8 +1,30 @@
-//! Plugin operations of the facade ([`Ax`]): upload (checked against the
-//! name and version rules and the tenant's plugin quotas, compiled before it
-//! is stored), list, show and delete plugin versions, and set, move and
-//! delete tags. Versions are immutable; a blob is shared by digest across
+//! Plugin operations of the facade ([`Ax`]): upload, list, show and delete
+//! plugin versions, and set, move and delete tags. Versions are immutable; a blob is shared by digest across
 //! tenants and deleted with the last version naming it.
+//!
+//! **Upload and compilation.** An upload is checked at once — name, version,
+//! size, the tenant's quotas, then what needs no compiler
+//! (`Runtime::check`: a full validation and the world's names) — stored
+//! (blob and record, durably) and answered `compiling`; it compiles in the
+//! background on a blocking thread, under the host's compile gate, and its
+//! record moves to `ready` or to `failed` with the reason. Decisions:
+//!
+//! - **Bounds.** Host-wide, an upload holds its place in the upload line
+//!   (`max_compiles + compile_queue`) from before its body is read until it
+//!   is stored; `max_compiles` compilations run at once, the others wait
+//!   their turn in order of arrival, holding no thread and no bytes (read
+//!   back from the store when their turn comes). Per tenant, at most
+//!   `max_compiling` versions are compiling or waiting to; one more is
+//!   refused (429 `compile_queue_full`, `Retry-After`), counted from the
+//!   stored records so it holds across restarts.
+//! - **A failed compilation** keeps its record (status `failed`, the reason
+//!   in `error`) and deletes its bytes (unless a version that is not failed
+//!   shares them): nothing can run it, and the reason stays for `ax plugin
+//!   show`. It counts against `max_plugins` (a tenant cannot pile up failed
+//!   records) but not against `plugin_bytes`. Tasks may not name it; an
+//!   upload of the same name and version replaces it.
+//! - **A restart** compiles again every version still `compiling`
+//!   ([`Ax::resume_compiles`]).
 //!
 //! Tags (`plugin@stable`) are records of their own, per tenant and plugin
 //! name, pointing at one stored version; at most [`MAX_TAGS_PER_PLUGIN`] per
@@ -15,7 +37,8 @@
 
 use std::sync::Arc;
 
-use crate::model::{PluginRecord, PluginTag};
+use crate::model::{PluginRecord, PluginStatus, PluginTag};
+use crate::runtime::{self, UploadTicket};
 use crate::service::{Ax, Error, Result};
 use crate::task;
 
@@ -26,6 +49,13 @@ pub const DEFAULT_MAX_PLUGINS_PER_TENANT: u32 = 100;
 /// Bytes of plugin versions a tenant may keep by default (its `plugin_bytes`
 /// quota): sixteen of the largest uploads, or hundreds of typical ones.
 pub const DEFAULT_PLUGIN_BYTES_PER_TENANT: u64 = 512 << 20;
+/// Versions one tenant may have compiling (or waiting to) at once by
+/// default; one more is refused (429 `compile_queue_full`) until one is
+/// ready or failed. A waiting compilation holds no thread and no bytes (they
+/// are read from the store when its turn comes), only CPU time ahead of
+/// other tenants' uploads: eight small plugins are a second or two, eight
+/// componentize-py ones about a minute on two cores.
+pub const DEFAULT_MAX_COMPILING_PER_TENANT: u32 = 8;
 
 /// Tags one plugin name may have.
 pub const MAX_TAGS_PER_PLUGIN: usize = 20;
@@ -45,8 +75,10 @@ pub struct PluginQuota {
     pub max_plugins: u32,
     /// Bytes of plugin versions (the sum of their sizes) a tenant may keep.
     pub plugin_bytes: u64,
+    /// Versions a tenant may have compiling at once.
+    pub max_compiling: u32,
     /// Held from the check of an upload (or a deletion's "is the blob still
-    /// used") to its store write. Uploads compile before taking it.
+    /// used", or the record of a compilation's end) to its store write.
     writes: Arc<tokio::sync::Mutex<()>>,
 }
 
@@ -56,8 +88,17 @@ impl PluginQuota {
         Self {
             max_plugins,
             plugin_bytes,
+            max_compiling: DEFAULT_MAX_COMPILING_PER_TENANT,
             writes: Arc::default(),
         }
+    }
+}
+
+impl PluginQuota {
+    /// With `max` versions compiling per tenant at once (at least one).
+    pub fn with_max_compiling(mut self, max: u32) -> Self {
+        self.max_compiling = max.max(1);
+        self
     }
 }
 
@@ -71,10 +112,32 @@ impl Default for PluginQuota {
 }
 
 impl Ax {
-    /// Validates and stores a plugin version. Versions are immutable: the same
-    /// bytes again answer with the existing record (`false`), other bytes 409.
+    /// Checks and stores a plugin version, then compiles it in the
+    /// background: the record answers `compiling` (or `ready`, when these
+    /// bytes are loaded already) and moves to `ready` or `failed`. Versions
+    /// are immutable: the same bytes again answer with the existing record
+    /// (`false`), other bytes 409 — except over a `failed` version, which an
+    /// upload replaces. Takes a place in the host's compile line
+    /// ([`crate::runtime::Runtime::admit_upload`]); the API takes it before
+    /// reading the body and calls [`Ax::upload_plugin_admitted`].
     pub async fn upload_plugin(
         &self,
+        tenant: &str,
+        name: &str,
+        version: &str,
+        bytes: Vec<u8>,
+    ) -> Result<(PluginRecord, bool)> {
+        let place = self.runtime.admit_upload()?;
+        self.upload_plugin_admitted(place, tenant, name, version, bytes)
+            .await
+    }
+
+    /// [`Ax::upload_plugin`] with its place in the upload line taken (held
+    /// until the upload is stored: at most `max_compiles + compile_queue`
+    /// uploads hold their bytes host-wide).
+    pub async fn upload_plugin_admitted(
+        &self,
+        place: UploadTicket,
         tenant: &str,
         name: &str,
         version: &str,
@@ -100,29 +163,48 @@ impl Ax {
                 self.max_plugin_bytes
             )));
         }
-        // Before compiling, so a tenant at its quota costs no compilation;
+        // Before checking the bytes, so a tenant at its quota costs nothing;
         // checked again, authoritatively, with the write.
-        if self.store.get_plugin(tenant, name, version)?.is_none() {
-            self.check_plugin_quota(tenant, bytes.len() as u64)?;
+        let existing = self.store.get_plugin(tenant, name, version)?;
+        if existing.is_none() {
+            self.check_plugin_quota(tenant, bytes.len() as u64, None)?;
+            self.check_compiling(tenant)?;
         }
+        // The cheap check (validation, the world's names) and the digest:
+        // tens of milliseconds for 18 MiB, off the async threads.
         let runtime = self.runtime.clone();
-        let (plugin, bytes) =
-            tokio::task::spawn_blocking(move || runtime.load(&bytes).map(|p| (p, bytes)))
-                .await
-                .map_err(Error::Compile)??;
+        let (bytes, digest) = tokio::task::spawn_blocking(move || {
+            runtime.check(&bytes)?;
+            let digest = crate::runtime::digest(&bytes);
+            Ok::<_, crate::runtime::Error>((bytes, digest))
+        })
+        .await
+        .map_err(Error::Compile)??;
         let writes = self.plugin_quota.writes.clone();
-        let _writing = writes.lock().await;
-        if let Some(existing) = self.store.get_plugin(tenant, name, version)? {
-            if existing.digest == plugin.digest() {
-                return Ok((existing, false));
+        let writing = writes.lock().await;
+        let replaced = match self.store.get_plugin(tenant, name, version)? {
+            Some(existing) if existing.status != PluginStatus::Failed => {
+                if existing.digest == digest {
+                    return Ok((existing, false));
+                }
+                return Err(Error::Conflict(format!(
+                    "plugin {name}@{version} already exists with another digest ({}); versions are immutable, upload a new version",
+                    existing.digest
+                )));
             }
-            return Err(Error::Conflict(format!(
-                "plugin {name}@{version} already exists with another digest ({}); versions are immutable, upload a new version",
-                existing.digest
+            failed => failed,
+        };
+        self.check_plugin_quota(tenant, bytes.len() as u64, replaced.as_ref())?;
+        self.check_compiling(tenant)?;
+        // The same bytes loaded already (another version, another tenant):
+        // nothing to compile.
+        let loaded = self.runtime.get(&digest).is_some();
+        let stored = self.store.put_blob(&bytes)?;
+        if stored != digest {
+            return Err(Error::Internal(format!(
+                "the store filed plugin {name}@{version} as {stored}, its digest is {digest}"
             )));
         }
-        self.check_plugin_quota(tenant, bytes.len() as u64)?;
-        let digest = self.store.put_blob(&bytes)?;
         let record = PluginRecord {
             tenant: tenant.to_string(),
             name: name.to_string(),
@@ -130,17 +212,183 @@ impl Ax {
             digest,
             size: bytes.len() as u64,
             created_at: self.clock.now_ms(),
+            status: if loaded {
+                PluginStatus::Ready
+            } else {
+                PluginStatus::Compiling
+            },
+            error: None,
         };
         self.store.put_plugin(&record)?;
-        drop(_writing);
+        drop(writing);
+        // Durable before the answer: an accepted upload survives a crash,
+        // and a `compiling` one is compiled again on the next start.
         self.sync().await?;
+        drop((place, bytes));
+        if !loaded {
+            self.spawn_compile(record.clone(), None);
+        }
         Ok((record, true))
+    }
+
+    /// Compiles `record`'s component in the background (joining a
+    /// compilation of the same bytes already in progress; `slot` when it was
+    /// reserved already), reading its bytes from the store when its turn
+    /// comes, and records the result.
+    fn spawn_compile(&self, record: PluginRecord, slot: Option<runtime::CompileSlot>) {
+        let ax = self.clone();
+        let store = self.store.clone();
+        let digest = record.digest.clone();
+        let read = move || match store.get_blob(&digest) {
+            Ok(Some(bytes)) => Ok(bytes),
+            Ok(None) => Err(runtime::Error::Host(format!(
+                "its bytes ({digest}) are missing from the store"
+            ))),
+            Err(e) => Err(runtime::Error::Host(format!("reading its bytes: {e}"))),
+        };
+        tokio::spawn(async move {
+            let result = match slot {
+                Some(slot) => ax.runtime.compile_reserved(slot, read).await,
+                None => ax.runtime.compile_shared(&record.digest, read).await,
+            };
+            ax.record_compiled(&record, result.map(|_| ())).await;
+        });
+    }
+
+    /// Moves a `compiling` record to `ready`, or to `failed` with the reason
+    /// (deleting its bytes unless another version that is not failed uses
+    /// them). A record deleted or replaced meanwhile is left alone.
+    async fn record_compiled(&self, record: &PluginRecord, result: Result<(), runtime::Error>) {
+        let (tenant, name, version) = (&record.tenant, &record.name, &record.version);
+        let outcome = async {
+            let writes = self.plugin_quota.writes.clone();
+            let writing = writes.lock().await;
+            let Some(mut current) = self.store.get_plugin(tenant, name, version)? else {
+                return Ok(());
+            };
+            if current.digest != record.digest || current.status != PluginStatus::Compiling {
+                return Ok(());
+            }
+            match &result {
+                Ok(()) => current.status = PluginStatus::Ready,
+                Err(e) => {
+                    current.status = PluginStatus::Failed;
+                    current.error = Some(e.to_string());
+                }
+            }
+            self.store.put_plugin(&current)?;
+            if current.status == PluginStatus::Failed && !self.blob_used(&current.digest, true)? {
+                self.store.delete_blob(&current.digest)?;
+            }
+            drop(writing);
+            self.sync().await
+        };
+        match (outcome.await, &result) {
+            (Err(e), _) => {
+                tracing::error!(tenant = %tenant, plugin = %name, version = %version, error = %e, "recording a compilation failed")
+            }
+            (Ok(()), Ok(())) => {
+                tracing::info!(tenant = %tenant, plugin = %name, version = %version, "plugin compiled: ready")
+            }
+            (Ok(()), Err(e)) => {
+                tracing::warn!(tenant = %tenant, plugin = %name, version = %version, error = %e, "plugin did not compile: failed")
+            }
+        }
+    }
+
+    /// Whether a version of any tenant names `digest` (ignoring `failed`
+    /// ones when `usable_only`): its blob must stay.
+    fn blob_used(&self, digest: &str, usable_only: bool) -> Result<bool> {
+        for t in self.tenants.tenants() {
+            if self
+                .store
+                .list_plugins(&t.name)?
+                .iter()
+                .any(|p| p.digest == digest && !(usable_only && p.status == PluginStatus::Failed))
+            {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// Compiles again every version still `compiling` (the host stopped
+    /// before it finished): nothing accepted is lost. Each is reserved at
+    /// once (an attempt that needs it waits for it rather than compiling it
+    /// itself), then compiled in the background in turn. Returns how many.
+    pub fn resume_compiles(&self) -> Result<usize> {
+        let mut count = 0;
+        for t in self.tenants.tenants() {
+            for record in self.store.list_plugins(&t.name)? {
+                if record.status == PluginStatus::Compiling {
+                    let slot = self.runtime.reserve_compile(&record.digest);
+                    self.spawn_compile(record, slot);
+                    count += 1;
+                }
+            }
+        }
+        if count > 0 {
+            tracing::info!(
+                count,
+                "compiling plugin versions left compiling at the last stop"
+            );
+        }
+        Ok(count)
+    }
+
+    /// Waits until a version is no longer `compiling` (at most `timeout`),
+    /// and returns its record: what `ax plugin push --wait` polls for, for
+    /// callers inside the host.
+    pub async fn wait_plugin(
+        &self,
+        tenant: &str,
+        name: &str,
+        version: &str,
+        timeout: std::time::Duration,
+    ) -> Result<PluginRecord> {
+        let until = tokio::time::Instant::now() + timeout;
+        loop {
+            let record = self.get_plugin(tenant, name, version)?;
+            if record.status != PluginStatus::Compiling || tokio::time::Instant::now() >= until {
+                return Ok(record);
+            }
+            if let Some(compilation) = self.runtime.compilation(&record.digest) {
+                let _ = tokio::time::timeout_at(until, compilation.finished()).await;
+            }
+            // The result is recorded just after the compilation publishes it.
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    }
+
+    /// Refuses an upload while the tenant has `max_compiling` versions
+    /// compiling: a tenant cannot queue compilations without bound.
+    fn check_compiling(&self, tenant: &str) -> Result<()> {
+        let compiling = self
+            .store
+            .list_plugins(tenant)?
+            .iter()
+            .filter(|p| p.status == PluginStatus::Compiling)
+            .count();
+        let max = self.plugin_quota.max_compiling;
+        if compiling >= max as usize {
+            return Err(Error::CompileBusy(format!(
+                "tenant `{tenant}` has {compiling} plugin versions compiling, the most it may have at once ({max}); wait for one to be ready (`ax plugin push --wait`, `ax plugin show`) and upload again"
+            )));
+        }
+        Ok(())
     }
 
     /// Refuses a new version of `size` bytes that the tenant's plugin quotas
     /// (its own, else the host's defaults) leave no room for. Every version
-    /// counts its full size, even one whose bytes another version shares.
-    fn check_plugin_quota(&self, tenant: &str, size: u64) -> Result<()> {
+    /// counts its full size, even one whose bytes another version shares; a
+    /// `failed` version (its bytes deleted) counts against `max_plugins`
+    /// only. `replacing` is a failed version this upload replaces.
+    fn check_plugin_quota(
+        &self,
+        tenant: &str,
+        size: u64,
+        replacing: Option<&PluginRecord>,
+    ) -> Result<()> {
         let quota = self.tenants.tenant(tenant).map(|t| t.quota);
         let max_plugins = quota
             .as_ref()
@@ -150,8 +398,17 @@ impl Ax {
             .as_ref()
             .and_then(|q| q.plugin_bytes)
             .unwrap_or(self.plugin_quota.plugin_bytes);
-        let kept = self.store.list_plugins(tenant)?;
-        let used: u64 = kept.iter().map(|p| p.size).sum();
+        let kept: Vec<PluginRecord> = self
+            .store
+            .list_plugins(tenant)?
+            .into_iter()
+            .filter(|p| replacing.is_none_or(|r| (&r.name, &r.version) != (&p.name, &p.version)))
+            .collect();
+        let used: u64 = kept
+            .iter()
+            .filter(|p| p.status != PluginStatus::Failed)
+            .map(|p| p.size)
+            .sum();
         if kept.len() as u64 >= u64::from(max_plugins) {
             return Err(Error::TooManyPlugins(format!(
                 "tenant `{tenant}` keeps {} plugin versions, its `max_plugins` quota is {max_plugins}; delete a version first",
@@ -225,18 +482,7 @@ impl Ax {
         // Blobs are stored by digest for all tenants: keep one another
         // version (of any tenant) still names. Under the write lock, so an
         // upload of the same bytes cannot land in between.
-        let mut still_used = false;
-        for t in self.tenants.tenants() {
-            if self
-                .store
-                .list_plugins(&t.name)?
-                .iter()
-                .any(|p| p.digest == record.digest)
-            {
-                still_used = true;
-                break;
-            }
-        }
+        let still_used = self.blob_used(&record.digest, false)?;
         if !still_used {
             self.store.delete_blob(&record.digest)?;
             self.runtime.evict(&record.digest);

@@ -135,11 +135,27 @@ impl Ax {
         // An exact version must exist; a range or a tag must select one now
         // (which one an attempt runs is decided when it starts).
         for (i, step) in spec.steps.iter().enumerate() {
-            if let Err(unresolved) = store::resolve_plugin(&*self.store, tenant, &step.plugin)? {
-                return Err(Error::Invalid {
-                    path: Some(format!("steps[{i}].plugin")),
-                    message: unresolved.0,
-                });
+            // A version still compiling may be named (its runs wait for it);
+            // one that failed to compile cannot run.
+            match store::resolve_plugin(&*self.store, tenant, &step.plugin)? {
+                Err(unresolved) => {
+                    return Err(Error::Invalid {
+                        path: Some(format!("steps[{i}].plugin")),
+                        message: unresolved.0,
+                    });
+                }
+                Ok(p) if p.status == crate::model::PluginStatus::Failed => {
+                    return Err(Error::Invalid {
+                        path: Some(format!("steps[{i}].plugin")),
+                        message: format!(
+                            "plugin {}@{} failed to compile ({}); upload a version that compiles",
+                            p.name,
+                            p.version,
+                            p.error.as_deref().unwrap_or("no reason recorded")
+                        ),
+                    });
+                }
+                Ok(_) => {}
             }
         }
         let now = self.clock.now();

@@ -25,7 +25,9 @@ impl fmt::Display for Unresolved {
 }
 
 /// The version of `plugin` that `tenant` has stored now, or why there is
-/// none. The outer error is the store's; the inner one the reference's.
+/// none. The outer error is the store's; the inner one the reference's. A
+/// range never picks a version that failed to compile (an exact version or
+/// a tag names one on purpose: the caller refuses it with its reason).
 pub fn resolve_plugin<S: Store + ?Sized>(
     store: &S,
     tenant: &str,
@@ -40,7 +42,7 @@ pub fn resolve_plugin<S: Store + ?Sized>(
             let mut versions: Vec<PluginRecord> = store
                 .list_plugins(tenant)?
                 .into_iter()
-                .filter(|p| p.name == *name)
+                .filter(|p| p.name == *name && p.status != crate::model::PluginStatus::Failed)
                 .collect();
             let picked = plugin
                 .version
@@ -115,6 +117,8 @@ mod tests {
                 digest: format!("{version:0>64}"),
                 size: 1,
                 created_at: 0,
+                status: Default::default(),
+                error: None,
             })
             .unwrap();
     }
@@ -124,6 +128,20 @@ mod tests {
             .unwrap()
             .map(|p| p.version)
             .map_err(|e| e.0)
+    }
+
+    #[test]
+    fn a_range_skips_a_version_that_failed_to_compile() {
+        let store = MemoryStore::new();
+        put(&store, "t1", "1.0.0");
+        put(&store, "t1", "1.1.0");
+        let mut failed = store.get_plugin("t1", "p", "1.1.0").unwrap().unwrap();
+        failed.status = crate::model::PluginStatus::Failed;
+        failed.error = Some("does not compile".into());
+        store.put_plugin(&failed).unwrap();
+        assert_eq!(resolve(&store, "t1", "p@^1").unwrap(), "1.0.0");
+        // Named exactly, it resolves (the caller refuses it with its reason).
+        assert_eq!(resolve(&store, "t1", "p@1.1.0").unwrap(), "1.1.0");
     }
 
     #[test]

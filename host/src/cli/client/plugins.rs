@@ -1,11 +1,17 @@
-//! `ax plugin push|list|delete|tag|untag`: upload a component (with a
-//! progress bar, and tags to point at it), list the tenant's plugins with
-//! their tags, delete a version no task pins, set or move a tag, delete a
-//! tag. (`ax plugin new`, local, is `crate::cli::scaffold`.)
+//! `ax plugin push|list|show|delete|tag|untag`: upload a component (with a
+//! progress bar, and tags to point at it; `--wait` follows its background
+//! compilation to `ready` or `failed`), list the tenant's plugins with their
+//! tags, show one version, delete a version no task pins, set or move a tag,
+//! delete a tag. (`ax plugin new`, local, is `crate::cli::scaffold`.)
 
 use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
 
 use clap::{Args, Subcommand};
+use serde_json::Value;
+
+use crate::cli::term::CompileProgress;
 
 use super::http::{Body, Client, enc, query};
 use super::output::{cell, items, print_json, short_digest, table};
@@ -38,6 +44,13 @@ enum PluginCommand {
         /// Point this tag at the version once uploaded (created or moved; repeatable).
         #[arg(long = "tag", value_name = "TAG")]
         tags: Vec<String>,
+        /// Wait for the server to compile it: exit 0 when `ready`, 1 when
+        /// `failed` (the reason on stderr), 124 at `--timeout`.
+        #[arg(long)]
+        wait: bool,
+        /// Seconds `--wait` waits at most.
+        #[arg(long, default_value_t = 600, requires = "wait")]
+        timeout: u64,
     },
     /// List the tenant's plugins, with the tags that point at each version.
     List,
@@ -56,6 +69,16 @@ enum PluginCommand {
         name: String,
         /// The tag.
         tag: String,
+    },
+    /// Show one plugin version: its status (`compiling`, `ready`, `failed`
+    /// and why).
+    #[command(disable_version_flag = true)]
+    Show {
+        /// `NAME@VERSION`, or `NAME` with the version as the next argument.
+        plugin: String,
+        /// The version, when not given as `NAME@VERSION`.
+        #[arg(value_name = "VERSION")]
+        plugin_version: Option<String>,
     },
     /// Delete a plugin version (refused while a task names that exact version).
     #[command(disable_version_flag = true)]
@@ -113,6 +136,8 @@ pub(super) fn plugin(args: PluginArgs) -> Outcome {
             name,
             version,
             tags,
+            wait,
+            timeout,
         } => {
             let bytes = std::fs::read(&file)
                 .map_err(|e| Failure::new("io", format!("reading {}: {e}", file.display())))?;
@@ -148,20 +173,19 @@ pub(super) fn plugin(args: PluginArgs) -> Outcome {
                     progress,
                 },
             )?;
-            if args.conn.json {
-                print_json(&v);
-            } else {
+            if !args.conn.json {
                 let what = if status == 201 {
                     "uploaded"
                 } else {
                     "already uploaded (same bytes)"
                 };
                 println!(
-                    "{what}: {}@{}  sha256:{}  {} bytes",
+                    "{what}: {}@{}  sha256:{}  {} bytes  {}",
                     cell(&v["name"]),
                     cell(&v["version"]),
                     short_digest(&v["digest"]),
-                    cell(&v["size"])
+                    cell(&v["size"]),
+                    cell(&v["status"])
                 );
             }
             for tag in tags {
@@ -172,6 +196,13 @@ pub(super) fn plugin(args: PluginArgs) -> Outcome {
                     print_tag(&t);
                 }
             }
+            if !wait {
+                if args.conn.json {
+                    print_json(&v);
+                }
+                return done();
+            }
+            return wait_compiled(&client, &args.conn, v, Duration::from_secs(timeout));
         }
         PluginCommand::Tag { plugin, tag } => {
             let (name, version) = name_and_version(&plugin, None)?;
@@ -194,6 +225,18 @@ pub(super) fn plugin(args: PluginArgs) -> Outcome {
                 println!("deleted tag: {}@{}", cell(&name.into()), cell(&tag.into()));
             }
         }
+        PluginCommand::Show {
+            plugin,
+            plugin_version,
+        } => {
+            let (name, version) = name_and_version(&plugin, plugin_version.as_deref())?;
+            let v = client.get(&format!("/v1/plugins/{}/{}", enc(&name), enc(&version)))?;
+            if args.conn.json {
+                print_json(&v);
+            } else {
+                print_version(&v);
+            }
+        }
         PluginCommand::List => {
             let v = client.get("/v1/plugins")?;
             if args.conn.json {
@@ -206,6 +249,7 @@ pub(super) fn plugin(args: PluginArgs) -> Outcome {
                             cell(&p["version"]),
                             short_digest(&p["digest"]),
                             cell(&p["size"]),
+                            cell(&p["status"]),
                             cell(&p["created_at"]),
                             tag_list(&p["tags"]),
                         ]
@@ -214,7 +258,9 @@ pub(super) fn plugin(args: PluginArgs) -> Outcome {
                 print!(
                     "{}",
                     table(
-                        &["NAME", "VERSION", "DIGEST", "SIZE", "CREATED", "TAGS"],
+                        &[
+                            "NAME", "VERSION", "DIGEST", "SIZE", "STATUS", "CREATED", "TAGS"
+                        ],
                         &rows
                     )
                 );
@@ -276,6 +322,71 @@ fn tag_list(tags: &serde_json::Value) -> String {
         tags.join(",")
     }
 }
+
+/// One version, a field a line.
+fn print_version(v: &Value) {
+    println!("{}@{}", cell(&v["name"]), cell(&v["version"]));
+    println!("  status   {}", cell(&v["status"]));
+    if let Some(error) = v["error"].as_str() {
+        println!("  error    {}", cell(&error.into()));
+    }
+    println!("  sha256   {}", cell(&v["digest"]));
+    println!("  size     {} bytes", cell(&v["size"]));
+    println!("  created  {}", cell(&v["created_at"]));
+}
+
+/// Polls an uploaded version until its compilation ends: 0 when `ready`, 1
+/// when `failed` (the reason on stderr), 124 after `timeout`.
+fn wait_compiled(client: &Client, conn: &Conn, mut v: Value, timeout: Duration) -> Outcome {
+    let what = format!("{}@{}", cell(&v["name"]), cell(&v["version"]));
+    let path = format!(
+        "/v1/plugins/{}/{}",
+        enc(&cell(&v["name"])),
+        enc(&cell(&v["version"]))
+    );
+    let started = Instant::now();
+    let progress = (v["status"] == "compiling").then(|| CompileProgress::new(&what));
+    while v["status"] == "compiling" {
+        if started.elapsed() >= timeout {
+            if let Some(p) = &progress {
+                p.finish();
+            }
+            super::report(&Failure::new(
+                "timeout",
+                format!(
+                    "{what} is still compiling after {}s (`ax plugin show {what}` to look again)",
+                    timeout.as_secs()
+                ),
+            ));
+            return Ok(ExitCode::from(super::EXIT_WAIT_TIMED_OUT));
+        }
+        std::thread::sleep(COMPILE_POLL);
+        v = client.get(&path)?;
+    }
+    if let Some(p) = &progress {
+        p.finish();
+    }
+    if conn.json {
+        print_json(&v);
+    } else if v["status"] == "ready" {
+        println!(
+            "ready: {what} (compiled in {:.1}s)",
+            started.elapsed().as_secs_f64()
+        );
+    }
+    if v["status"] == "failed" {
+        super::report(&Failure::new(
+            "compile_failed",
+            format!("{what} did not compile: {}", cell(&v["error"])),
+        ));
+        return Ok(ExitCode::from(1));
+    }
+    done()
+}
+
+/// How often `--wait` asks: a compilation takes from a tenth of a second
+/// to seconds.
+const COMPILE_POLL: Duration = Duration::from_millis(200);
 
 #[cfg(test)]
 mod tests {

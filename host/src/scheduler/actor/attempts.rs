@@ -5,7 +5,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Actor, AttemptDone, dead_letter_id};
 use crate::model::PluginRecord;
-use crate::model::{AttemptContext, AttemptReport, ErrorKind, Millis, Outcome, StepStatus};
+use crate::model::{
+    AttemptContext, AttemptReport, ErrorKind, Millis, Outcome, PluginStatus, StepStatus,
+};
 use crate::scheduler::clock::{from_ms, rfc3339};
 use crate::scheduler::core::{Ctx, Effect};
 use crate::scheduler::queue::Entry;
@@ -78,9 +80,17 @@ impl Actor {
         let plugin = self.resolve_plugin(&entry.tenant, &spec.plugin)?;
         let run = self.runs.get_mut(&entry.run_id).expect("present");
         let prepared = match (input, plugin) {
-            (Ok(input), Ok(plugin)) => Ok((input, plugin)),
+            // A version still compiling is handed to the runner, which waits
+            // for its compilation.
+            (Ok(input), Ok(plugin)) if plugin.status != PluginStatus::Failed => Ok((input, plugin)),
             (Err(e), _) => Err(format!("input: {e}")),
             (_, Err(unresolved)) => Err(unresolved.0),
+            (_, Ok(failed)) => Err(format!(
+                "plugin `{}@{}` failed to compile: {}",
+                failed.name,
+                failed.version,
+                failed.error.as_deref().unwrap_or("no reason recorded")
+            )),
         };
         let mut effects = Vec::new();
         let late = decide::attempt::run_started(&mut run.rec, now, &mut effects, &mut events);
@@ -179,9 +189,10 @@ impl Actor {
 
     /// The stored version `plugin` means now ([`crate::store::resolve_plugin`]),
     /// or why none. An exact version's record is kept in memory once read
-    /// (versions are immutable; a deletion evicts it); a range or a tag is
-    /// read from the store at every start, since an upload or a tag move
-    /// changes what it means.
+    /// `ready` (a ready version does not change until it is deleted, which
+    /// evicts it; one compiling is read again until its compilation has
+    /// ended); a range or a tag is read from the store at every start, since
+    /// an upload or a tag move changes what it means.
     pub(super) fn resolve_plugin(
         &mut self,
         tenant: &str,
@@ -195,7 +206,9 @@ impl Actor {
             return Ok(Ok(record.clone()));
         }
         let resolved = resolve_plugin(&*self.store, tenant, plugin)?;
-        if let (Some(key), Ok(record)) = (key, &resolved) {
+        if let (Some(key), Ok(record)) = (key, &resolved)
+            && record.status == PluginStatus::Ready
+        {
             self.plugins.insert(key, record.clone());
         }
         Ok(resolved)

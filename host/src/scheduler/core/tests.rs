@@ -104,6 +104,8 @@ fn plugin_record() -> crate::model::PluginRecord {
         digest: "ab".repeat(32),
         size: 1,
         created_at: 0,
+        status: Default::default(),
+        error: None,
     }
 }
 

@@ -177,6 +177,8 @@ impl Sim {
                     digest: "sim".into(),
                     size: 1,
                     created_at: 0,
+                    status: crate::model::PluginStatus::Ready,
+                    error: None,
                 })
                 .expect("no faults yet");
             let quota = sim.random_quota();

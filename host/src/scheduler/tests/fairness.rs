@@ -135,6 +135,8 @@ async fn the_default_tenant_keeps_every_slot() {
             digest: "slow".into(),
             size: 1,
             created_at: 0,
+            status: crate::model::PluginStatus::Ready,
+            error: None,
         })
         .unwrap();
     let h = Harness::start_with(store, test_config()).await;

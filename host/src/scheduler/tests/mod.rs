@@ -199,6 +199,8 @@ impl Harness {
                     digest: digest.into(),
                     size: 1,
                     created_at: 0,
+                    status: crate::model::PluginStatus::Ready,
+                    error: None,
                 })
                 .unwrap();
         }

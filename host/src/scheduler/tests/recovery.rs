@@ -81,6 +81,8 @@ async fn an_attempt_running_at_a_crash_is_lost_and_run_again() {
         digest: digest.into(),
         size: 1,
         created_at: 0,
+        status: crate::model::PluginStatus::Ready,
+        error: None,
     };
     store.put_plugin(&flip("block")).unwrap();
     h.put_task("name: l\nplugin: flip@1.0.0\n").await;

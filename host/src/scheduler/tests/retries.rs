@@ -71,6 +71,8 @@ async fn a_dead_letter_of_a_run_retried_to_success_is_not_requeued() {
         digest: digest.into(),
         size: 1,
         created_at: 0,
+        status: crate::model::PluginStatus::Ready,
+        error: None,
     };
     h.store.put_plugin(&flip("fail")).unwrap();
     h.put_task("name: f\nplugin: flip@1.0.0\nretry: { max_attempts: 2, backoff: [1s] }\n")

@@ -15,6 +15,8 @@ fn version(version: &str, digest: &str) -> PluginRecord {
         digest: digest.into(),
         size: 1,
         created_at: 0,
+        status: Default::default(),
+        error: None,
     }
 }
 

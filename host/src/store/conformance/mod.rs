@@ -196,6 +196,8 @@ fn plugin(tenant: &str, name: &str, version: &str) -> PluginRecord {
         digest: "ab".repeat(32),
         size: 130_000,
         created_at: 5,
+        status: crate::model::PluginStatus::Ready,
+        error: None,
     }
 }
 
