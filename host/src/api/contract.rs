@@ -138,6 +138,16 @@ pub const ROUTES: &[Route] = &[
         "/v1/runs/{id}/steps/{step}/rerun",
         &[NOT_FOUND, CONFLICT, QUEUE_FULL],
     ),
+    route(
+        "get",
+        "/v1/runs/{id}/steps/{step}/attempts/{n}/record",
+        &[BAD_REQUEST, NOT_FOUND],
+    ),
+    route(
+        "get",
+        "/v1/runs/{id}/steps/{step}/attempts/{n}/component",
+        &[BAD_REQUEST, NOT_FOUND],
+    ),
     route("get", "/v1/dead-letters", &[]),
     route(
         "post",

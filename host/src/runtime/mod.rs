@@ -23,7 +23,8 @@
 //! `config` (set-up and defaults), `engine` (engine, pooling, linker, epoch
 //! ticker), `plugin` (loading and the loaded-plugin cache), `run`
 //! (instantiate and call one attempt), `outcome` (how an attempt ended),
-//! `cache`, `compile`, `validate`, `capture`, `host`, `http`. This file holds
+//! `cache`, `compile`, `validate`, `capture`, `host`, `http`, `record`
+//! (recording what crosses the boundary, and replaying it). This file holds
 //! the [`Runtime`] handle and the error.
 
 mod cache;
@@ -35,6 +36,7 @@ mod host;
 mod http;
 mod outcome;
 mod plugin;
+mod record;
 mod run;
 mod validate;
 
@@ -52,6 +54,7 @@ pub use self::config::{
     DEFAULT_MEMORY_KEEP_RESIDENT, RuntimeConfig,
 };
 pub use self::plugin::{LoadSource, Plugin};
+pub use self::record::ReplayReport;
 pub use self::run::FUEL_SLICE;
 pub use self::validate::WORLD;
 
