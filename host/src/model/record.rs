@@ -82,7 +82,9 @@ pub struct AttemptRecord {
     /// The secrets the step lists, each with whether the tenant had set it
     /// (values are never recorded).
     pub secrets: BTreeMap<String, bool>,
-    /// The seed `wasi:random/insecure-seed` returned.
+    /// The seed `wasi:random/insecure-seed` returned (as a decimal string:
+    /// JSON numbers do not hold 128 bits).
+    #[serde(with = "decimal")]
     pub insecure_seed: u128,
     /// Wall-clock reads, nanoseconds since the Unix epoch, in order.
     pub wall_clock: Vec<u64>,
@@ -106,6 +108,19 @@ pub struct AttemptRecord {
     /// Its error, when it did not succeed (secret values redacted).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+}
+
+/// A `u128` as a decimal string.
+mod decimal {
+    use serde::{Deserialize, Deserializer, Serializer, de};
+
+    pub(super) fn serialize<S: Serializer>(n: &u128, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&n.to_string())
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u128, D::Error> {
+        String::deserialize(d)?.parse().map_err(de::Error::custom)
+    }
 }
 
 /// One call across the boundary that has a result to replay.

@@ -21,7 +21,7 @@ struct Input {
     url: Option<String>,
 }
 
-/// A random u64 drawn through WASI random (std seeds `RandomState` from it).
+/// A u64 from std's hash seeds (WASI's insecure seed).
 fn roll() -> u64 {
     let mut h = RandomState::new().build_hasher();
     h.write_u8(6);
@@ -35,6 +35,8 @@ fn run(_ctx: Context, input: Input) -> Result<Value> {
         .map(|d| d.as_millis() as u64)
         .unwrap_or_default();
     let roll = roll();
+    let secure = wasip2::random::random::get_random_u64();
+    let insecure = wasip2::random::insecure::get_insecure_random_u64();
     if cfg!(feature = "second") {
         let _: Option<u64> = kv::get("dice:second")?;
     }
@@ -51,6 +53,8 @@ fn run(_ctx: Context, input: Input) -> Result<Value> {
     let result = json!({
         "now_ms": now_ms,
         "roll": roll,
+        "secure": secure,
+        "insecure": insecure,
         "count": count,
         "elapsed_ns": elapsed_ns,
         "fetched": fetched,
