@@ -455,6 +455,7 @@ fn task_definition() -> Value {
             "allow_http": {"type": "array", "items": {"type": "string"}},
             "secrets": {"type": "array", "items": {"type": "string"}},
             "kv": {},
+            "record": {"type": "string", "enum": ["off", "on_failure", "always"]},
         },
         "additionalProperties": false,
     })

@@ -182,7 +182,8 @@ pub(crate) struct Tape(Arc<Mutex<Mode>>);
 
 enum Mode {
     Recording(Recorder),
-    Replaying(Replayer),
+    // Boxed: it holds the whole record.
+    Replaying(Box<Replayer>),
 }
 
 /// What a recording attempt collected (the rest of the record is known to
@@ -320,7 +321,7 @@ impl Tape {
     /// A tape serving `record`; `secrets` are the values the replay grants.
     pub(crate) fn replaying(record: AttemptRecord, secrets: &[&str]) -> Self {
         let decode = |hex_text: &str| hex::decode(hex_text).unwrap_or_default();
-        Self(Arc::new(Mutex::new(Mode::Replaying(Replayer {
+        Self(Arc::new(Mutex::new(Mode::Replaying(Box::new(Replayer {
             secure: decode(&record.secure_random),
             insecure: decode(&record.insecure_random),
             record,
@@ -331,7 +332,7 @@ impl Tape {
             call_at: 0,
             secrets: secrets.iter().map(|s| s.to_string()).collect(),
             divergence: None,
-        }))))
+        })))))
     }
 
     /// Hands the tape's clocks and random sources to a WASI context.
