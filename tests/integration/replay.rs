@@ -30,13 +30,19 @@ async fn counting_upstream() -> (String, Arc<AtomicUsize>) {
     let addr = listener.local_addr().unwrap();
     let hits = Arc::new(AtomicUsize::new(0));
     let counter = hits.clone();
-    let app = axum::Router::new().route(
-        "/n",
-        axum::routing::get(move || {
-            let counter = counter.clone();
-            async move { format!("hit {}", counter.fetch_add(1, Ordering::SeqCst) + 1) }
-        }),
-    );
+    let app = axum::Router::new()
+        .route(
+            "/n",
+            axum::routing::get(move || {
+                let counter = counter.clone();
+                async move { format!("hit {}", counter.fetch_add(1, Ordering::SeqCst) + 1) }
+            }),
+        )
+        // 700 KiB: within the output cap, over the record's (hex doubles it).
+        .route(
+            "/big",
+            axum::routing::get(|| async { "z".repeat(700 << 10) }),
+        );
     tokio::spawn(async move { axum::serve(listener, app).await });
     (format!("http://{addr}"), hits)
 }
@@ -126,6 +132,58 @@ async fn a_recorded_attempt_replays_to_the_same_output_without_leaving_the_proce
         )
     );
     assert_eq!(hits.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_record_past_its_cap_is_truncated_and_the_attempt_is_not() {
+    let (base, _) = counting_upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let grants = Grants {
+        allow_http: ax::capability::http::parse_list(std::slice::from_ref(&base)).unwrap(),
+        kv: Some(KvGrant {
+            store: Arc::new(SledKv::open_dir(dir.path()).unwrap()),
+            namespace: KvNamespace::new("acme", "nightly", KvScope::Task),
+            limits: KvLimits::default(),
+        }),
+        ..Grants::default()
+    };
+    let plugin = load("dice");
+    let input = json!({ "url": format!("{base}/big") }).to_string();
+    let (report, record) = RUNTIME
+        .run_recorded(
+            &plugin,
+            "digest",
+            &context("dice"),
+            &input,
+            &limits(10_000),
+            &grants,
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(report.outcome, Outcome::Succeeded, "{:?}", report.error);
+    let body = &report.output.as_ref().unwrap()["fetched"]["body"];
+    assert_eq!(body.as_str().map(str::len), Some(700 << 10));
+    assert!(record.truncated);
+    assert!(record.bytes <= ax::model::record::MAX_RECORD_BYTES as u64);
+    // The cap counts what came in; the output has its own cap (max_output_bytes).
+    let serialized = serde_json::to_vec(&record).unwrap().len();
+    let output = serde_json::to_vec(&record.output).unwrap().len();
+    assert!(
+        serialized < ax::model::record::MAX_RECORD_BYTES + output + (64 << 10),
+        "{serialized}"
+    );
+    // A replay gets as far as the record goes and says where it was cut.
+    let replayed = RUNTIME
+        .replay(&plugin, &record, &BTreeMap::new())
+        .await
+        .unwrap();
+    assert!(!replayed.matches && replayed.truncated);
+    let why = replayed.divergence.unwrap();
+    assert_eq!(
+        why,
+        format!("call 3: the answer to http GET {base}/big was truncated at the record's size cap")
+    );
 }
 
 #[tokio::test]

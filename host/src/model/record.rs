@@ -25,8 +25,10 @@ use serde::{Deserialize, Serialize};
 
 use super::{AttemptContext, Limits, Outcome};
 
-/// Most bytes one record may hold (its streams and calls, as counted by the
-/// recorder; the JSON is a little larger). A record past it is truncated.
+/// Most bytes one record may hold of what came in (its streams and calls, as
+/// counted by the recorder; the JSON is a little larger). The input, config
+/// and output it also holds are bounded by their own caps. A record past it
+/// is truncated.
 pub const MAX_RECORD_BYTES: usize = 1 << 20;
 
 /// Whether a step's attempts are recorded (`record:` on a task or a step).
