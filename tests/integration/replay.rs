@@ -462,6 +462,17 @@ fn ax_run_replay_reproduces_a_recorded_failure_and_finds_where_a_new_build_diver
     assert_eq!(replayed["report"]["error"], error);
     assert_eq!(replayed["matches"], true);
 
+    // A secret the step does not list is refused, before anything runs.
+    let (code, _, stderr) = server.ax(
+        &["run", "replay", id, "--step", "roll", "--secret", "nope=1"],
+        &cache,
+    );
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("--secret `nope`: the recorded step lists no such secret (it lists: none)"),
+        "{stderr}"
+    );
+
     // A new build: where it diverges.
     let dice2 = plugin_path("dice2");
     let (code, stdout, stderr) = server.ax(

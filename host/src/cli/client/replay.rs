@@ -80,6 +80,20 @@ pub(super) fn replay(conn: &Conn, args: ReplayArgs) -> Outcome {
                 format!("--secret `{entry}`: write NAME=VALUE"),
             )
         })?;
+        if !record.secrets.contains_key(name) {
+            let listed: Vec<&str> = record.secrets.keys().map(String::as_str).collect();
+            return Err(Failure::new(
+                "bad_secret",
+                format!(
+                    "--secret `{name}`: the recorded step lists no such secret (it lists: {})",
+                    if listed.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        listed.join(", ")
+                    }
+                ),
+            ));
+        }
         secrets.insert(name.to_owned(), value.to_owned());
     }
     let replayed =
