@@ -497,3 +497,52 @@ fn ax_run_replay_reproduces_a_recorded_failure_and_finds_where_a_new_build_diver
         "{stdout}"
     );
 }
+
+#[tokio::test]
+async fn a_record_holds_no_secret_value_and_its_replay_reads_a_marker() {
+    let secret = "hunter2-s3cr3t";
+    let grants = Grants {
+        secrets: BTreeMap::from([
+            ("api".to_owned(), Some(secret.to_owned())),
+            ("unset".to_owned(), None),
+        ]),
+        ..Grants::default()
+    };
+    let plugin = load("probe");
+    let input = json!({ "ops": [
+        { "secret": "api" },
+        { "secret": "unset" },
+        { "leak": { "name": "api", "fail": true } },
+    ]})
+    .to_string();
+    let (report, record) = RUNTIME
+        .run_recorded(
+            &plugin,
+            "digest",
+            &context("probe"),
+            &input,
+            &limits(10_000),
+            &grants,
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(report.outcome, Outcome::Failed);
+    assert_eq!(report.error.as_deref(), Some("failing with [redacted]"));
+    let stored = serde_json::to_string(&record).unwrap();
+    assert!(!stored.contains(secret), "{stored}");
+    assert_eq!(
+        record.secrets,
+        BTreeMap::from([("api".to_owned(), true), ("unset".to_owned(), false)])
+    );
+    // Read as the marker, or as a value given for the replay: the same
+    // (redacted) ending either way.
+    for given in [
+        BTreeMap::new(),
+        BTreeMap::from([("api".to_owned(), secret.to_owned())]),
+    ] {
+        let replayed = RUNTIME.replay(&plugin, &record, &given).await.unwrap();
+        assert!(replayed.matches, "{replayed:?}");
+        assert!(!replayed.report.stdout.contains(secret));
+    }
+}
