@@ -160,6 +160,16 @@ pub const ROUTES: &[Route] = &[
         "/v1/runs/{id}/steps/{step}/rerun",
         &[NOT_FOUND, CONFLICT, QUEUE_FULL],
     ),
+    route(
+        "get",
+        "/v1/runs/{id}/steps/{step}/attempts/{n}/record",
+        &[BAD_REQUEST, NOT_FOUND],
+    ),
+    route(
+        "get",
+        "/v1/runs/{id}/steps/{step}/attempts/{n}/component",
+        &[BAD_REQUEST, NOT_FOUND],
+    ),
     route("get", "/v1/dead-letters", &[]),
     route(
         "post",
@@ -488,6 +498,7 @@ fn task_definition() -> Value {
             "allow_http": {"type": "array", "items": {"type": "string"}},
             "secrets": {"type": "array", "items": {"type": "string"}},
             "kv": {},
+            "record": {"type": "string", "enum": ["off", "on_failure", "always"]},
         },
         "additionalProperties": false,
     })

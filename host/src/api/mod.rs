@@ -26,6 +26,7 @@ mod metrics;
 pub mod openapi;
 mod ops;
 mod plugins;
+mod records;
 pub mod request_id;
 mod runs;
 mod secrets;
@@ -111,6 +112,14 @@ fn routes(plugin_limit: usize) -> Vec<(&'static str, MethodRouter<ApiState>)> {
         ("/v1/runs/{id}/cancel", post(runs::cancel)),
         ("/v1/runs/{id}/retry", post(runs::retry)),
         ("/v1/runs/{id}/steps/{step}/rerun", post(runs::rerun_step)),
+        (
+            "/v1/runs/{id}/steps/{step}/attempts/{n}/record",
+            get(records::record),
+        ),
+        (
+            "/v1/runs/{id}/steps/{step}/attempts/{n}/component",
+            get(records::component),
+        ),
         ("/v1/dead-letters", get(runs::dead_letters)),
         ("/v1/dead-letters/{id}/resolve", post(runs::resolve)),
         ("/v1/dead-letters/{id}/requeue", post(runs::requeue)),

@@ -31,7 +31,7 @@ use utoipa::openapi::path::{ParameterBuilder, ParameterIn};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{ObjectBuilder, Required, Type};
 
-use super::{metrics, ops, plugins, runs, secrets, tasks, tenants};
+use super::{metrics, ops, plugins, records, runs, secrets, tasks, tenants};
 
 /// The document, built once.
 #[derive(OpenApi)]
@@ -67,6 +67,8 @@ use super::{metrics, ops, plugins, runs, secrets, tasks, tenants};
         runs::cancel,
         runs::retry,
         runs::rerun_step,
+        records::record,
+        records::component,
         runs::dead_letters,
         runs::resolve,
         runs::requeue,

@@ -83,6 +83,9 @@ pub struct StepGrants {
     pub kv: Option<KvScope>,
     /// Config values (the task's, overridden by the step's).
     pub config: BTreeMap<String, String>,
+    /// Whether the attempt is recorded for replay (the step's `record`, else
+    /// the task's).
+    pub record: crate::model::record::RecordMode,
 }
 
 /// What one attempt is granted, resolved. `Grants::default()` grants nothing:

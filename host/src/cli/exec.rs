@@ -19,8 +19,9 @@ use super::term::{Layout, safe};
 use super::{LimitArgs, default_cache_dir};
 use crate::bench;
 use crate::capability::{Grants, HttpLimits, KvGrant, KvLimits, KvNamespace, KvScope};
+use crate::model::record::AttemptRecord;
 use crate::model::{AttemptContext, AttemptReport, Outcome, TriggerKind};
-use crate::runtime::{Runtime, RuntimeConfig};
+use crate::runtime::{ReplayReport, Runtime, RuntimeConfig};
 use crate::store::kv::SledKv;
 
 #[derive(Debug, Args)]
@@ -195,6 +196,28 @@ pub(super) async fn exec(args: ExecArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::from(1)
     })
+}
+
+/// Re-executes a recorded attempt with `component` in a local runtime (the
+/// one `ax exec` uses): `ax run replay`.
+pub(super) fn replay_locally(
+    component: Vec<u8>,
+    record: AttemptRecord,
+    secrets: BTreeMap<String, String>,
+    cache_dir: Option<PathBuf>,
+) -> anyhow::Result<ReplayReport> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(async move {
+            let runtime = open_runtime(cache_dir)?;
+            let plugin = {
+                let runtime = runtime.clone();
+                tokio::task::spawn_blocking(move || runtime.load(&component)).await?
+            }
+            .context("loading the component")?;
+            Ok(runtime.replay(&plugin, &record, &secrets).await?)
+        })
 }
 
 /// The report for people. Everything the plugin wrote is made

@@ -6,6 +6,7 @@
 pub mod ids;
 pub mod name;
 pub mod priority;
+pub mod record;
 pub mod time;
 
 use std::fmt;

@@ -17,9 +17,11 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use super::bindings::ax::plugin::{config, kv, log, progress, secrets, types};
 use super::http::{HttpHooks, SharedLogs};
+use super::record::Tape;
 use crate::capability::KvGrant;
 use crate::capability::kv::MAX_LIST;
 use crate::capability::kv::{KvBackendError, SetOutcome};
+use crate::model::record::KvOp;
 use crate::model::{LogLevel, LogRecord, Progress};
 
 /// Caps on the other instance resources a plugin could ask for. Generous for
@@ -51,6 +53,8 @@ pub(crate) struct HostState {
     pub(crate) deadline: Instant,
     /// Set by the epoch callback when it interrupts the guest for its deadline.
     pub(crate) timed_out: bool,
+    /// Where boundary values are recorded or replayed from, if anywhere.
+    pub(crate) tape: Option<Tape>,
 }
 
 impl HostState {
@@ -225,6 +229,38 @@ fn unavailable(e: KvBackendError) -> kv::KvError {
 
 impl kv::Host for HostState {
     fn get(&mut self, key: String) -> Result<Option<Vec<u8>>, kv::KvError> {
+        match self.tape.clone() {
+            Some(tape) => tape.kv(KvOp::Get, &key, || self.kv_get(key.clone())),
+            None => self.kv_get(key),
+        }
+    }
+
+    fn set(&mut self, key: String, value: Vec<u8>, ttl_ms: Option<u64>) -> Result<(), kv::KvError> {
+        match self.tape.clone() {
+            Some(tape) => tape.kv(KvOp::Set, &key, || self.kv_set(key.clone(), value, ttl_ms)),
+            None => self.kv_set(key, value, ttl_ms),
+        }
+    }
+
+    fn delete(&mut self, key: String) -> Result<bool, kv::KvError> {
+        match self.tape.clone() {
+            Some(tape) => tape.kv(KvOp::Delete, &key, || self.kv_delete(key.clone())),
+            None => self.kv_delete(key),
+        }
+    }
+
+    fn list_keys(&mut self, prefix: String) -> Result<Vec<String>, kv::KvError> {
+        match self.tape.clone() {
+            Some(tape) => tape.kv(KvOp::ListKeys, &prefix, || self.kv_list(prefix.clone())),
+            None => self.kv_list(prefix),
+        }
+    }
+}
+
+/// The KV calls against the store (a tape, when there is one, records them
+/// or answers in their place).
+impl HostState {
+    fn kv_get(&mut self, key: String) -> Result<Option<Vec<u8>>, kv::KvError> {
         let grant = self.kv_grant()?;
         grant.limits.check_key(&key).map_err(kv::KvError::Invalid)?;
         grant
@@ -233,7 +269,12 @@ impl kv::Host for HostState {
             .map_err(unavailable)
     }
 
-    fn set(&mut self, key: String, value: Vec<u8>, ttl_ms: Option<u64>) -> Result<(), kv::KvError> {
+    fn kv_set(
+        &mut self,
+        key: String,
+        value: Vec<u8>,
+        ttl_ms: Option<u64>,
+    ) -> Result<(), kv::KvError> {
         let grant = self.kv_grant()?;
         grant.limits.check_key(&key).map_err(kv::KvError::Invalid)?;
         grant
@@ -263,7 +304,7 @@ impl kv::Host for HostState {
         }
     }
 
-    fn delete(&mut self, key: String) -> Result<bool, kv::KvError> {
+    fn kv_delete(&mut self, key: String) -> Result<bool, kv::KvError> {
         let grant = self.kv_grant()?;
         grant.limits.check_key(&key).map_err(kv::KvError::Invalid)?;
         grant
@@ -272,7 +313,7 @@ impl kv::Host for HostState {
             .map_err(unavailable)
     }
 
-    fn list_keys(&mut self, prefix: String) -> Result<Vec<String>, kv::KvError> {
+    fn kv_list(&mut self, prefix: String) -> Result<Vec<String>, kv::KvError> {
         let grant = self.kv_grant()?;
         if prefix.len() > grant.limits.max_key_bytes {
             return Err(kv::KvError::Invalid(

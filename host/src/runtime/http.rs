@@ -38,6 +38,7 @@ use wasmtime_wasi_http::p2::bindings::http::types::ErrorCode as P2ErrorCode;
 use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpHooks};
 
 use super::capture::LogSink;
+use super::record::{HttpTurn, Tape};
 use crate::capability::HttpLimits;
 use crate::capability::http::{self as allow, Destination, HttpPattern};
 use crate::model::{LogLevel, LogRecord};
@@ -60,6 +61,8 @@ pub(crate) struct HttpHooks {
     sent: u32,
     logs: SharedLogs,
     started: Instant,
+    /// Records each exchange, or answers it from a record ([`super::record`]).
+    tape: Option<Tape>,
 }
 
 impl HttpHooks {
@@ -75,7 +78,14 @@ impl HttpHooks {
             sent: 0,
             logs,
             started,
+            tape: None,
         }
+    }
+
+    /// Puts the attempt's exchanges on `tape`.
+    pub(crate) fn with_tape(mut self, tape: Option<Tape>) -> Self {
+        self.tape = tape;
+        self
     }
 
     /// The first check: cap, then the allow-list. Returns the matching pattern.
@@ -154,6 +164,40 @@ impl WasiHttpHooks for HttpHooks {
     }
 
     fn send_request(
+        &mut self,
+        request: http::Request<WasiBody>,
+        options: Option<RequestOptions>,
+        fut: Box<dyn Future<Output = Result<(), HttpError>> + Send>,
+    ) -> Box<dyn Future<Output = SendResult> + Send> {
+        let Some(tape) = self.tape.clone() else {
+            return self.send_live(request, options, fut);
+        };
+        let turn = tape.http_begin(request.method().as_str(), &request.uri().to_string());
+        match turn {
+            HttpTurn::Replay(result) => {
+                let done: Box<dyn Future<Output = Result<(), HttpError>> + Send> =
+                    Box::new(async { Ok(()) });
+                Box::new(async move { (*result).map(|r| (r, done)) })
+            }
+            HttpTurn::Record(slot) => {
+                let live = Box::into_pin(self.send_live(request, options, fut));
+                Box::new(async move {
+                    match live.await {
+                        Ok((response, conn)) => Ok((tape.http_response(slot, response), conn)),
+                        Err(e) => {
+                            tape.http_failed(slot, &e);
+                            Err(e)
+                        }
+                    }
+                })
+            }
+        }
+    }
+}
+
+impl HttpHooks {
+    /// The checks and the request itself (see the module's list).
+    fn send_live(
         &mut self,
         request: http::Request<WasiBody>,
         options: Option<RequestOptions>,

@@ -24,7 +24,8 @@
 //! ticker), `plugin` (loading and the loaded-plugin cache), `run`
 //! (instantiate and call one attempt), `outcome` (how an attempt ended),
 //! `cache`, `compile`, `flight` (compilations in progress, shared),
-//! `validate`, `capture`, `host`, `http`. This file holds
+//! `validate`, `capture`, `host`, `http`, `record` (recording what crosses
+//! the boundary, and replaying it). This file holds
 //! the [`Runtime`] handle and the error.
 
 mod cache;
@@ -37,6 +38,7 @@ mod host;
 mod http;
 mod outcome;
 mod plugin;
+mod record;
 mod run;
 mod validate;
 
@@ -55,6 +57,7 @@ pub use self::config::{
 };
 pub use self::flight::{Compilation, CompileSlot};
 pub use self::plugin::{LoadSource, Plugin};
+pub use self::record::ReplayReport;
 pub use self::run::FUEL_SLICE;
 pub use self::validate::WORLD;
 

@@ -16,6 +16,7 @@ use super::capture::{self, CapturePipe, LogSink};
 use super::host::{HostState, MemoryLimiter};
 use super::http::HttpHooks;
 use super::outcome::{classify_trap, set_timed_out, settle_output};
+use super::record::Tape;
 use super::{Error, Plugin, Result, Runtime, bindings};
 use crate::capability::{self, Grants};
 use crate::model::{AttemptContext, AttemptReport, ErrorKind, Limits, Outcome, TriggerKind};
@@ -56,6 +57,23 @@ impl Runtime {
         grants: &Grants,
         cancel: Option<&CancellationToken>,
     ) -> Result<AttemptReport> {
+        self.run_taped(plugin, ctx, input, limits, grants, cancel, None)
+            .await
+    }
+
+    /// [`Runtime::run_with`], with the boundary values on `tape` when one is
+    /// given (recorded or replayed: [`super::record`]).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn run_taped(
+        &self,
+        plugin: &Plugin,
+        ctx: &AttemptContext,
+        input: &str,
+        limits: &Limits,
+        grants: &Grants,
+        cancel: Option<&CancellationToken>,
+        tape: Option<Tape>,
+    ) -> Result<AttemptReport> {
         self.check_limits(limits)?;
         let _slot = self
             .inner
@@ -70,13 +88,16 @@ impl Runtime {
         let stderr = CapturePipe::new(limits.max_stdio_bytes);
         // Deny by default: no preopened directories, no environment, no
         // arguments, no stdin, no network (WASI sockets exist but every use is refused).
-        let wasi = WasiCtxBuilder::new()
-            .stdout(stdout.clone())
+        let mut wasi = WasiCtxBuilder::new();
+        wasi.stdout(stdout.clone())
             .stderr(stderr.clone())
             .allow_tcp(false)
             .allow_udp(false)
-            .allow_ip_name_lookup(false)
-            .build();
+            .allow_ip_name_lookup(false);
+        if let Some(tape) = &tape {
+            tape.install(&mut wasi);
+        }
+        let wasi = wasi.build();
         let logs = Arc::new(Mutex::new(LogSink::new(limits.max_log_bytes)));
         let state = HostState {
             wasi,
@@ -88,7 +109,8 @@ impl Runtime {
                 grants.http_limits,
                 logs.clone(),
                 started,
-            ),
+            )
+            .with_tape(tape.clone()),
             logs,
             config: grants.config.clone(),
             secrets: grants.secrets.clone(),
@@ -97,6 +119,7 @@ impl Runtime {
             started,
             deadline,
             timed_out: false,
+            tape,
         };
         let mut store = Store::new(&self.inner.engine, state);
         store.limiter(|state| &mut state.limiter);
@@ -120,6 +143,9 @@ impl Runtime {
         store.epoch_deadline_callback(|mut cx| {
             if Instant::now() >= cx.data().deadline {
                 cx.data_mut().timed_out = true;
+                Ok(UpdateDeadline::Interrupt)
+            } else if cx.data().tape.as_ref().is_some_and(Tape::diverged) {
+                // A replay past its divergence has nothing more to learn.
                 Ok(UpdateDeadline::Interrupt)
             } else {
                 Ok(UpdateDeadline::Yield(1))

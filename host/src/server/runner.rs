@@ -5,13 +5,15 @@
 //! It also resolves what a step declares ([`StepGrants`]) into what the
 //! attempt gets ([`Grants`]): secret values read from the tenant's secrets,
 //! the key-value store attached with the tenant's quota, the HTTP allow-list
-//! narrowed to the tenant's current ceiling.
+//! narrowed to the tenant's current ceiling. A step with `record:` runs
+//! recorded, and the record is stored with the attempt when its mode keeps it.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::capability::{Grants, KvGrant, KvLimits, KvNamespace, StepGrants, http};
 use crate::model::AttemptContext;
+use crate::model::record::{AttemptRecord, RecordMode};
 use crate::runtime::Runtime;
 use crate::scheduler::{AttemptRequest, HostFault, RunFuture, Runner};
 use crate::store::Store;
@@ -107,6 +109,14 @@ pub fn resolve_grants(
     })
 }
 
+/// Stores an attempt's record. A record that cannot be stored is lost, not
+/// the attempt: its outcome stands, and the operator's log says why.
+fn keep_record(store: &dyn Store, record: &AttemptRecord) {
+    if let Err(e) = store.put_record(record) {
+        tracing::warn!(error = %e, "the attempt's record could not be stored");
+    }
+}
+
 /// A runtime error as the scheduler sees it: a fault of the sandbox.
 fn sandbox(e: crate::runtime::Error) -> HostFault {
     HostFault::Sandbox(Box::new(e))
@@ -171,17 +181,37 @@ impl Runner for WasmRunner {
                     .map_err(HostFault::Loader)??
                 }
             };
-            let report = runtime
-                .run_with(
-                    &plugin,
-                    &request.ctx,
-                    &request.input,
-                    &request.limits,
-                    &grants,
-                    Some(&request.cancel),
-                )
-                .await
-                .map_err(sandbox)?;
+            let mode = request.grants.record;
+            let report = if mode == RecordMode::Off {
+                runtime
+                    .run_with(
+                        &plugin,
+                        &request.ctx,
+                        &request.input,
+                        &request.limits,
+                        &grants,
+                        Some(&request.cancel),
+                    )
+                    .await
+                    .map_err(sandbox)?
+            } else {
+                let (report, record) = runtime
+                    .run_recorded(
+                        &plugin,
+                        &request.digest,
+                        &request.ctx,
+                        &request.input,
+                        &request.limits,
+                        &grants,
+                        Some(&request.cancel),
+                    )
+                    .await
+                    .map_err(sandbox)?;
+                if mode.keeps(report.outcome) {
+                    keep_record(&*store, &record);
+                }
+                report
+            };
             // KV writes are durable before the attempt is reported: a step
             // recorded as done never loses the state it wrote (a crash before
             // this point makes the attempt `lost`, and it runs again).

@@ -19,6 +19,7 @@ mod dead_letters;
 mod graph;
 mod plugins;
 mod preview;
+mod records;
 mod runs;
 mod tasks;
 mod tenants;

@@ -13,6 +13,7 @@ use sha2::{Digest, Sha256};
 
 use super::{AttemptLogs, Error, Insert, NewRun, Result, RunPage, RunQuery, Store, SyncTicket};
 use crate::model::ids::TaskKey;
+use crate::model::record::AttemptRecord;
 use crate::model::{
     DeadLetter, Event, Millis, PluginRecord, PluginTag, RunRecord, RunStatus, ScheduleState,
     TaskRecord,
@@ -104,6 +105,7 @@ struct State {
     events: HashMap<String, Vec<Event>>,
     /// Run id → (step, attempt) → logs.
     logs: HashMap<String, BTreeMap<(String, u32), AttemptLogs>>,
+    records: HashMap<String, BTreeMap<(String, u32), AttemptRecord>>,
     /// Keyed by id; ids sort by creation time.
     dead: BTreeMap<String, DeadLetter>,
     /// Keyed by name.
@@ -575,6 +577,7 @@ impl Store for MemoryStore {
         }
         state.events.remove(id);
         state.logs.remove(id);
+        state.records.remove(id);
         Ok(true)
     }
 
@@ -595,6 +598,25 @@ impl Store for MemoryStore {
             return Ok(Vec::new());
         };
         Ok(by_attempt.values().cloned().collect())
+    }
+
+    fn put_record(&self, record: &AttemptRecord) -> Result<()> {
+        let ctx = &record.context;
+        self.state()
+            .records
+            .entry(ctx.run_id.clone())
+            .or_default()
+            .insert((ctx.step.clone(), ctx.attempt), record.clone());
+        Ok(())
+    }
+
+    fn get_record(&self, run_id: &str, step: &str, attempt: u32) -> Result<Option<AttemptRecord>> {
+        Ok(self
+            .state()
+            .records
+            .get(run_id)
+            .and_then(|by_attempt| by_attempt.get(&(step.to_owned(), attempt)))
+            .cloned())
     }
 
     fn put_dead_letter(&self, dead: &DeadLetter) -> Result<()> {

@@ -32,6 +32,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::model::record::AttemptRecord;
 use crate::model::{
     DeadLetter, Event, LogRecord, Millis, PluginRecord, PluginTag, Progress, RunRecord, RunStatus,
     ScheduleState, TaskRecord,
@@ -321,6 +322,11 @@ pub trait Store: Send + Sync + 'static {
     fn put_logs(&self, run_id: &str, logs: &AttemptLogs) -> Result<()>;
     /// A run's captured output, by step then attempt.
     fn logs(&self, run_id: &str) -> Result<Vec<AttemptLogs>>;
+    /// Keeps the record of one attempt (`record:`, for `ax run replay`),
+    /// replacing one kept before for the same attempt. Removed with its run.
+    fn put_record(&self, record: &AttemptRecord) -> Result<()>;
+    /// The record of attempt `attempt` of `step` in run `run_id`, if kept.
+    fn get_record(&self, run_id: &str, step: &str, attempt: u32) -> Result<Option<AttemptRecord>>;
 
     // --- dead letters -----------------------------------------------------
     /// Creates or replaces a dead letter.

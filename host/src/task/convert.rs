@@ -22,11 +22,12 @@ use super::value::{
 };
 use super::{DEFAULT_PRIORITY, MAX_ATTEMPTS, MAX_PRIORITY, alerts, retention};
 use crate::capability::{self, KvScope};
+use crate::model::record::RecordMode;
 use crate::schedule::TriggerSpec;
 use crate::template::shorten;
 
 /// Every top-level field of a definition (the API document lists the same).
-pub(crate) const TASK_FIELDS: [&str; 19] = [
+pub(crate) const TASK_FIELDS: [&str; 20] = [
     "name",
     "description",
     "trigger",
@@ -38,6 +39,7 @@ pub(crate) const TASK_FIELDS: [&str; 19] = [
     "retention",
     "alerts",
     "config",
+    "record",
     // The one-step shorthand.
     "plugin",
     "input",
@@ -58,7 +60,7 @@ const SHORTHAND_FIELDS: [&str; 8] = [
     "secrets",
     "kv",
 ];
-const STEP_FIELDS: [&str; 13] = [
+const STEP_FIELDS: [&str; 14] = [
     "name",
     "plugin",
     "input",
@@ -72,6 +74,7 @@ const STEP_FIELDS: [&str; 13] = [
     "secrets",
     "kv",
     "config",
+    "record",
 ];
 const PARAM_FIELDS: [&str; 5] = ["name", "type", "values", "default", "description"];
 const TRIGGER_FIELDS: [&str; 7] = ["cron", "timezone", "at", "delay", "every", "after", "on"];
@@ -182,6 +185,7 @@ pub(super) fn task_from_value(value: &Value) -> Result<(TaskSpec, bool)> {
         retention,
         alerts,
         config: task.opt("config", config_from_value)?.unwrap_or_default(),
+        record: task.opt("record", record_from_value)?.unwrap_or_default(),
     };
     Ok((spec, shorthand))
 }
@@ -313,6 +317,11 @@ fn step_from_value(value: &Value, path: &str, shorthand_name: Option<&str>) -> R
         Some(_) => BTreeMap::new(),
         None => obj.opt("config", config_from_value)?.unwrap_or_default(),
     };
+    // In the shorthand, a top-level `record` is the task's (read above).
+    let record = match shorthand_name {
+        Some(_) => None,
+        None => obj.opt("record", record_from_value)?,
+    };
     Ok(StepSpec {
         name,
         plugin,
@@ -327,6 +336,17 @@ fn step_from_value(value: &Value, path: &str, shorthand_name: Option<&str>) -> R
         secrets,
         kv,
         config,
+        record,
+    })
+}
+
+/// `record: off | on_failure | always`.
+fn record_from_value(value: &Value, path: &str) -> Result<RecordMode> {
+    value.as_str().and_then(RecordMode::parse).ok_or_else(|| {
+        SpecError::new(
+            path,
+            format!("`record` is `off`, `on_failure` or `always`, not {value}"),
+        )
     })
 }
 
@@ -543,10 +563,34 @@ mod tests {
                     secrets: vec![],
                     kv: None,
                     config: BTreeMap::new(),
+                    record: None,
                 }],
                 config: BTreeMap::new(),
+                record: RecordMode::Off,
             }
         );
+    }
+
+    #[test]
+    fn record_is_read_on_the_task_and_the_step() {
+        let spec = load(
+            "name: t\nrecord: on_failure\nsteps:\n  - {name: a, plugin: p@1.0.0}\n  - {name: b, plugin: p@1.0.0, record: always}\n  - {name: c, plugin: p@1.0.0, record: \"off\"}\n",
+            &CAPS,
+        )
+        .unwrap();
+        assert_eq!(spec.record, RecordMode::OnFailure);
+        let modes: Vec<RecordMode> = (0..3).map(|i| spec.step_grants(i).record).collect();
+        assert_eq!(
+            modes,
+            [RecordMode::OnFailure, RecordMode::Always, RecordMode::Off]
+        );
+        let short = load("name: t\nplugin: p@1.0.0\nrecord: always\n", &CAPS).unwrap();
+        assert_eq!(short.step_grants(0).record, RecordMode::Always);
+        let e = parse_err("name: t\nplugin: p@1.0.0\nrecord: sometimes\n");
+        assert_eq!(e.path, "record");
+        assert!(e.message.contains("`on_failure`"), "{e}");
+        let e = parse_err("name: t\nsteps:\n  - {name: a, plugin: p@1.0.0, record: 1}\n");
+        assert_eq!(e.path, "steps[0].record");
     }
 
     #[test]

@@ -21,6 +21,7 @@ use super::rules::TriggerRule;
 use super::{alerts, retention};
 use crate::capability::{self, HttpPattern, KvScope, StepGrants};
 use crate::model::name::{MAX_NAME_LEN, is_valid_name, is_valid_tag, is_valid_version};
+use crate::model::record::RecordMode;
 use crate::model::{Caps, Limits};
 use crate::schedule::{CatchUp, Overlap, TriggerSpec};
 use crate::template::shorten;
@@ -65,6 +66,14 @@ pub struct TaskSpec {
     /// `config` overrides single keys.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub config: BTreeMap<String, String>,
+    /// Whether attempts are recorded for replay (`ax run replay`); a step's
+    /// own `record` overrides it.
+    #[serde(skip_serializing_if = "is_off")]
+    pub record: RecordMode,
+}
+
+fn is_off(mode: &RecordMode) -> bool {
+    *mode == RecordMode::Off
 }
 
 /// One node of a task's DAG.
@@ -104,6 +113,9 @@ pub struct StepSpec {
     /// Config values for this step, over the task's.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub config: BTreeMap<String, String>,
+    /// Whether this step's attempts are recorded; `None`: the task's `record`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub record: Option<RecordMode>,
 }
 
 /// The plugin a step runs, written `name@SELECTOR`: an exact version
@@ -348,6 +360,7 @@ impl TaskSpec {
             secrets: step.secrets.clone(),
             kv: step.kv,
             config,
+            record: step.record.unwrap_or(self.record),
         }
     }
 

@@ -159,6 +159,41 @@ impl Client {
         })
     }
 
+    /// GETs raw bytes (a component); an error answer is a [`Failure`] as for JSON.
+    pub(super) fn get_bytes(&self, path: &str) -> Result<Vec<u8>, Failure> {
+        let url = format!("{}{path}", self.base);
+        let mut builder = ureq::http::Request::builder().method("GET").uri(&url);
+        if let Some(token) = &self.token {
+            builder = builder.header("authorization", format!("Bearer {token}"));
+        }
+        if let Some(tenant) = &self.tenant {
+            builder = builder.header("x-ax-tenant", tenant);
+        }
+        let request = builder
+            .body(Vec::new())
+            .map_err(|e| Failure::new("bad_url", format!("`{url}`: {e}")))?;
+        let mut response = self.agent.run(request).map_err(|e| {
+            Failure::new(
+                "connection",
+                format!("cannot reach the ax server at {}: {e}", self.base),
+            )
+        })?;
+        if !response.status().is_success() {
+            return self.answer("GET", path, response).map(|_| Vec::new());
+        }
+        response
+            .body_mut()
+            .with_config()
+            .limit(MAX_RESPONSE_BYTES)
+            .read_to_vec()
+            .map_err(|e| {
+                Failure::new(
+                    "connection",
+                    format!("reading the answer of GET {path}: {e}"),
+                )
+            })
+    }
+
     pub(super) fn get(&self, path: &str) -> Result<Value, Failure> {
         self.call("GET", path, Body::None).map(|(_, v)| v)
     }

@@ -1,5 +1,6 @@
 //! The client subcommands (`ax plugin`, `ax task`, `ax graph`, `ax trigger`,
-//! `ax runs`, `ax run`, `ax logs`, `ax events`, `ax dead-letters`, `ax cron`,
+//! `ax runs`, `ax run` (with `ax run replay`, which re-executes an attempt
+//! locally), `ax logs`, `ax events`, `ax dead-letters`, `ax cron`,
 //! `ax status`, `ax tenant`, `ax secret`): thin wrappers over the HTTP API (docs/API.md) that print aligned tables, or the
 //! server's JSON with `--json`. They block on plain HTTP calls (ureq) and
 //! need no async runtime. `ax cron next` computes locally, without a server.
@@ -25,6 +26,7 @@ mod graph;
 mod http;
 mod output;
 mod plugins;
+mod replay;
 mod runs;
 mod secrets;
 mod status;

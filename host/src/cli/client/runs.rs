@@ -60,6 +60,9 @@ enum RunCommand {
         /// Step name.
         step: String,
     },
+    /// Re-execute a recorded attempt here, from its record (`record:` on the
+    /// task or step), optionally against a new build (`--plugin FILE`).
+    Replay(super::replay::ReplayArgs),
 }
 
 #[derive(Debug, Args)]
@@ -254,8 +257,12 @@ pub(super) fn print_run(r: &Value) {
 }
 
 pub(super) fn run_command(args: RunArgs) -> Outcome {
+    if let RunCommand::Replay(replay) = args.command {
+        return super::replay::replay(&args.conn, replay);
+    }
     let client = Client::new(&args.conn);
     let run = match &args.command {
+        RunCommand::Replay(_) => unreachable!("replays returned above"),
         RunCommand::Show { id } => client.get(&format!("/v1/runs/{}", enc(id)))?,
         RunCommand::Cancel { id } => {
             client
@@ -281,6 +288,7 @@ pub(super) fn run_command(args: RunArgs) -> Outcome {
     } else {
         match args.command {
             RunCommand::Show { .. } => print_run(&run),
+            RunCommand::Replay(_) => {}
             RunCommand::Cancel { .. } | RunCommand::Retry { .. } | RunCommand::Rerun { .. } => {
                 println!("run {}: {}", cell(&run["id"]), cell(&run["status"]))
             }

@@ -398,6 +398,21 @@ impl Store for SimStore {
         self.inner().logs(run_id)
     }
 
+    // Records are not among the writes the simulator breaks: the scheduler
+    // never writes them (the production runner does).
+    fn put_record(&self, record: &crate::model::record::AttemptRecord) -> Result<()> {
+        self.inner().put_record(record)
+    }
+
+    fn get_record(
+        &self,
+        run_id: &str,
+        step: &str,
+        attempt: u32,
+    ) -> Result<Option<crate::model::record::AttemptRecord>> {
+        self.inner().get_record(run_id, step, attempt)
+    }
+
     fn put_dead_letter(&self, dead: &DeadLetter) -> Result<()> {
         self.write(Write::DeadLetter(Box::new(dead.clone())), |s| {
             s.put_dead_letter(dead)

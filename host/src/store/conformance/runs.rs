@@ -4,6 +4,7 @@
 use serde_json::json;
 
 use super::{Make, SCAN, attempt_logs, block_on, created, event, ids, run, run_id, schedule};
+use crate::model::record::{AttemptRecord, Call, KvOp, KvResult};
 use crate::model::{Millis, RunStatus, StepStatus, TriggerKind};
 use crate::store::{Insert, NewRun, RunQuery, Store};
 
@@ -401,6 +402,77 @@ pub(super) fn idempotency_keys_expire_in_order<S: Store>(make: Make<S>) {
     ));
     assert_eq!(store.expire_keys(5_000, 10).unwrap(), 2);
     assert_eq!(store.expire_keys(5_000, 10).unwrap(), 0);
+}
+
+fn attempt_record(run_id: &str, step: &str, attempt: u32, note: &str) -> AttemptRecord {
+    AttemptRecord {
+        context: crate::model::AttemptContext {
+            run_id: run_id.to_owned(),
+            tenant: "t1".into(),
+            task: "a".into(),
+            step: step.to_owned(),
+            attempt,
+            scheduled_for: "2026-12-01T00:00:00Z".into(),
+            trigger: TriggerKind::Manual,
+        },
+        digest: "d".repeat(64),
+        input: "{}".into(),
+        limits: crate::model::Limits::default(),
+        config: [("k".to_owned(), note.to_owned())].into(),
+        secrets: [("api".to_owned(), true)].into(),
+        insecure_seed: u128::MAX,
+        wall_clock: vec![1, 2],
+        monotonic_clock: vec![3],
+        secure_random: "ab".into(),
+        insecure_random: String::new(),
+        calls: vec![Call::Kv {
+            op: KvOp::Get,
+            key: "k".into(),
+            result: KvResult::Value(None),
+        }],
+        truncated: false,
+        bytes: 90,
+        outcome: crate::model::Outcome::Failed,
+        output: None,
+        error: Some("no".into()),
+    }
+}
+
+pub(super) fn records_are_kept_per_attempt_and_go_with_their_run<S: Store>(make: Make<S>) {
+    let (store, _dir) = make(SCAN);
+    let r = run(&run_id(1, 1), "t1", "a", RunStatus::Failed);
+    let keep = run(&run_id(2, 2), "t1", "a", RunStatus::Failed);
+    for x in [&r, &keep] {
+        created(store.insert_run(x, false, None, &[]).unwrap());
+    }
+    let first = attempt_record(&r.id, "s1", 1, "first");
+    store.put_record(&first).unwrap();
+    store
+        .put_record(&attempt_record(&r.id, "s1", 2, "second"))
+        .unwrap();
+    store
+        .put_record(&attempt_record(&keep.id, "s1", 1, "kept"))
+        .unwrap();
+    assert_eq!(store.get_record(&r.id, "s1", 1).unwrap(), Some(first));
+    assert_eq!(
+        store.get_record(&r.id, "s1", 2).unwrap().unwrap().config["k"],
+        "second"
+    );
+    assert_eq!(store.get_record(&r.id, "s1", 3).unwrap(), None);
+    assert_eq!(store.get_record(&r.id, "s2", 1).unwrap(), None);
+    // Put again: replaced.
+    store
+        .put_record(&attempt_record(&r.id, "s1", 2, "again"))
+        .unwrap();
+    assert_eq!(
+        store.get_record(&r.id, "s1", 2).unwrap().unwrap().config["k"],
+        "again"
+    );
+
+    assert!(store.delete_run(&r.id).unwrap());
+    assert_eq!(store.get_record(&r.id, "s1", 1).unwrap(), None);
+    assert_eq!(store.get_record(&r.id, "s1", 2).unwrap(), None);
+    assert!(store.get_record(&keep.id, "s1", 1).unwrap().is_some());
 }
 
 pub(super) fn sync_ticket_resolves_after_writes<S: Store>(make: Make<S>) {

@@ -36,6 +36,7 @@
 //! | `ev/{run}/{seq:020}` | [`Event`]; `seq` from sled's monotonic id generator |
 //! | `log/{run}/{step}/{attempt:010}` | attempt logs, inline or a blob reference |
 //! | `lref/{digest}/{run}/{step}/{attempt:010}` | a log blob's references |
+//! | `rec/{run}/{step}/{attempt:010}` | an attempt's record (`record:`), inline: at most `MAX_RECORD_BYTES` |
 //! | `dead/{id}`, `dt/{tenant}/{id}` | [`DeadLetter`], and its tenant index |
 //! | `ten/{name}` | [`TenantRecord`] |
 //! | `tok/{id}` | [`TokenRecord`] (a digest of the secret, never the token) |
@@ -99,6 +100,7 @@ use super::memory::digest_of;
 use super::{
     AttemptLogs, Error, Insert, NewRun, Result, RunPage, RunQuery, RunSummary, Store, SyncTicket,
 };
+use crate::model::record::AttemptRecord;
 use crate::model::{
     DeadLetter, Event, Millis, PluginRecord, PluginTag, RECORD_FORMAT, RunRecord, ScheduleState,
     TaskRecord,
@@ -414,6 +416,21 @@ impl Store for SledStore {
 
     fn logs(&self, run_id: &str) -> Result<Vec<AttemptLogs>> {
         logs::list(self, run_id)
+    }
+
+    fn put_record(&self, record: &AttemptRecord) -> Result<()> {
+        let ctx = &record.context;
+        let attempt = format!("{:010}", ctx.attempt);
+        let mut batch = sled::Batch::default();
+        batch.insert(
+            key("rec", &[&ctx.run_id, &ctx.step, &attempt]),
+            encode(record)?,
+        );
+        self.apply(batch)
+    }
+
+    fn get_record(&self, run_id: &str, step: &str, attempt: u32) -> Result<Option<AttemptRecord>> {
+        self.get(&key("rec", &[run_id, step, &format!("{attempt:010}")]))
     }
 
     fn put_dead_letter(&self, dead: &DeadLetter) -> Result<()> {

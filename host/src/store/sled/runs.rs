@@ -297,6 +297,9 @@ pub(super) fn delete(store: &SledStore, id: &str) -> Result<bool> {
     for item in store.scan(&key("ev", &[id])) {
         batch.remove(item?.0);
     }
+    for item in store.scan(&key("rec", &[id])) {
+        batch.remove(item?.0);
+    }
     let log_prefix = key("log", &[id]);
     let mut blobs = Vec::new();
     for item in store.scan(&log_prefix) {
