@@ -21,6 +21,7 @@ mod logs;
 mod metrics;
 mod openapi;
 mod plugins_quota;
+mod polyglot;
 mod retention;
 mod sandbox;
 mod scaffold;
