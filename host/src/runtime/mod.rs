@@ -49,7 +49,7 @@ use self::host::HostState;
 pub use self::compile::{DEFAULT_COMPILE_QUEUE, GateStats, UploadTicket, default_max_compiles};
 pub use self::config::{
     DEFAULT_EPOCH_TICK, DEFAULT_LOADED_BYTES, DEFAULT_MAX_INSTANCES, DEFAULT_MAX_MEMORY_BYTES,
-    DEFAULT_MEMORY_KEEP_RESIDENT, RuntimeConfig,
+    DEFAULT_MEMORY_KEEP_RESIDENT, DEFAULT_TABLE_KEEP_RESIDENT, RuntimeConfig,
 };
 pub use self::plugin::{LoadSource, Plugin};
 pub use self::run::FUEL_SLICE;
