@@ -24,6 +24,7 @@ mod openapi;
 mod params;
 mod plugin_tags;
 mod plugins_quota;
+mod polyglot;
 mod replay;
 mod retention;
 mod sandbox;

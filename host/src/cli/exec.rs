@@ -294,6 +294,12 @@ pub(super) struct BenchExecArgs {
     /// Reset whole resident memories instead of only dirtied pages.
     #[arg(long)]
     no_pagemap_scan: bool,
+    /// KiB of each pooled table kept resident between instances.
+    #[arg(long, default_value_t = crate::runtime::DEFAULT_TABLE_KEEP_RESIDENT >> 10)]
+    table_keep_resident_kib: usize,
+    /// Cache the compiled plugin in this folder (a rerun skips compiling).
+    #[arg(long)]
+    cache_dir: Option<PathBuf>,
     #[command(flatten)]
     compiler: CompilerArgs,
 }
@@ -347,8 +353,10 @@ pub(super) async fn bench_exec(args: BenchExecArgs) -> anyhow::Result<ExitCode> 
     let bytes = read_plugin(&args.plugin)?;
     let runtime = Runtime::new(RuntimeConfig {
         memory_keep_resident: args.keep_resident_kib << 10,
+        table_keep_resident: args.table_keep_resident_kib << 10,
         pagemap_scan: !args.no_pagemap_scan,
         compiler: args.compiler.config(),
+        cache_dir: args.cache_dir,
         ..RuntimeConfig::default()
     })?;
     let plugin = runtime.load(&bytes)?;

@@ -27,6 +27,9 @@ pub struct RuntimeConfig {
     pub memory_keep_resident: usize,
     /// Use `PAGEMAP_SCAN` where the kernel has it (reset only dirtied pages).
     pub pagemap_scan: bool,
+    /// Bytes of each pooled table kept resident between instances (reset
+    /// with `memset` rather than unmapped).
+    pub table_keep_resident: usize,
     /// Bytes the loaded plugins may take in memory (see `cache::resident_bytes`
     /// for how an entry is counted); past it the least recently used are
     /// dropped, and loaded again from their artifact on their next use.
@@ -83,6 +86,8 @@ pub const DEFAULT_MAX_INSTANCES: u32 = 128;
 pub const DEFAULT_MAX_MEMORY_BYTES: u64 = 1 << 30;
 /// Keep-resident size of each pooled linear memory (see docs/PERFORMANCE.md).
 pub const DEFAULT_MEMORY_KEEP_RESIDENT: usize = 1 << 20;
+/// Keep-resident size of each pooled table (see docs/RUNTIME.md).
+pub const DEFAULT_TABLE_KEEP_RESIDENT: usize = 64 << 10;
 /// 5 ms ticks: a timeout lands within ~5 ms and a busy guest yields ~200 times a
 /// second, at the cost of one thread waking that often.
 pub const DEFAULT_EPOCH_TICK: Duration = Duration::from_millis(5);
@@ -101,6 +106,7 @@ impl Default for RuntimeConfig {
             pooling: true,
             memory_keep_resident: DEFAULT_MEMORY_KEEP_RESIDENT,
             pagemap_scan: true,
+            table_keep_resident: DEFAULT_TABLE_KEEP_RESIDENT,
             loaded_bytes: DEFAULT_LOADED_BYTES,
             max_compiles: default_max_compiles(),
             compile_queue: DEFAULT_COMPILE_QUEUE,

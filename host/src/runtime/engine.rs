@@ -63,10 +63,15 @@ pub(super) fn build_engine(config: &RuntimeConfig) -> Result<Engine> {
             // cheaper than unmapping and faulting pages back in, and avoids
             // contention in the kernel's memory map when attempts run in parallel.
             .linear_memory_keep_resident(config.memory_keep_resident)
-            .table_keep_resident(64 << 10)
+            .table_keep_resident(config.table_keep_resident)
             .async_stack_keep_resident(64 << 10)
             // Reset only the pages an instance dirtied, where the kernel can
             // tell (PAGEMAP_SCAN); otherwise the whole resident part is memset.
+            // wasmtime 48 takes at most 32 runs of dirty pages per scan and
+            // hands the rest to `madvise`: Python and JavaScript components,
+            // which dirty pages all over their heap image, fault those back in
+            // whatever keep-resident is (docs/RUNTIME.md, issue 16). These
+            // settings are global to the engine: they cannot differ per plugin.
             .pagemap_scan(if config.pagemap_scan {
                 wasmtime::Enabled::Auto
             } else {

@@ -53,7 +53,8 @@ use self::host::HostState;
 pub use self::compile::{DEFAULT_COMPILE_QUEUE, GateStats, UploadTicket, default_max_compiles};
 pub use self::config::{
     CompilerConfig, CompilerOptLevel, CompilerStrategy, DEFAULT_EPOCH_TICK, DEFAULT_LOADED_BYTES,
-    DEFAULT_MAX_INSTANCES, DEFAULT_MAX_MEMORY_BYTES, DEFAULT_MEMORY_KEEP_RESIDENT, RuntimeConfig,
+    DEFAULT_MAX_INSTANCES, DEFAULT_MAX_MEMORY_BYTES, DEFAULT_MEMORY_KEEP_RESIDENT,
+    DEFAULT_TABLE_KEEP_RESIDENT, RuntimeConfig,
 };
 pub use self::flight::{Compilation, CompileSlot};
 pub use self::plugin::{LoadSource, Plugin};
