@@ -47,6 +47,26 @@ pub(super) struct TriggerBody {
     priority: Option<u8>,
 }
 
+impl TriggerBody {
+    /// The scheduler's request for this body, on `task`, by `caller` (a
+    /// single trigger's and each item of a bulk one's).
+    fn into_request(
+        self,
+        caller: &Caller,
+        task: impl Into<crate::model::ids::TaskName>,
+    ) -> TriggerRequest {
+        TriggerRequest {
+            tenant: caller.tenant.as_str().into(),
+            task: task.into(),
+            input: self.input,
+            params: self.params,
+            idempotency_key: self.idempotency_key,
+            priority: self.priority,
+            actor: caller.actor.clone(),
+        }
+    }
+}
+
 /// `POST /v1/tasks/{name}/runs`: 201 with the new run, 200 with the
 /// existing one for an idempotency key already seen, 410 `run_deleted` (with
 /// `details.run_id`) for a key whose run retention has deleted.
@@ -66,15 +86,7 @@ pub(super) async fn trigger(
     } else {
         parse_json::<Option<TriggerBody>>(&body)?.unwrap_or_default()
     };
-    let request = TriggerRequest {
-        tenant: caller.tenant.as_str().into(),
-        task: task.into(),
-        input: body.input,
-        params: body.params,
-        idempotency_key: body.idempotency_key,
-        priority: body.priority,
-        actor: caller.actor.clone(),
-    };
+    let request = body.into_request(&caller, task);
     let (run, created) = state.ax.trigger(request).await?;
     tracing::info!(tenant = %caller.tenant, task = %run.task, run = %run.id, created, "run triggered");
     let status = if created {
@@ -219,15 +231,7 @@ fn trigger_item(
         )));
     }
     let body: TriggerBody = parse_json(&bytes)?;
-    let request = TriggerRequest {
-        tenant: caller.tenant.as_str().into(),
-        task: task.into(),
-        input: body.input,
-        params: body.params,
-        idempotency_key: body.idempotency_key,
-        priority: body.priority,
-        actor: caller.actor.clone(),
-    };
+    let request = body.into_request(caller, task);
     state.ax.check_trigger(&request)?;
     Ok(request)
 }
