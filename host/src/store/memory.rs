@@ -120,6 +120,8 @@ struct State {
 pub struct MemoryStore {
     state: Mutex<State>,
     scan_limit: usize,
+    /// How long each `write_runs` takes (zero but in tests of slow writes).
+    write_delay: std::time::Duration,
     /// The plugins' key-value store.
     kv: std::sync::Arc<super::kv::MemoryKv>,
     /// Tenants' secrets.
@@ -138,6 +140,7 @@ impl MemoryStore {
         Self {
             state: Mutex::new(State::default()),
             scan_limit: MAX_SCAN,
+            write_delay: std::time::Duration::ZERO,
             kv: Default::default(),
             secrets: Default::default(),
         }
@@ -147,6 +150,14 @@ impl MemoryStore {
     #[cfg(test)]
     pub(crate) fn with_scan_limit(mut self, scan_limit: usize) -> Self {
         self.scan_limit = scan_limit;
+        self
+    }
+
+    /// Makes every `write_runs` take `delay` (real time, holding no lock),
+    /// as a loaded disk would, so tests see runs while they are being written.
+    #[cfg(test)]
+    pub(crate) fn with_write_delay(mut self, delay: std::time::Duration) -> Self {
+        self.write_delay = delay;
         self
     }
 
@@ -414,6 +425,9 @@ impl Store for MemoryStore {
     }
 
     fn write_runs(&self, runs: &[(RunRecord, Vec<Event>)], usage: &[UsageBucket]) -> Result<()> {
+        if !self.write_delay.is_zero() {
+            std::thread::sleep(self.write_delay);
+        }
         let mut state = self.state();
         let mut missing = None;
         for (run, events) in runs {

@@ -56,7 +56,7 @@ use crate::tenant::UsageBucket;
 
 use self::active::ActiveRun;
 use self::create::{Inserting, PendingRun};
-use self::write::{Dirty, WriteJob, spawn_writer};
+use self::write::{Dirty, InFlight, WriteJob, spawn_writer};
 
 /// Commands drained per wake-up before dispatching (amortises the dispatch scan).
 const BATCH: usize = 256;
@@ -157,6 +157,8 @@ pub(super) struct Actor {
     dirty: Dirty,
     /// Terminal runs already dropped from `runs`, kept until flushed.
     finished: HashMap<String, RunRecord>,
+    /// Runs handed to the writer, not yet stored.
+    in_flight: InFlight,
     /// The run writer (from the start of the main loop; before it, during
     /// recovery, runs are written in place).
     writer: Option<mpsc::UnboundedSender<WriteJob>>,
@@ -234,6 +236,7 @@ impl Actor {
             heads_refilled_at: Millis::MIN,
             dirty: Dirty::default(),
             finished: HashMap::new(),
+            in_flight: InFlight::default(),
             writer: None,
             mailbox: None,
             done_tx,
@@ -259,7 +262,7 @@ impl Actor {
     ) {
         let mut done_rx = self.done_rx.take().expect("taken once");
         let mut cond_rx = self.cond_rx.take().expect("taken once");
-        self.writer = Some(spawn_writer(self.store.clone()));
+        self.writer = Some(spawn_writer(self.store.clone(), &self.in_flight));
         self.mailbox = Some(mailbox);
         let mut last_flush = tokio::time::Instant::now();
         // The system clock wakes on time through an alarm thread; a test

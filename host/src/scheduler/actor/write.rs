@@ -1,8 +1,9 @@
 //! Writing runs: dirty tracking, the write-behind interval, the run writer
 //! (batches applied in order off the actor) and commands ordered after writes.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::sync::mpsc;
 
@@ -32,6 +33,56 @@ pub(super) struct WriteJob {
     pub(super) runs: Vec<(RunRecord, Vec<Event>)>,
     pub(super) usage: Vec<UsageBucket>,
     pub(super) then: Option<Box<dyn FnOnce(Result<()>) + Send>>,
+    /// The job's number ([`InFlight`]); the writer marks it written.
+    pub(super) seq: u64,
+}
+
+/// Runs handed to the writer and not yet stored. While a run is in flight
+/// the store's copy is stale (a finished run still reads `queued` there,
+/// with its queue index entry), so whatever reads runs back from the store
+/// — refilling the queue's head, taking up a parked run to cancel it — must
+/// treat it as held in memory. Without this a run that had just finished
+/// was taken up again as parked: run twice, and the parked count fell below
+/// the stored one, so the last parked runs were never taken up.
+#[derive(Default)]
+pub(super) struct InFlight {
+    /// The last job the writer has finished with (stored, or given up).
+    written: Arc<AtomicU64>,
+    /// The last job handed to the writer.
+    sent: u64,
+    /// Each job still in flight with its runs, oldest first.
+    jobs: VecDeque<(u64, Vec<String>)>,
+    /// Each run in flight, with the last job that writes it.
+    ids: HashMap<String, u64>,
+}
+
+impl InFlight {
+    /// Numbers the next job, which writes `ids`, and forgets the jobs
+    /// already written.
+    fn send(&mut self, ids: Vec<String>) -> u64 {
+        let written = self.written.load(Ordering::Acquire);
+        while self.jobs.front().is_some_and(|(seq, _)| *seq <= written) {
+            let (seq, done) = self.jobs.pop_front().expect("checked above");
+            for id in done {
+                if self.ids.get(&id) == Some(&seq) {
+                    self.ids.remove(&id);
+                }
+            }
+        }
+        self.sent += 1;
+        for id in &ids {
+            self.ids.insert(id.clone(), self.sent);
+        }
+        self.jobs.push_back((self.sent, ids));
+        self.sent
+    }
+
+    /// Whether run `id` has changes the writer has not stored yet.
+    pub(super) fn contains(&self, id: &str) -> bool {
+        self.ids
+            .get(id)
+            .is_some_and(|seq| *seq > self.written.load(Ordering::Acquire))
+    }
 }
 
 /// The run writer: applies the actor's write-behind batches in order, each in
@@ -39,13 +90,18 @@ pub(super) struct WriteJob {
 /// due (flushing 50-100 runs took 5-17 ms, during which nothing was
 /// dispatched). A job's `then` runs once its runs are written. Blocking tasks
 /// also hold tokio's paused test clock, so tests see writes as they happen.
-pub(super) fn spawn_writer(store: Arc<dyn Store>) -> mpsc::UnboundedSender<WriteJob> {
+pub(super) fn spawn_writer(
+    store: Arc<dyn Store>,
+    in_flight: &InFlight,
+) -> mpsc::UnboundedSender<WriteJob> {
     let (tx, mut rx) = mpsc::unbounded_channel::<WriteJob>();
+    let written = in_flight.written.clone();
     tokio::spawn(async move {
         while let Some(WriteJob {
             mut runs,
             mut usage,
             mut then,
+            seq,
         }) = rx.recv().await
         {
             let mut wait = WRITE_RETRY_FIRST;
@@ -82,6 +138,7 @@ pub(super) fn spawn_writer(store: Arc<dyn Store>) -> mpsc::UnboundedSender<Write
             if let Err(e) = &result {
                 tracing::error!(error = %e, "writing runs failed");
             }
+            written.store(seq, Ordering::Release);
             if let Some(then) = then {
                 then(result);
             }
@@ -157,9 +214,15 @@ impl Actor {
                 if runs.is_empty() && usage.is_empty() && then.is_none() {
                     return Ok(());
                 }
-                if let Err(mpsc::error::SendError(job)) =
-                    writer.send(WriteJob { runs, usage, then })
-                {
+                let seq = self
+                    .in_flight
+                    .send(runs.iter().map(|(rec, _)| rec.id.clone()).collect());
+                if let Err(mpsc::error::SendError(job)) = writer.send(WriteJob {
+                    runs,
+                    usage,
+                    then,
+                    seq,
+                }) {
                     if let Some(then) = job.then {
                         then(Err(Error::Stopped));
                     }

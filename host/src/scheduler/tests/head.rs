@@ -73,6 +73,50 @@ async fn a_long_queue_keeps_a_bounded_head_in_memory_and_drains_in_order() {
     assert_eq!(snapshot(&h).await.parked_runs, 0);
 }
 
+/// A run's queue entry stays in the store until its final write lands; a
+/// refill while that write is under way must not take the finished run up
+/// again (it ran twice, and the parked count fell short, so the last parked
+/// runs were never taken up: the bulk test on a loaded CI machine).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refill_while_runs_are_being_written_takes_none_up_twice() {
+    let store = Arc::new(MemoryStore::new().with_write_delay(Duration::from_millis(15)));
+    let h = Harness::start_with(store, headed(10)).await;
+    h.put_task("name: q\nplugin: ok@1.0.0\n").await;
+    let requests = (0..300)
+        .map(|_| TriggerRequest {
+            tenant: "t".into(),
+            task: "q".into(),
+            actor: "test".into(),
+            ..Default::default()
+        })
+        .collect();
+    let ids: Vec<String> = h
+        .scheduler
+        .trigger_batch(requests)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|answer| answer.unwrap().0.id)
+        .collect();
+    for id in &ids {
+        let run = h.poll(id, Patience::Real, |r| r.status.is_terminal()).await;
+        assert_eq!(run.status, RunStatus::Succeeded);
+    }
+    let mut calls: Vec<String> = h
+        .runner
+        .calls
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|c| c.0.clone())
+        .collect();
+    calls.sort();
+    let before = calls.len();
+    calls.dedup();
+    assert_eq!(before, calls.len(), "a run ran twice");
+    assert_eq!(snapshot(&h).await.parked_runs, 0);
+}
+
 #[tokio::test(start_paused = true)]
 async fn parked_runs_come_back_in_dispatch_order() {
     let h = Harness::start_with(Arc::new(MemoryStore::new()), headed(5)).await;
