@@ -134,7 +134,7 @@ impl TaskView {
             version: task.version,
             created_at: instant(task.created_at),
             updated_at: instant(task.updated_at),
-            spec: task.spec,
+            spec: std::sync::Arc::unwrap_or_clone(task.spec),
             paused,
             next_fire: schedule
                 .filter(|s| !s.paused)

@@ -495,8 +495,11 @@ pub struct RunRecord {
     pub tenant: String,
     /// Task name.
     pub task: String,
-    /// Snapshot of the task definition the run was started from.
-    pub spec: serde_json::Value,
+    /// Snapshot of the task definition the run was started from, shared
+    /// with the task record it was made from (and every run made from it):
+    /// a run is cloned at every write, and its definition is its largest
+    /// part.
+    pub spec: std::sync::Arc<serde_json::Value>,
     /// Run state.
     pub status: RunStatus,
     /// Why the run is in its state (held, shed, cancelled by whom…).
@@ -672,8 +675,9 @@ pub struct TaskRecord {
     pub tenant: String,
     /// Task name.
     pub name: String,
-    /// The validated definition (the `TaskSpec`, as JSON).
-    pub spec: serde_json::Value,
+    /// The validated definition (the `TaskSpec`, as JSON), shared with the
+    /// runs made from it.
+    pub spec: std::sync::Arc<serde_json::Value>,
     /// The definition as the user sent it (YAML or JSON text).
     pub source: String,
     /// When first created (ms); `delay` triggers count from here.

@@ -176,7 +176,7 @@ pub async fn sweep(
             let scanned = runs.len();
             let mut policies = HashMap::new();
             for task in store2.list_tasks(None)? {
-                let spec: Option<TaskSpec> = serde_json::from_value(task.spec).ok();
+                let spec: Option<TaskSpec> = TaskSpec::deserialize(task.spec.as_ref()).ok();
                 policies.insert(
                     TaskKey::new(task.tenant, task.name),
                     spec.and_then(|s| s.retention),

@@ -10,6 +10,7 @@ use crate::scheduler::TriggerRequest;
 use crate::service::{Ax, Error, ItemError, MAX_BATCH_RUNS, Result, check_batch_len};
 use crate::store::{AttemptLogs, RunPage, RunQuery};
 use crate::task::TaskSpec;
+use serde::Deserialize;
 
 impl Ax {
     /// Triggers a run; answers once it is durable. `false`: an existing run
@@ -74,7 +75,7 @@ impl Ax {
                 return self.send_batch(requests).await;
             }
             let spec: TaskSpec =
-                serde_json::from_value(record.spec).map_err(|source| Error::Record {
+                TaskSpec::deserialize(record.spec.as_ref()).map_err(|source| Error::Record {
                     what: format!("the definition of task `{}`", first.task),
                     source,
                 })?;

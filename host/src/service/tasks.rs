@@ -3,6 +3,7 @@
 //! `after` graph), many at once all or nothing (bulk apply), show, list by
 //! page, delete, pause and resume.
 
+use serde::Deserialize;
 use std::collections::{HashMap, HashSet};
 
 use crate::dag;
@@ -20,7 +21,7 @@ impl Ax {
             .into_iter()
             .map(|t| {
                 let spec =
-                    serde_json::from_value(t.spec.clone()).map_err(|e| record_of(&t.name, e))?;
+                    TaskSpec::deserialize(t.spec.as_ref()).map_err(|e| record_of(&t.name, e))?;
                 Ok((t, spec))
             })
             .collect()
@@ -173,10 +174,12 @@ impl Ax {
             format: RECORD_FORMAT,
             tenant: tenant.to_string(),
             name: name.to_string(),
-            spec: serde_json::to_value(&spec).map_err(|source| Error::Record {
-                what: format!("the definition of task `{name}`"),
-                source,
-            })?,
+            spec: serde_json::to_value(&spec)
+                .map_err(|source| Error::Record {
+                    what: format!("the definition of task `{name}`"),
+                    source,
+                })?
+                .into(),
             source: body.to_string(),
             created_at,
             updated_at: now.timestamp_millis(),

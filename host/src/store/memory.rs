@@ -161,6 +161,14 @@ impl MemoryStore {
         self
     }
 
+    /// Calls `f` with every stored run, borrowed (the simulation's checks
+    /// read them all after every step; cloning them was most of its time).
+    #[cfg(test)]
+    pub(crate) fn with_runs<R>(&self, f: impl FnOnce(Vec<&RunRecord>) -> R) -> R {
+        let state = self.state();
+        f(state.runs.values().collect())
+    }
+
     fn state(&self) -> MutexGuard<'_, State> {
         // Every operation leaves the maps consistent before it can panic
         // (clones and inserts only), so a poisoned lock still guards sound data.

@@ -8,6 +8,7 @@ use crate::model::{Millis, RunRecord, RunStatus, StepRunRecord};
 use crate::scheduler::core::Ctx;
 use crate::scheduler::{Error, Result, core as decide};
 use crate::task::TaskSpec;
+use serde::Deserialize;
 
 impl Actor {
     pub(super) fn on_cancel(&mut self, run_id: &str, actor: &str) -> Result<RunRecord> {
@@ -123,7 +124,7 @@ impl Actor {
             .store
             .get_run(run_id)?
             .ok_or_else(|| Error::NotFound(format!("run `{run_id}`")))?;
-        let spec: TaskSpec = serde_json::from_value(rec.spec.clone())
+        let spec: TaskSpec = TaskSpec::deserialize(rec.spec.as_ref())
             .map_err(|e| Error::Conflict(format!("the run's task snapshot is unreadable: {e}")))?;
         let i = spec
             .steps
@@ -150,7 +151,7 @@ impl Actor {
         now: Millis,
         reason: &str,
     ) -> Result<RunRecord> {
-        let spec: TaskSpec = serde_json::from_value(rec.spec.clone())
+        let spec: TaskSpec = TaskSpec::deserialize(rec.spec.as_ref())
             .map_err(|e| Error::Conflict(format!("the run's task snapshot is unreadable: {e}")))?;
         let mut events = Vec::new();
         decide::control::reopen(&mut rec, reset, Ctx { now, actor }, reason, &mut events);

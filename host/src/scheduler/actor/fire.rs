@@ -1,6 +1,7 @@
 //! Time triggers: arming and disarming fire timers, storing and pausing task
 //! schedules, due timers, and firing a task's instants.
 
+use serde::Deserialize;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -57,7 +58,7 @@ impl Actor {
         record: crate::model::TaskRecord,
         now: chrono::DateTime<chrono::Utc>,
     ) -> Result<Saved> {
-        let spec: TaskSpec = serde_json::from_value(record.spec.clone())
+        let spec: TaskSpec = TaskSpec::deserialize(record.spec.as_ref())
             .map_err(|e| Error::Conflict(format!("definition of `{}`: {e}", record.name)))?;
         let trigger = Trigger::compile(spec.trigger.as_ref(), from_ms(record.created_at))
             .map_err(|e| Error::Conflict(format!("trigger of `{}`: {e}", record.name)))?;

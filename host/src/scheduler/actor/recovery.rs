@@ -11,6 +11,7 @@ use crate::scheduler::quota::{TenantQuota, WindowUse};
 use crate::scheduler::{Result, core as decide};
 use crate::task::TaskSpec;
 use crate::tenant::HOUR_MS;
+use serde::Deserialize;
 
 impl Actor {
     /// Rebuilds memory from the store after a start: attempts that were
@@ -66,7 +67,7 @@ impl Actor {
         }
         active.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
         for rec in active {
-            let spec: TaskSpec = match serde_json::from_value(rec.spec.clone()) {
+            let spec: TaskSpec = match TaskSpec::deserialize(rec.spec.as_ref()) {
                 Ok(spec) => spec,
                 Err(e) => {
                     tracing::error!(run = %rec.id, error = %e, "cannot read the task snapshot of an active run; failing it");

@@ -8,6 +8,7 @@
 //! creating its run; without the cache each fire of a task outside the
 //! window, and each `after` start, would parse it again.
 
+use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
@@ -98,7 +99,7 @@ impl Actor {
             .store
             .get_task(tenant, name)?
             .ok_or_else(|| Error::NotFound(format!("task `{name}`")))?;
-        let spec: TaskSpec = serde_json::from_value(record.spec.clone()).map_err(|e| {
+        let spec: TaskSpec = TaskSpec::deserialize(record.spec.as_ref()).map_err(|e| {
             Error::Conflict(format!("stored definition of `{name}` is unreadable: {e}"))
         })?;
         let loaded = Loaded {
@@ -124,7 +125,7 @@ mod tests {
             format: crate::model::RECORD_FORMAT,
             tenant: "t".into(),
             name: name.into(),
-            spec: serde_json::to_value(&spec).unwrap(),
+            spec: serde_json::to_value(&spec).unwrap().into(),
             source: String::new(),
             created_at: 0,
             updated_at: 0,

@@ -37,7 +37,7 @@ fn state(yaml: &str) -> RunState {
         id: "r1".into(),
         tenant: "t".into(),
         task: spec.name.clone(),
-        spec: serde_json::Value::Null,
+        spec: serde_json::Value::Null.into(),
         status: RunStatus::Queued,
         reason: None,
         priority: 5,

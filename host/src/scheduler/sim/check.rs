@@ -7,8 +7,7 @@ use super::runner::RunnerLog;
 use super::scenario::{World, t0};
 use super::store::SimStore;
 use crate::model::{Millis, Outcome, RunRecord, StepStatus, TriggerKind};
-use crate::store::{RunQuery, Store};
-use crate::task::TaskSpec;
+use crate::store::Store;
 
 /// Lost attempts that do not count against a step's retries (the
 /// scheduler's default, `SchedulerConfig::max_lost_attempts`).
@@ -29,18 +28,6 @@ pub(super) fn name(run: &RunRecord) -> String {
     )
 }
 
-fn all_runs(store: &SimStore) -> Vec<RunRecord> {
-    let mut runs = store
-        .list_runs(&RunQuery {
-            limit: 100_000,
-            ..Default::default()
-        })
-        .map(|p| p.runs)
-        .unwrap_or_default();
-    runs.sort_by_key(name);
-    runs
-}
-
 fn letter(o: Option<Outcome>) -> char {
     match o {
         None => 'r',
@@ -56,11 +43,11 @@ fn letter(o: Option<Outcome>) -> char {
     }
 }
 
-/// Every stored run, its status and its attempts' outcomes, in one line.
-pub(super) fn summary(store: &SimStore) -> String {
-    let runs = all_runs(store);
+/// Every stored run (`runs`, sorted by name), its status and its
+/// attempts' outcomes, in one line.
+pub(super) fn summary(runs: &[&RunRecord]) -> String {
     let mut s = format!("{} runs:", runs.len());
-    for run in &runs {
+    for run in runs {
         s += &format!(" {}={}[", name(run), run.status.as_str());
         for (i, step) in run.steps.iter().enumerate() {
             if i > 0 {
@@ -91,12 +78,40 @@ fn budget_in(world: &World, tenant: &str, hour: Millis) -> Option<u64> {
     }
 }
 
-/// Checks every invariant (numbered as in the module doc of `sim`); `last`: the end of the scenario (every run must
+/// Fuel stored per tenant and hour.
+pub(super) type Usage = HashMap<String, BTreeMap<Millis, u64>>;
+
+/// The fuel `store` holds for each of the world's tenants, by hour (read
+/// before the runs: [`SimStore::with_runs`] holds the store's lock).
+pub(super) fn usage(store: &SimStore, world: &World) -> Usage {
+    world
+        .tenants
+        .keys()
+        .map(|tenant| {
+            let mut stored: BTreeMap<Millis, u64> = BTreeMap::new();
+            for b in store
+                .usage(tenant, Millis::MIN, Millis::MAX)
+                .unwrap_or_default()
+            {
+                *stored.entry(b.hour).or_default() += b.fuel;
+            }
+            (tenant.clone(), stored)
+        })
+        .collect()
+}
+
+/// Checks every invariant (numbered as in the module doc of `sim`) on the
+/// stored `runs` and usage; `last`: the end of the scenario (every run must
 /// be terminal).
-pub(super) fn all(store: &SimStore, world: &World, log: &RunnerLog, last: bool) -> Vec<String> {
+pub(super) fn all(
+    runs: &[&RunRecord],
+    usage: &Usage,
+    world: &World,
+    log: &RunnerLog,
+    last: bool,
+) -> Vec<String> {
     let mut v: Vec<String> = log.violations.clone();
-    let runs = all_runs(store);
-    let by_id: HashMap<&str, &RunRecord> = runs.iter().map(|r| (r.id.as_str(), r)).collect();
+    let by_id: HashMap<&str, &RunRecord> = runs.iter().map(|r| (r.id.as_str(), *r)).collect();
 
     // 1. No accepted run lost.
     for a in &world.accepted {
@@ -111,7 +126,7 @@ pub(super) fn all(store: &SimStore, world: &World, log: &RunnerLog, last: bool) 
     // 2. One run per (task, instant) of a time trigger; one per key.
     let mut fires: BTreeMap<(&str, &str, Millis), usize> = BTreeMap::new();
     let mut keys: BTreeMap<(&str, &str, &str), usize> = BTreeMap::new();
-    for run in &runs {
+    for run in runs {
         if matches!(
             run.trigger,
             TriggerKind::Cron | TriggerKind::Every | TriggerKind::At | TriggerKind::Delay
@@ -136,8 +151,7 @@ pub(super) fn all(store: &SimStore, world: &World, log: &RunnerLog, last: bool) 
         }
     }
 
-    for run in &runs {
-        let spec: Option<TaskSpec> = serde_json::from_value(run.spec.clone()).ok();
+    for run in runs {
         for (i, step) in run.steps.iter().enumerate() {
             // 3. On the record: nothing after a success in a step's attempts.
             if let Some(s) = step
@@ -162,10 +176,13 @@ pub(super) fn all(store: &SimStore, world: &World, log: &RunnerLog, last: bool) 
                 ));
             }
             // 4. Attempts in the round ≤ max_attempts + lost (bounded).
-            let Some(max) = spec
-                .as_ref()
-                .and_then(|s| s.steps.get(i))
-                .map(|s| s.retry.max_attempts)
+            // From the run's snapshot of its task (a stored `TaskSpec`, all
+            // fields written), read in place: parsing whole specs after
+            // every step was a fifth of the simulation's time.
+            let Some(max) = run
+                .spec
+                .pointer(&format!("/steps/{i}/retry/max_attempts"))
+                .and_then(serde_json::Value::as_u64)
             else {
                 continue;
             };
@@ -188,13 +205,7 @@ pub(super) fn all(store: &SimStore, world: &World, log: &RunnerLog, last: bool) 
 
     // 5. Fuel within the budget: as stored, and as burned in quiet hours.
     for tenant in world.tenants.keys() {
-        let mut stored: BTreeMap<Millis, u64> = BTreeMap::new();
-        for b in store
-            .usage(tenant, Millis::MIN, Millis::MAX)
-            .unwrap_or_default()
-        {
-            *stored.entry(b.hour).or_default() += b.fuel;
-        }
+        let stored = usage.get(tenant).cloned().unwrap_or_default();
         let mut burned: BTreeMap<Millis, u64> = BTreeMap::new();
         for f in log.finished.iter().filter(|f| f.tenant == *tenant) {
             *burned.entry(f.at.div_euclid(HOUR) * HOUR).or_default() += f.fuel;

@@ -373,7 +373,9 @@ impl Sim {
             format: RECORD_FORMAT,
             tenant: tenant.clone(),
             name: name.clone(),
-            spec: serde_json::to_value(&spec).expect("a spec serializes"),
+            spec: serde_json::to_value(&spec)
+                .expect("a spec serializes")
+                .into(),
             source: yaml,
             created_at: now.timestamp_millis(),
             updated_at: now.timestamp_millis(),
@@ -843,15 +845,24 @@ impl Sim {
         }
     }
 
+    /// The stored runs in one line, and the invariants they break (`last`:
+    /// at the end), from one reading of the store.
+    fn look(&self, last: bool) -> (String, Vec<String>) {
+        let usage = check::usage(&self.store, &self.world);
+        let log = self.log.lock().expect("runner log");
+        self.store.with_runs(|runs| {
+            (
+                check::summary(runs),
+                check::all(runs, &usage, &self.world, &log, last),
+            )
+        })
+    }
+
     async fn check(&mut self) {
         self.settle().await;
         let at = self.now_rel();
-        let summary = check::summary(&self.store);
+        let (summary, found) = self.look(false);
         self.note(format!("{at} state {summary}"));
-        let found = {
-            let log = self.log.lock().expect("runner log");
-            check::all(&self.store, &self.world, &log, false)
-        };
         self.violations.extend(found);
     }
 
@@ -888,14 +899,10 @@ impl Sim {
             }
         }
         self.settle().await;
-        let summary = check::summary(&self.store);
+        let (summary, found) = self.look(true);
         let at = self.now_rel();
         let refused = self.store.refused();
         self.note(format!("{at} final ({refused} writes refused) {summary}"));
-        let found = {
-            let log = self.log.lock().expect("runner log");
-            check::all(&self.store, &self.world, &log, true)
-        };
         self.violations.extend(found);
     }
 }

@@ -128,6 +128,15 @@ impl SimStore {
         self.lock().inner.clone()
     }
 
+    /// Calls `f` with every stored run, borrowed, sorted by their names in
+    /// the trace.
+    pub(super) fn with_runs<R>(&self, f: impl FnOnce(&[&RunRecord]) -> R) -> R {
+        self.inner().with_runs(|mut runs| {
+            runs.sort_by_cached_key(|r| super::check::name(r));
+            f(&runs)
+        })
+    }
+
     /// Refuses about `per_mille`/1000 of the writes from now on (0: none).
     pub(super) fn set_faults(&self, per_mille: u32) {
         self.lock().fail_per_mille = per_mille;

@@ -154,7 +154,7 @@ fn task_record(tenant: &str, yaml: &str, now: DateTime<Utc>) -> TaskRecord {
         format: RECORD_FORMAT,
         tenant: tenant.into(),
         name: spec.name.clone(),
-        spec: serde_json::to_value(&spec).unwrap(),
+        spec: serde_json::to_value(&spec).unwrap().into(),
         source: yaml.into(),
         created_at: now.timestamp_millis(),
         updated_at: now.timestamp_millis(),

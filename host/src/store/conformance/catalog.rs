@@ -248,7 +248,7 @@ pub(super) fn downstream_tasks_follow_the_after_triggers<S: Store>(make: Make<S>
     let (store, _dir) = make(SCAN);
     let after = |tenant: &str, name: &str, ups: &[&str]| {
         let mut t = task(tenant, name, 1);
-        t.spec = json!({"trigger": {"after": ups, "on": "success"}});
+        t.spec = json!({"trigger": {"after": ups, "on": "success"}}).into();
         t
     };
     let none = |tenant: &str, name: &str| schedule(tenant, name, None);

@@ -16,7 +16,7 @@ pub(super) fn run(id: &str, status: RunStatus) -> RunRecord {
         id: id.to_owned(),
         tenant: "t1".to_owned(),
         task: "a".to_owned(),
-        spec: json!({"steps": [{"name": "s1"}]}),
+        spec: json!({"steps": [{"name": "s1"}]}).into(),
         status,
         reason: None,
         priority: 5,

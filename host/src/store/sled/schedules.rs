@@ -244,7 +244,7 @@ mod tests {
             format: RECORD_FORMAT,
             tenant: "t".into(),
             name: name.into(),
-            spec: json!({"trigger": {"after": after}}),
+            spec: json!({"trigger": {"after": after}}).into(),
             source: String::new(),
             created_at: 0,
             updated_at: 0,
