@@ -122,7 +122,11 @@ struct State {
 }
 
 impl State {
-    fn write_runs(&mut self, runs: &[(RunRecord, Vec<Event>)], usage: &[UsageBucket]) -> Result<()> {
+    fn write_runs(
+        &mut self,
+        runs: &[(RunRecord, Vec<Event>)],
+        usage: &[UsageBucket],
+    ) -> Result<()> {
         let mut missing = None;
         for (run, events) in runs {
             let Some(slot) = self.runs.get_mut(&run.id) else {

@@ -47,7 +47,10 @@ pub(super) fn alerts_are_written_with_their_run<S: Store>(make: Make<S>) {
     store
         .write_runs_with_alerts(&[(r.clone(), Vec::<Event>::new())], &[], &[a.clone()])
         .unwrap();
-    assert_eq!(store.get_run("r1").unwrap().unwrap().status, RunStatus::Failed);
+    assert_eq!(
+        store.get_run("r1").unwrap().unwrap().status,
+        RunStatus::Failed
+    );
     assert_eq!(store.get_alert("a1").unwrap(), Some(a.clone()));
     // Alerts alone (no run) are a write too.
     store
@@ -57,9 +60,7 @@ pub(super) fn alerts_are_written_with_their_run<S: Store>(make: Make<S>) {
     assert_eq!(store.get_alert("nope").unwrap(), None);
 }
 
-pub(super) fn due_alerts_come_in_next_try_order_and_follow_every_change<S: Store>(
-    make: Make<S>,
-) {
+pub(super) fn due_alerts_come_in_next_try_order_and_follow_every_change<S: Store>(make: Make<S>) {
     let (store, _dir) = make(SCAN);
     store
         .put_alerts(&[
@@ -85,7 +86,10 @@ pub(super) fn due_alerts_come_in_next_try_order_and_follow_every_change<S: Store
     assert_eq!(store.get_alert("a2").unwrap(), Some(a2));
     assert_eq!(list(&store, "beta", Some(AlertStatus::Dead)), ["a3"]);
     assert_eq!(list(&store, "beta", Some(AlertStatus::Delivered)), ["a4"]);
-    assert_eq!(list(&store, "beta", Some(AlertStatus::Pending)), Vec::<String>::new());
+    assert_eq!(
+        list(&store, "beta", Some(AlertStatus::Pending)),
+        Vec::<String>::new()
+    );
     // A dead one requeued is due again.
     let mut a3 = store.get_alert("a3").unwrap().unwrap();
     a3.status = AlertStatus::Pending;
@@ -153,11 +157,23 @@ pub(super) fn trimming_keeps_the_newest_of_one_state_and_counts_follow<S: Store>
             ("beta".to_string(), AlertStatus::Pending, 1),
         ]
     );
-    assert_eq!(store.trim_alerts("acme", AlertStatus::Pending, 2).unwrap(), 3);
-    assert_eq!(store.trim_alerts("acme", AlertStatus::Pending, 2).unwrap(), 0);
-    assert_eq!(list(&store, "acme", Some(AlertStatus::Pending)), ["p4", "p3"]);
+    assert_eq!(
+        store.trim_alerts("acme", AlertStatus::Pending, 2).unwrap(),
+        3
+    );
+    assert_eq!(
+        store.trim_alerts("acme", AlertStatus::Pending, 2).unwrap(),
+        0
+    );
+    assert_eq!(
+        list(&store, "acme", Some(AlertStatus::Pending)),
+        ["p4", "p3"]
+    );
     // The trimmed ones are gone from the queue and their records too.
-    assert_eq!(ids(&store.due_alerts(i64::MAX, 10).unwrap()), ["z0", "p3", "p4"]);
+    assert_eq!(
+        ids(&store.due_alerts(i64::MAX, 10).unwrap()),
+        ["z0", "p3", "p4"]
+    );
     assert_eq!(store.get_alert("p0").unwrap(), None);
     // Other states and tenants are untouched.
     assert_eq!(list(&store, "acme", Some(AlertStatus::Dead)).len(), 5);

@@ -166,7 +166,8 @@ pub(super) fn counts(store: &SledStore) -> Result<Vec<(String, AlertStatus, usiz
     for item in store.db.scan_prefix(&prefix) {
         let (k, _) = item.map_err(sled_error)?;
         let p = parts(&k, prefix.len())?;
-        let (Some(tenant), Some(status)) = (p.first(), p.get(1).and_then(|s| AlertStatus::parse(s)))
+        let (Some(tenant), Some(status)) =
+            (p.first(), p.get(1).and_then(|s| AlertStatus::parse(s)))
         else {
             return Err(corrupt_key(&k));
         };
