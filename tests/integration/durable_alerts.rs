@@ -232,6 +232,12 @@ fn an_alert_the_receiver_keeps_refusing_is_dead_listed_and_retried() {
     assert_eq!(alerts(&ax.url, "dead", 1)[0]["id"], id);
     let metrics = get_text(&format!("{}/metrics", ax.url));
     assert!(metrics.contains("\nax_alerts_dead 1\n"), "{metrics}");
+    // The CLI lists it.
+    let (ok, out) = ax_cli(&ax.url, &["alerts", "list", "--status", "dead"]);
+    assert!(
+        ok && out.contains(id) && out.contains("answered 500"),
+        "{out}"
+    );
     // Unknown ids are 404; a retry of the dead one puts it back.
     let (status, body) = post(&format!("{}/v1/alerts/a0/retry", ax.url), b"", "");
     assert_eq!((status, &body["error"]["code"]), (404, &json!("not_found")));
@@ -272,4 +278,22 @@ fn get_text(url: &str) -> String {
         .call()
         .unwrap();
     r.body_mut().read_to_string().unwrap()
+}
+
+/// Runs the `ax` CLI against `url`; whether it succeeded, and what it
+/// printed (stdout, then stderr).
+fn ax_cli(url: &str, args: &[&str]) -> (bool, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ax"))
+        .args(args)
+        .env("AX_URL", url)
+        .env("AX_TOKEN", crate::crash::TOKEN)
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("running ax");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
 }
