@@ -226,6 +226,22 @@ fn an_alert_the_receiver_keeps_refusing_is_dead_listed_and_retried() {
     assert_eq!(alert["last_error"], "answered 500", "{alert}");
     assert_eq!(received(&receiver, 2).len(), 2);
     let id = alert["id"].as_str().unwrap();
+    assert_eq!(alert["url"], hook.as_str(), "the admin sees the webhook");
+    // A tenant token sees its alerts, but not the URL of the admin's webhook.
+    let (status, token) = post(&format!("{}/v1/tenants/default/tokens", ax.url), b"", "");
+    assert_eq!(status, 201, "{token}");
+    let mut r = new_agent()
+        .get(&format!("{}/v1/alerts?status=dead", ax.url))
+        .header(
+            "Authorization",
+            format!("Bearer {}", token["token"].as_str().unwrap()),
+        )
+        .call()
+        .unwrap();
+    let seen: Value = serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap();
+    assert_eq!(seen["alerts"][0]["id"], id, "{seen}");
+    assert_eq!(seen["alerts"][0]["url"], "(set by the admin)", "{seen}");
+    assert!(!seen.to_string().contains(&hook), "{seen}");
     // Dead alerts are kept across a restart too.
     ax.kill();
     let ax = AxProcess::start_with(&data, &args);

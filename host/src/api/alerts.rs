@@ -2,6 +2,10 @@
 //! dead) and retry a dead one. Tenant-scoped like every `/v1` route: a
 //! tenant token sees its own alerts; the admin names a tenant with
 //! `X-Ax-Tenant`.
+//!
+//! A webhook the admin set (a tenant record's or the config's) may carry a
+//! secret in its URL (chat hooks do): a tenant token sees its alerts with
+//! `url` as [`ADMIN_WEBHOOK`], only the admin sees the URL.
 
 use axum::Json;
 use axum::extract::State;
@@ -17,6 +21,9 @@ use crate::model::time::rfc3339;
 use crate::store::{AlertQuery, AlertStatus, OutboxAlert};
 
 const DEFAULT_PAGE: usize = 50;
+
+/// What a tenant token sees for the URL of a webhook the admin set.
+pub(super) const ADMIN_WEBHOOK: &str = "(set by the admin)";
 
 /// `?status&limit&cursor` of an alert listing.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
@@ -38,7 +45,8 @@ pub(super) struct AlertView {
     pub id: String,
     /// `pending`, `delivered` or `dead`.
     pub status: AlertStatus,
-    /// The webhook.
+    /// The webhook (for a tenant token, [`ADMIN_WEBHOOK`] when the admin
+    /// set it).
     pub url: String,
     /// Whether the admin set the webhook (else a task did).
     pub set_by_admin: bool,
@@ -59,15 +67,21 @@ pub(super) struct AlertView {
     pub payload: Value,
 }
 
-impl From<OutboxAlert> for AlertView {
-    fn from(a: OutboxAlert) -> Self {
+impl AlertView {
+    /// The view `caller` may see (see the module docs).
+    fn for_caller(a: OutboxAlert, caller: &Caller) -> Self {
         let text = |k: &str| a.body.get(k).and_then(Value::as_str).map(str::to_string);
+        let url = if a.admin && !caller.admin {
+            ADMIN_WEBHOOK.to_string()
+        } else {
+            a.url
+        };
         Self {
             kind: text("kind"),
             run_id: text("run_id"),
             id: a.id,
             status: a.status,
-            url: a.url,
+            url,
             set_by_admin: a.admin,
             attempts: a.attempts,
             next_try: rfc3339(a.next_try),
@@ -104,13 +118,16 @@ pub(super) async fn list(
         None => None,
     };
     let (alerts, next) = state.ax.list_alerts(&AlertQuery {
-        tenant: caller.tenant,
+        tenant: caller.tenant.clone(),
         status,
         limit: bounded("limit", query.limit, DEFAULT_PAGE, PAGE_LIMITS)?,
         cursor: query.cursor.filter(|c| !c.is_empty()),
     })?;
     Ok(Json(AlertList {
-        alerts: alerts.into_iter().map(AlertView::from).collect(),
+        alerts: alerts
+            .into_iter()
+            .map(|a| AlertView::for_caller(a, &caller))
+            .collect(),
         next_cursor: next,
     }))
 }
@@ -125,7 +142,6 @@ pub(super) async fn retry(
     caller: Caller,
     ApiPath(id): ApiPath<String>,
 ) -> ApiResult<Json<AlertView>> {
-    Ok(Json(
-        state.ax.retry_alert(&caller.tenant, &id).await?.into(),
-    ))
+    let alert = state.ax.retry_alert(&caller.tenant, &id).await?;
+    Ok(Json(AlertView::for_caller(alert, &caller)))
 }
