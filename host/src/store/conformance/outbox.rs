@@ -45,7 +45,11 @@ pub(super) fn alerts_are_written_with_their_run<S: Store>(make: Make<S>) {
     r.status = RunStatus::Failed;
     let a = alert("a1", "acme", 5_000);
     store
-        .write_runs_with_alerts(&[(r.clone(), Vec::<Event>::new())], &[], &[a.clone()])
+        .write_runs_with_alerts(
+            &[(r.clone(), Vec::<Event>::new())],
+            &[],
+            std::slice::from_ref(&a),
+        )
         .unwrap();
     assert_eq!(
         store.get_run("r1").unwrap().unwrap().status,
