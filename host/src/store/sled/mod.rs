@@ -121,8 +121,8 @@ pub struct SledStore {
     dir: PathBuf,
     /// `dir/blobs`.
     blobs: PathBuf,
-    /// Serialises run updates, deletes and dead-letter writes, which read
-    /// before they write.
+    /// Serialises run updates, deletes, dead-letter and outbox writes, which
+    /// read before they write.
     run_lock: Mutex<()>,
     /// Serialises run inserts (which check claims, then write them) with
     /// deletes (which free them). Apart from `run_lock`: inserts touch only
