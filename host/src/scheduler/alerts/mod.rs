@@ -43,9 +43,12 @@
 //!   (a redirect could point anywhere; the receiver's URL should be fixed).
 //!
 //! A refusal at delivery is logged (`warn`, with the reason), counted in
-//! `ax_alerts_denied_total`, and not retried. The delivery counters are
-//! behind `GET /metrics`, which needs a token (docs/OPERATIONS.md), so a
-//! tenant cannot read another tenant's delivery results there.
+//! `ax_alerts_denied_total`, and not retried: the alert is `dead` with the
+//! reason (a retry once the ceiling allows it delivers it). The delivery
+//! counters are behind `GET /metrics`, which needs a token
+//! (docs/OPERATIONS.md), so a tenant cannot read another tenant's delivery
+//! results there; `GET /v1/alerts` shows a tenant only its own alerts, and
+//! the URL of a webhook the admin set only to the admin.
 //!
 //! # Never blocking the scheduler
 //!
