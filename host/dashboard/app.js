@@ -1,6 +1,7 @@
 // The dashboard's entry: sign-in, navigation and a hash router
 // (`#/tasks`, `#/tasks/NAME`, `#/runs?task=&status=&cursor=`, `#/runs/ID`,
-// `#/plugins`, `#/dead-letters`, `#/tenants[/NAME]` for the admin). The
+// `#/plugins`, `#/dead-letters`, `#/alerts?status=`, `#/tenants[/NAME]` for
+// the admin). The
 // server serves one page;
 // every route is drawn here from /v1 answers.
 
@@ -8,6 +9,7 @@ import { session, signIn, signOut, get, ApiError, tenantTokenId } from "./api.js
 import { h, replace } from "./dom.js";
 import { tasksPage, taskPage, runsPage, pluginsPage, deadLettersPage, errorBox } from "./pages.js";
 import { runPage } from "./run.js";
+import { alertsPage } from "./alerts.js";
 import { tenantsPage, tenantPage } from "./tenants.js";
 
 const main = document.getElementById("main");
@@ -25,6 +27,7 @@ const ROUTES = [
   [/^\/runs\/([^/]+)$/, (m) => (ctx) => runPage(ctx, decodeURIComponent(m[1]))],
   [/^\/plugins$/, () => pluginsPage],
   [/^\/dead-letters$/, () => deadLettersPage],
+  [/^\/alerts$/, () => alertsPage],
   [/^\/tenants$/, () => tenantsPage],
   [/^\/tenants\/([^/]+)$/, (m) => (ctx) => tenantPage(ctx, decodeURIComponent(m[1]))],
 ];

@@ -245,6 +245,8 @@ pub async fn start(config: Config, demo: bool) -> anyhow::Result<Server> {
         alerts: crate::scheduler::alerts::Alerter::start(
             config.alerts.clone(),
             tenants.clone(),
+            store.clone(),
+            clock.clone(),
             shutdown.clone(),
         ),
         ..scheduler_config

@@ -16,6 +16,7 @@ mod connections;
 mod contract;
 mod crash;
 mod dag;
+mod durable_alerts;
 mod layers;
 mod live;
 mod logs;

@@ -181,6 +181,8 @@ pub const ROUTES: &[Route] = &[
         "/v1/dead-letters/{id}/requeue",
         &[NOT_FOUND, CONFLICT, QUEUE_FULL],
     ),
+    route("get", "/v1/alerts", &[BAD_REQUEST]),
+    route("post", "/v1/alerts/{id}/retry", &[NOT_FOUND, CONFLICT]),
     route("get", "/v1/cron/next", &[INVALID]),
     route("put", "/v1/secrets/{name}", &[BAD_REQUEST, INVALID]),
     route("get", "/v1/secrets", &[]),
@@ -418,6 +420,9 @@ fn parameter_schema(path: &str, location: &str, name: &str) -> Option<(Value, Op
         }
         ("query", "limit") => integer(&PAGE_LIMITS),
         ("query", "count") => integer(&PREVIEW_COUNTS),
+        ("query", "status") if path == "/v1/alerts" => {
+            json!({"$ref": "#/components/schemas/AlertStatus"})
+        }
         ("query", "status") => json!({"$ref": "#/components/schemas/RunStatus"}),
         ("query", "format") => json!({"type": "string", "enum": GRAPH_FORMATS}),
         ("query", "open") => json!({"type": "boolean"}),

@@ -65,6 +65,7 @@ const ASSETS: &[Asset] = &[
     asset!("/ui/params.js", "params.js", JS),
     asset!("/ui/run.js", "run.js", JS),
     asset!("/ui/tenants.js", "tenants.js", JS),
+    asset!("/ui/alerts.js", "alerts.js", JS),
 ];
 
 /// `"<16 hex digits>"` per asset, in [`ASSETS`] order.

@@ -311,14 +311,22 @@ fn render(
     counter(
         &mut e,
         "ax_alerts_dropped_total",
-        "Webhook alerts dropped because the queue was full (oldest first).",
+        "Pending webhook alerts dropped because the tenant's outbox was full (oldest first).",
         alerts.dropped.load(Ordering::Relaxed),
     );
+    let outbox = stats.alerts.counts();
+    let in_outbox = |s| outbox.get(&s).copied().unwrap_or(0) as f64;
     gauge(
         &mut e,
         "ax_alerts_queued",
-        "Webhook alerts waiting (fresh and retrying).",
-        stats.alerts.queued() as f64,
+        "Webhook alerts pending in the outbox (fresh and retrying).",
+        in_outbox(crate::store::AlertStatus::Pending),
+    );
+    gauge(
+        &mut e,
+        "ax_alerts_dead",
+        "Webhook alerts dead-lettered in the outbox (kept until retried or aged out).",
+        in_outbox(crate::store::AlertStatus::Dead),
     );
     gauge(
         &mut e,

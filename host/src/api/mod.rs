@@ -16,6 +16,7 @@
 //!
 //! Route reference with examples: docs/API.md.
 
+mod alerts;
 pub mod auth;
 mod connections;
 pub mod contract;
@@ -123,6 +124,8 @@ fn routes(plugin_limit: usize) -> Vec<(&'static str, MethodRouter<ApiState>)> {
         ("/v1/dead-letters", get(runs::dead_letters)),
         ("/v1/dead-letters/{id}/resolve", post(runs::resolve)),
         ("/v1/dead-letters/{id}/requeue", post(runs::requeue)),
+        ("/v1/alerts", get(alerts::list)),
+        ("/v1/alerts/{id}/retry", post(alerts::retry)),
         ("/v1/secrets", get(secrets::list)),
         (
             "/v1/secrets/{name}",

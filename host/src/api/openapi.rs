@@ -31,7 +31,7 @@ use utoipa::openapi::path::{ParameterBuilder, ParameterIn};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{ObjectBuilder, Required, Type};
 
-use super::{metrics, ops, plugins, records, runs, secrets, tasks, tenants};
+use super::{alerts, metrics, ops, plugins, records, runs, secrets, tasks, tenants};
 
 /// The document, built once.
 #[derive(OpenApi)]
@@ -72,6 +72,8 @@ use super::{metrics, ops, plugins, records, runs, secrets, tasks, tenants};
         runs::dead_letters,
         runs::resolve,
         runs::requeue,
+        alerts::list,
+        alerts::retry,
         ops::cron_next,
         secrets::put,
         secrets::list,
@@ -99,6 +101,7 @@ use super::{metrics, ops, plugins, records, runs, secrets, tasks, tenants};
         (name = "tasks", description = "Task definitions and their triggers"),
         (name = "runs", description = "Runs: trigger, inspect, control"),
         (name = "dead letters", description = "Steps that exhausted their retries"),
+        (name = "alerts", description = "The webhook alert outbox: pending, delivered and dead alerts; retry a dead one"),
         (name = "secrets", description = "The tenant's write-only secrets, readable by plugins that list them"),
         (name = "tenants", description = "Admin only: tenants, quotas, tokens, usage"),
         (name = "operations", description = "Health, metrics, cron preview, this document"),

@@ -14,6 +14,7 @@
 //! and `capabilities` (secrets, the HTTP ceiling). This file holds the facade
 //! itself and its error.
 
+mod alerts;
 mod capabilities;
 mod dead_letters;
 mod graph;

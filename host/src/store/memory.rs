@@ -11,7 +11,10 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use sha2::{Digest, Sha256};
 
-use super::{AttemptLogs, Error, Insert, NewRun, Result, RunPage, RunQuery, Store, SyncTicket};
+use super::{
+    AlertQuery, AlertStatus, AttemptLogs, Error, Insert, NewRun, OutboxAlert, Result, RunPage,
+    RunQuery, Store, SyncTicket,
+};
 use crate::model::ids::TaskKey;
 use crate::model::record::AttemptRecord;
 use crate::model::{
@@ -114,6 +117,41 @@ struct State {
     tokens: BTreeMap<String, TokenRecord>,
     /// Keyed by (tenant, hour, task).
     usage: BTreeMap<(String, Millis, String), UsageBucket>,
+    /// The alert outbox, keyed by id (ids sort by creation time).
+    alerts: BTreeMap<String, OutboxAlert>,
+}
+
+impl State {
+    fn write_runs(
+        &mut self,
+        runs: &[(RunRecord, Vec<Event>)],
+        usage: &[UsageBucket],
+    ) -> Result<()> {
+        let mut missing = None;
+        for (run, events) in runs {
+            let Some(slot) = self.runs.get_mut(&run.id) else {
+                missing.get_or_insert_with(|| run.id.clone());
+                continue;
+            };
+            *slot = run.clone();
+            let log = self.events.entry(run.id.clone()).or_default();
+            log.extend_from_slice(events);
+        }
+        for u in usage {
+            let key = (u.tenant.clone(), u.hour, u.task.clone());
+            self.usage
+                .entry(key)
+                .and_modify(|b| b.add(u))
+                .or_insert_with(|| u.clone());
+        }
+        missing.map_or(Ok(()), |id| Err(missing_run(&id)))
+    }
+
+    fn put_alerts(&mut self, alerts: &[OutboxAlert]) {
+        for a in alerts {
+            self.alerts.insert(a.id.clone(), a.clone());
+        }
+    }
 }
 
 /// A [`Store`] in memory: maps under one mutex. For tests.
@@ -433,29 +471,21 @@ impl Store for MemoryStore {
     }
 
     fn write_runs(&self, runs: &[(RunRecord, Vec<Event>)], usage: &[UsageBucket]) -> Result<()> {
+        self.write_runs_with_alerts(runs, usage, &[])
+    }
+
+    fn write_runs_with_alerts(
+        &self,
+        runs: &[(RunRecord, Vec<Event>)],
+        usage: &[UsageBucket],
+        alerts: &[OutboxAlert],
+    ) -> Result<()> {
         if !self.write_delay.is_zero() {
             std::thread::sleep(self.write_delay);
         }
         let mut state = self.state();
-        let mut missing = None;
-        for (run, events) in runs {
-            let Some(slot) = state.runs.get_mut(&run.id) else {
-                missing.get_or_insert_with(|| run.id.clone());
-                continue;
-            };
-            *slot = run.clone();
-            let log = state.events.entry(run.id.clone()).or_default();
-            log.extend_from_slice(events);
-        }
-        for u in usage {
-            let key = (u.tenant.clone(), u.hour, u.task.clone());
-            state
-                .usage
-                .entry(key)
-                .and_modify(|b| b.add(u))
-                .or_insert_with(|| u.clone());
-        }
-        missing.map_or(Ok(()), |id| Err(missing_run(&id)))
+        state.put_alerts(alerts);
+        state.write_runs(runs, usage)
     }
 
     fn get_run(&self, id: &str) -> Result<Option<RunRecord>> {
@@ -656,6 +686,69 @@ impl Store for MemoryStore {
         let selected =
             newest_first.filter(|d| d.tenant == tenant && (!open_only || d.resolution.is_none()));
         Ok(selected.cloned().collect())
+    }
+
+    fn put_alerts(&self, alerts: &[OutboxAlert]) -> Result<()> {
+        self.state().put_alerts(alerts);
+        Ok(())
+    }
+
+    fn get_alert(&self, id: &str) -> Result<Option<OutboxAlert>> {
+        Ok(self.state().alerts.get(id).cloned())
+    }
+
+    fn due_alerts(&self, until: Millis, limit: usize) -> Result<Vec<OutboxAlert>> {
+        let state = self.state();
+        let mut due: Vec<&OutboxAlert> = state
+            .alerts
+            .values()
+            .filter(|a| a.status == AlertStatus::Pending && a.next_try <= until)
+            .collect();
+        due.sort_by(|a, b| (a.next_try, &a.id).cmp(&(b.next_try, &b.id)));
+        Ok(due.into_iter().take(limit).cloned().collect())
+    }
+
+    fn list_alerts(&self, query: &AlertQuery) -> Result<(Vec<OutboxAlert>, Option<String>)> {
+        let state = self.state();
+        let cursor = query.cursor.as_deref().filter(|c| !c.is_empty());
+        let limit = query.limit.max(1);
+        let mut page: Vec<OutboxAlert> = state
+            .alerts
+            .values()
+            .rev()
+            .filter(|a| cursor.is_none_or(|c| a.id.as_str() < c))
+            .filter(|a| a.tenant == query.tenant && query.status.is_none_or(|s| s == a.status))
+            .take(limit + 1)
+            .cloned()
+            .collect();
+        let more = page.len() > limit;
+        page.truncate(limit);
+        let next = more.then(|| page.last().map(|a| a.id.clone())).flatten();
+        Ok((page, next))
+    }
+
+    fn trim_alerts(&self, tenant: &str, status: AlertStatus, keep: usize) -> Result<usize> {
+        let mut state = self.state();
+        let old: Vec<String> = state
+            .alerts
+            .values()
+            .rev()
+            .filter(|a| a.tenant == tenant && a.status == status)
+            .skip(keep)
+            .map(|a| a.id.clone())
+            .collect();
+        for id in &old {
+            state.alerts.remove(id);
+        }
+        Ok(old.len())
+    }
+
+    fn alert_counts(&self) -> Result<Vec<(String, AlertStatus, usize)>> {
+        let mut counts: BTreeMap<(String, AlertStatus), usize> = BTreeMap::new();
+        for a in self.state().alerts.values() {
+            *counts.entry((a.tenant.clone(), a.status)).or_default() += 1;
+        }
+        Ok(counts.into_iter().map(|((t, s), n)| (t, s, n)).collect())
     }
 
     fn put_tenant(&self, tenant: &TenantRecord) -> Result<()> {

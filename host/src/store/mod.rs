@@ -9,6 +9,11 @@
 //! running runs and each tenant's head. The index is written with the run,
 //! so there is no second copy of the queue to drift.
 //!
+//! The alert **outbox** ([`OutboxAlert`]) is written with the run change
+//! that raised it ([`Store::write_runs_with_alerts`], one atomic write), and
+//! read back by the delivery worker in next-try order
+//! ([`Store::due_alerts`]); see `scheduler/alerts`.
+//!
 //! Durability: writes land in the store at once but reach the disk in groups.
 //! Whoever must not answer a client before a write is on disk takes a
 //! [`SyncTicket`] after writing and awaits it (group commit: one flusher
@@ -140,6 +145,92 @@ pub struct AttemptLogs {
     pub logs: Vec<LogRecord>,
     /// Last progress reported.
     pub progress: Option<Progress>,
+}
+
+/// Where an outbox alert is (see [`OutboxAlert`]).
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    utoipa::ToSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum AlertStatus {
+    /// Waiting for its next try (`next_try`).
+    Pending,
+    /// Delivered (a 2xx answer); kept for a while to be seen, then aged out.
+    Delivered,
+    /// Given up: attempts exhausted, refused by the receiver (4xx, 3xx) or
+    /// by the rules; kept until retried or aged out.
+    Dead,
+}
+
+impl AlertStatus {
+    /// Every status, in the order listings show them.
+    pub const ALL: [AlertStatus; 3] = [Self::Pending, Self::Delivered, Self::Dead];
+
+    /// The status as written in the API and in keys.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Delivered => "delivered",
+            Self::Dead => "dead",
+        }
+    }
+
+    /// Parses [`AlertStatus::as_str`].
+    pub fn parse(text: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|s| s.as_str() == text)
+    }
+}
+
+/// One alert to one webhook, in the store's outbox: written with the run
+/// change that raised it, read back by the delivery worker, which records
+/// every try on it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OutboxAlert {
+    /// `a…` ([`new_id`]): sorts by creation. Also the payload's `id`, which
+    /// receivers dedupe on (a crash may deliver an alert twice).
+    pub id: String,
+    /// The tenant whose run raised it.
+    pub tenant: String,
+    /// Where it is POSTed.
+    pub url: String,
+    /// Whether the admin set the webhook (it grants itself) rather than a
+    /// task (it needs the tenant's `allow_http` at every delivery).
+    pub admin: bool,
+    /// The JSON body POSTed, exactly as stored.
+    pub body: serde_json::Value,
+    /// Where it is.
+    pub status: AlertStatus,
+    /// Delivery attempts made so far.
+    pub attempts: u32,
+    /// When it is tried next (`pending`), or when it left that state.
+    pub next_try: Millis,
+    /// When it was raised.
+    pub created_at: Millis,
+    /// What the last failed try said.
+    pub last_error: Option<String>,
+}
+
+/// Which outbox alerts to list, newest first.
+#[derive(Clone, Debug, Default)]
+pub struct AlertQuery {
+    /// Only this tenant's.
+    pub tenant: String,
+    /// Only those in this state.
+    pub status: Option<AlertStatus>,
+    /// At most this many (at least 1).
+    pub limit: usize,
+    /// Continue after this id (the `next` of the previous page).
+    pub cursor: Option<String>,
 }
 
 /// Resolves once every write made before the ticket was taken is on disk.
@@ -281,6 +372,22 @@ pub trait Store: Send + Sync + 'static {
     /// not stored is left out (writing it would resurrect half a run) and
     /// reported as an error once the others are written.
     fn write_runs(&self, runs: &[(RunRecord, Vec<Event>)], usage: &[UsageBucket]) -> Result<()>;
+    /// [`Store::write_runs`] with new outbox alerts in the same atomic write
+    /// (an alert is stored with the change that raised it, or not at all).
+    /// The default, for a store without one write for both, writes the runs
+    /// and then the alerts.
+    fn write_runs_with_alerts(
+        &self,
+        runs: &[(RunRecord, Vec<Event>)],
+        usage: &[UsageBucket],
+        alerts: &[OutboxAlert],
+    ) -> Result<()> {
+        let written = self.write_runs(runs, usage);
+        if !alerts.is_empty() {
+            self.put_alerts(alerts)?;
+        }
+        written
+    }
     /// Replaces a run and appends events, atomically.
     fn update_run(&self, run: &RunRecord, events: &[Event]) -> Result<()> {
         self.write_runs(&[(run.clone(), events.to_vec())], &[])
@@ -335,6 +442,41 @@ pub trait Store: Send + Sync + 'static {
     fn get_dead_letter(&self, id: &str) -> Result<Option<DeadLetter>>;
     /// A tenant's dead letters, newest first (`open_only`: unresolved ones).
     fn list_dead_letters(&self, tenant: &str, open_only: bool) -> Result<Vec<DeadLetter>>;
+
+    // --- alert outbox -----------------------------------------------------
+    /// Creates or replaces outbox alerts (by id), with their indexes, in one
+    /// atomic write. The default refuses: a store must keep an outbox to
+    /// deliver alerts.
+    fn put_alerts(&self, alerts: &[OutboxAlert]) -> Result<()> {
+        let _ = alerts;
+        Err(Error::Backend("this store keeps no alert outbox".into()))
+    }
+    /// One outbox alert.
+    fn get_alert(&self, id: &str) -> Result<Option<OutboxAlert>> {
+        let _ = id;
+        Ok(None)
+    }
+    /// Pending alerts whose `next_try` is at or before `until`, earliest
+    /// first (ties by id), at most `limit`: what the worker delivers next.
+    fn due_alerts(&self, until: Millis, limit: usize) -> Result<Vec<OutboxAlert>> {
+        let _ = (until, limit);
+        Ok(Vec::new())
+    }
+    /// A tenant's alerts, newest first, with a cursor (the last id).
+    fn list_alerts(&self, query: &AlertQuery) -> Result<(Vec<OutboxAlert>, Option<String>)> {
+        let _ = query;
+        Ok((Vec::new(), None))
+    }
+    /// Deletes all but the newest `keep` of a tenant's alerts in `status`;
+    /// returns how many were deleted.
+    fn trim_alerts(&self, tenant: &str, status: AlertStatus, keep: usize) -> Result<usize> {
+        let _ = (tenant, status, keep);
+        Ok(0)
+    }
+    /// Outbox alerts counted per (tenant, status), from the index alone.
+    fn alert_counts(&self) -> Result<Vec<(String, AlertStatus, usize)>> {
+        Ok(Vec::new())
+    }
 
     // --- tenants ----------------------------------------------------------
     /// Creates or replaces a tenant.

@@ -59,8 +59,15 @@ async fn every_route_answers_each_kind_of_caller_right_and_leaks_nothing() {
             r#"{"resolution":"x"}"#,
         ),
         ("POST", "/v1/dead-letters/d0/requeue".into(), ""),
+        ("POST", "/v1/alerts/a0/retry".into(), ""),
     ];
-    let list_routes = ["/v1/plugins", "/v1/tasks", "/v1/runs", "/v1/dead-letters"];
+    let list_routes = [
+        "/v1/plugins",
+        "/v1/tasks",
+        "/v1/runs",
+        "/v1/dead-letters",
+        "/v1/alerts",
+    ];
     let admin_routes: Vec<(&str, &str, &str)> = vec![
         ("GET", "/v1/tenants", ""),
         ("POST", "/v1/tenants", r#"{"name":"evil"}"#),

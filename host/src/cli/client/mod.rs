@@ -16,10 +16,11 @@
 //! again. `--json` prints the server's JSON as it came.
 //!
 //! One file per command group (`plugins`, `tasks`, `graph`, `trigger`,
-//! `runs`, `dead_letters`, `cron`, `status`, `tenant`); what they share is
+//! `runs`, `dead_letters`, `alerts`, `cron`, `status`, `tenant`); what they share is
 //! here (the connection flags, the failure type, the dispatch), in `http`
 //! (the HTTP client) and in `output` (printing).
 
+mod alerts;
 mod cron;
 mod dead_letters;
 mod graph;
@@ -84,6 +85,8 @@ pub(super) enum ClientCommand {
     Events(runs::RunIdArgs),
     /// List, resolve and requeue dead letters (open ones unless --all).
     DeadLetters(dead_letters::DeadLettersArgs),
+    /// List webhook alerts (pending, dead, delivered) and retry dead ones.
+    Alerts(alerts::AlertsArgs),
     /// Preview cron expressions (computed locally, no server needed).
     #[command(subcommand)]
     Cron(cron::CronCommand),
@@ -129,6 +132,7 @@ pub(super) fn run(command: ClientCommand) -> ExitCode {
         ClientCommand::Logs(args) => runs::logs(args),
         ClientCommand::Events(args) => runs::events(args),
         ClientCommand::DeadLetters(args) => dead_letters::dead_letters(args),
+        ClientCommand::Alerts(args) => alerts::alerts(args),
         ClientCommand::Cron(cron::CronCommand::Next(args)) => cron::cron_next(args),
         ClientCommand::Status(args) => status::status(args),
         ClientCommand::Tenant(args) => tenant::tenant(args),

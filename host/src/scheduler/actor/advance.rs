@@ -94,7 +94,8 @@ impl Actor {
                     }
                     self.stats.dead_letters.fetch_add(1, Ordering::Relaxed);
                     if let Some(run) = self.runs.get(id) {
-                        self.config.alerts.dead_letter(&run.rec, &run.spec, &dead);
+                        let alerts = self.config.alerts.dead_letter(&run.rec, &run.spec, &dead);
+                        self.dirty.alerts.extend(alerts);
                     }
                     tracing::warn!(run = %id, tenant = %dead.tenant, task = %dead.task, step = %dead.step,
                         attempts = dead.attempts, dead_letter = %dead.id,
@@ -202,7 +203,8 @@ impl Actor {
         self.tenant_metrics
             .of(&run.rec.tenant)
             .run_finished(run.rec.status);
-        self.config.alerts.run_ended(&run.rec, &run.spec, now);
+        let alerts = self.config.alerts.run_ended(&run.rec, &run.spec, now);
+        self.dirty.alerts.extend(alerts);
         let r = &run.rec;
         if r.status == RunStatus::Succeeded {
             tracing::debug!(run = %r.id, tenant = %r.tenant, task = %r.task, "run succeeded");

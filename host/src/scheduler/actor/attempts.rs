@@ -102,9 +102,11 @@ impl Actor {
         }
         if let Some(late) = late {
             self.stats.record_lateness(late as f64);
-            self.config
+            let alerts = self
+                .config
                 .alerts
                 .started_late(&run.rec, &run.spec, late, now);
+            self.dirty.alerts.extend(alerts);
             self.tenant_metrics
                 .of(&run.rec.tenant)
                 .fire_late(late as f64);

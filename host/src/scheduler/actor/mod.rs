@@ -262,7 +262,11 @@ impl Actor {
     ) {
         let mut done_rx = self.done_rx.take().expect("taken once");
         let mut cond_rx = self.cond_rx.take().expect("taken once");
-        self.writer = Some(spawn_writer(self.store.clone(), &self.in_flight));
+        self.writer = Some(spawn_writer(
+            self.store.clone(),
+            &self.in_flight,
+            self.config.alerts.clone(),
+        ));
         self.mailbox = Some(mailbox);
         let mut last_flush = tokio::time::Instant::now();
         // The system clock wakes on time through an alarm thread; a test

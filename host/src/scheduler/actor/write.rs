@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 use super::Actor;
 use crate::model::{Event, RunRecord};
 use crate::scheduler::{Command, Error, Result};
-use crate::store::Store;
+use crate::store::{OutboxAlert, Store};
 use crate::tenant::UsageBucket;
 
 /// How often changed runs are written when nobody waits for them: a run's
@@ -32,6 +32,8 @@ pub(super) const WRITE_RETRY_MAX: std::time::Duration = std::time::Duration::fro
 pub(super) struct WriteJob {
     pub(super) runs: Vec<(RunRecord, Vec<Event>)>,
     pub(super) usage: Vec<UsageBucket>,
+    /// Outbox alerts the changes raised, stored in the same write.
+    pub(super) alerts: Vec<OutboxAlert>,
     pub(super) then: Option<Box<dyn FnOnce(Result<()>) + Send>>,
     /// The job's number ([`InFlight`]); the writer marks it written.
     pub(super) seq: u64,
@@ -93,6 +95,7 @@ impl InFlight {
 pub(super) fn spawn_writer(
     store: Arc<dyn Store>,
     in_flight: &InFlight,
+    alerter: crate::scheduler::alerts::Alerter,
 ) -> mpsc::UnboundedSender<WriteJob> {
     let (tx, mut rx) = mpsc::unbounded_channel::<WriteJob>();
     let written = in_flight.written.clone();
@@ -100,25 +103,29 @@ pub(super) fn spawn_writer(
         while let Some(WriteJob {
             mut runs,
             mut usage,
+            mut alerts,
             mut then,
             seq,
         }) = rx.recv().await
         {
+            let raised_alerts = !alerts.is_empty();
             let mut wait = WRITE_RETRY_FIRST;
             let result = loop {
-                if runs.is_empty() && usage.is_empty() {
+                if runs.is_empty() && usage.is_empty() && alerts.is_empty() {
                     break Ok(());
                 }
                 let store = store.clone();
                 let written = tokio::task::spawn_blocking(move || {
-                    let result = store.write_runs(&runs, &usage).map_err(Error::from);
-                    (result, runs, usage)
+                    let result = store
+                        .write_runs_with_alerts(&runs, &usage, &alerts)
+                        .map_err(Error::from);
+                    (result, runs, usage, alerts)
                 })
                 .await;
-                let Ok((result, back_runs, back_usage)) = written else {
+                let Ok((result, back_runs, back_usage, back_alerts)) = written else {
                     break Err(Error::Stopped);
                 };
-                (runs, usage) = (back_runs, back_usage);
+                (runs, usage, alerts) = (back_runs, back_usage, back_alerts);
                 // An I/O error (full disk) passes: the changes are already
                 // applied in memory, so the same records are written again
                 // until they are stored (later jobs wait behind them, in
@@ -139,6 +146,9 @@ pub(super) fn spawn_writer(
                 tracing::error!(error = %e, "writing runs failed");
             }
             written.store(seq, Ordering::Release);
+            if raised_alerts {
+                alerter.wake();
+            }
             if let Some(then) = then {
                 then(result);
             }
@@ -151,6 +161,8 @@ pub(super) fn spawn_writer(
 #[derive(Default)]
 pub(super) struct Dirty {
     pub(super) runs: HashMap<String, Vec<Event>>,
+    /// Outbox alerts raised by these changes: written with them.
+    pub(super) alerts: Vec<OutboxAlert>,
     /// Steps of the largest run among them (it sets the flush interval),
     /// kept as they are added: the loop asks every turn.
     pub(super) most_steps: usize,
@@ -168,7 +180,7 @@ impl Dirty {
     }
 
     pub(super) fn is_empty(&self) -> bool {
-        self.runs.is_empty()
+        self.runs.is_empty() && self.alerts.is_empty()
     }
 }
 
@@ -195,7 +207,11 @@ impl Actor {
         &mut self,
         then: Option<Box<dyn FnOnce(Result<()>) + Send>>,
     ) -> Result<()> {
-        let dirty = std::mem::take(&mut self.dirty).runs;
+        let Dirty {
+            runs: dirty,
+            alerts,
+            ..
+        } = std::mem::take(&mut self.dirty);
         let mut runs = Vec::with_capacity(dirty.len());
         for (id, events) in dirty {
             let rec = self
@@ -211,7 +227,7 @@ impl Actor {
         let usage: Vec<UsageBucket> = self.usage.drain().map(|(_, b)| b).collect();
         match &self.writer {
             Some(writer) => {
-                if runs.is_empty() && usage.is_empty() && then.is_none() {
+                if runs.is_empty() && usage.is_empty() && alerts.is_empty() && then.is_none() {
                     return Ok(());
                 }
                 let seq = self
@@ -220,6 +236,7 @@ impl Actor {
                 if let Err(mpsc::error::SendError(job)) = writer.send(WriteJob {
                     runs,
                     usage,
+                    alerts,
                     then,
                     seq,
                 }) {
@@ -231,7 +248,13 @@ impl Actor {
                 Ok(())
             }
             None => {
-                let result = self.store.write_runs(&runs, &usage).map_err(Error::from);
+                let result = self
+                    .store
+                    .write_runs_with_alerts(&runs, &usage, &alerts)
+                    .map_err(Error::from);
+                if !alerts.is_empty() {
+                    self.config.alerts.wake();
+                }
                 match then {
                     Some(then) => {
                         then(result);

@@ -43,52 +43,100 @@
 //!   (a redirect could point anywhere; the receiver's URL should be fixed).
 //!
 //! A refusal at delivery is logged (`warn`, with the reason), counted in
-//! `ax_alerts_denied_total`, and not retried. The delivery counters are
-//! behind `GET /metrics`, which needs a token (docs/OPERATIONS.md), so a
-//! tenant cannot read another tenant's delivery results there.
+//! `ax_alerts_denied_total`, and not retried: the alert is `dead` with the
+//! reason (a retry once the ceiling allows it delivers it). The delivery
+//! counters are behind `GET /metrics`, which needs a token
+//! (docs/OPERATIONS.md), so a tenant cannot read another tenant's delivery
+//! results there; `GET /v1/alerts` shows a tenant only its own alerts, and
+//! the URL of a webhook the admin set only to the admin.
 //!
 //! # Never blocking the scheduler
 //!
 //! The scheduler actor only calls [`Alerter`] methods, which decide from the
-//! run's own definition whether anything is due and, if so, push one small
-//! record onto a bounded in-memory queue (a mutex held for a push). A worker
-//! task delivers them one at a time, on a blocking thread (ureq), with a
-//! timeout. A delivery that fails with a connection error, a timeout, 408,
-//! 429 or 5xx is retried with exponential backoff (`initial_backoff`,
-//! doubling, capped at `max_backoff`, `max_attempts` in all); other 4xx are
-//! the receiver refusing the payload, not retried. When the queue is full the
-//! **oldest** alert is dropped and counted (`ax_alerts_dropped_total`): the
-//! newest news is the most useful, and memory stays bounded. Alerts are not
-//! persisted: a restart loses those not yet delivered (the run states they
-//! report are in the store and the metrics).
+//! run's own definition whether anything is due and, if so, return one
+//! small [`OutboxAlert`] record per webhook. The actor adds them to its next
+//! run write, so an alert is stored **with the change that raised it** (the
+//! run write that makes the run failed, dead-letters the step, or starts it
+//! late), in the same atomic store write, or not at all
+//! ([`crate::store::Store::write_runs_with_alerts`]); a crash before that
+//! write loses the change and its alert together, a crash after it loses
+//! neither.
+//!
+//! # The outbox and its worker
+//!
+//! The store is the source of truth; nothing of an alert is held only in
+//! memory. A worker task reads the pending alerts due now from the store
+//! ([`crate::store::Store::due_alerts`], by next-try time), delivers them one
+//! at a time on a blocking thread (ureq) with a timeout, and writes the
+//! result back on the record:
+//! - a 2xx: `delivered` (kept, newest [`KEEP_DELIVERED`] per tenant, so the
+//!   API and dashboard can show them; older ones are deleted);
+//! - a connection error, a timeout, 408, 429 or 5xx: the attempt is counted
+//!   and the next try is set after an exponential backoff
+//!   (`initial_backoff`, doubling, capped at `max_backoff`); after
+//!   `max_attempts` attempts in all the alert is `dead`;
+//! - other 4xx (the receiver refusing the payload), a 3xx, or a refusal by
+//!   the rules above: `dead` at once, with the reason.
+//!
+//! Dead alerts stay in the store, newest [`KEEP_DEAD`] per tenant, until
+//! retried (`POST /v1/alerts/{id}/retry` puts one back to `pending` with its
+//! attempts reset) or aged out by newer ones. Pending alerts are capped at
+//! `queue` per tenant: past it the **oldest** are deleted and counted
+//! (`ax_alerts_dropped_total`): the newest news is the most useful, and what
+//! a tenant can make the host keep stays bounded. The cap is applied by the
+//! worker as it wakes for new alerts, so a burst may exceed it for a moment.
+//!
+//! On start the worker reads on from whatever the store holds: alerts still
+//! pending when the host stopped (or was killed) are delivered then. This is
+//! **at-least-once**: an alert delivered but not yet marked (a crash between
+//! the receiver's 2xx and the store write) is delivered again. Receivers
+//! dedupe on the payload's `id`, which is the outbox record's and never
+//! changes.
 //!
 //! # Payload
 //!
 //! ```json
-//! {"kind": "run_failed", "tenant": "default", "task": "order_report",
+//! {"id": "a…", "kind": "run_failed", "tenant": "default", "task": "order_report",
 //!  "run_id": "r…", "step": null, "status": "failed", "reason": "…",
 //!  "scheduled_for": "…", "late_by_ms": null, "dead_letter_id": null,
 //!  "at": "…", "text": "ax: run r… of order_report failed: …"}
 //! ```
+//! `id` names the alert (one per webhook) and is the same at every try;
 //! `kind` is `run_failed`, `dead_letter` or `late`; `text` is one line for
-//! chat robots that show a text field.
+//! chat robots that show a text field. The body is stored as it is first
+//! built and POSTed exactly as stored at every try.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::capability::http::{self as allow, Destination, HttpPattern};
 use crate::model::time::rfc3339;
 use crate::model::{DeadLetter, Millis, RunRecord, RunStatus};
+use crate::scheduler::Clock;
+use crate::store::{AlertQuery, AlertStatus, OutboxAlert, Store, new_id};
 use crate::task::TaskSpec;
 pub use crate::task::alerts::{AlertOn, AlertSpec, DEFAULT_LATE_AFTER, all_events};
 use crate::tenant::Registry;
+
+/// Delivered alerts kept per tenant (newest first) to be seen in the API
+/// and dashboard; older ones are deleted.
+pub const KEEP_DELIVERED: usize = 100;
+/// Dead alerts kept per tenant (newest first) until retried; older ones are
+/// deleted.
+pub const KEEP_DEAD: usize = 1_000;
+/// Alerts the worker reads from the store at a time.
+const BATCH: usize = 32;
+/// The longest the worker sleeps without looking at the store (a wake-up
+/// lost to a store error is then only late, never lost).
+const IDLE_POLL: Duration = Duration::from_secs(30);
+/// The wait after the store refused a read or write of the outbox.
+const STORE_RETRY: Duration = Duration::from_secs(1);
 
 /// How long saving a task waits for its webhook's name to resolve; past it
 /// the save goes on and delivery checks (a name may not resolve yet where
@@ -99,7 +147,8 @@ pub const SAVE_RESOLVE_TIMEOUT: Duration = Duration::from_secs(2);
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AlertsConfig {
-    /// Alerts waiting (fresh and retrying) before the oldest is dropped.
+    /// Pending alerts (fresh and retrying) per tenant before the oldest are
+    /// dropped.
     pub queue: usize,
     /// Delivery attempts per alert, the first included.
     pub max_attempts: u32,
@@ -146,6 +195,9 @@ pub(crate) mod humantime_text {
 /// The JSON body POSTed.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Alert {
+    /// The outbox record's id: the same at every try (receivers dedupe on it).
+    #[serde(default)]
+    pub id: String,
     /// `run_failed`, `dead_letter` or `late`.
     pub kind: String,
     /// Tenant.
@@ -181,7 +233,8 @@ pub struct AlertStats {
     pub failed: AtomicU64,
     /// Retries scheduled.
     pub retries: AtomicU64,
-    /// Alerts dropped because the queue was full (oldest first).
+    /// Pending alerts dropped because a tenant had `queue` of them (oldest
+    /// first).
     pub dropped: AtomicU64,
     /// Alerts refused at delivery: the webhook is outside the tenant's
     /// ceiling, or its name resolves to an address it may not reach.
@@ -197,37 +250,18 @@ enum SetBy {
     Task,
 }
 
-/// One alert on its way to one webhook.
-#[derive(Debug)]
-struct Pending {
-    url: String,
-    set_by: SetBy,
-    body: Arc<Alert>,
-    attempts: u32,
-}
-
-#[derive(Debug, Default)]
-struct Queue {
-    fresh: VecDeque<Pending>,
-    /// Waiting to be retried, by due instant (and a sequence for uniqueness).
-    retry: BTreeMap<(Instant, u64), Pending>,
-    seq: u64,
-}
-
-impl Queue {
-    fn len(&self) -> usize {
-        self.fresh.len() + self.retry.len()
-    }
-
-    /// Makes room for one more by dropping the oldest (fresh first: a retry
-    /// has been tried, a fresh one never, but the oldest news matters least).
-    fn drop_oldest(&mut self) -> bool {
-        if self.fresh.pop_front().is_some() {
-            return true;
-        }
-        let first = self.retry.keys().next().copied();
-        first.and_then(|k| self.retry.remove(&k)).is_some()
-    }
+/// Why a retry of an alert was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum RetryError {
+    /// No such alert for this tenant.
+    #[error("alert `{0}` not found")]
+    NotFound(String),
+    /// Only a dead alert is retried.
+    #[error("alert `{0}` is {1}; only a dead alert can be retried")]
+    NotDead(String, &'static str),
+    /// The store refused.
+    #[error(transparent)]
+    Store(#[from] crate::store::Error),
 }
 
 struct Inner {
@@ -240,7 +274,13 @@ struct Inner {
     /// alerts never take the lock.
     tenants: RwLock<std::collections::HashMap<String, AlertSpec>>,
     any_tenant: AtomicBool,
-    queue: Mutex<Queue>,
+    /// The outbox; `None` for the inert handle ([`Alerter::default`]),
+    /// which raises nothing.
+    store: Option<Arc<dyn Store>>,
+    clock: Arc<dyn Clock>,
+    /// Tenants that got new pending alerts since the worker last applied
+    /// the `queue` cap (at most one entry per tenant).
+    touched: Mutex<HashSet<String>>,
     wake: tokio::sync::Notify,
     stats: AlertStats,
 }
@@ -254,28 +294,46 @@ pub struct Alerter {
 impl std::fmt::Debug for Alerter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Alerter")
-            .field("queued", &self.queued())
+            .field("outbox", &self.inner.store.is_some())
             .finish()
     }
 }
 
 impl Alerter {
-    /// Starts the delivery worker; it stops when `shutdown` fires. Task
-    /// webhooks are checked against the ceilings in `registry`.
-    pub fn start(config: AlertsConfig, registry: Registry, shutdown: CancellationToken) -> Self {
-        let alerter = Self {
+    /// Starts the delivery worker over the outbox in `store`; it stops when
+    /// `shutdown` fires. Task webhooks are checked against the ceilings in
+    /// `registry`.
+    pub fn start(
+        config: AlertsConfig,
+        registry: Registry,
+        store: Arc<dyn Store>,
+        clock: Arc<dyn Clock>,
+        shutdown: CancellationToken,
+    ) -> Self {
+        let alerter = Self::new(config, registry, Some(store), clock);
+        tokio::spawn(worker(alerter.inner.clone(), shutdown));
+        alerter
+    }
+
+    fn new(
+        config: AlertsConfig,
+        registry: Registry,
+        store: Option<Arc<dyn Store>>,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        Self {
             inner: Arc::new(Inner {
                 config,
                 registry,
                 tenants: RwLock::default(),
                 any_tenant: AtomicBool::new(false),
-                queue: Mutex::new(Queue::default()),
+                store,
+                clock,
+                touched: Mutex::default(),
                 wake: tokio::sync::Notify::new(),
                 stats: AlertStats::default(),
             }),
-        };
-        tokio::spawn(worker(alerter.inner.clone(), shutdown));
-        alerter
+        }
     }
 
     /// Delivery counters.
@@ -283,16 +341,66 @@ impl Alerter {
         &self.inner.stats
     }
 
-    /// Alerts waiting (fresh and retrying).
-    pub fn queued(&self) -> usize {
-        self.lock().len()
+    /// Outbox alerts per state, all tenants (0 without an outbox): the
+    /// `ax_alerts_queued` and `ax_alerts_dead` gauges.
+    pub fn counts(&self) -> BTreeMap<AlertStatus, usize> {
+        let mut out = BTreeMap::new();
+        let counts = self.inner.store.as_ref().map(|s| s.alert_counts());
+        match counts {
+            Some(Ok(counts)) => {
+                for (_, status, n) in counts {
+                    *out.entry(status).or_default() += n;
+                }
+            }
+            Some(Err(e)) => tracing::warn!(error = %e, "cannot count the alert outbox"),
+            None => {}
+        }
+        out
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
-        self.inner
-            .queue
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+    /// Alerts waiting (fresh and retrying), all tenants.
+    pub fn queued(&self) -> usize {
+        self.counts()
+            .get(&AlertStatus::Pending)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Tells the worker that new alerts were stored.
+    pub fn wake(&self) {
+        self.inner.wake.notify_one();
+    }
+
+    /// A tenant's outbox alerts, newest first, with a cursor.
+    pub fn list(
+        &self,
+        query: &AlertQuery,
+    ) -> crate::store::Result<(Vec<OutboxAlert>, Option<String>)> {
+        match &self.inner.store {
+            Some(store) => store.list_alerts(query),
+            None => Ok((Vec::new(), None)),
+        }
+    }
+
+    /// Puts a dead alert of `tenant` back to `pending`, due now, with its
+    /// attempts reset: `max_attempts` more tries.
+    pub fn retry(&self, tenant: &str, id: &str) -> Result<OutboxAlert, RetryError> {
+        let not_found = || RetryError::NotFound(id.to_string());
+        let store = self.inner.store.as_ref().ok_or_else(not_found)?;
+        let mut alert = store
+            .get_alert(id)?
+            .filter(|a| a.tenant == tenant)
+            .ok_or_else(not_found)?;
+        if alert.status != AlertStatus::Dead {
+            return Err(RetryError::NotDead(id.to_string(), alert.status.as_str()));
+        }
+        alert.status = AlertStatus::Pending;
+        alert.attempts = 0;
+        alert.next_try = self.inner.clock.now_ms();
+        store.put_alerts(std::slice::from_ref(&alert))?;
+        self.inner.touch(tenant);
+        self.wake();
+        Ok(alert)
     }
 
     /// Sets (or clears) the alerts of a tenant record.
@@ -315,6 +423,9 @@ impl Alerter {
     /// (record, then config file; set by the admin) and the task's.
     fn targets(&self, tenant: &str, spec: &TaskSpec, event: AlertOn) -> Vec<(AlertSpec, SetBy)> {
         let mut out = Vec::new();
+        if self.inner.store.is_none() {
+            return out;
+        }
         if self.inner.any_tenant.load(Ordering::Relaxed) {
             let map = self
                 .inner
@@ -336,36 +447,54 @@ impl Alerter {
         out
     }
 
-    /// Queues `alert` for every target; never blocks beyond a mutex push.
-    fn send(&self, targets: Vec<(AlertSpec, SetBy)>, alert: Alert) {
-        if targets.is_empty() {
-            return;
+    /// The outbox records of `alert` for every target, due at `now`: the
+    /// caller stores them with the change that raised them, then
+    /// [`Alerter::wake`]s the worker.
+    fn send(
+        &self,
+        targets: Vec<(AlertSpec, SetBy)>,
+        alert: Alert,
+        now: Millis,
+    ) -> Vec<OutboxAlert> {
+        if targets.is_empty() || self.inner.store.is_none() {
+            return Vec::new();
         }
-        let body = Arc::new(alert);
-        let mut queue = self.lock();
-        for (t, set_by) in targets {
-            while queue.len() >= self.inner.config.queue.max(1) && queue.drop_oldest() {
-                self.inner.stats.dropped.fetch_add(1, Ordering::Relaxed);
-            }
-            queue.fresh.push_back(Pending {
-                url: t.webhook.clone(),
-                set_by,
-                body: body.clone(),
-                attempts: 0,
-            });
-        }
-        drop(queue);
-        self.inner.wake.notify_one();
+        self.inner.touch(&alert.tenant);
+        targets
+            .into_iter()
+            .map(|(t, set_by)| {
+                let id = new_id("a", now);
+                let body = Alert {
+                    id: id.clone(),
+                    ..alert.clone()
+                };
+                OutboxAlert {
+                    id,
+                    tenant: alert.tenant.clone(),
+                    url: t.webhook,
+                    admin: set_by == SetBy::Admin,
+                    // An `Alert` is plain strings and numbers: it always
+                    // serialises.
+                    body: serde_json::to_value(&body).unwrap_or_default(),
+                    status: AlertStatus::Pending,
+                    attempts: 0,
+                    next_try: now,
+                    created_at: now,
+                    last_error: None,
+                }
+            })
+            .collect()
     }
 
     /// A run ended: alerts `failed` for a failed run.
-    pub fn run_ended(&self, run: &RunRecord, spec: &TaskSpec, now: Millis) {
+    #[must_use = "the alerts are stored with the change that raised them"]
+    pub fn run_ended(&self, run: &RunRecord, spec: &TaskSpec, now: Millis) -> Vec<OutboxAlert> {
         if run.status != RunStatus::Failed {
-            return;
+            return Vec::new();
         }
         let targets = self.targets(&run.tenant, spec, AlertOn::Failed);
         if targets.is_empty() {
-            return;
+            return Vec::new();
         }
         let reason = run.reason.clone();
         let text = format!(
@@ -378,14 +507,20 @@ impl Alerter {
                 .map(|r| format!(": {r}"))
                 .unwrap_or_default()
         );
-        self.send(targets, alert("run_failed", run, now, reason, text));
+        self.send(targets, alert("run_failed", run, now, reason, text), now)
     }
 
     /// A step was dead-lettered.
-    pub fn dead_letter(&self, run: &RunRecord, spec: &TaskSpec, dead: &DeadLetter) {
+    #[must_use = "the alerts are stored with the change that raised them"]
+    pub fn dead_letter(
+        &self,
+        run: &RunRecord,
+        spec: &TaskSpec,
+        dead: &DeadLetter,
+    ) -> Vec<OutboxAlert> {
         let targets = self.targets(&run.tenant, spec, AlertOn::DeadLetter);
         if targets.is_empty() {
-            return;
+            return Vec::new();
         }
         let text = format!(
             "ax: step {} of run {} ({}/{}) is dead after {} attempts: {}",
@@ -405,15 +540,22 @@ impl Alerter {
         );
         a.step = Some(dead.step.clone());
         a.dead_letter_id = Some(dead.id.clone());
-        self.send(targets, a);
+        self.send(targets, a, dead.created_at)
     }
 
     /// A timed run's first attempt started `late_ms` after its instant.
-    pub fn started_late(&self, run: &RunRecord, spec: &TaskSpec, late_ms: i64, now: Millis) {
+    #[must_use = "the alerts are stored with the change that raised them"]
+    pub fn started_late(
+        &self,
+        run: &RunRecord,
+        spec: &TaskSpec,
+        late_ms: i64,
+        now: Millis,
+    ) -> Vec<OutboxAlert> {
         let mut targets = self.targets(&run.tenant, spec, AlertOn::Late);
         targets.retain(|(a, _)| late_ms > a.late_after().as_millis() as i64);
         if targets.is_empty() {
-            return;
+            return Vec::new();
         }
         let text = format!(
             "ax: run {} of {}/{} started {:.1} s after its scheduled time {}",
@@ -425,12 +567,13 @@ impl Alerter {
         );
         let mut a = alert("late", run, now, None, text);
         a.late_by_ms = Some(late_ms);
-        self.send(targets, a);
+        self.send(targets, a, now)
     }
 }
 
 fn alert(kind: &str, run: &RunRecord, at: Millis, reason: Option<String>, text: String) -> Alert {
     Alert {
+        id: String::new(),
         kind: kind.into(),
         tenant: run.tenant.clone(),
         task: run.task.clone(),
@@ -546,7 +689,12 @@ impl ureq::unversioned::resolver::Resolver for CheckedResolver {
     }
 }
 
-fn deliver(timeout: Duration, dest: Destination, pattern: HttpPattern, p: &Pending) -> Delivery {
+fn deliver(
+    timeout: Duration,
+    dest: Destination,
+    pattern: HttpPattern,
+    a: &OutboxAlert,
+) -> Delivery {
     let denied = Arc::new(Mutex::new(None));
     let config = ureq::Agent::config_builder()
         .http_status_as_error(false)
@@ -566,10 +714,10 @@ fn deliver(timeout: Duration, dest: Destination, pattern: HttpPattern, p: &Pendi
         },
     );
     let result = agent
-        .post(&p.url)
+        .post(&a.url)
         .header("content-type", "application/json")
         .header("user-agent", concat!("ax/", env!("CARGO_PKG_VERSION")))
-        .send(serde_json::to_vec(&*p.body).unwrap_or_default());
+        .send(serde_json::to_vec(&a.body).unwrap_or_default());
     if let Some(why) = denied.lock().unwrap_or_else(PoisonError::into_inner).take() {
         return Delivery::Denied(why);
     }
@@ -595,93 +743,172 @@ impl Inner {
     /// The webhook's destination and grant now: a task's against its
     /// tenant's current ceiling (an unknown tenant or unreadable list allows
     /// nothing).
-    fn grant(&self, p: &Pending) -> Result<(Destination, HttpPattern), String> {
-        match p.set_by {
-            SetBy::Admin => grant(&p.url, None),
-            SetBy::Task => {
-                let listed = self
-                    .registry
-                    .tenant(&p.body.tenant)
-                    .map(|t| t.allow_http)
-                    .unwrap_or_default();
-                let ceiling = allow::parse_list(&listed).unwrap_or_default();
-                grant(&p.url, Some(&ceiling))
+    fn grant(&self, a: &OutboxAlert) -> Result<(Destination, HttpPattern), String> {
+        if a.admin {
+            return grant(&a.url, None);
+        }
+        let listed = self
+            .registry
+            .tenant(&a.tenant)
+            .map(|t| t.allow_http)
+            .unwrap_or_default();
+        let ceiling = allow::parse_list(&listed).unwrap_or_default();
+        grant(&a.url, Some(&ceiling))
+    }
+
+    fn touch(&self, tenant: &str) {
+        let mut touched = self.touched.lock().unwrap_or_else(PoisonError::into_inner);
+        if !touched.contains(tenant) {
+            touched.insert(tenant.to_string());
+        }
+    }
+
+    /// Applies the per-tenant `queue` cap to the tenants that got new
+    /// pending alerts (oldest dropped, counted).
+    fn cap_pending(&self, store: &dyn Store) -> crate::store::Result<()> {
+        let touched =
+            std::mem::take(&mut *self.touched.lock().unwrap_or_else(PoisonError::into_inner));
+        let keep = self.config.queue.max(1);
+        for tenant in touched {
+            let dropped = store.trim_alerts(&tenant, AlertStatus::Pending, keep)?;
+            if dropped > 0 {
+                tracing::warn!(%tenant, dropped, keep, "alert outbox full: oldest pending alerts dropped");
+                self.stats
+                    .dropped
+                    .fetch_add(dropped as u64, Ordering::Relaxed);
             }
+        }
+        Ok(())
+    }
+
+    /// The record of `a` after one try that went `outcome` at `now`.
+    fn settle(&self, mut a: OutboxAlert, outcome: Delivery, now: Millis) -> OutboxAlert {
+        a.attempts += 1;
+        a.next_try = now;
+        let stats = &self.stats;
+        let kind = a
+            .body
+            .get("kind")
+            .and_then(|k| k.as_str())
+            .unwrap_or("")
+            .to_string();
+        let run = a
+            .body
+            .get("run_id")
+            .and_then(|k| k.as_str())
+            .unwrap_or("")
+            .to_string();
+        match outcome {
+            Delivery::Sent => {
+                stats.sent.fetch_add(1, Ordering::Relaxed);
+                a.status = AlertStatus::Delivered;
+                a.last_error = None;
+            }
+            Delivery::Retry(why) if a.attempts < self.config.max_attempts => {
+                let backoff = backoff(&self.config, a.attempts);
+                tracing::info!(url = %a.url, alert = %a.id, %kind, %run, attempt = a.attempts, %why,
+                    retry_in_ms = backoff.as_millis() as u64, "alert not delivered; retrying");
+                stats.retries.fetch_add(1, Ordering::Relaxed);
+                a.next_try = now.saturating_add(backoff.as_millis() as Millis);
+                a.last_error = Some(why);
+            }
+            Delivery::Denied(why) => {
+                tracing::warn!(url = %a.url, alert = %a.id, tenant = %a.tenant, %kind, %run, %why,
+                    "alert refused: the webhook may not be reached");
+                stats.denied.fetch_add(1, Ordering::Relaxed);
+                a.status = AlertStatus::Dead;
+                a.last_error = Some(format!("refused: {why}"));
+            }
+            Delivery::Retry(why) | Delivery::GiveUp(why) => {
+                tracing::warn!(url = %a.url, alert = %a.id, %kind, %run, attempts = a.attempts, %why,
+                    "alert given up");
+                stats.failed.fetch_add(1, Ordering::Relaxed);
+                a.status = AlertStatus::Dead;
+                a.last_error = Some(why);
+            }
+        }
+        a
+    }
+
+    /// One pass: caps, then delivers the alerts due now, recording each
+    /// try. Returns when the next alert is due (`None`: none pending).
+    async fn pass(
+        &self,
+        store: &Arc<dyn Store>,
+        shutdown: &CancellationToken,
+    ) -> crate::store::Result<Option<Millis>> {
+        self.cap_pending(store.as_ref())?;
+        loop {
+            let now = self.clock.now_ms();
+            let due = store.due_alerts(now, BATCH)?;
+            if due.is_empty() {
+                return Ok(store
+                    .due_alerts(Millis::MAX, 1)?
+                    .first()
+                    .map(|a| a.next_try));
+            }
+            let mut settled_tenants = HashSet::new();
+            for a in due {
+                if shutdown.is_cancelled() {
+                    return Ok(None);
+                }
+                let timeout = self.config.timeout;
+                let granted = self.grant(&a);
+                let done = tokio::task::spawn_blocking(move || {
+                    let d = match granted {
+                        Ok((dest, pattern)) => deliver(timeout, dest, pattern, &a),
+                        Err(why) => Delivery::Denied(why),
+                    };
+                    (d, a)
+                })
+                .await;
+                let (outcome, a) = match done {
+                    Ok(done) => done,
+                    Err(e) => {
+                        // The alert stays pending and is tried again.
+                        tracing::warn!(error = %e, "alert delivery panicked");
+                        return Ok(Some(self.clock.now_ms()));
+                    }
+                };
+                let a = self.settle(a, outcome, self.clock.now_ms());
+                if a.status != AlertStatus::Pending {
+                    settled_tenants.insert((a.tenant.clone(), a.status));
+                }
+                store.put_alerts(std::slice::from_ref(&a))?;
+            }
+            for (tenant, status) in settled_tenants {
+                let keep = if status == AlertStatus::Dead {
+                    KEEP_DEAD
+                } else {
+                    KEEP_DELIVERED
+                };
+                store.trim_alerts(&tenant, status, keep)?;
+            }
+            self.cap_pending(store.as_ref())?;
         }
     }
 }
 
 async fn worker(inner: Arc<Inner>, shutdown: CancellationToken) {
+    let Some(store) = inner.store.clone() else {
+        return;
+    };
     loop {
-        let (next, wait) = {
-            let mut q = inner.queue.lock().unwrap_or_else(PoisonError::into_inner);
-            let now = Instant::now();
-            let due = q.retry.keys().next().copied().filter(|(at, _)| *at <= now);
-            match due {
-                Some(k) => (q.retry.remove(&k), None),
-                None => match q.fresh.pop_front() {
-                    Some(p) => (Some(p), None),
-                    None => (None, q.retry.keys().next().map(|(at, _)| *at)),
-                },
+        let wait = match inner.pass(&store, &shutdown).await {
+            Ok(Some(next)) => {
+                let ms = next.saturating_sub(inner.clock.now_ms()).max(0) as u64;
+                Duration::from_millis(ms).min(IDLE_POLL)
             }
-        };
-        let Some(mut pending) = next else {
-            let sleep = async {
-                match wait {
-                    Some(at) => tokio::time::sleep_until(at).await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                _ = shutdown.cancelled() => return,
-                _ = inner.wake.notified() => {}
-                _ = sleep => {}
-            }
-            continue;
-        };
-        pending.attempts += 1;
-        let timeout = inner.config.timeout;
-        let granted = inner.grant(&pending);
-        let (outcome, pending) = match tokio::task::spawn_blocking(move || {
-            let d = match granted {
-                Ok((dest, pattern)) => deliver(timeout, dest, pattern, &pending),
-                Err(why) => Delivery::Denied(why),
-            };
-            (d, pending)
-        })
-        .await
-        {
-            Ok(done) => done,
+            Ok(None) => IDLE_POLL,
             Err(e) => {
-                tracing::warn!(error = %e, "alert delivery panicked");
-                continue;
+                tracing::error!(error = %e, retry_in = ?STORE_RETRY, "the alert outbox cannot be read or written; retrying");
+                STORE_RETRY
             }
         };
-        let stats = &inner.stats;
-        match outcome {
-            Delivery::Sent => {
-                stats.sent.fetch_add(1, Ordering::Relaxed);
-            }
-            Delivery::Retry(why) if pending.attempts < inner.config.max_attempts => {
-                let backoff = backoff(&inner.config, pending.attempts);
-                tracing::info!(url = %pending.url, kind = %pending.body.kind, run = %pending.body.run_id,
-                    attempt = pending.attempts, %why, retry_in_ms = backoff.as_millis() as u64, "alert not delivered; retrying");
-                stats.retries.fetch_add(1, Ordering::Relaxed);
-                let mut q = inner.queue.lock().unwrap_or_else(PoisonError::into_inner);
-                q.seq += 1;
-                let key = (Instant::now() + backoff, q.seq);
-                q.retry.insert(key, pending);
-            }
-            Delivery::Denied(why) => {
-                tracing::warn!(url = %pending.url, tenant = %pending.body.tenant, kind = %pending.body.kind,
-                    run = %pending.body.run_id, %why, "alert refused: the webhook may not be reached");
-                stats.denied.fetch_add(1, Ordering::Relaxed);
-            }
-            Delivery::Retry(why) | Delivery::GiveUp(why) => {
-                tracing::warn!(url = %pending.url, kind = %pending.body.kind, run = %pending.body.run_id,
-                    attempts = pending.attempts, %why, "alert given up");
-                stats.failed.fetch_add(1, Ordering::Relaxed);
-            }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = inner.wake.notified() => {}
+            _ = tokio::time::sleep(wait) => {}
         }
     }
 }
@@ -710,21 +937,17 @@ pub async fn validate_config(config: &AlertsConfig) -> Result<(), String> {
     Ok(())
 }
 
-/// Alerts a scheduler without webhooks raises nowhere: a handle whose
-/// worker is never started and whose every method returns at once.
+/// Alerts a scheduler without webhooks raises nowhere: a handle without
+/// an outbox, whose worker is never started and whose every method returns
+/// at once with nothing.
 impl Default for Alerter {
     fn default() -> Self {
-        Self {
-            inner: Arc::new(Inner {
-                config: AlertsConfig::default(),
-                registry: Registry::default(),
-                tenants: RwLock::default(),
-                any_tenant: AtomicBool::new(false),
-                queue: Mutex::new(Queue::default()),
-                wake: tokio::sync::Notify::new(),
-                stats: AlertStats::default(),
-            }),
-        }
+        Self::new(
+            AlertsConfig::default(),
+            Registry::default(),
+            None,
+            Arc::new(crate::scheduler::SystemClock),
+        )
     }
 }
 

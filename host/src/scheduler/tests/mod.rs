@@ -18,7 +18,8 @@
 //! - `params`: a run's input from the task's `params:` (fires, `after`, manual);
 //! - `head`: the queue's head in memory, the rest parked in the store;
 //! - `window`: the fire window (tasks held in memory only when due soon);
-//! - `versions`: plugin ranges and tags resolved at each attempt's start.
+//! - `versions`: plugin ranges and tags resolved at each attempt's start;
+//! - `alerts`: alerts stored with the run change that raised them.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -36,6 +37,7 @@ use crate::store::memory::MemoryStore;
 use crate::store::{RunQuery, Store};
 use crate::task::{self, TaskSpec};
 
+mod alerts;
 mod bulk;
 mod conditions;
 mod dag;

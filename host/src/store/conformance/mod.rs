@@ -8,11 +8,12 @@
 //! builders; the behaviours live by area: `catalog` (metadata, blobs,
 //! plugins, tasks, schedules), `tags` (plugin tags), `runs` (writing runs), `listing` (reading them
 //! back), `outputs` (logs, dead letters), `tenants` (tenants, tokens, usage)
-//! and `model` (the random operations).
+//! `outbox` (the alert outbox) and `model` (the random operations).
 
 mod catalog;
 mod listing;
 mod model;
+mod outbox;
 mod outputs;
 mod runs;
 mod tags;
@@ -85,6 +86,10 @@ macro_rules! conformance_suite {
                 outputs::dead_letters_are_newest_first_and_filter_open_ones,
                 tenants::tenants_and_tokens_round_trip,
                 tenants::usage_adds_up_per_hour_and_task,
+                outbox::alerts_are_written_with_their_run,
+                outbox::due_alerts_come_in_next_try_order_and_follow_every_change,
+                outbox::alerts_are_listed_per_tenant_newest_first_with_a_cursor,
+                outbox::trimming_keeps_the_newest_of_one_state_and_counts_follow,
             );
 
             #[test]

@@ -41,6 +41,7 @@
 //! | `ten/{name}` | [`TenantRecord`] |
 //! | `tok/{id}` | [`TokenRecord`] (a digest of the secret, never the token) |
 //! | `use/{tenant}/{hour:020}/{task}` | [`UsageBucket`]: one hour of a task's usage |
+//! | `al/{id}`, `alt/{tenant}/{status}/{id}`, `ald/{next_try:020}/{id}` | [`OutboxAlert`](super::OutboxAlert) and its indexes (`outbox.rs`) |
 //!
 //! Run ids and dead-letter ids sort by creation time, so iterating an index
 //! backwards lists newest first.
@@ -50,7 +51,8 @@
 //! of an unknown format is reported as [`Error::Corrupt`], never a panic.
 //!
 //! # Atomicity and durability
-//! `insert_runs`, `write_runs` (any number of runs and usage buckets),
+//! `insert_runs`, `write_runs` (any number of runs and usage buckets, and
+//! the outbox alerts they raised),
 //! `delete_run`, `put_task` and a large `put_logs` are one sled batch each
 //! (atomic across a crash). sled seals and writes its log buffer twice for
 //! every batch (to bracket it for recovery), so batches are costly and
@@ -71,6 +73,7 @@
 //! - `logs.rs`: attempt logs, inline or in shared blobs;
 //! - `blobs.rs`: content-addressed files, atomic file writes;
 //! - `usage.rs`: hourly usage buckets;
+//! - `outbox.rs`: the alert outbox;
 //! - `flush.rs`: group commit (the flusher thread and sync tickets).
 
 mod blobs;
@@ -80,6 +83,7 @@ mod flush;
 mod keys;
 mod logs;
 mod open;
+mod outbox;
 mod runs;
 mod schedules;
 mod usage;
@@ -117,8 +121,8 @@ pub struct SledStore {
     dir: PathBuf,
     /// `dir/blobs`.
     blobs: PathBuf,
-    /// Serialises run updates, deletes and dead-letter writes, which read
-    /// before they write.
+    /// Serialises run updates, deletes, dead-letter and outbox writes, which
+    /// read before they write.
     run_lock: Mutex<()>,
     /// Serialises run inserts (which check claims, then write them) with
     /// deletes (which free them). Apart from `run_lock`: inserts touch only
@@ -363,7 +367,16 @@ impl Store for SledStore {
     }
 
     fn write_runs(&self, runs: &[(RunRecord, Vec<Event>)], usage: &[UsageBucket]) -> Result<()> {
-        runs::write(self, runs, usage)
+        runs::write(self, runs, usage, &[])
+    }
+
+    fn write_runs_with_alerts(
+        &self,
+        runs: &[(RunRecord, Vec<Event>)],
+        usage: &[UsageBucket],
+        alerts: &[super::OutboxAlert],
+    ) -> Result<()> {
+        runs::write(self, runs, usage, alerts)
     }
 
     fn get_run(&self, id: &str) -> Result<Option<RunRecord>> {
@@ -462,6 +475,33 @@ impl Store for SledStore {
             }
         }
         Ok(found)
+    }
+
+    fn put_alerts(&self, alerts: &[super::OutboxAlert]) -> Result<()> {
+        outbox::put(self, alerts)
+    }
+
+    fn get_alert(&self, id: &str) -> Result<Option<super::OutboxAlert>> {
+        outbox::get(self, id)
+    }
+
+    fn due_alerts(&self, until: Millis, limit: usize) -> Result<Vec<super::OutboxAlert>> {
+        outbox::due(self, until, limit)
+    }
+
+    fn list_alerts(
+        &self,
+        query: &super::AlertQuery,
+    ) -> Result<(Vec<super::OutboxAlert>, Option<String>)> {
+        outbox::list(self, query)
+    }
+
+    fn trim_alerts(&self, tenant: &str, status: super::AlertStatus, keep: usize) -> Result<usize> {
+        outbox::trim(self, tenant, status, keep)
+    }
+
+    fn alert_counts(&self) -> Result<Vec<(String, super::AlertStatus, usize)>> {
+        outbox::counts(self)
     }
 
     fn put_tenant(&self, tenant: &TenantRecord) -> Result<()> {

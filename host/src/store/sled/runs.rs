@@ -74,8 +74,9 @@ pub(super) fn write(
     store: &SledStore,
     runs: &[(RunRecord, Vec<Event>)],
     usage: &[UsageBucket],
+    alerts: &[crate::store::OutboxAlert],
 ) -> Result<()> {
-    if runs.is_empty() && usage.is_empty() {
+    if runs.is_empty() && usage.is_empty() && alerts.is_empty() {
         return Ok(());
     }
     // A run given twice: its last record, with the events of both.
@@ -114,6 +115,9 @@ pub(super) fn write(
         }
     }
     store.usage_changes(&mut batch, usage)?;
+    for alert in alerts {
+        store.alert_changes(&mut batch, alert)?;
+    }
     store.apply(batch)?;
     missing.map_or(Ok(()), |id| Err(missing_run(id)))
 }
