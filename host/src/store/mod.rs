@@ -374,20 +374,12 @@ pub trait Store: Send + Sync + 'static {
     fn write_runs(&self, runs: &[(RunRecord, Vec<Event>)], usage: &[UsageBucket]) -> Result<()>;
     /// [`Store::write_runs`] with new outbox alerts in the same atomic write
     /// (an alert is stored with the change that raised it, or not at all).
-    /// The default, for a store without one write for both, writes the runs
-    /// and then the alerts.
     fn write_runs_with_alerts(
         &self,
         runs: &[(RunRecord, Vec<Event>)],
         usage: &[UsageBucket],
         alerts: &[OutboxAlert],
-    ) -> Result<()> {
-        let written = self.write_runs(runs, usage);
-        if !alerts.is_empty() {
-            self.put_alerts(alerts)?;
-        }
-        written
-    }
+    ) -> Result<()>;
     /// Replaces a run and appends events, atomically.
     fn update_run(&self, run: &RunRecord, events: &[Event]) -> Result<()> {
         self.write_runs(&[(run.clone(), events.to_vec())], &[])
@@ -445,38 +437,20 @@ pub trait Store: Send + Sync + 'static {
 
     // --- alert outbox -----------------------------------------------------
     /// Creates or replaces outbox alerts (by id), with their indexes, in one
-    /// atomic write. The default refuses: a store must keep an outbox to
-    /// deliver alerts.
-    fn put_alerts(&self, alerts: &[OutboxAlert]) -> Result<()> {
-        let _ = alerts;
-        Err(Error::Backend("this store keeps no alert outbox".into()))
-    }
+    /// atomic write.
+    fn put_alerts(&self, alerts: &[OutboxAlert]) -> Result<()>;
     /// One outbox alert.
-    fn get_alert(&self, id: &str) -> Result<Option<OutboxAlert>> {
-        let _ = id;
-        Ok(None)
-    }
+    fn get_alert(&self, id: &str) -> Result<Option<OutboxAlert>>;
     /// Pending alerts whose `next_try` is at or before `until`, earliest
     /// first (ties by id), at most `limit`: what the worker delivers next.
-    fn due_alerts(&self, until: Millis, limit: usize) -> Result<Vec<OutboxAlert>> {
-        let _ = (until, limit);
-        Ok(Vec::new())
-    }
+    fn due_alerts(&self, until: Millis, limit: usize) -> Result<Vec<OutboxAlert>>;
     /// A tenant's alerts, newest first, with a cursor (the last id).
-    fn list_alerts(&self, query: &AlertQuery) -> Result<(Vec<OutboxAlert>, Option<String>)> {
-        let _ = query;
-        Ok((Vec::new(), None))
-    }
+    fn list_alerts(&self, query: &AlertQuery) -> Result<(Vec<OutboxAlert>, Option<String>)>;
     /// Deletes all but the newest `keep` of a tenant's alerts in `status`;
     /// returns how many were deleted.
-    fn trim_alerts(&self, tenant: &str, status: AlertStatus, keep: usize) -> Result<usize> {
-        let _ = (tenant, status, keep);
-        Ok(0)
-    }
+    fn trim_alerts(&self, tenant: &str, status: AlertStatus, keep: usize) -> Result<usize>;
     /// Outbox alerts counted per (tenant, status), from the index alone.
-    fn alert_counts(&self) -> Result<Vec<(String, AlertStatus, usize)>> {
-        Ok(Vec::new())
-    }
+    fn alert_counts(&self) -> Result<Vec<(String, AlertStatus, usize)>>;
 
     // --- tenants ----------------------------------------------------------
     /// Creates or replaces a tenant.

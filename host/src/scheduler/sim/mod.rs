@@ -66,13 +66,14 @@
 //! names runs by what they are (task, instant, trigger number), not by id.
 //!
 //! # Running it
-//! - CI: `seeds` runs 2,000 short scenarios (`AX_SIM_SEEDS` to change; 10,000
-//!   took 605 s in debug on the loaded 2-core machine, too long for every run).
+//! - CI: `seeds` runs 10,000 short scenarios (`AX_SIM_SEEDS` to change), in
+//!   2–4 minutes of a debug build on 2 cores (docs/RELIABILITY.md).
 //! - One seed: `AX_SIM_SEED=1234 cargo test -p ax-host --lib sim::replay -- --nocapture`
 //!   prints its trace and every violation (`AX_SIM_STEPS` for the long form).
 //! - Long runs: `scripts/simulate --seeds N [--from S] [--steps K]`.
 //!
-//! Not simulated: `when` conditions (evaluated on real threads), alerts,
+//! Not simulated: `when` conditions (evaluated on real threads), alerts
+//! (the store keeps an outbox, but the simulated scheduler raises none),
 //! retention and `after` triggers; the fake plugins keep no KV data.
 
 mod check;
@@ -160,9 +161,9 @@ fn threads() -> u64 {
     std::thread::available_parallelism().map_or(2, |n| n.get() as u64)
 }
 
-/// Seeds the test suite (and so CI) simulates: 2,000 short scenarios take
-/// 1.5–2 minutes in a debug build on 2 cores; `scripts/simulate` runs more.
-const CI_SEEDS: u64 = 2_000;
+/// Seeds the test suite (and so CI) simulates: 10,000 short scenarios take
+/// 2–4 minutes in a debug build on 2 cores; `scripts/simulate` runs more.
+const CI_SEEDS: u64 = 10_000;
 
 /// CI: [`CI_SEEDS`] short scenarios (`AX_SIM_SEEDS`, `AX_SIM_FROM` to move the range).
 #[test]

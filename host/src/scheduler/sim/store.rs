@@ -19,8 +19,8 @@ use crate::model::{
 };
 use crate::store::memory::MemoryStore;
 use crate::store::{
-    AttemptLogs, Error, Insert, NewRun, Result, RunPage, RunQuery, RunSummary, Store, SyncTicket,
-    kv, secrets,
+    AlertQuery, AlertStatus, AttemptLogs, Error, Insert, NewRun, OutboxAlert, Result, RunPage,
+    RunQuery, RunSummary, Store, SyncTicket, kv, secrets,
 };
 use crate::tenant::{TenantRecord, TokenRecord, UsageBucket};
 
@@ -39,7 +39,13 @@ enum Write {
     DeleteTask(String, String),
     Schedule(ScheduleState),
     InsertRuns(Vec<NewRun>),
-    Runs(Vec<(RunRecord, Vec<Event>)>, Vec<UsageBucket>),
+    Runs(
+        Vec<(RunRecord, Vec<Event>)>,
+        Vec<UsageBucket>,
+        Vec<OutboxAlert>,
+    ),
+    Alerts(Vec<OutboxAlert>),
+    TrimAlerts(String, AlertStatus, usize),
     DeleteRun(String),
     ExpireKeys(Millis, usize),
     Logs(String, AttemptLogs),
@@ -65,7 +71,9 @@ impl Write {
             Self::DeleteTask(t, n) => store.delete_task(t, n).map(drop),
             Self::Schedule(s) => store.put_schedule(s),
             Self::InsertRuns(runs) => store.insert_runs(runs).map(drop),
-            Self::Runs(runs, usage) => store.write_runs(runs, usage),
+            Self::Runs(runs, usage, alerts) => store.write_runs_with_alerts(runs, usage, alerts),
+            Self::Alerts(alerts) => store.put_alerts(alerts),
+            Self::TrimAlerts(t, status, keep) => store.trim_alerts(t, *status, *keep).map(drop),
             Self::DeleteRun(id) => store.delete_run(id).map(drop),
             Self::ExpireKeys(now, limit) => store.expire_keys(*now, *limit).map(drop),
             Self::Logs(id, logs) => store.put_logs(id, logs),
@@ -349,8 +357,42 @@ impl Store for SimStore {
     }
 
     fn write_runs(&self, runs: &[(RunRecord, Vec<Event>)], usage: &[UsageBucket]) -> Result<()> {
-        let w = Write::Runs(runs.to_vec(), usage.to_vec());
-        self.write(w, |s| s.write_runs(runs, usage))
+        self.write_runs_with_alerts(runs, usage, &[])
+    }
+
+    fn write_runs_with_alerts(
+        &self,
+        runs: &[(RunRecord, Vec<Event>)],
+        usage: &[UsageBucket],
+        alerts: &[OutboxAlert],
+    ) -> Result<()> {
+        let w = Write::Runs(runs.to_vec(), usage.to_vec(), alerts.to_vec());
+        self.write(w, |s| s.write_runs_with_alerts(runs, usage, alerts))
+    }
+
+    fn put_alerts(&self, alerts: &[OutboxAlert]) -> Result<()> {
+        self.write(Write::Alerts(alerts.to_vec()), |s| s.put_alerts(alerts))
+    }
+
+    fn get_alert(&self, id: &str) -> Result<Option<OutboxAlert>> {
+        self.inner().get_alert(id)
+    }
+
+    fn due_alerts(&self, until: Millis, limit: usize) -> Result<Vec<OutboxAlert>> {
+        self.inner().due_alerts(until, limit)
+    }
+
+    fn list_alerts(&self, query: &AlertQuery) -> Result<(Vec<OutboxAlert>, Option<String>)> {
+        self.inner().list_alerts(query)
+    }
+
+    fn trim_alerts(&self, tenant: &str, status: AlertStatus, keep: usize) -> Result<usize> {
+        let w = Write::TrimAlerts(tenant.into(), status, keep);
+        self.write(w, |s| s.trim_alerts(tenant, status, keep))
+    }
+
+    fn alert_counts(&self) -> Result<Vec<(String, AlertStatus, usize)>> {
+        self.inner().alert_counts()
     }
 
     fn get_run(&self, id: &str) -> Result<Option<RunRecord>> {
