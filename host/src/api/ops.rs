@@ -97,6 +97,13 @@ pub(super) async fn healthz() -> Json<Health> {
 #[utoipa::path(get, path = "/readyz", tag = "operations", security(()),
     responses((status = 200, body = Health)))]
 pub(super) async fn readyz(State(state): State<ApiState>) -> ApiResult<Json<Health>> {
+    if !state.ax.store.writable() {
+        // One small write tells whether writes succeed again (the store
+        // guard reopens sled if it must, at most once a second).
+        let store = state.ax.store.clone();
+        let now = state.ax.clock.now_ms().to_string();
+        let _ = tokio::task::spawn_blocking(move || store.put_meta("write_probe", &now)).await;
+    }
     match state.ax.store.get_meta("format") {
         Ok(_) if !state.ax.store.writable() => {
             tracing::warn!("readiness check: the store refuses writes");
