@@ -16,6 +16,7 @@ mod connections;
 mod contract;
 mod crash;
 mod dag;
+mod full_disk;
 mod layers;
 mod live;
 mod logs;
