@@ -122,9 +122,10 @@ fn fires(agent: &ureq::Agent, url: &str, task: &str) -> BTreeMap<i64, usize> {
         let (_, page) = call(agent, "GET", &page_url, None, "").unwrap();
         for run in page["runs"].as_array().unwrap() {
             if run["trigger"] != "manual" {
-                let at = chrono::DateTime::parse_from_rfc3339(run["scheduled_for"].as_str().unwrap())
-                    .unwrap()
-                    .timestamp_millis();
+                let at =
+                    chrono::DateTime::parse_from_rfc3339(run["scheduled_for"].as_str().unwrap())
+                        .unwrap()
+                        .timestamp_millis();
                 *by_instant.entry(at).or_default() += 1;
             }
         }
@@ -141,7 +142,9 @@ fn a_full_disk_refuses_writes_then_ax_resumes_by_itself() {
         Ok(tmpfs) => tmpfs,
         Err(why) => {
             if std::env::var("AX_CI").as_deref() == Ok("1") {
-                panic!("{why}; this test needs root to mount a tmpfs, and AX_CI=1 makes that a failure");
+                panic!(
+                    "{why}; this test needs root to mount a tmpfs, and AX_CI=1 makes that a failure"
+                );
             }
             eprintln!("skipped: {why} (the full-disk test needs root to mount a tmpfs)");
             return;
@@ -193,7 +196,10 @@ fn a_full_disk_refuses_writes_then_ax_resumes_by_itself() {
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut i = 0;
     let refused = loop {
-        assert!(Instant::now() < deadline, "no trigger was refused on a full disk");
+        assert!(
+            Instant::now() < deadline,
+            "no trigger was refused on a full disk"
+        );
         i += 1;
         let key = format!("during-{i}");
         match trigger(&agent, &url, "manual", &key).unwrap() {
@@ -222,7 +228,10 @@ fn a_full_disk_refuses_writes_then_ax_resumes_by_itself() {
     let freed = Instant::now();
     let deadline = freed + Duration::from_secs(30);
     loop {
-        assert!(Instant::now() < deadline, "ax did not resume within 30 s of freeing space");
+        assert!(
+            Instant::now() < deadline,
+            "ax did not resume within 30 s of freeing space"
+        );
         if status_of(&agent, &format!("{url}/readyz")) == 200 {
             if let (201, _, run) = trigger(&agent, &url, "manual", "after").unwrap() {
                 acknowledged.push(run["id"].as_str().unwrap().to_string());
@@ -237,7 +246,8 @@ fn a_full_disk_refuses_writes_then_ax_resumes_by_itself() {
     let deadline = Instant::now() + Duration::from_secs(60);
     for id in &acknowledged {
         loop {
-            let (status, run) = call(&agent, "GET", &format!("{url}/v1/runs/{id}"), None, "").unwrap();
+            let (status, run) =
+                call(&agent, "GET", &format!("{url}/v1/runs/{id}"), None, "").unwrap();
             assert_eq!(status, 200, "acknowledged run {id} is gone: {run}");
             if run["status"] == "succeeded" {
                 break;
@@ -263,8 +273,13 @@ fn a_full_disk_refuses_writes_then_ax_resumes_by_itself() {
         .collect();
     assert!(gaps.is_empty(), "missed fires not caught up: {gaps:?}");
     let covered = instants.first().is_some_and(|first| *first < fault_seen)
-        && instants.last().is_some_and(|last| *last > fault_seen + 4_000);
-    assert!(covered, "the ticker's runs do not span the fault: {instants:?}");
+        && instants
+            .last()
+            .is_some_and(|last| *last > fault_seen + 4_000);
+    assert!(
+        covered,
+        "the ticker's runs do not span the fault: {instants:?}"
+    );
     eprintln!(
         "full disk: {filled} filler bytes; resumed {:.1}s after freeing space; {} acknowledged runs succeeded; {} fire instants, none missing",
         resumed_in.as_secs_f64(),

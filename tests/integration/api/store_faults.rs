@@ -23,7 +23,10 @@ async fn writes_refused_by_the_store_answer_503_store_unavailable_and_store_noth
     let faulty = Arc::new(Faulty::wrap(memory.clone()));
     let h = host_on(Arc::new(Guarded::guard(faulty.clone(), None))).await;
     assert_eq!(h.upload("hello", "hello").await.status, StatusCode::CREATED);
-    assert_eq!(h.apply("hello", HELLO_TASK).await.status, StatusCode::CREATED);
+    assert_eq!(
+        h.apply("hello", HELLO_TASK).await.status,
+        StatusCode::CREATED
+    );
     let ready = || async {
         h.send(Request::get("/readyz").body(Body::empty()).unwrap())
             .await
@@ -31,14 +34,15 @@ async fn writes_refused_by_the_store_answer_503_store_unavailable_and_store_noth
     assert_eq!(ready().await.status, StatusCode::OK);
 
     faulty.layer().fail(true);
-    let tenant = h
-        .post_json("/v1/tenants", json!({"name": "team-b"}))
-        .await;
+    let tenant = h.post_json("/v1/tenants", json!({"name": "team-b"})).await;
     let answers = [
         (
             "trigger",
-            h.trigger("hello", json!({"input": {"name": "x"}, "idempotency_key": "k1"}))
-                .await,
+            h.trigger(
+                "hello",
+                json!({"input": {"name": "x"}, "idempotency_key": "k1"}),
+            )
+            .await,
         ),
         (
             "bulk trigger",
@@ -73,7 +77,13 @@ async fn writes_refused_by_the_store_answer_503_store_unavailable_and_store_noth
     assert!(memory.run_summaries().unwrap().is_empty());
     assert!(memory.get_task("default", "other").unwrap().is_none());
     assert!(memory.list_plugins("default").unwrap().len() == 1);
-    assert!(memory.list_tenants().unwrap().iter().all(|t| t.name != "team-b"));
+    assert!(
+        memory
+            .list_tenants()
+            .unwrap()
+            .iter()
+            .all(|t| t.name != "team-b")
+    );
     // Not ready; alive.
     let not_ready = ready().await;
     assert_eq!(
@@ -94,7 +104,10 @@ async fn writes_refused_by_the_store_answer_503_store_unavailable_and_store_noth
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     let again = h
-        .trigger("hello", json!({"input": {"name": "x"}, "idempotency_key": "k1"}))
+        .trigger(
+            "hello",
+            json!({"input": {"name": "x"}, "idempotency_key": "k1"}),
+        )
         .await;
     assert_eq!(again.status, StatusCode::CREATED, "{}", again.body);
     let id = again.body["id"].as_str().unwrap().to_string();

@@ -141,9 +141,9 @@ pub(super) fn spawn_writer(
                 }
                 tracing::error!(error = %e, retry_in = ?wait, "writing runs failed; retrying");
                 if let Some(then) = then.take() {
-                    then(Err(Error::Store(crate::store::Error::Unavailable(format!(
-                        "writing runs failed: {e}"
-                    )))));
+                    then(Err(Error::Store(crate::store::Error::Unavailable(
+                        format!("writing runs failed: {e}"),
+                    ))));
                 }
                 tokio::time::sleep(wait).await;
                 wait = (wait * 2).min(WRITE_RETRY_MAX);
