@@ -232,11 +232,11 @@ fn a_full_disk_refuses_writes_then_ax_resumes_by_itself() {
             Instant::now() < deadline,
             "ax did not resume within 30 s of freeing space"
         );
-        if status_of(&agent, &format!("{url}/readyz")) == 200 {
-            if let (201, _, run) = trigger(&agent, &url, "manual", "after").unwrap() {
-                acknowledged.push(run["id"].as_str().unwrap().to_string());
-                break;
-            }
+        if status_of(&agent, &format!("{url}/readyz")) == 200
+            && let (201, _, run) = trigger(&agent, &url, "manual", "after").unwrap()
+        {
+            acknowledged.push(run["id"].as_str().unwrap().to_string());
+            break;
         }
         std::thread::sleep(Duration::from_millis(200));
     }

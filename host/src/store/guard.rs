@@ -110,12 +110,15 @@ impl<L: Layer> KvStore for Handles<L> {
         quota: u64,
         now: Millis,
     ) -> KvResult<SetOutcome> {
-        let kv = self.0.write(|s| Ok(s.kv())).map_err(kv_error)?;
+        // Through `inner`, not `write`: the guard's writability follows the
+        // store's own writes (a key-value write may fail after the handle is
+        // taken, which `write` would not see).
+        let kv = self.0.inner().map_err(kv_error)?.kv();
         kv.set(ns, key, value, expires_at, quota, now)
     }
 
     fn delete(&self, ns: &KvNamespace, key: &str, now: Millis) -> KvResult<bool> {
-        let kv = self.0.write(|s| Ok(s.kv())).map_err(kv_error)?;
+        let kv = self.0.inner().map_err(kv_error)?.kv();
         kv.delete(ns, key, now)
     }
 

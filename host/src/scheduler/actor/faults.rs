@@ -15,7 +15,9 @@
 //!   the writer retries its job with backoff. Memory stays bounded by the
 //!   runs it already held.
 //! - A probe write every [`PROBE_EVERY`] finds out when writes succeed
-//!   again (through the store guard, which reopens sled if needed).
+//!   again (through the store guard, which reopens sled if needed). A store
+//!   that does not track whether it writes (always "writable") gets its
+//!   held fires armed again at each probe instead, so none is lost.
 //! - If the store was reopened ([`Store::generation`]), what it lost (the
 //!   writes not yet on disk) is re-derived the way a crash is: the loop
 //!   hands back its mailbox and the scheduler recovers a new actor from the
@@ -41,52 +43,64 @@ impl Actor {
         }
         let writable = self.store.writable();
         if self.down && writable {
-            self.store_back();
+            self.down = false;
+            tracing::info!(
+                tasks = self.refire.len(),
+                "the store writes again: firing and dispatch resume"
+            );
+            self.rearm_held();
         } else if !self.down && !writable {
             self.down = true;
             tracing::error!(
                 "the store refuses writes: fires and new attempts pause until it writes again"
             );
-            let now = self.clock.now_ms();
-            self.timers.insert((now + PROBE_EVERY, Timer::Probe));
+            self.ensure_probe();
         }
         false
     }
 
-    /// The store writes again: arms the tasks whose fires were held, from
-    /// their stored schedules (missed instants per `catch_up`).
-    fn store_back(&mut self) {
-        self.down = false;
-        let held = std::mem::take(&mut self.refire);
-        tracing::info!(
-            tasks = held.len(),
-            "the store writes again: firing and dispatch resume"
-        );
-        for key in held {
+    /// Arms the tasks whose fires were held, from their stored schedules
+    /// (missed instants per `catch_up`).
+    fn rearm_held(&mut self) {
+        for key in std::mem::take(&mut self.refire) {
             let TaskKey { tenant, task } = key;
             if let Err(e) = self.on_task_changed(&tenant, &task) {
                 tracing::error!(%tenant, %task, error = %e, "cannot arm the trigger again");
                 self.refire.insert(TaskKey { tenant, task });
+                self.ensure_probe();
             }
         }
     }
 
     /// A fire of `key` due (or refused) while the store refuses writes:
-    /// taken up again once it writes.
+    /// taken up again once it writes, or at the next probe for a store that
+    /// does not say whether it writes ([`Store::writable`]).
     pub(super) fn hold_fire(&mut self, key: TaskKey) {
         self.disarm_fire(&key.tenant, &key.task);
         self.refire.insert(key);
+        self.ensure_probe();
     }
 
-    /// The probe timer: while down, one small write; its outcome is what
-    /// [`Actor::check_store`] reads next.
+    /// Sets the probe timer unless it is set.
+    fn ensure_probe(&mut self) {
+        if !self.probing {
+            self.probing = true;
+            let now = self.clock.now_ms();
+            self.timers.insert((now + PROBE_EVERY, Timer::Probe));
+        }
+    }
+
+    /// The probe timer: while down, one small write (its outcome is what
+    /// [`Actor::check_store`] reads next); otherwise the held fires are
+    /// armed again.
     pub(super) fn probe(&mut self, now: Millis) {
+        self.probing = false;
         if !self.down {
-            return;
+            return self.rearm_held();
         }
         if let Err(e) = self.store.put_meta(PROBE_KEY, &now.to_string()) {
             tracing::debug!(error = %e, "the store still refuses writes");
         }
-        self.timers.insert((now + PROBE_EVERY, Timer::Probe));
+        self.ensure_probe();
     }
 }

@@ -198,6 +198,8 @@ pub(super) struct Actor {
     /// fires due while it refused writes, and fires whose runs it refused.
     /// Their missed instants then follow `catch_up`, as after a restart.
     refire: std::collections::HashSet<TaskKey>,
+    /// A probe timer is set (`faults`).
+    probing: bool,
     /// The store's generation this memory was built from: a reopened store
     /// lost the writes not on disk, so memory is rebuilt from it (`faults`).
     generation: u64,
@@ -268,6 +270,7 @@ impl Actor {
             plugins: HashMap::new(),
             down: false,
             refire: Default::default(),
+            probing: false,
             generation,
         }
     }
