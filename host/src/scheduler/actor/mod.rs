@@ -400,7 +400,10 @@ impl Actor {
         if reopened {
             // Memory is stale against the reopened store: nothing of it is
             // written; running attempts stop and their runs are taken up
-            // from the store, as after a crash.
+            // from the store, as after a crash. New runs waiting for their
+            // insert are inserted now (into the reopened store), so their
+            // triggers get an answer rather than a dropped reply.
+            self.insert_pending();
             self.stop_attempts();
             return Some(rx);
         }
