@@ -171,10 +171,24 @@ pub async fn start(config: Config, demo: bool) -> anyhow::Result<Server> {
         })?;
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("creating the data directory {}", config.data_dir.display()))?;
-    let store: Arc<dyn Store> = Arc::new(SledStore::open_with_cache(
+    let sled: Arc<dyn Store> = Arc::new(SledStore::open_with_cache(
         &config.data_dir,
         config.store.cache_bytes(),
     )?);
+    // A write refused (full disk, I/O error) is answered 503 and held by the
+    // scheduler; sled keeps such an error until its database is reopened,
+    // which the guard does once the directory takes writes again
+    // (docs/RELIABILITY.md, "Store faults").
+    let reopen = {
+        let (dir, cache) = (config.data_dir.clone(), config.store.cache_bytes());
+        crate::store::guard::Reopen {
+            dir: config.data_dir.clone(),
+            open: Box::new(move || {
+                Ok(Arc::new(SledStore::open_with_cache(&dir, cache)?) as Arc<dyn Store>)
+            }),
+        }
+    };
+    let store: Arc<dyn Store> = Arc::new(crate::store::guard::Guarded::guard(sled, Some(reopen)));
     let runtime = Runtime::new(RuntimeConfig {
         cache_dir: Some(config.data_dir.join("artifacts")),
         max_instances: config.max_instances,

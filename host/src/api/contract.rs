@@ -219,7 +219,7 @@ pub const ROUTES: &[Route] = &[
         &[BAD_REQUEST, NOT_FOUND, INVALID],
     ),
     route("get", "/healthz", &[]),
-    route("get", "/readyz", &[UNAVAILABLE]),
+    route("get", "/readyz", &[UNAVAILABLE, STORE_UNAVAILABLE]),
     route("get", "/metrics", &[UNAUTHORIZED, FORBIDDEN, UNAVAILABLE]),
     route("get", super::openapi::OPENAPI_PATH, &[]),
 ];
@@ -281,10 +281,11 @@ fn error_response(status: u16, codes: &[Code]) -> Value {
             json!({"description": "Seconds to wait", "required": true,
                 "schema": {"type": "integer", "minimum": 0}}),
         )),
-        // `too_many_connections` sends it, `unavailable` need not.
+        // `too_many_connections` and `store_unavailable` send it,
+        // `unavailable` need not.
         503 => Some((
             "retry-after",
-            json!({"description": "Seconds to wait (`too_many_connections`)", "required": false,
+            json!({"description": "Seconds to wait (`too_many_connections`, `store_unavailable`)", "required": false,
                 "schema": {"type": "integer", "minimum": 0}}),
         )),
         _ => None,
@@ -363,6 +364,11 @@ fn bound_integers(value: &mut Value) {
 
 fn set_error_responses(path: &str, method: &str, op: &mut Value) {
     let mut codes = shared_codes(path, op);
+    // Every operation that writes can find the store refusing writes
+    // (full disk, I/O error): docs/RELIABILITY.md, "Store faults".
+    if method != "get" {
+        codes.push(STORE_UNAVAILABLE);
+    }
     if let Some(r) = route_of(method, path) {
         codes.extend_from_slice(r.codes);
     }

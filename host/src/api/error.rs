@@ -27,6 +27,11 @@ use crate::service;
 /// (`Retry-After`): about one compilation of a large component.
 pub const COMPILE_QUEUE_RETRY_AFTER_SECS: u64 = 5;
 
+/// Seconds a write refused with `store_unavailable` is told to wait
+/// (`Retry-After`): the scheduler probes the store every second, and a
+/// reopened store is tried at most every second.
+pub const STORE_RETRY_AFTER_SECS: u64 = 2;
+
 /// The body of every error answer.
 #[derive(Debug, serde::Serialize, utoipa::ToSchema)]
 pub struct ErrorBody {
@@ -106,6 +111,7 @@ pub mod codes {
         QUOTA_EXCEEDED = 429 "quota_exceeded" "a tenant quota refuses it for now; `Retry-After` says when to try again";
         INTERNAL = 500 "internal" "a fault of the host; the host log has the details";
         UNAVAILABLE = 503 "unavailable" "the host cannot serve right now";
+        STORE_UNAVAILABLE = 503 "store_unavailable" "the store refuses writes for now (full disk, I/O error): nothing was stored; `Retry-After` says when to try again";
         TOO_MANY_CONNECTIONS = 503 "too_many_connections" "the server is at `connections.max_connections`; `Retry-After` says when to try again";
     }
 
@@ -180,6 +186,14 @@ pub enum ApiError {
     },
     /// 503: the host cannot serve right now.
     Unavailable(String),
+    /// 503 `store_unavailable`: the store refuses writes for now (full
+    /// disk, I/O error); nothing of the request was stored.
+    StoreUnavailable {
+        /// What happened (no store path: the cause is logged).
+        message: String,
+        /// Seconds to wait (sent as `Retry-After`).
+        retry_after: u64,
+    },
     /// 500: a fault of the host. The text is logged, never sent.
     Internal(String),
     /// 429 `compile_queue_full`: as many plugin uploads as may be are
@@ -207,6 +221,14 @@ impl ApiError {
         }
     }
 
+    /// A 503 `store_unavailable` (see [`codes::STORE_UNAVAILABLE`]).
+    pub fn store_unavailable() -> Self {
+        ApiError::StoreUnavailable {
+            message: "the store refuses writes for now (full disk or I/O error); nothing was stored; try again later".into(),
+            retry_after: STORE_RETRY_AFTER_SECS,
+        }
+    }
+
     /// The status and stable code of this error.
     pub fn status_and_code(&self) -> (StatusCode, &'static str) {
         match self {
@@ -226,6 +248,9 @@ impl ApiError {
             ApiError::QueueFull { .. } => (StatusCode::TOO_MANY_REQUESTS, "queue_full"),
             ApiError::QuotaExceeded { .. } => (StatusCode::TOO_MANY_REQUESTS, "quota_exceeded"),
             ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+            ApiError::StoreUnavailable { .. } => {
+                (StatusCode::SERVICE_UNAVAILABLE, "store_unavailable")
+            }
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
             ApiError::CompileQueueFull { .. } => {
                 (StatusCode::TOO_MANY_REQUESTS, "compile_queue_full")
@@ -265,7 +290,8 @@ impl ApiError {
             ApiError::Invalid { details, .. } => details.clone().unwrap_or(Value::Null),
             ApiError::QueueFull { retry_after, .. }
             | ApiError::QuotaExceeded { retry_after, .. }
-            | ApiError::CompileQueueFull { retry_after, .. } => {
+            | ApiError::CompileQueueFull { retry_after, .. }
+            | ApiError::StoreUnavailable { retry_after, .. } => {
                 json!({ "retry_after": retry_after })
             }
             ApiError::RunDeleted { run, .. } => json!({ "run_id": run }),
@@ -301,6 +327,7 @@ impl ApiError {
             | ApiError::QueueFull { message, .. }
             | ApiError::QuotaExceeded { message, .. }
             | ApiError::Unavailable(message)
+            | ApiError::StoreUnavailable { message, .. }
             | ApiError::CompileQueueFull { message, .. }
             | ApiError::TooManyPlugins(message)
             | ApiError::PluginBytesQuota(message) => message.clone(),
@@ -342,7 +369,8 @@ impl IntoResponse for ApiError {
             }
             ApiError::QueueFull { retry_after, .. }
             | ApiError::QuotaExceeded { retry_after, .. }
-            | ApiError::CompileQueueFull { retry_after, .. } => {
+            | ApiError::CompileQueueFull { retry_after, .. }
+            | ApiError::StoreUnavailable { retry_after, .. } => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from(*retry_after));
             }
             _ => {}
@@ -411,6 +439,12 @@ impl From<service::Error> for ApiError {
                 message,
                 retry_after,
             },
+            // A write refused for now: the client may retry; the cause
+            // (which may name a path) is logged, not sent.
+            service::Error::Store(e) if e.is_unavailable() => {
+                tracing::warn!(error = %e, "a write was refused: the store is unavailable");
+                ApiError::store_unavailable()
+            }
             // Faults of the host: logged with their causes, never sent.
             e @ (service::Error::Store(_)
             | service::Error::Scheduler(_)
@@ -636,6 +670,7 @@ mod tests {
                 retry_after: 1,
             },
             ApiError::Unavailable("x".into()),
+            service::Error::Store(crate::store::Error::Unavailable("x".into())).into(),
             ApiError::Internal("x".into()),
             parse_json::<bool>(b"{").unwrap_err(),
             invalid(None, "invalid YAML: x").into(),
@@ -839,6 +874,32 @@ mod tests {
             assert!(kept.is_some(), "{e}");
             assert!(e.to_string().contains(&kept.unwrap()), "{e}");
             assert!(!e.public_message().contains("fire"), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_refused_write_is_503_store_unavailable_with_retry_after() {
+        let refusals = [
+            service::Error::Store(crate::store::Error::Io(std::io::Error::new(
+                std::io::ErrorKind::StorageFull,
+                "/data/db: no space left on device",
+            ))),
+            service::Error::from(crate::scheduler::Error::Store(
+                crate::store::Error::Unavailable("/data/db: flush failed".into()),
+            )),
+        ];
+        for refusal in refusals {
+            let e = ApiError::from(refusal);
+            assert_eq!(
+                e.status_and_code(),
+                (StatusCode::SERVICE_UNAVAILABLE, "store_unavailable")
+            );
+            assert!(!e.public_message().contains("/data"), "{e}");
+            let response = e.into_response();
+            assert_eq!(
+                response.headers()[header::RETRY_AFTER],
+                STORE_RETRY_AFTER_SECS.to_string().as_str()
+            );
         }
     }
 

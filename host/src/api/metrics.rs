@@ -334,6 +334,12 @@ fn render(
         "Bytes the store occupies on disk (database and blobs).",
         store_bytes as f64,
     );
+    gauge(
+        &mut e,
+        "ax_store_writable",
+        "1 while the store takes writes, 0 while it refuses them (full disk, I/O error).",
+        if state.ax.store.writable() { 1.0 } else { 0.0 },
+    );
     plugin_metrics(&mut e, &state.ax.runtime.stats());
 
     e.family(

@@ -89,11 +89,29 @@ pub(super) async fn healthz() -> Json<Health> {
     })
 }
 
-/// `GET /readyz`: 200 when the store answers, 503 otherwise.
+/// `GET /readyz`: 200 when the store answers and takes writes; 503
+/// `unavailable` when it does not answer, `store_unavailable` while it
+/// refuses writes (full disk, I/O error: triggers are refused, fires held).
+/// `/healthz` stays 200 meanwhile: the process lives, and ax resumes by
+/// itself once writes succeed (docs/RELIABILITY.md, "Store faults").
 #[utoipa::path(get, path = "/readyz", tag = "operations", security(()),
-    responses((status = 200, body = Health), (status = 503, description = "`unavailable`", body = ErrorBody)))]
+    responses((status = 200, body = Health)))]
 pub(super) async fn readyz(State(state): State<ApiState>) -> ApiResult<Json<Health>> {
+    if !state.ax.store.writable() {
+        // One small write tells whether writes succeed again (the store
+        // guard reopens sled if it must, at most once a second).
+        let store = state.ax.store.clone();
+        let now = state.ax.clock.now_ms().to_string();
+        let _ = tokio::task::spawn_blocking(move || store.put_meta("write_probe", &now)).await;
+    }
     match state.ax.store.get_meta("format") {
+        Ok(_) if !state.ax.store.writable() => {
+            tracing::warn!("readiness check: the store refuses writes");
+            Err(ApiError::StoreUnavailable {
+                message: "the store refuses writes (full disk or I/O error); ax resumes once writes succeed".into(),
+                retry_after: super::error::STORE_RETRY_AFTER_SECS,
+            })
+        }
         Ok(_) => Ok(Json(Health {
             status: "ready".into(),
         })),

@@ -424,9 +424,43 @@ impl Scheduler {
             ..Stats::default()
         });
         let (tx, rx) = mpsc::unbounded_channel();
-        let mut actor = actor::Actor::new(store, runner, clock, config, stats.clone());
+        let fresh = {
+            let stats = stats.clone();
+            move || {
+                actor::Actor::new(
+                    store.clone(),
+                    runner.clone(),
+                    clock.clone(),
+                    config.clone(),
+                    stats.clone(),
+                )
+            }
+        };
+        let mut actor = fresh();
         actor.recover()?;
-        let handle = tokio::spawn(actor.run(rx, tx.downgrade(), shutdown));
+        let mailbox = tx.downgrade();
+        let handle = tokio::spawn(async move {
+            let mut rx = rx;
+            // The store was reopened after a fault (it lost the writes not
+            // yet on disk): a new actor recovers from it, as after a crash,
+            // and takes the same mailbox (docs/RELIABILITY.md, "Store faults").
+            while let Some(back) = actor.run(rx, mailbox.clone(), shutdown.clone()).await {
+                rx = back;
+                loop {
+                    actor = fresh();
+                    match actor.recover() {
+                        Ok(()) => break,
+                        Err(e) => {
+                            tracing::error!(error = %e, "recovering from the reopened store failed; retrying");
+                            tokio::select! {
+                                _ = shutdown.cancelled() => return,
+                                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                            }
+                        }
+                    }
+                }
+            }
+        });
         Ok((Self { tx, stats }, handle))
     }
 

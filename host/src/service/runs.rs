@@ -110,6 +110,14 @@ impl Ax {
         requests: Vec<TriggerRequest>,
     ) -> Result<Vec<Result<(RunRecord, bool)>>> {
         let answers = self.scheduler.trigger_batch(requests).await?;
+        // The batch's runs are one store write: refused for now, it is
+        // refused whole (503 `store_unavailable`), not item by item.
+        if let Some(e) = answers.iter().find_map(|a| match a {
+            Err(crate::scheduler::Error::Store(e)) if e.is_unavailable() => Some(e.duplicate()),
+            _ => None,
+        }) {
+            return Err(Error::Store(e));
+        }
         self.sync().await?;
         Ok(answers
             .into_iter()

@@ -19,6 +19,8 @@
 //! [`SyncTicket`] after writing and awaits it (group commit: one flusher
 //! thread, many waiters).
 
+pub mod faults;
+pub mod guard;
 pub mod kv;
 pub mod memory;
 mod resolve;
@@ -71,6 +73,41 @@ pub enum Error {
     /// Any other backend failure.
     #[error("store backend error: {0}")]
     Backend(String),
+    /// The store cannot write now (a full disk, an I/O error, a database
+    /// being reopened after one): nothing of the write was stored, and the
+    /// same write may succeed later ([`Error::is_unavailable`]).
+    #[error("the store cannot write now: {0}")]
+    Unavailable(String),
+}
+
+impl Error {
+    /// Whether this is a refusal to write *now* (full disk, I/O error) that
+    /// goes away by itself once writes succeed again: [`Error::Io`] and
+    /// [`Error::Unavailable`]. The API answers it 503 `store_unavailable`
+    /// with `Retry-After`; the scheduler holds its writes and stops firing
+    /// until the store writes again (docs/RELIABILITY.md, "Store faults").
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, Error::Io(_) | Error::Unavailable(_))
+    }
+
+    /// The same error again, for a second waiter (errors are not `Clone`:
+    /// an I/O error keeps its kind and text, the rest their text).
+    pub fn duplicate(&self) -> Self {
+        match self {
+            Error::Io(e) => Error::Io(std::io::Error::new(e.kind(), e.to_string())),
+            Error::Unavailable(m) => Error::Unavailable(m.clone()),
+            Error::Unusable { path, reason, hint } => Error::Unusable {
+                path: path.clone(),
+                reason: reason.clone(),
+                hint: hint.clone(),
+            },
+            Error::Corrupt { key, reason } => Error::Corrupt {
+                key: key.clone(),
+                reason: reason.clone(),
+            },
+            Error::Backend(m) => Error::Backend(m.clone()),
+        }
+    }
 }
 
 /// Result type of the store.
@@ -478,6 +515,18 @@ pub trait Store: Send + Sync + 'static {
     // --- operations -------------------------------------------------------
     /// Bytes the store occupies on disk (0 in memory).
     fn size_on_disk(&self) -> u64;
+    /// Whether the last write succeeded (false from a write refused with an
+    /// [`Error::is_unavailable`] error until one succeeds again). A store
+    /// that does not track it is always writable; see [`guard::Guarded`].
+    fn writable(&self) -> bool {
+        true
+    }
+    /// Bumped each time the store reopened its database after a fault, which
+    /// loses the writes not yet on disk (as a crash would): whoever holds
+    /// state derived from the store rebuilds it from the store then.
+    fn generation(&self) -> u64 {
+        0
+    }
 }
 
 /// A run as the indexes know it (see [`Store::run_summaries`]).

@@ -14,7 +14,8 @@
 //! - `public`: health, readiness and the dashboard, which need no token;
 //! - `cli`: the `ax` client commands against a real socket;
 //! - `graph`: task graphs in four formats, with a run's states, and `ax graph`;
-//! - `params`: a task's `params:` on save, on manual and bulk triggers, through the service.
+//! - `params`: a task's `params:` on save, on manual and bulk triggers, through the service;
+//! - `store_faults`: a store refusing writes: 503 `store_unavailable`, nothing stored, readiness.
 
 mod bulk;
 mod cli;
@@ -26,6 +27,7 @@ mod public;
 mod refusals;
 mod runs;
 mod schedules;
+mod store_faults;
 mod tenancy;
 
 use std::process::{Command, Output};
@@ -82,7 +84,11 @@ impl Answer {
 }
 
 pub(crate) async fn host() -> Host {
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    host_on(Arc::new(MemoryStore::new())).await
+}
+
+/// A [`host`] on `store`.
+pub(crate) async fn host_on(store: Arc<dyn Store>) -> Host {
     // One runtime (engine, pool, compiled plugins) for the whole test binary.
     let runtime = RUNTIME.clone();
     let clock = Arc::new(SystemClock);

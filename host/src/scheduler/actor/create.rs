@@ -354,8 +354,17 @@ impl Actor {
             let rec = new.run;
             let outcome = match &outcomes {
                 Ok(outcomes) => Ok(outcomes[i].clone()),
-                Err(e) => Err(Error::Store(crate::store::Error::Backend(e.to_string()))),
+                Err(e) => Err(Error::Store(e.duplicate())),
             };
+            // A fire's runs refused for now: its schedule's progress went
+            // with them, so the task fires again from its stored schedule
+            // once the store writes (missed instants per `catch_up`).
+            if let Err(e) = &outcomes
+                && e.is_unavailable()
+                && new.schedule.is_some()
+            {
+                self.hold_fire(TaskKey::new(&rec.tenant, &rec.task));
+            }
             let created = matches!(outcome, Ok(Insert::Created));
             if !created && shed.is_none() {
                 self.queued_runs

@@ -276,11 +276,17 @@ impl Actor {
             match timer {
                 Timer::Fire(key) => {
                     self.fire_timers.remove(&key);
+                    // Runs that cannot be stored are not made (`faults`).
+                    if self.down {
+                        self.hold_fire(key);
+                        continue;
+                    }
                     let TaskKey { tenant, task } = key;
                     if let Err(e) = self.fire(&tenant, &task, now) {
                         tracing::error!(%tenant, %task, error = %e, "firing failed");
                     }
                 }
+                Timer::Probe => self.probe(now),
                 Timer::Retry { run_id, step } => {
                     if let Err(e) = self.retry_due(&run_id, step, now) {
                         tracing::error!(run = %run_id, error = %e, "requeueing a retry failed");
@@ -366,7 +372,13 @@ impl Actor {
         match last_created {
             Some(i) => self.pending[i].new.schedule = Some(sched.clone()),
             None if self.armed.get(&key).is_none_or(|a| a.schedule != sched) => {
-                self.store.put_schedule(&sched)?;
+                if let Err(e) = self.store.put_schedule(&sched) {
+                    // Its instants fire (per `catch_up`) once the store writes.
+                    if e.is_unavailable() {
+                        self.hold_fire(key);
+                    }
+                    return Err(e.into());
+                }
             }
             None => {}
         }

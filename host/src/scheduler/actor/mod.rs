@@ -17,7 +17,8 @@
 //! - `control`: cancel, retry, requeue, rerun a step;
 //! - `tasks`: task definitions read from the store, in a bounded cache;
 //! - `tenants`: tenant quotas pushed to the dispatch queue;
-//! - `write`: dirty tracking, write-behind and the run writer.
+//! - `write`: dirty tracking, write-behind and the run writer;
+//! - `faults`: a store that refuses writes: pausing, probing, resuming.
 
 mod active;
 mod advance;
@@ -25,6 +26,7 @@ mod apply;
 mod attempts;
 mod control;
 mod create;
+mod faults;
 mod fire;
 mod parked;
 mod recovery;
@@ -78,6 +80,8 @@ enum Timer {
     },
     /// The fire window moves on: arm the tasks due within it (`fire`).
     Refill,
+    /// The store refuses writes: try one (`faults`).
+    Probe,
 }
 
 struct AttemptDone {
@@ -187,6 +191,18 @@ pub(super) struct Actor {
     /// immutable, and a deleted one is forgotten ([`Command::PluginDeleted`]).
     /// Reading sled per attempt waited behind the writer's batches.
     plugins: HashMap<(String, String, String), crate::model::PluginRecord>,
+    /// The store refuses writes ([`Store::writable`]): fires and dispatch
+    /// pause and write-behind is held until it writes again (`faults`).
+    down: bool,
+    /// Tasks to arm again from their stored schedule once the store writes:
+    /// fires due while it refused writes, and fires whose runs it refused.
+    /// Their missed instants then follow `catch_up`, as after a restart.
+    refire: std::collections::HashSet<TaskKey>,
+    /// A probe timer is set (`faults`).
+    probing: bool,
+    /// The store's generation this memory was built from: a reopened store
+    /// lost the writes not on disk, so memory is rebuilt from it (`faults`).
+    generation: u64,
 }
 
 /// A new dead letter's id (the store's id scheme), for the core.
@@ -209,6 +225,7 @@ impl Actor {
         let (cond_tx, cond_rx) = mpsc::unbounded_channel();
         let cond_pool = CondPool::new(config.cond_workers, config.cond_budget, cond_tx);
         let now = clock.now_ms();
+        let generation = store.generation();
         let rng = config.rng_seed.map_or_else(
             rand::rngs::StdRng::from_os_rng,
             rand::rngs::StdRng::seed_from_u64,
@@ -251,15 +268,22 @@ impl Actor {
             pending: Vec::new(),
             inserting: None,
             plugins: HashMap::new(),
+            down: false,
+            refire: Default::default(),
+            probing: false,
+            generation,
         }
     }
 
+    /// The main loop, until `shutdown`; or until the store was reopened
+    /// after a fault, when the mailbox is handed back to start over from
+    /// the store (`faults`).
     pub(super) async fn run(
         mut self,
         mut rx: mpsc::UnboundedReceiver<Command>,
         mailbox: mpsc::WeakUnboundedSender<Command>,
         shutdown: CancellationToken,
-    ) {
+    ) -> Option<mpsc::UnboundedReceiver<Command>> {
         let mut done_rx = self.done_rx.take().expect("taken once");
         let mut cond_rx = self.cond_rx.take().expect("taken once");
         self.writer = Some(spawn_writer(
@@ -282,15 +306,27 @@ impl Actor {
                     .ok()
             })
             .flatten();
+        let mut reopened = false;
         loop {
+            if self.check_store() {
+                reopened = true;
+                break;
+            }
             if !self.parked.is_empty() {
                 let now = self.clock.now_ms();
                 self.refill_heads(now);
             }
-            self.dispatch();
+            // While the store refuses writes no attempt starts: its result
+            // could not be stored, and memory would grow with them.
+            if !self.down {
+                self.dispatch();
+            }
             self.begin_insert();
             let flush_every = self.flush_interval();
-            if !self.dirty.is_empty() && last_flush.elapsed() >= flush_every {
+            // Held while the store refuses writes: the changes stay merged
+            // in `dirty` (one entry per run) instead of queueing a job per
+            // turn behind the writer's retries.
+            if !self.dirty.is_empty() && last_flush.elapsed() >= flush_every && !self.down {
                 self.guard(|a| a.flush());
                 last_flush = tokio::time::Instant::now();
             }
@@ -311,7 +347,8 @@ impl Actor {
                 let wait = (from_ms(at) - now).to_std().unwrap_or_default();
                 tokio::time::Instant::now() + wait
             });
-            let flush_at = (!self.dirty.is_empty()).then_some(last_flush + flush_every);
+            let flush_at =
+                (!self.dirty.is_empty() && !self.down).then_some(last_flush + flush_every);
             let wake = [next_wake, flush_at].into_iter().flatten().min();
             let sleep = async {
                 match (wake, &alarm) {
@@ -364,6 +401,16 @@ impl Actor {
                 }
             }
         }
+        if reopened {
+            // Memory is stale against the reopened store: nothing of it is
+            // written; running attempts stop and their runs are taken up
+            // from the store, as after a crash. New runs waiting for their
+            // insert are inserted now (into the reopened store), so their
+            // triggers get an answer rather than a dropped reply.
+            self.insert_pending();
+            self.stop_attempts();
+            return Some(rx);
+        }
         // Store what changed before stopping (in order, after earlier batches).
         let (stored_tx, stored_rx) = tokio::sync::oneshot::channel();
         let signal = Box::new(move |_written: Result<()>| {
@@ -373,6 +420,11 @@ impl Actor {
             let _ = stored_rx.await;
         }
         // Stop running attempts; their runs are recovered (as lost) on the next start.
+        self.stop_attempts();
+        None
+    }
+
+    fn stop_attempts(&self) {
         for run in self.runs.values() {
             for token in run.cancels.values() {
                 token.cancel();

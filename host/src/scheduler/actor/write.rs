@@ -99,6 +99,10 @@ pub(super) fn spawn_writer(
 ) -> mpsc::UnboundedSender<WriteJob> {
     let (tx, mut rx) = mpsc::unbounded_channel::<WriteJob>();
     let written = in_flight.written.clone();
+    // Jobs hold what this actor's memory says; once the store is reopened
+    // (`Store::generation`) memory is rebuilt from the store and they are
+    // stale: writing them would undo the rebuild.
+    let generation = store.generation();
     tokio::spawn(async move {
         while let Some(WriteJob {
             mut runs,
@@ -114,6 +118,12 @@ pub(super) fn spawn_writer(
                 if runs.is_empty() && usage.is_empty() && alerts.is_empty() {
                     break Ok(());
                 }
+                if store.generation() != generation {
+                    break Err(Error::Store(crate::store::Error::Unavailable(
+                        "the store was reopened after a fault; the scheduler starts over from it"
+                            .into(),
+                    )));
+                }
                 let store = store.clone();
                 let written = tokio::task::spawn_blocking(move || {
                     let result = store
@@ -126,18 +136,21 @@ pub(super) fn spawn_writer(
                     break Err(Error::Stopped);
                 };
                 (runs, usage, alerts) = (back_runs, back_usage, back_alerts);
-                // An I/O error (full disk) passes: the changes are already
-                // applied in memory, so the same records are written again
-                // until they are stored (later jobs wait behind them, in
-                // order). A waiting reply is told at once.
-                let Err(Error::Store(crate::store::Error::Io(e))) = &result else {
+                // A write refused for now (full disk, I/O error) passes: the
+                // changes are already applied in memory, so the same records
+                // are written again until they are stored (later jobs wait
+                // behind them, in order). A waiting reply is told at once.
+                let Err(Error::Store(e)) = &result else {
                     break result;
                 };
+                if !e.is_unavailable() {
+                    break result;
+                }
                 tracing::error!(error = %e, retry_in = ?wait, "writing runs failed; retrying");
                 if let Some(then) = then.take() {
-                    then(Err(Error::Store(crate::store::Error::Backend(format!(
-                        "writing runs failed: {e}"
-                    )))));
+                    then(Err(Error::Store(crate::store::Error::Unavailable(
+                        format!("writing runs failed: {e}"),
+                    ))));
                 }
                 tokio::time::sleep(wait).await;
                 wait = (wait * 2).min(WRITE_RETRY_MAX);

@@ -10,6 +10,7 @@
 //! - `firing`: cron and interval fires, runs stored ahead, overlap;
 //! - `retries`: backoff, fatal errors, dead letters;
 //! - `dag`: step order, trigger rules, `after` triggers between tasks;
+//! - `faults`: a store that refuses writes (held fires, paused dispatch, resuming);
 //! - `recovery`: restarts, missed fires (catch-up), attempts lost at a crash;
 //! - `limits`: the host's bounds (queue bounds, shedding, host caps);
 //! - `quotas`: a tenant's fuel and wall-time budgets and what they charge;
@@ -42,6 +43,7 @@ mod bulk;
 mod conditions;
 mod dag;
 mod fairness;
+mod faults;
 mod firing;
 mod head;
 mod limits;

@@ -111,11 +111,13 @@ impl SyncShared {
                 });
             match outcome {
                 Ok(Ok(())) => Ok(()),
-                Ok(Err(failure)) => Err(Error::Backend(format!(
+                // A full disk or an I/O error: the writes may reach the disk
+                // later (or be lost if the database is reopened).
+                Ok(Err(failure)) => Err(Error::Unavailable(format!(
                     "flushing the store to disk failed: {}",
                     failure.map(|f| f.1).unwrap_or_default()
                 ))),
-                Err(_closed) => Err(Error::Backend(
+                Err(_closed) => Err(Error::Unavailable(
                     "the store was closed before the write reached the disk".to_owned(),
                 )),
             }
