@@ -81,13 +81,19 @@ async fn bench_server(
         ..crate::config::Config::default()
     };
     let server = crate::server::start(config, false).await?;
+    upload_echo(&server).await?;
+    Ok(server)
+}
+
+/// Uploads the embedded `echo` plugin as `echo@1.0.0` of `default` and
+/// waits until it is compiled, so measured runs start with it ready.
+async fn upload_echo(server: &crate::server::Server) -> anyhow::Result<()> {
     let echo = crate::server::demo_plugin("echo")
         .ok_or_else(|| anyhow::anyhow!("echo plugin not embedded"))?;
     server
         .ax
         .upload_plugin("default", "echo", "1.0.0", echo.to_vec())
         .await?;
-    // Compiled in the background: measured runs start with it ready.
     server
         .ax
         .wait_plugin(
@@ -97,7 +103,7 @@ async fn bench_server(
             std::time::Duration::from_secs(120),
         )
         .await?;
-    Ok(server)
+    Ok(())
 }
 
 /// Waits until no run is active in the **store** (every final state the

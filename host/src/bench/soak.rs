@@ -116,22 +116,7 @@ pub async fn soak(config: SoakConfig) -> anyhow::Result<SoakStats> {
         ..crate::config::Config::default()
     };
     let server = crate::server::start(server_config, false).await?;
-    let echo = crate::server::demo_plugin("echo")
-        .ok_or_else(|| anyhow::anyhow!("echo plugin not embedded"))?;
-    server
-        .ax
-        .upload_plugin("default", "echo", "1.0.0", echo.to_vec())
-        .await?;
-    // Compiled in the background: measured runs start with it ready.
-    server
-        .ax
-        .wait_plugin(
-            "default",
-            "echo",
-            "1.0.0",
-            std::time::Duration::from_secs(120),
-        )
-        .await?;
+    super::upload_echo(&server).await?;
     for i in 0..config.tasks {
         let body = format!(
             "name: soak{i}\ntrigger: {{ every: 1s }}\nplugin: echo@1.0.0\ninput: {{ n: {i}, run: \"${{runId}}\" }}\nretention: {{ keep_runs: {} }}\n",
