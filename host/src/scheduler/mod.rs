@@ -137,6 +137,13 @@ pub struct SchedulerConfig {
     /// Seeds the scheduler's own randomness (retry jitter) for a replayable
     /// run (the simulator's); `None` draws a seed from the OS.
     pub rng_seed: Option<u64>,
+    /// Runs the actor's store calls (new runs' inserts, the run writer's
+    /// batches) on the actor's own thread instead of `spawn_blocking`. The
+    /// simulator sets it: on its `current_thread` runtime every store call
+    /// then lands at a point the seed decides, so a seed replays exactly
+    /// under any CPU load. A real server leaves it off (the actor must not
+    /// wait for the store while runs are due).
+    pub inline_store: bool,
     /// How long a run's idempotency key is remembered when its task does
     /// not say (`retention.idempotency_ttl` of the config and of a task).
     pub idempotency_ttl: std::time::Duration,
@@ -189,6 +196,7 @@ impl Default for SchedulerConfig {
             task_cache: 10_000,
             queue_head: 1_000,
             rng_seed: None,
+            inline_store: false,
             idempotency_ttl: crate::task::retention::DEFAULT_IDEMPOTENCY_TTL,
         }
     }

@@ -301,8 +301,9 @@ impl Actor {
         }
     }
 
-    /// Starts storing the pending runs in one write on a blocking thread,
-    /// unless a write is under way (they go in the next).
+    /// Starts storing the pending runs in one write on a blocking thread
+    /// (inline under the simulator), unless a write is under way (they go in
+    /// the next).
     pub(super) fn begin_insert(&mut self) {
         if self.inserting.is_some() || self.pending.is_empty() {
             return;
@@ -310,7 +311,7 @@ impl Actor {
         let (news, rest) = split_pending(std::mem::take(&mut self.pending));
         let store = self.store.clone();
         let (tx, done) = std::sync::mpsc::channel();
-        let task = tokio::task::spawn_blocking(move || {
+        let task = super::off_actor(self.config.inline_store, move || {
             let outcomes =
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| store.insert_runs(&news)))
                     .unwrap_or_else(|_| {
@@ -365,6 +366,7 @@ impl Actor {
             {
                 self.hold_fire(TaskKey::new(&rec.tenant, &rec.task));
             }
+            self.after_stored(&rec, matches!(&outcomes, Err(e) if e.is_unavailable()));
             let created = matches!(outcome, Ok(Insert::Created));
             if !created && shed.is_none() {
                 self.queued_runs
@@ -475,6 +477,34 @@ impl Actor {
             };
             let new = self.new_run(&loaded.record, &loaded.spec, origin, now);
             self.create_run(new, (*loaded.spec).clone(), false, "scheduler", now, None);
+            *self.after_holds.entry(rec.id.clone()).or_default() += 1;
+        }
+    }
+
+    /// Whether run `id`'s write waits for the `after` runs it started.
+    pub(super) fn after_held(&self, id: &str) -> bool {
+        self.after_holds.contains_key(id) || self.after_refire.contains(id)
+    }
+
+    /// An `after` run's insert came back: the run that started it is written
+    /// once all its `after` runs are stored; one the store refused for now is
+    /// started again when it writes.
+    fn after_stored(&mut self, rec: &RunRecord, refused: bool) {
+        let Some(upstream) = (rec.trigger == TriggerKind::After)
+            .then_some(rec.idempotency_key.as_deref())
+            .flatten()
+            .and_then(|key| key.strip_prefix("after:"))
+        else {
+            return;
+        };
+        if let Some(n) = self.after_holds.get_mut(upstream) {
+            *n -= 1;
+            if *n == 0 {
+                self.after_holds.remove(upstream);
+            }
+        }
+        if refused {
+            self.hold_after(upstream.to_string());
         }
     }
 }

@@ -18,6 +18,10 @@
 //!   again (through the store guard, which reopens sled if needed). A store
 //!   that does not track whether it writes (always "writable") gets its
 //!   held fires armed again at each probe instead, so none is lost.
+//! - An ended run whose `after` runs the store refused keeps them to start
+//!   again (their keys `after:<run id>` dedupe) once it writes; its own
+//!   end is not written before them, so a crash meanwhile re-runs its last
+//!   attempt rather than losing the `after` runs.
 //! - If the store was reopened ([`Store::generation`]), what it lost (the
 //!   writes not yet on disk) is re-derived the way a crash is: the loop
 //!   hands back its mailbox and the scheduler recovers a new actor from the
@@ -62,6 +66,15 @@ impl Actor {
     /// Arms the tasks whose fires were held, from their stored schedules
     /// (missed instants per `catch_up`).
     fn rearm_held(&mut self) {
+        let now = self.clock.now_ms();
+        for id in std::mem::take(&mut self.after_refire) {
+            match self.finished.get(&id).cloned() {
+                Some(rec) => self.fire_after(&rec, now),
+                None => {
+                    tracing::error!(run = %id, "an ended run to start `after` tasks of is gone")
+                }
+            }
+        }
         for key in std::mem::take(&mut self.refire) {
             let TaskKey { tenant, task } = key;
             if let Err(e) = self.on_task_changed(&tenant, &task) {
@@ -78,6 +91,13 @@ impl Actor {
     pub(super) fn hold_fire(&mut self, key: TaskKey) {
         self.disarm_fire(&key.tenant, &key.task);
         self.refire.insert(key);
+        self.ensure_probe();
+    }
+
+    /// The `after` runs `upstream` started were refused for now: started
+    /// again once the store writes (its own write waits until then).
+    pub(super) fn hold_after(&mut self, upstream: String) {
+        self.after_refire.insert(upstream);
         self.ensure_probe();
     }
 

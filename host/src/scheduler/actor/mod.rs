@@ -58,7 +58,7 @@ use crate::tenant::UsageBucket;
 
 use self::active::ActiveRun;
 use self::create::{Inserting, PendingRun};
-use self::write::{Dirty, InFlight, WriteJob, spawn_writer};
+use self::write::{Dirty, InFlight, WriteJob, off_actor, spawn_writer};
 
 /// Commands drained per wake-up before dispatching (amortises the dispatch scan).
 const BATCH: usize = 256;
@@ -198,6 +198,14 @@ pub(super) struct Actor {
     /// fires due while it refused writes, and fires whose runs it refused.
     /// Their missed instants then follow `catch_up`, as after a restart.
     refire: std::collections::HashSet<TaskKey>,
+    /// Ended runs whose `after` runs are not stored yet, with how many: the
+    /// ended run's own write waits for them (`write_behind`), so a crash
+    /// between the two writes cannot keep the end and lose what it started.
+    after_holds: HashMap<String, usize>,
+    /// Ended runs whose `after` runs the store refused: started again (their
+    /// keys `after:<run id>` make that safe) once it writes (`faults`); their
+    /// own write waits until then.
+    after_refire: std::collections::HashSet<String>,
     /// A probe timer is set (`faults`).
     probing: bool,
     /// The store's generation this memory was built from: a reopened store
@@ -270,6 +278,8 @@ impl Actor {
             plugins: HashMap::new(),
             down: false,
             refire: Default::default(),
+            after_holds: HashMap::new(),
+            after_refire: Default::default(),
             probing: false,
             generation,
         }
@@ -290,6 +300,7 @@ impl Actor {
             self.store.clone(),
             &self.in_flight,
             self.config.alerts.clone(),
+            self.config.inline_store,
         ));
         self.mailbox = Some(mailbox);
         let mut last_flush = tokio::time::Instant::now();

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use super::runner::RunnerLog;
 use super::scenario::{World, t0};
 use super::store::SimStore;
-use crate::model::{Millis, Outcome, RunRecord, StepStatus, TriggerKind};
+use crate::model::{Millis, Outcome, RunRecord, RunStatus, StepStatus, TriggerKind};
 use crate::store::Store;
 
 /// Lost attempts that do not count against a step's retries (the
@@ -241,6 +241,26 @@ pub(super) fn all(
                 name(run),
                 run.status.as_str()
             ));
+        }
+    }
+
+    // 7. Every stored success of an upstream task started its `after` task
+    // (its run is keyed `after:<run id>`), however faults and crashes fell.
+    if last && let Some((tenant, upstream, downstream)) = &world.after {
+        let started: std::collections::HashSet<&str> = runs
+            .iter()
+            .filter(|r| r.tenant == *tenant && r.task == *downstream)
+            .filter_map(|r| r.idempotency_key.as_deref()?.strip_prefix("after:"))
+            .collect();
+        for run in runs.iter().filter(|r| {
+            r.tenant == *tenant && r.task == *upstream && r.status == RunStatus::Succeeded
+        }) {
+            if !started.contains(run.id.as_str()) {
+                v.push(format!(
+                    "{} succeeded but started no run of its `after` task {downstream}",
+                    name(run)
+                ));
+            }
         }
     }
     v

@@ -22,7 +22,8 @@
 //!   the crashed incarnation's later writes are refused, and a new actor
 //!   recovers from what the store holds), with or without a lost flush (the
 //!   store keeps its durable writes and a random share of the later ones);
-//!   clock jumps. The scheduler's own randomness (retry jitter) is seeded
+//!   clock jumps. The actor's store calls run inline
+//!   ([`SchedulerConfig::inline_store`]). The scheduler's own randomness (retry jitter) is seeded
 //!   ([`SchedulerConfig::rng_seed`]).
 //!
 //! # Invariants (checked after every step, see `check`)
@@ -43,25 +44,24 @@
 //! 6. Every run is eventually terminal: at the end faults stop, tenants are
 //!    enabled, timed tasks paused, and the clock runs two hours on; then no
 //!    stored run is active.
+//! 7. Every stored success of the upstream task started its `after` task
+//!    (a run keyed `after:<run id>`), checked at the end. The world has one
+//!    such pair ([`scenario::World::after`]); operations leave the
+//!    downstream task alone.
 //!
 //! # Determinism
-//! The same seed gives the same trace when the machine is not starved
-//! (`same_seed_same_trace` compares the hashes of two runs; it is ignored in
-//! CI because under load it is not exact yet, see the last paragraph). The scenario and every attempt's play come from the
-//! seed; the actor's jitter from its seed; time is virtual. One source of
-//! real concurrency remains: the actor writes through `spawn_blocking`, so a
-//! write may still be under way on a blocking thread when the simulation
-//! looks. Before it reads the store (checks, crashes) the driver therefore
-//! *settles*: it yields to the runtime and waits (a few µs of real time)
-//! until the store has seen no write for a few rounds. Paused time does not
-//! advance while a blocking task runs, so settling never moves the clock.
-//! That is not exact: the actor also reacts, at one virtual instant, to an
-//! insert or a write finishing on its blocking thread, and under CPU load
-//! that completion can come before or after another event of the same
-//! instant (an attempt's end, a command), so two runs of a seed in one busy
-//! process have been seen to differ. Exact replay needs the actor's store
-//! calls to run inline under the simulator (a `SchedulerConfig` switch in
-//! `actor/write.rs` and `actor/create.rs`), not done yet.
+//! The same seed gives the same trace, under any CPU load
+//! (`same_seed_same_trace` compares the hashes of two runs, in CI). The
+//! scenario and every attempt's play come from the seed, the actor's jitter
+//! from its seed, and time is virtual. Everything runs on one
+//! `current_thread` runtime: the actor's store calls, which a server makes on
+//! `spawn_blocking` threads, run inline ([`SchedulerConfig::inline_store`]),
+//! so an insert or a write lands at a point of the runtime's own (seeded,
+//! single-threaded) order rather than whenever a blocking thread gets the
+//! CPU. `select!`s whose branches can be ready together are `biased`. Before
+//! the driver reads the store (checks, crashes) it *settles*: it yields until
+//! the store has seen no write for a few rounds; paused time does not move
+//! meanwhile.
 //! Run ids carry a random suffix and a process-wide counter, so the trace
 //! names runs by what they are (task, instant, trigger number), not by id.
 //!
@@ -211,12 +211,9 @@ fn replay() {
     );
 }
 
-/// The same seed gives the same trace, for short and long scenarios.
-/// Ignored in CI: with other tests loading the machine, the actor's writes
-/// on `spawn_blocking` threads still race with same-instant events (see
-/// "Determinism" in the module doc); run it alone with `--ignored`.
+/// The same seed gives the same trace, for short and long scenarios, also
+/// while other tests load the machine (see "Determinism" in the module doc).
 #[test]
-#[ignore = "flaky under load until the actor's writes can run inline"]
 fn same_seed_same_trace() {
     for (seed, steps) in [(7, SHORT), (8, SHORT), (9, 120)] {
         let a = simulate(seed, steps, false);

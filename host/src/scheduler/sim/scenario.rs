@@ -77,6 +77,11 @@ pub(super) struct World {
     pub(super) rewound: std::collections::HashSet<Millis>,
     /// Rounds (1 + retries and requeues) per run id.
     pub(super) rounds: HashMap<String, u32>,
+    /// (tenant, upstream, downstream): `downstream` runs `after` each
+    /// success of `upstream`. Operations leave `downstream` alone (it is not
+    /// in `tasks`), so every stored success of `upstream` must have started
+    /// one (invariant 7).
+    pub(super) after: Option<(String, String, String)>,
     pub(super) epoch: u64,
 }
 
@@ -160,6 +165,7 @@ impl Sim {
                 disturbed: Default::default(),
                 rewound: Default::default(),
                 rounds: HashMap::new(),
+                after: None,
                 epoch: 0,
             },
             hasher: std::hash::DefaultHasher::new(),
@@ -202,7 +208,38 @@ impl Sim {
             sim.world.tasks.push(task);
             sim.put_task(i).await;
         }
+        sim.put_after_task().await;
         sim
+    }
+
+    /// The task started `after` each success of the first task (see
+    /// [`World::after`]).
+    async fn put_after_task(&mut self) {
+        let upstream = self.world.tasks[0].clone();
+        let yaml = format!(
+            "name: down\ntrigger: {{ after: [{}], on: success }}\nsteps:\n  - name: s0\n    plugin: sim@1.0.0\n    limits: {{ timeout: 5s, fuel: 5000 }}\n    retry: {{ max_attempts: 2, backoff: [100ms] }}\n",
+            upstream.name
+        );
+        let spec = crate::task::parse(&yaml).expect("the after task parses");
+        let now = self.clock.now().timestamp_millis();
+        let record = TaskRecord {
+            format: RECORD_FORMAT,
+            tenant: upstream.tenant.clone(),
+            name: "down".into(),
+            spec: serde_json::to_value(&spec)
+                .expect("a spec serializes")
+                .into(),
+            source: yaml,
+            created_at: now,
+            updated_at: now,
+            version: 1,
+        };
+        let r = self.ask(self.scheduler().put_task(record)).await;
+        assert!(
+            r.as_ref().is_some_and(Result::is_ok),
+            "the after task is stored before any fault"
+        );
+        self.world.after = Some((upstream.tenant, upstream.name, "down".into()));
     }
 
     fn note(&mut self, line: String) {
@@ -222,6 +259,7 @@ impl Sim {
             queue: QueueConfig::for_cores(2),
             cond_workers: 1,
             rng_seed: Some(super::mix(self.seed, self.world.epoch)),
+            inline_store: true,
             ..SchedulerConfig::default()
         }
     }
@@ -825,7 +863,11 @@ impl Sim {
         self.start().await;
     }
 
-    /// Lets writes under way on blocking threads land (see the module doc).
+    /// Lets the actor, its writer and the runner work through what is ready
+    /// at this instant before the store is read: the store calls run inline
+    /// ([`SchedulerConfig::inline_store`]), so yielding until the store has
+    /// seen no write for a few rounds is enough, and takes the same number of
+    /// rounds in every run of a seed. Paused time does not advance meanwhile.
     async fn settle(&self) {
         let mut last = None;
         let mut quiet = 0;
@@ -841,7 +883,6 @@ impl Sim {
                 quiet = 0;
                 last = Some(now);
             }
-            std::thread::sleep(Duration::from_micros(20));
         }
     }
 

@@ -207,3 +207,30 @@ async fn no_attempt_starts_while_writes_fail_and_an_acknowledged_run_finishes_af
     assert!(done.steps.iter().all(|s| s.status == StepStatus::Succeeded));
     assert_eq!(f.runner.calls.lock().unwrap().len(), 2);
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_after_run_refused_while_writes_fail_is_started_once_they_succeed() {
+    let f = Faulted::start().await;
+    f.put_task("name: up\nplugin: slow@1.0.0\ninput: { ms: 1000 }\n")
+        .await;
+    f.put_task("name: down\ntrigger: { after: [up], on: success }\nplugin: ok@1.0.0\n")
+        .await;
+    let (run, _) = f.trigger("up").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    f.fail(true);
+    assert!(f.trigger("up").await.is_err());
+    // `up` ends at 1 s, in memory: its `after` run is refused with the rest.
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert!(f.runs("down").is_empty());
+    f.fail(false);
+    let done = f.wait_terminal(&run.id).await;
+    assert_eq!(done.status, RunStatus::Succeeded, "{done:?}");
+    let downs = f.runs("down");
+    assert_eq!(downs.len(), 1, "{downs:?}");
+    assert_eq!(
+        downs[0].idempotency_key.as_deref(),
+        Some(format!("after:{}", run.id).as_str())
+    );
+    let down = f.wait_terminal(&downs[0].id).await;
+    assert_eq!(down.status, RunStatus::Succeeded, "{down:?}");
+}
