@@ -340,6 +340,16 @@ fn render(
         "1 while the store takes writes, 0 while it refuses them (full disk, I/O error).",
         if state.ax.store.writable() { 1.0 } else { 0.0 },
     );
+    gauge(
+        &mut e,
+        "ax_store_damaged",
+        "1 once the read of every store entry after opening found damage (restore from a backup).",
+        if state.ax.store.damage().is_some() {
+            1.0
+        } else {
+            0.0
+        },
+    );
     plugin_metrics(&mut e, &state.ax.runtime.stats());
 
     e.family(

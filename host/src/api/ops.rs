@@ -90,7 +90,8 @@ pub(super) async fn healthz() -> Json<Health> {
 }
 
 /// `GET /readyz`: 200 when the store answers and takes writes; 503
-/// `unavailable` when it does not answer, `store_unavailable` while it
+/// `unavailable` when it does not answer or the read of every entry after
+/// opening found it damaged, `store_unavailable` while it
 /// refuses writes (full disk, I/O error: triggers are refused, fires held).
 /// `/healthz` stays 200 meanwhile: the process lives, and ax resumes by
 /// itself once writes succeed (docs/RELIABILITY.md, "Store faults").
@@ -103,6 +104,12 @@ pub(super) async fn readyz(State(state): State<ApiState>) -> ApiResult<Json<Heal
         let store = state.ax.store.clone();
         let now = state.ax.clock.now_ms().to_string();
         let _ = tokio::task::spawn_blocking(move || store.put_meta("write_probe", &now)).await;
+    }
+    if let Some(damage) = state.ax.store.damage() {
+        tracing::warn!(%damage, "readiness check: the store is damaged");
+        return Err(ApiError::Unavailable(format!(
+            "the store is damaged: {damage}"
+        )));
     }
     match state.ax.store.get_meta("format") {
         Ok(_) if !state.ax.store.writable() => {

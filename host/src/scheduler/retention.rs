@@ -13,6 +13,14 @@
 //! `keep_for` ago (its id carries its creation instant, so the sweep reads
 //! no record to decide). Runs of deleted tasks follow the defaults.
 //!
+//! The sweep walks the store's run index a page at a time
+//! ([`Store::run_summaries_page`]: descending (tenant, task, id), so newest
+//! first within a task) with a [`Chooser`] that holds only the task it is in
+//! and a count; each task's definition is read once, when the walk reaches
+//! its runs. So a sweep holds one page, not every run and task definition
+//! (issue 14: with a million tasks, reading every definition per sweep was
+//! gigabytes every minute).
+//!
 //! Never deleted:
 //! - an active run (queued or running) — the store refuses it, and the
 //!   scheduler filters out runs it holds in memory or has not written yet;
@@ -40,7 +48,7 @@
 //! run's id. Each sweep frees the keys that expired ([`Store::expire_keys`],
 //! read in expiry order, so only the due ones are read).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -131,37 +139,65 @@ fn policy(spec: Option<&RetentionSpec>, defaults: &RetentionConfig) -> (u64, Dur
     )
 }
 
-/// Chooses the runs to delete: per (tenant, task), the finished runs past
-/// the newest `keep_runs` or created before `now - keep_for`. Pure.
-pub fn choose(
-    mut runs: Vec<RunSummary>,
-    policies: &HashMap<TaskKey, Option<RetentionSpec>>,
-    defaults: &RetentionConfig,
+/// Walks runs in [`Store::run_summaries_page`] order (newest first within a
+/// task) and chooses those to delete: per (tenant, task), the finished runs
+/// past the newest `keep_runs`, or created before `now - keep_for`. It holds
+/// the policy of the task it is in and a count, nothing per run, so a sweep
+/// over any number of runs and tasks holds one page. Pure: the policy comes
+/// from `policy_of`, asked once per task.
+pub struct Chooser {
+    defaults: RetentionConfig,
     now: Millis,
-) -> Vec<RunSummary> {
-    // Newest first within each task: ids sort by creation.
-    runs.sort_by(|a, b| (&a.tenant, &a.task, &b.id).cmp(&(&b.tenant, &b.task, &a.id)));
-    let mut chosen = Vec::new();
-    let mut kept: BTreeMap<TaskKey, u64> = BTreeMap::new();
-    for run in runs {
-        if !run.status.is_terminal() {
-            continue;
-        }
-        let key = TaskKey::new(run.tenant.as_str(), run.task.as_str());
-        let (keep_runs, keep_for) = policy(policies.get(&key).and_then(Option::as_ref), defaults);
-        let n = kept.entry(key).or_default();
-        *n += 1;
-        let too_old = id_millis(&run.id)
-            .is_some_and(|created| now.saturating_sub(created) > keep_for.as_millis() as Millis);
-        if *n > keep_runs || too_old {
-            chosen.push(run);
-        }
-    }
-    chosen
+    /// The task being walked, its limits and its finished runs seen so far.
+    task: Option<(TaskKey, u64, Duration)>,
+    kept: u64,
 }
 
-/// One sweep: reads the run indexes, the task policies and the open dead
-/// letters, then has the scheduler delete what the policies allow.
+impl Chooser {
+    /// A walk at `now` under the server's `defaults`.
+    pub fn new(defaults: RetentionConfig, now: Millis) -> Self {
+        Self {
+            defaults,
+            now,
+            task: None,
+            kept: 0,
+        }
+    }
+
+    /// Whether `run` (the next in the walk's order) is to be deleted.
+    pub fn delete<E>(
+        &mut self,
+        run: &RunSummary,
+        policy_of: impl FnOnce(&TaskKey) -> Result<Option<RetentionSpec>, E>,
+    ) -> Result<bool, E> {
+        let same_task = self.task.as_ref().is_some_and(|(key, ..)| {
+            key.tenant.as_str() == run.tenant && key.task.as_str() == run.task
+        });
+        if !same_task {
+            let key = TaskKey::new(run.tenant.as_str(), run.task.as_str());
+            let (keep_runs, keep_for) = policy(policy_of(&key)?.as_ref(), &self.defaults);
+            self.task = Some((key, keep_runs, keep_for));
+            self.kept = 0;
+        }
+        if !run.status.is_terminal() {
+            return Ok(false);
+        }
+        let (_, keep_runs, keep_for) = self.task.as_ref().expect("set above");
+        self.kept += 1;
+        let too_old = id_millis(&run.id).is_some_and(|created| {
+            self.now.saturating_sub(created) > keep_for.as_millis() as Millis
+        });
+        Ok(self.kept > *keep_runs || too_old)
+    }
+}
+
+/// Runs read from the store per page of a sweep.
+pub const SWEEP_PAGE: usize = 4096;
+
+/// One sweep: walks the run indexes a page at a time, reading each task's
+/// policy once and the open dead letters of a tenant once, and has the
+/// scheduler delete what the policies allow as it goes. It holds a page and
+/// the open dead letters of the tenants it met, not every run or task.
 pub async fn sweep(
     store: &Arc<dyn Store>,
     scheduler: &Scheduler,
@@ -169,47 +205,30 @@ pub async fn sweep(
     defaults: &RetentionConfig,
 ) -> Result<SweepReport, SweepError> {
     let now = clock.now_ms();
-    let (store2, defaults2) = (store.clone(), defaults.clone());
-    let (scanned, chosen, kept_for_dead_letters) = tokio::task::spawn_blocking(
-        move || -> Result<(usize, Vec<RunSummary>, usize), crate::store::Error> {
-            let runs = store2.run_summaries()?;
-            let scanned = runs.len();
-            let mut policies = HashMap::new();
-            for task in store2.list_tasks(None)? {
-                let spec: Option<TaskSpec> = TaskSpec::deserialize(task.spec.as_ref()).ok();
-                policies.insert(
-                    TaskKey::new(task.tenant, task.name),
-                    spec.and_then(|s| s.retention),
-                );
-            }
-            let chosen = choose(runs, &policies, &defaults2, now);
-            let tenants: HashSet<&str> = chosen.iter().map(|r| r.tenant.as_str()).collect();
-            let mut open: HashSet<String> = HashSet::new();
-            for tenant in tenants {
-                for dead in store2.list_dead_letters(tenant, true)? {
-                    open.insert(dead.run_id);
-                }
-            }
-            let before = chosen.len();
-            let chosen: Vec<RunSummary> = chosen
-                .into_iter()
-                .filter(|r| !open.contains(&r.id))
-                .collect();
-            let kept = before - chosen.len();
-            Ok((scanned, chosen, kept))
-        },
-    )
-    .await??;
-    let mut report = SweepReport {
-        scanned,
-        candidates: chosen.len() + kept_for_dead_letters,
-        kept_for_dead_letters,
-        deleted: 0,
-        keys_expired: 0,
+    let mut report = SweepReport::default();
+    let mut walk = Walk {
+        chooser: Chooser::new(defaults.clone(), now),
+        after: None,
+        open: HashMap::new(),
     };
-    for batch in chosen.chunks(PURGE_BATCH) {
-        let ids = batch.iter().map(|r| r.id.clone()).collect();
-        report.deleted += scheduler.purge(ids).await?;
+    loop {
+        let store2 = store.clone();
+        let (back, page) = tokio::task::spawn_blocking(move || {
+            let page = walk.page(&*store2);
+            (walk, page)
+        })
+        .await?;
+        walk = back;
+        let page = page?;
+        report.scanned += page.scanned;
+        report.candidates += page.chosen.len() + page.kept_for_dead_letters;
+        report.kept_for_dead_letters += page.kept_for_dead_letters;
+        for batch in page.chosen.chunks(PURGE_BATCH) {
+            report.deleted += scheduler.purge(batch.to_vec()).await?;
+        }
+        if page.scanned < SWEEP_PAGE {
+            break;
+        }
     }
     // Expired keys, a batch at a time (each holds the store's claim lock,
     // which new runs' inserts wait for).
@@ -237,6 +256,59 @@ pub enum SweepError {
     /// The blocking thread that reads the store panicked or was cancelled.
     #[error("retention: the reading thread failed")]
     Join(#[from] tokio::task::JoinError),
+}
+
+/// A sweep's place in the runs, carried from page to page.
+struct Walk {
+    chooser: Chooser,
+    /// The last run of the previous page.
+    after: Option<RunSummary>,
+    /// Runs an open dead letter refers to, per tenant met so far.
+    open: HashMap<String, HashSet<String>>,
+}
+
+/// What one page of a sweep chose.
+struct Page {
+    scanned: usize,
+    chosen: Vec<String>,
+    kept_for_dead_letters: usize,
+}
+
+impl Walk {
+    fn page(&mut self, store: &dyn Store) -> Result<Page, crate::store::Error> {
+        let runs = store.run_summaries_page(self.after.as_ref(), SWEEP_PAGE)?;
+        let mut page = Page {
+            scanned: runs.len(),
+            chosen: Vec::new(),
+            kept_for_dead_letters: 0,
+        };
+        for run in &runs {
+            let policy_of = |key: &TaskKey| -> Result<_, crate::store::Error> {
+                let task = store.get_task(key.tenant.as_str(), key.task.as_str())?;
+                Ok(task
+                    .and_then(|t| TaskSpec::deserialize(t.spec.as_ref()).ok())
+                    .and_then(|spec| spec.retention))
+            };
+            if !self.chooser.delete(run, policy_of)? {
+                continue;
+            }
+            if !self.open.contains_key(&run.tenant) {
+                let open = store
+                    .list_dead_letters(&run.tenant, true)?
+                    .into_iter()
+                    .map(|d| d.run_id)
+                    .collect();
+                self.open.insert(run.tenant.clone(), open);
+            }
+            if self.open[&run.tenant].contains(&run.id) {
+                page.kept_for_dead_letters += 1;
+            } else {
+                page.chosen.push(run.id.clone());
+            }
+        }
+        self.after = runs.into_iter().last();
+        Ok(page)
+    }
 }
 
 /// Runs [`sweep`] every `defaults.sweep_every` until `shutdown` fires. A
@@ -300,6 +372,24 @@ pub(crate) fn purge_job(
 mod tests {
     use super::*;
     use crate::model::RunStatus;
+
+    /// The runs a walk over `runs` (in the store's order) chooses.
+    fn choose(
+        mut runs: Vec<RunSummary>,
+        policies: &HashMap<TaskKey, Option<RetentionSpec>>,
+        defaults: &RetentionConfig,
+        now: Millis,
+    ) -> Vec<RunSummary> {
+        runs.sort_by(|a, b| (&b.tenant, &b.task, &b.id).cmp(&(&a.tenant, &a.task, &a.id)));
+        let mut chooser = Chooser::new(defaults.clone(), now);
+        runs.into_iter()
+            .filter(|run| {
+                chooser
+                    .delete(run, |key| Ok::<_, ()>(policies.get(key).cloned().flatten()))
+                    .unwrap()
+            })
+            .collect()
+    }
 
     fn run(task: &str, ms: i64, n: u32, status: RunStatus) -> RunSummary {
         RunSummary {

@@ -1,11 +1,13 @@
 //! [`Faults`]: a fault-injecting store wrapper for tests. While its switch
 //! is on, every write (and every sync ticket) fails with an I/O error
-//! ("no space left on device") and changes nothing; reads go through.
+//! ("no space left on device") and changes nothing; reads go through. It
+//! can also report damage, as sled's read of every entry does
+//! ([`Store::damage`]).
 //! Wrapped in a [`super::guard::Guarded`] it behaves as a full disk does
 //! under `ax serve`, minus the reopen (the memory store needs none).
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use super::guard::{Layer, Layered};
 use super::{Error, Result, Store, SyncTicket};
@@ -15,6 +17,7 @@ pub struct Faults {
     inner: Arc<dyn Store>,
     failing: Arc<AtomicBool>,
     refused: AtomicU64,
+    damage: Mutex<Option<String>>,
 }
 
 /// A store whose writes fail while its switch is on ([`Faults`]).
@@ -27,6 +30,7 @@ impl Faulty {
             inner,
             failing: Arc::new(AtomicBool::new(false)),
             refused: AtomicU64::new(0),
+            damage: Mutex::new(None),
         })
     }
 }
@@ -35,6 +39,11 @@ impl Faults {
     /// Turns the fault on (every write refused) or off.
     pub fn fail(&self, on: bool) {
         self.failing.store(on, Ordering::SeqCst);
+    }
+
+    /// Reports `reason` as damage found in the store from now on.
+    pub fn damaged(&self, reason: &str) {
+        *self.damage.lock().unwrap_or_else(PoisonError::into_inner) = Some(reason.to_owned());
     }
 
     /// Writes refused so far.
@@ -54,6 +63,13 @@ impl Faults {
 impl Layer for Faults {
     fn inner(&self) -> Result<Arc<dyn Store>> {
         Ok(self.inner.clone())
+    }
+
+    fn damage(&self) -> Option<String> {
+        self.damage
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     fn write<T>(&self, f: impl FnOnce(&dyn Store) -> Result<T>) -> Result<T> {

@@ -62,6 +62,10 @@ pub trait Layer: Send + Sync + 'static {
             Err(e) => SyncTicket::new(async move { Err(e) }),
         }
     }
+    /// See [`Store::damage`].
+    fn damage(&self) -> Option<String> {
+        self.inner().ok().and_then(|s| s.damage())
+    }
     /// See [`Store::writable`].
     fn writable(&self) -> bool {
         self.inner().is_ok_and(|s| s.writable())
@@ -308,8 +312,12 @@ impl<L: Layer> Store for Layered<L> {
     fn expire_keys(&self, now: Millis, limit: usize) -> Result<usize> {
         self.0.write(|s| s.expire_keys(now, limit))
     }
-    fn run_summaries(&self) -> Result<Vec<RunSummary>> {
-        self.0.read(|s| s.run_summaries())
+    fn run_summaries_page(
+        &self,
+        after: Option<&RunSummary>,
+        limit: usize,
+    ) -> Result<Vec<RunSummary>> {
+        self.0.read(|s| s.run_summaries_page(after, limit))
     }
     fn events(&self, run_id: &str) -> Result<Vec<Event>> {
         self.0.read(|s| s.events(run_id))
@@ -358,6 +366,9 @@ impl<L: Layer> Store for Layered<L> {
     }
     fn size_on_disk(&self) -> u64 {
         self.0.inner().map_or(0, |s| s.size_on_disk())
+    }
+    fn damage(&self) -> Option<String> {
+        self.0.damage()
     }
     fn writable(&self) -> bool {
         self.0.writable()

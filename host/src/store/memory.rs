@@ -579,9 +579,15 @@ impl Store for MemoryStore {
             .collect())
     }
 
-    fn run_summaries(&self) -> Result<Vec<super::RunSummary>> {
+    fn run_summaries_page(
+        &self,
+        after: Option<&super::RunSummary>,
+        limit: usize,
+    ) -> Result<Vec<super::RunSummary>> {
+        let order = |r: &super::RunSummary| (r.tenant.clone(), r.task.clone(), r.id.clone());
+        let after = after.map(order);
         let state = self.state();
-        Ok(state
+        let mut page: Vec<super::RunSummary> = state
             .runs
             .values()
             .map(|r| super::RunSummary {
@@ -590,7 +596,11 @@ impl Store for MemoryStore {
                 id: r.id.clone(),
                 status: r.status,
             })
-            .collect())
+            .filter(|r| after.as_ref().is_none_or(|after| order(r) < *after))
+            .collect();
+        page.sort_by_key(|r| std::cmp::Reverse(order(r)));
+        page.truncate(limit);
+        Ok(page)
     }
 
     fn expire_keys(&self, now: Millis, limit: usize) -> Result<usize> {

@@ -449,9 +449,29 @@ pub trait Store: Send + Sync + 'static {
     /// [`NewRun::key_expires_at`]), oldest first, at most `limit`; returns
     /// how many. A later run may take a freed key.
     fn expire_keys(&self, now: Millis, limit: usize) -> Result<usize>;
-    /// Every run as its indexes know it, in no particular order. Reads no
-    /// run record, so a retention sweep over many runs stays cheap.
-    fn run_summaries(&self) -> Result<Vec<RunSummary>>;
+    /// Runs as their indexes know them, at most `limit`, in descending
+    /// (tenant, task, id) order — newest first within a task, since ids sort
+    /// by creation — starting after `after` in that order (`None`: from the
+    /// start). Reads no run record; the retention sweep walks it a page at a
+    /// time, so a sweep holds one page however many runs are stored.
+    fn run_summaries_page(
+        &self,
+        after: Option<&RunSummary>,
+        limit: usize,
+    ) -> Result<Vec<RunSummary>>;
+    /// Every run as its indexes know it, in [`Store::run_summaries_page`]'s
+    /// order (tests and benchmarks that count what is stored).
+    fn run_summaries(&self) -> Result<Vec<RunSummary>> {
+        let mut all: Vec<RunSummary> = Vec::new();
+        loop {
+            let page = self.run_summaries_page(all.last(), 4096)?;
+            let done = page.len() < 4096;
+            all.extend(page);
+            if done {
+                return Ok(all);
+            }
+        }
+    }
     /// A run's events, oldest first.
     fn events(&self, run_id: &str) -> Result<Vec<Event>>;
     /// Stores an attempt's captured output.
@@ -521,6 +541,12 @@ pub trait Store: Send + Sync + 'static {
     fn writable(&self) -> bool {
         true
     }
+    /// What a check of the whole database found damaged, with what to do
+    /// about it; `None` while nothing is found (sled reads every entry once
+    /// after opening, on a thread of its own: `store/sled/open.rs`).
+    fn damage(&self) -> Option<String> {
+        None
+    }
     /// Bumped each time the store reopened its database after a fault, which
     /// loses the writes not yet on disk (as a crash would): whoever holds
     /// state derived from the store rebuilds it from the store then.
@@ -529,7 +555,7 @@ pub trait Store: Send + Sync + 'static {
     }
 }
 
-/// A run as the indexes know it (see [`Store::run_summaries`]).
+/// A run as the indexes know it (see [`Store::run_summaries_page`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RunSummary {
     /// Owning tenant.

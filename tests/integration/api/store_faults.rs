@@ -115,3 +115,62 @@ async fn writes_refused_by_the_store_answer_503_store_unavailable_and_store_noth
     assert_eq!(done["status"], "succeeded");
     assert_eq!(memory.run_summaries().unwrap().len(), 1);
 }
+
+/// Damage found by the read of every entry after opening (sled reads it on
+/// a thread of its own, so a large store does not slow the restart):
+/// `/readyz` 503 naming it, `ax_store_damaged 1`; the process stays alive.
+#[tokio::test]
+async fn a_store_found_damaged_after_opening_is_not_ready_and_says_so() {
+    let memory = Arc::new(MemoryStore::new());
+    let faulty = Arc::new(Faulty::wrap(memory.clone()));
+    let h = host_on(Arc::new(Guarded::guard(faulty.clone(), None))).await;
+    let h = &h;
+    let get = |path: &'static str| async move {
+        h.send(Request::get(path).body(Body::empty()).unwrap())
+            .await
+    };
+    let gauge = |text: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix("ax_store_damaged "))
+            .map(str::to_owned)
+    };
+    assert_eq!(get("/readyz").await.status, StatusCode::OK);
+    let metrics = metrics_text(h).await;
+    assert_eq!(gauge(&metrics).as_deref(), Some("0"), "{metrics}");
+
+    faulty
+        .layer()
+        .damaged("reading the database failed: corrupted page");
+    let ready = get("/readyz").await;
+    assert_eq!(
+        (ready.status, ready.code()),
+        (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+        "{}",
+        ready.body
+    );
+    let message = ready.body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("damaged") && message.contains("corrupted page"),
+        "{message}"
+    );
+    assert_eq!(get("/healthz").await.status, StatusCode::OK);
+    let metrics = metrics_text(h).await;
+    assert_eq!(gauge(&metrics).as_deref(), Some("1"), "{metrics}");
+}
+
+async fn metrics_text(h: &super::Host) -> String {
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+    let response = h
+        .app
+        .clone()
+        .oneshot(
+            super::request("GET", "/metrics", None)
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+        .expect("the router never fails");
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    String::from_utf8(bytes.to_vec()).unwrap()
+}

@@ -431,8 +431,12 @@ impl Store for SimStore {
         self.write(Write::ExpireKeys(now, limit), |s| s.expire_keys(now, limit))
     }
 
-    fn run_summaries(&self) -> Result<Vec<RunSummary>> {
-        self.inner().run_summaries()
+    fn run_summaries_page(
+        &self,
+        after: Option<&RunSummary>,
+        limit: usize,
+    ) -> Result<Vec<RunSummary>> {
+        self.inner().run_summaries_page(after, limit)
     }
 
     fn events(&self, run_id: &str) -> Result<Vec<Event>> {

@@ -50,6 +50,7 @@ mod limits;
 mod params;
 mod quotas;
 mod recovery;
+mod retention;
 mod retries;
 mod runs;
 mod versions;

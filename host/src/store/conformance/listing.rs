@@ -221,6 +221,45 @@ pub(super) fn run_summaries_list_every_run_from_the_indexes<S: Store>(make: Make
     assert_eq!(got, want);
 }
 
+pub(super) fn run_summaries_come_in_pages_newest_first_per_task<S: Store>(make: Make<S>) {
+    let (store, _dir) = make(SCAN);
+    let mut stored = Vec::new();
+    for (n, (tenant, task)) in [("t1", "a"), ("t1", "a\u{0}"), ("t1", "b"), ("t\u{1}", "a")]
+        .into_iter()
+        .cycle()
+        .take(11)
+        .enumerate()
+    {
+        let r = run(
+            &run_id(n as i64 + 1, n as u32 + 1),
+            tenant,
+            task,
+            RunStatus::Succeeded,
+        );
+        created(store.insert_run(&r, false, None, &[]).unwrap());
+        stored.push((r.tenant, r.task, r.id));
+    }
+    stored.sort();
+    stored.reverse();
+    for size in [1, 2, 3, 11, 50] {
+        let mut walked: Vec<RunSummary> = Vec::new();
+        loop {
+            let page = store.run_summaries_page(walked.last(), size).unwrap();
+            assert!(page.len() <= size);
+            let done = page.len() < size;
+            walked.extend(page);
+            if done {
+                break;
+            }
+        }
+        let got: Vec<_> = walked
+            .into_iter()
+            .map(|r| (r.tenant, r.task, r.id))
+            .collect();
+        assert_eq!(got, stored, "pages of {size}");
+    }
+}
+
 pub(super) fn names_with_separator_bytes_do_not_collide<S: Store>(make: Make<S>) {
     let (store, _dir) = make(SCAN);
     let names = ["a", "a/b", "a\0b", "a\u{1}", "a%2F", "a/", ""];

@@ -81,6 +81,7 @@ macro_rules! conformance_suite {
                 listing::list_runs_pages_with_a_cursor,
                 listing::status_filter_scan_is_bounded_and_resumable,
                 listing::run_summaries_list_every_run_from_the_indexes,
+                listing::run_summaries_come_in_pages_newest_first_per_task,
                 listing::names_with_separator_bytes_do_not_collide,
                 outputs::logs_are_listed_by_step_then_attempt,
                 outputs::dead_letters_are_newest_first_and_filter_open_ones,

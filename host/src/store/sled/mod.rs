@@ -144,6 +144,8 @@ pub struct SledStore {
     kv: Arc<super::kv::SledKv>,
     /// Tenants' secrets (tree `secrets`).
     secrets: Arc<super::secrets::SledSecrets>,
+    /// The read of every entry after opening (`open`).
+    verify: open::Verify,
 }
 
 impl SledStore {
@@ -211,6 +213,7 @@ impl SledStore {
 
 impl Drop for SledStore {
     fn drop(&mut self) {
+        self.verify.stop();
         self.sync.stop();
         if let Some(flusher) = self.flusher.take() {
             // The flusher makes a last flush and exits; joining it also
@@ -223,6 +226,10 @@ impl Drop for SledStore {
 impl Store for SledStore {
     fn sync_ticket(&self) -> SyncTicket {
         self.sync.ticket()
+    }
+
+    fn damage(&self) -> Option<String> {
+        self.verify.damage()
     }
 
     fn get_meta(&self, key: &str) -> Result<Option<String>> {
@@ -407,8 +414,12 @@ impl Store for SledStore {
         runs::queued_counts(self)
     }
 
-    fn run_summaries(&self) -> Result<Vec<RunSummary>> {
-        runs::summaries(self)
+    fn run_summaries_page(
+        &self,
+        after: Option<&RunSummary>,
+        limit: usize,
+    ) -> Result<Vec<RunSummary>> {
+        runs::summaries_page(self, after, limit)
     }
 
     fn delete_run(&self, id: &str) -> Result<bool> {

@@ -1,13 +1,22 @@
 //! Opening a data directory: the format markers (`store-format` beside the
 //! database and `sys/format` inside it), refusing a store that is damaged,
-//! locked, foreign or newer, and reading every entry once so that damage shows
-//! at start rather than in the middle of serving.
+//! locked, foreign or newer, and reading every entry once on a thread of its
+//! own ([`Verify`]) so that damage shows soon after start rather than in the
+//! middle of serving.
+//!
+//! The full read used to run before the store was handed out. On a large
+//! store it was most of a restart (issue 14): recovery itself reads only the
+//! running attempts, the queue heads and the fire window. It now runs beside
+//! the server: what it finds is logged with the restore hint, turns `/readyz`
+//! to 503 and the `ax_store_damaged` gauge to 1
+//! ([`crate::store::Store::damage`]).
 
 use std::fs;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::Path;
-use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
 
 use super::blobs::{remove_stale_tmp_files, write_atomically};
 use super::keys::{decode, encode, key};
@@ -119,9 +128,11 @@ impl SledStore {
         let secrets =
             secrets::SledSecrets::in_db(&db, Some(hook)).map_err(|e| unusable(e.to_string()))?;
         let (kv, secrets) = (Arc::new(kv), Arc::new(secrets));
+        let verify = Verify::start(&db);
         let store = SledStore {
             kv,
             secrets,
+            verify,
             db,
             dir: data_dir.to_owned(),
             blobs,
@@ -158,36 +169,124 @@ fn check_format(format: u32) -> Result<(), String> {
     Ok(())
 }
 
-/// Opens sled and reads every entry once, so damage shows now rather than
-/// as a failure in the middle of serving.
+/// Opens sled.
 ///
 /// sled 0.34 panics on some damaged files instead of returning an error
 /// (measured: overwriting 5 KB at various offsets of `db/db` panicked in
-/// `open`). As a last resort the open and the check run under
-/// `catch_unwind`; the panic message still reaches the panic hook (stderr).
+/// `open`). As a last resort the open runs under `catch_unwind`; the panic
+/// message still reaches the panic hook (stderr).
 fn open_sled(path: &Path, cache_bytes: u64) -> Result<sled::Db, String> {
     let opened = catch_unwind(AssertUnwindSafe(|| -> Result<sled::Db, String> {
         let config = sled::Config::new().path(path).cache_capacity(cache_bytes);
-        let db = config.open().map_err(|e| match e {
+        config.open().map_err(|e| match e {
             sled::Error::Io(io) if io.to_string().contains("could not acquire lock") => {
                 "it is in use by another process (or another store in this process)".to_owned()
             }
             other => format!("sled cannot open it: {other}"),
-        })?;
+        })
+    }));
+    opened.unwrap_or_else(|panic| {
+        Err(format!(
+            "sled failed on damaged files: {}",
+            panic_text(&*panic)
+        ))
+    })
+}
+
+fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_default()
+}
+
+/// Reads every entry (until `stop`), under `catch_unwind` as the open is;
+/// the entries read.
+fn read_every_entry(db: &sled::Db, stop: &AtomicBool) -> Result<usize, String> {
+    catch_unwind(AssertUnwindSafe(|| {
+        let mut entries = 0;
         for item in db.iter() {
             item.map_err(|e| format!("reading the database failed: {e}"))?;
+            entries += 1;
+            if entries % Verify::STOP_EVERY == 0 && stop.load(Ordering::Relaxed) {
+                break;
+            }
         }
-        Ok(db)
-    }));
-    match opened {
-        Ok(result) => result,
-        Err(panic) => {
-            let what = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_default();
-            Err(format!("sled failed on damaged files: {what}"))
+        Ok(entries)
+    }))
+    .unwrap_or_else(|panic| {
+        Err(format!(
+            "sled failed on damaged files: {}",
+            panic_text(&*panic)
+        ))
+    })
+}
+
+/// The read of every entry, on its own thread from the open on; stopped and
+/// joined when the store is dropped (it holds a handle of the database, and
+/// the directory cannot be opened again while one lives).
+pub(super) struct Verify {
+    stop: Arc<AtomicBool>,
+    found: Arc<Mutex<Option<String>>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Verify {
+    /// Entries read between two looks at the stop flag.
+    const STOP_EVERY: usize = 1024;
+
+    fn start(db: &sled::Db) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let found = Arc::new(Mutex::new(None));
+        let thread = {
+            let (db, stop, found) = (db.clone(), stop.clone(), found.clone());
+            std::thread::Builder::new()
+                .name("ax-store-verify".into())
+                .spawn(move || {
+                    let started = std::time::Instant::now();
+                    match read_every_entry(&db, &stop) {
+                        Ok(entries) => {
+                            tracing::debug!(entries, took = ?started.elapsed(), "read every entry of the store");
+                        }
+                        Err(reason) => {
+                            tracing::error!(%reason, hint = RESTORE_HINT, "the store is damaged");
+                            *found.lock().unwrap_or_else(PoisonError::into_inner) = Some(reason);
+                        }
+                    }
+                })
+                .inspect_err(|e| tracing::warn!(error = %e, "no thread to read the store with; not checked"))
+                .ok()
+        };
+        Self {
+            stop,
+            found,
+            thread,
+        }
+    }
+
+    /// What the read found wrong, with the restore hint, if anything.
+    pub(super) fn damage(&self) -> Option<String> {
+        self.found
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .map(|reason| format!("{reason}. {RESTORE_HINT}"))
+    }
+
+    /// Waits for the read to end (tests).
+    #[cfg(test)]
+    pub(super) fn wait(&self) {
+        while self.thread.as_ref().is_some_and(|t| !t.is_finished()) {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+
+    /// Stops the read and joins its thread.
+    pub(super) fn stop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
         }
     }
 }
@@ -267,6 +366,26 @@ mod tests {
         ));
     }
 
+    /// The read of every entry runs beside the open, finds nothing on a
+    /// sound store, and is stopped and joined when the store is dropped (the
+    /// directory opens again at once).
+    #[test]
+    fn a_sound_store_is_read_through_beside_the_open() {
+        let dir = tempfile::tempdir().unwrap();
+        populated(dir.path());
+        let store = SledStore::open(dir.path()).unwrap();
+        store.verify.wait();
+        assert_eq!(store.damage(), None);
+        let runs = store.active_runs().unwrap();
+        assert!(!runs.is_empty());
+        drop(store);
+        // Dropped in the middle of its read, too.
+        let store = SledStore::open(dir.path()).unwrap();
+        drop(store);
+        let again = SledStore::open(dir.path()).unwrap();
+        assert_eq!(again.active_runs().unwrap(), runs);
+    }
+
     #[test]
     fn a_second_open_of_a_store_in_use_is_refused() {
         let dir = tempfile::tempdir().unwrap();
@@ -316,12 +435,17 @@ mod tests {
             file.write_all(&garbage).unwrap();
             drop(file);
             // sled may refuse, panic (caught) or truncate; the outcome must be
-            // an error or a store that answers without panicking.
+            // an error, or a store that answers without panicking and whose
+            // read of every entry ends, naming what to do if it found damage.
             match SledStore::open(dir.path()) {
                 Err(Error::Unusable { .. }) => {}
                 Err(other) => panic!("offset {offset}: expected Unusable, got {other:?}"),
                 Ok(store) => {
                     let _ = store.active_runs();
+                    store.verify.wait();
+                    if let Some(damage) = store.damage() {
+                        assert!(damage.contains("restore it from a backup"), "{damage}");
+                    }
                 }
             }
         }

@@ -250,23 +250,29 @@ pub(super) fn queued_counts(store: &SledStore) -> Result<Vec<(String, String, us
         .collect())
 }
 
-/// [`Store::run_summaries`](crate::store::Store::run_summaries).
-pub(super) fn summaries(store: &SledStore) -> Result<Vec<RunSummary>> {
-    // `rt/<tenant>/<id>` → status and task: every run once, no record read.
-    let prefix = key("rt", &[]);
-    store
-        .scan(&prefix)
+/// [`Store::run_summaries_page`](crate::store::Store::run_summaries_page):
+/// `rk/<tenant>/<task>/<id>` → status, read backwards; no record read.
+pub(super) fn summaries_page(
+    store: &SledStore,
+    after: Option<&RunSummary>,
+    limit: usize,
+) -> Result<Vec<RunSummary>> {
+    let prefix = key("rk", &[]);
+    let entries = match after {
+        Some(a) => store
+            .db
+            .range(prefix.clone()..key("rk", &[&a.tenant, &a.task, &a.id])),
+        None => store.db.scan_prefix(&prefix),
+    };
+    entries
+        .rev()
+        .take(limit)
         .map(|item| {
-            let (k, v) = item?;
-            let rest = &k[prefix.len()..];
-            // Parts end with an unescaped 0 (escapes are 1,1 and 1,2).
-            let split = rest
-                .iter()
-                .position(|b| *b == 0)
-                .ok_or_else(|| corrupt_key(&k))?;
-            let tenant = decode_part(&rest[..=split]).ok_or_else(|| corrupt_key(&k))?;
-            let id = decode_part(&rest[split + 1..]).ok_or_else(|| corrupt_key(&k))?;
-            let (status, task) = decode_index(&k, &v)?;
+            let (k, v) = item.map_err(sled_error)?;
+            let parts =
+                super::keys::split_parts(&k[prefix.len()..]).ok_or_else(|| corrupt_key(&k))?;
+            let [tenant, task, id] = <[String; 3]>::try_from(parts).map_err(|_| corrupt_key(&k))?;
+            let (status, _) = decode_index(&k, &v)?;
             Ok(RunSummary {
                 tenant,
                 task,
