@@ -9,6 +9,16 @@ use serde_json::Value;
 
 #[test]
 fn bench_scale_loads_restarts_and_loses_nothing() {
+    scale_with(&[]);
+}
+
+/// The same through the bulk routes, with a last request that is not full.
+#[test]
+fn bench_scale_with_bulk_requests_loads_the_same() {
+    scale_with(&["--batch", "60"]);
+}
+
+fn scale_with(extra: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_ax"))
         .args([
@@ -25,8 +35,9 @@ fn bench_scale_loads_restarts_and_loses_nothing() {
             "--cache-mb",
             "16",
             "--json",
-            "--dir",
         ])
+        .args(extra)
+        .arg("--dir")
         .arg(dir.path())
         .env("RUST_LOG", "warn")
         .output()

@@ -65,6 +65,10 @@ pub struct ScaleConfig {
     pub seconds: u64,
     /// HTTP clients at once, each one keep-alive connection.
     pub clients: usize,
+    /// Tasks and queued runs per request (1: one request each; more: through
+    /// `tasks:apply` and `runs:batch`, whose trigger latency is then a
+    /// request's).
+    pub batch: usize,
     /// `store.cache_mb` of the server (else its default).
     pub cache_mb: Option<u64>,
     /// Where the scratch data directory is made (else the temp directory).
@@ -81,6 +85,10 @@ impl ScaleConfig {
             self.tasks
         );
         anyhow::ensure!(self.clients >= 1, "--clients must be 1 or more");
+        anyhow::ensure!(
+            (1..=1000).contains(&self.batch),
+            "--batch must be 1 to 1000 (the bulk routes' limit)"
+        );
         anyhow::ensure!(
             self.every_second == 0 || self.seconds >= 1,
             "--seconds must be 1 or more"
@@ -109,6 +117,8 @@ pub struct ScaleStats {
     pub queued: usize,
     /// HTTP clients at once.
     pub clients: usize,
+    /// Tasks and runs per request (1: single `PUT`s and `POST`s).
+    pub batch: usize,
     /// sled's cache of the server, MiB (`store.cache_mb`).
     pub cache_mb: u64,
     /// The server with nothing loaded (plugins uploaded).
@@ -174,16 +184,25 @@ impl fmt::Display for ScaleStats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "ax bench scale: {} tasks ({} every second), {} queued runs, {} HTTP clients, sled cache {} MiB",
-            self.tasks, self.every_second, self.queued, self.clients, self.cache_mb
+            "ax bench scale: {} tasks ({} every second), {} queued runs, {} HTTP clients, {} per request, sled cache {} MiB",
+            self.tasks, self.every_second, self.queued, self.clients, self.batch, self.cache_mb
         )?;
+        let (apply_route, trigger_route, per) = if self.batch == 1 {
+            ("PUT /v1/tasks/{name}", "POST /v1/tasks/held/runs", "")
+        } else {
+            (
+                "POST /v1/tasks:apply",
+                "POST /v1/tasks/held/runs:batch",
+                " per request",
+            )
+        };
         writeln!(f, "| measure | value |")?;
         writeln!(f, "|---|---|")?;
         let mem = |m: &Memory| format!("{} (peak {})", mib(m.rss), mib(m.peak));
         writeln!(f, "| RSS, idle server | {} |", mem(&self.idle))?;
         writeln!(
             f,
-            "| apply, `PUT /v1/tasks/{{name}}` | {} cron tasks, {:.0} tasks/s |",
+            "| apply, `{apply_route}` | {} cron tasks, {:.0} tasks/s |",
             self.applied, self.apply_per_sec
         )?;
         writeln!(
@@ -199,7 +218,7 @@ impl fmt::Display for ScaleStats {
         )?;
         writeln!(
             f,
-            "| triggers, `POST /v1/tasks/held/runs` | {} accepted, {:.0} runs/s, p50 {:.2} ms, p99 {:.2} ms |",
+            "| triggers, `{trigger_route}` | {} accepted, {:.0} runs/s, p50 {:.2} ms, p99 {:.2} ms{per} |",
             self.triggered, self.trigger_per_sec, self.trigger_p50_ms, self.trigger_p99_ms
         )?;
         writeln!(
@@ -280,18 +299,40 @@ pub fn scale(config: ScaleConfig) -> anyhow::Result<ScaleStats> {
     let span_ms = 4 * 3_600_000 / applied.max(1) as i64;
     let url = server.url.clone();
     let started = Instant::now();
-    parallel(config.clients, applied, |agent, i| {
+    let task_body = |i: usize| {
         let at = start_at + chrono::Duration::milliseconds(span_ms * i as i64);
         let cron = at.format("%S %M %H * * ?");
-        let body = format!("name: s{i}\ntrigger: {{ cron: \"{cron}\" }}\nplugin: echo@1.0.0\n");
+        format!("name: s{i}\ntrigger: {{ cron: \"{cron}\" }}\nplugin: echo@1.0.0\n")
+    };
+    let batch = config.batch;
+    parallel(config.clients, applied.div_ceil(batch), |agent, b| {
+        if batch == 1 {
+            let (status, text) = call(
+                agent,
+                "PUT",
+                &format!("{url}/v1/tasks/s{b}"),
+                None,
+                Some(&task_body(b)),
+            )?;
+            anyhow::ensure!(status == 201, "applying task s{b}: {status} {text}");
+            return Ok(());
+        }
+        let tasks: Vec<Value> = (b * batch..((b + 1) * batch).min(applied))
+            .map(|i| json!({ "source": task_body(i) }))
+            .collect();
+        let body = json!({ "tasks": tasks }).to_string();
         let (status, text) = call(
             agent,
-            "PUT",
-            &format!("{url}/v1/tasks/s{i}"),
+            "POST",
+            &format!("{url}/v1/tasks:apply"),
             None,
             Some(&body),
         )?;
-        anyhow::ensure!(status == 201, "applying task s{i}: {status} {text}");
+        anyhow::ensure!(
+            status == 200,
+            "applying tasks from s{}: {status} {text}",
+            b * batch
+        );
         Ok(())
     })?;
     let apply_secs = started.elapsed().as_secs_f64();
@@ -300,25 +341,42 @@ pub fn scale(config: ScaleConfig) -> anyhow::Result<ScaleStats> {
 
     // 2. Queued runs, held.
     let started = Instant::now();
-    let triggered = parallel(config.clients, config.queued, |agent, _| {
+    let triggered = parallel(config.clients, config.queued.div_ceil(batch), |agent, b| {
+        let n = batch.min(config.queued - b * batch);
         let t = Instant::now();
-        let (status, text) = call(
-            agent,
-            "POST",
-            &format!("{url}/v1/tasks/{HELD}/runs"),
-            Some(HELD),
-            Some("{}"),
-        )?;
+        let (path, body) = if batch == 1 {
+            (format!("{url}/v1/tasks/{HELD}/runs"), "{}".to_string())
+        } else {
+            let runs = vec![json!({}); n];
+            (
+                format!("{url}/v1/tasks/{HELD}/runs:batch"),
+                json!({ "runs": runs }).to_string(),
+            )
+        };
+        let (status, text) = call(agent, "POST", &path, Some(HELD), Some(&body))?;
         let ms = t.elapsed().as_secs_f64() * 1e3;
-        anyhow::ensure!(status == 201, "trigger: {status} {text}");
-        let run: Value = serde_json::from_str(&text)?;
-        let id = run["id"].as_str().unwrap_or_default().to_string();
-        Ok((id, ms))
+        let answer: Value = serde_json::from_str(&text)?;
+        let ids: Vec<String> = if batch == 1 {
+            anyhow::ensure!(status == 201, "trigger: {status} {text}");
+            vec![answer["id"].as_str().unwrap_or_default().to_string()]
+        } else {
+            anyhow::ensure!(status == 200, "bulk trigger: {status} {text}");
+            let runs = answer["runs"].as_array().cloned().unwrap_or_default();
+            runs.iter()
+                .map(|r| match r["id"].as_str() {
+                    Some(id) => Ok(id.to_string()),
+                    None => Err(anyhow::anyhow!("a bulk trigger's item was refused: {r}")),
+                })
+                .collect::<anyhow::Result<_>>()?
+        };
+        anyhow::ensure!(ids.len() == n, "{} runs answered of {n}: {text}", ids.len());
+        Ok((ids, ms))
     })?;
     let trigger_secs = started.elapsed().as_secs_f64();
     let after_queue = memory(server.pid())?;
     let store_after_queue = du(&data);
-    let (ids, mut latencies): (Vec<String>, Vec<f64>) = triggered.into_iter().unzip();
+    let (ids, mut latencies): (Vec<Vec<String>>, Vec<f64>) = triggered.into_iter().unzip();
+    let ids: Vec<String> = ids.into_iter().flatten().collect();
     latencies.sort_by(f64::total_cmp);
 
     // 3. SIGKILL and restart on the same directory.
@@ -419,6 +477,7 @@ pub fn scale(config: ScaleConfig) -> anyhow::Result<ScaleStats> {
         every_second: config.every_second,
         queued: config.queued,
         clients: config.clients,
+        batch: config.batch,
         cache_mb: config
             .cache_mb
             .unwrap_or_else(|| crate::config::StoreConfig::default().cache_mb),
@@ -787,6 +846,7 @@ mod tests {
             every_second: 11,
             seconds: 1,
             clients: 8,
+            batch: 1,
             cache_mb: None,
             dir: None,
         };
@@ -798,5 +858,13 @@ mod tests {
             ..config
         };
         assert!(none.validate().is_err());
+        let too_big = ScaleConfig {
+            every_second: 0,
+            clients: 8,
+            batch: 1001,
+            ..none
+        };
+        let message = too_big.validate().unwrap_err().to_string();
+        assert!(message.contains("--batch"), "{message}");
     }
 }
