@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::common::plugin_bytes;
 use crate::crash::{AxProcess, TOKEN, call, new_agent};
 
 fn ax(url: &str, args: &[&str]) -> Output {
@@ -65,15 +64,7 @@ fn bulk_apply_and_bulk_triggers_on_a_real_server_are_durable_and_run_to_the_end(
     let server = AxProcess::start(&data);
     let agent = new_agent();
     let url = server.url.clone();
-    let (status, body) = call(
-        &agent,
-        "POST",
-        &format!("{url}/v1/plugins?name=hello&version=1.0.0"),
-        Some(&plugin_bytes("hello")),
-        "application/wasm",
-    )
-    .unwrap();
-    assert_eq!(status, 201, "{body}");
+    server.upload(&agent, "hello");
 
     // A directory with one bad definition: nothing is applied, the bad
     // file is named with its error.

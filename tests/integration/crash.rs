@@ -51,6 +51,19 @@ impl AxProcess {
         Self { child, url }
     }
 
+    /// Uploads the test plugin `name` (from `plugins/`) as version 1.0.0.
+    pub(crate) fn upload(&self, agent: &ureq::Agent, name: &str) {
+        let (status, body) = call(
+            agent,
+            "POST",
+            &format!("{}/v1/plugins?name={name}&version=1.0.0", self.url),
+            Some(&plugin_bytes(name)),
+            "application/wasm",
+        )
+        .unwrap();
+        assert_eq!(status, 201, "uploading {name}: {body}");
+    }
+
     /// SIGKILL, no chance to clean up.
     pub(crate) fn kill(mut self) {
         let _ = self.child.kill();
@@ -127,24 +140,8 @@ fn accepted_runs_survive_repeated_sigkill() {
     let dir = tempfile::tempdir().unwrap();
     let agent = new_agent();
     let ax = AxProcess::start(dir.path());
-    let (status, _) = call(
-        &agent,
-        "POST",
-        &format!("{}/v1/plugins?name=echo&version=1.0.0", ax.url),
-        Some(&plugin_bytes("echo")),
-        "application/wasm",
-    )
-    .unwrap();
-    assert_eq!(status, 201);
-    let (status, _) = call(
-        &agent,
-        "POST",
-        &format!("{}/v1/plugins?name=fail&version=1.0.0", ax.url),
-        Some(&plugin_bytes("fail")),
-        "application/wasm",
-    )
-    .unwrap();
-    assert_eq!(status, 201);
+    ax.upload(&agent, "echo");
+    ax.upload(&agent, "fail");
     // The tasks keep every run: retention's default (1,000 finished runs
     // per task) would otherwise delete accepted runs once the load passes it.
     let ticker = "name: ticker\ntrigger: { every: 1s }\noverlap: allow\ncatch_up: all\nretention: { keep_runs: 1000000 }\nplugin: echo@1.0.0\n";

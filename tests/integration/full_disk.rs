@@ -17,7 +17,6 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::common::plugin_bytes;
 use crate::crash::{AxProcess, TOKEN, call, new_agent};
 
 /// The tmpfs: room for the store, the compiled plugin and the filler.
@@ -155,15 +154,7 @@ fn a_full_disk_refuses_writes_then_ax_resumes_by_itself() {
     let agent = new_agent();
     let ax = AxProcess::start(&data);
     let url = ax.url.clone();
-    let (status, body) = call(
-        &agent,
-        "POST",
-        &format!("{url}/v1/plugins?name=echo&version=1.0.0"),
-        Some(&plugin_bytes("echo")),
-        "application/wasm",
-    )
-    .unwrap();
-    assert_eq!(status, 201, "{body}");
+    ax.upload(&agent, "echo");
     for (name, yaml) in [
         (
             "ticker",

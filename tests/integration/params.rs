@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::common::plugin_bytes;
 use crate::crash::{AxProcess, TOKEN, call, new_agent};
 
 const NIGHTLY: &str = r#"name: nightly
@@ -67,15 +66,7 @@ fn a_cron_fire_takes_the_defaults_and_ax_trigger_p_overrides_them() {
     let server = AxProcess::start(data.path());
     let url = server.url.clone();
     let agent = new_agent();
-    let (status, body) = call(
-        &agent,
-        "POST",
-        &format!("{url}/v1/plugins?name=echo&version=1.0.0"),
-        Some(&plugin_bytes("echo")),
-        "application/wasm",
-    )
-    .unwrap();
-    assert_eq!(status, 201, "{body}");
+    server.upload(&agent, "echo");
     let (status, body) = call(
         &agent,
         "PUT",

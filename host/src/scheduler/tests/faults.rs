@@ -76,18 +76,7 @@ impl Faulted {
 
     /// The stored runs of `task`, oldest first.
     fn runs(&self, task: &str) -> Vec<RunRecord> {
-        let mut runs = self
-            .memory
-            .list_runs(&RunQuery {
-                tenant: Some("t".into()),
-                task: Some(task.into()),
-                limit: 1000,
-                ..Default::default()
-            })
-            .unwrap()
-            .runs;
-        runs.reverse();
-        runs
+        stored_runs(&*self.memory, "t", task)
     }
 
     /// Minutes after `t0` of the stored runs of `task`.

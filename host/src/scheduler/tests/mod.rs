@@ -167,6 +167,21 @@ fn task_record(tenant: &str, yaml: &str, now: DateTime<Utc>) -> TaskRecord {
     }
 }
 
+/// The stored runs of `tenant`'s `task`, oldest first (up to 1,000).
+fn stored_runs(store: &dyn Store, tenant: &str, task: &str) -> Vec<RunRecord> {
+    let mut runs = store
+        .list_runs(&RunQuery {
+            tenant: Some(tenant.into()),
+            task: Some(task.into()),
+            limit: 1000,
+            ..Default::default()
+        })
+        .unwrap()
+        .runs;
+    runs.reverse();
+    runs
+}
+
 fn t0() -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2026, 12, 1, 0, 0, 0).unwrap()
 }
@@ -271,18 +286,7 @@ impl Harness {
     }
 
     fn runs_for(&self, tenant: &str, task: &str) -> Vec<RunRecord> {
-        let mut runs = self
-            .store
-            .list_runs(&RunQuery {
-                tenant: Some(tenant.into()),
-                task: Some(task.into()),
-                limit: 1000,
-                ..Default::default()
-            })
-            .unwrap()
-            .runs;
-        runs.reverse();
-        runs
+        stored_runs(&*self.store, tenant, task)
     }
 
     /// Lets the actor and attempt tasks run until `run` is terminal (bounded).
