@@ -252,6 +252,16 @@ impl Host {
 
     /// What the list endpoints show (to prove a refused request changed nothing).
     async fn snapshot(&self) -> Vec<Value> {
+        // A background compile finishing (`compiling` → `ready`) is not a
+        // change a request made: wait for uploads to settle first.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.get("/v1/plugins").await.body["plugins"]
+            .as_array()
+            .is_some_and(|p| p.iter().any(|p| p["status"] == "compiling"))
+        {
+            assert!(Instant::now() < deadline, "a plugin stayed compiling");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         let mut out = Vec::new();
         for path in [
             "/v1/plugins",
