@@ -98,7 +98,7 @@ pub(super) fn write(
     let encoded = order
         .into_iter()
         .map(|(run, events)| {
-            let events = events.into_iter().map(encode).collect::<Result<Vec<_>>>()?;
+            let events = (!events.is_empty()).then(|| encode(&events)).transpose()?;
             Ok((run, encode(run)?, events))
         })
         .collect::<Result<Vec<_>>>()?;
@@ -110,8 +110,8 @@ pub(super) fn write(
             missing.get_or_insert(&run.id);
             continue;
         }
-        for event in events {
-            store.add_event(&mut batch, &run.id, event)?;
+        if let Some(events) = events {
+            store.add_event_list(&mut batch, &run.id, events)?;
         }
     }
     store.usage_changes(&mut batch, usage)?;
@@ -329,17 +329,21 @@ pub(super) fn delete(store: &SledStore, id: &str) -> Result<bool> {
 }
 
 impl SledStore {
-    /// Adds `events` for `run_id` to `batch`, each under a fresh sequence number.
+    /// Adds `events` for `run_id` to `batch`, together under one fresh
+    /// sequence number (none when there are none).
     fn add_events(&self, batch: &mut sled::Batch, run_id: &str, events: &[Event]) -> Result<()> {
-        events
-            .iter()
-            .try_for_each(|event| self.add_event(batch, run_id, encode(event)?))
+        if events.is_empty() {
+            return Ok(());
+        }
+        self.add_event_list(batch, run_id, encode(&events)?)
     }
 
-    /// Adds one encoded event for `run_id` to `batch`.
-    fn add_event(&self, batch: &mut sled::Batch, run_id: &str, event: Vec<u8>) -> Result<()> {
+    /// Adds the encoded list of events of one write for `run_id` to `batch`:
+    /// one key per write, not per event (a run's six events cost six sled
+    /// inserts, as many as its record and indexes together).
+    fn add_event_list(&self, batch: &mut sled::Batch, run_id: &str, events: Vec<u8>) -> Result<()> {
         let seq = self.db.generate_id().map_err(sled_error)?;
-        batch.insert(key("ev", &[run_id, &format!("{seq:020}")]), event);
+        batch.insert(key("ev", &[run_id, &format!("{seq:020}")]), events);
         Ok(())
     }
 
@@ -534,6 +538,41 @@ mod tests {
     use super::*;
     use crate::model::RunStatus;
     use crate::store::Store;
+
+    /// The events of one write share a key; a store written when each event
+    /// had its own key reads back the same, old keys and new in order.
+    #[test]
+    fn events_of_one_write_share_a_key_and_single_event_keys_still_read() {
+        use super::super::fixtures::event;
+        let dir = tempfile::tempdir().unwrap();
+        let r = run("r00000000000003e8000000", RunStatus::Queued);
+        let store = SledStore::open(dir.path()).unwrap();
+        store
+            .insert_run(&r, false, None, &[event(&r.id, "queued")])
+            .unwrap();
+        // As an older ax wrote it: one event, not a list, under its own key.
+        let mut batch = sled::Batch::default();
+        store
+            .add_event_list(&mut batch, &r.id, encode(&event(&r.id, "held")).unwrap())
+            .unwrap();
+        store.db.apply_batch(batch).unwrap();
+        let mut done = r.clone();
+        done.status = RunStatus::Succeeded;
+        let two = [event(&r.id, "running"), event(&r.id, "succeeded")];
+        store.write_runs(&[(done, two.to_vec())], &[]).unwrap();
+        let to: Vec<String> = store
+            .events(&r.id)
+            .unwrap()
+            .into_iter()
+            .map(|e| e.to)
+            .collect();
+        assert_eq!(to, ["queued", "held", "running", "succeeded"]);
+        assert_eq!(
+            store.scan(&key("ev", &[&r.id])).count(),
+            3,
+            "one key per write"
+        );
+    }
 
     /// A store whose keys had no expiry (as an older ax left it: `idem`
     /// only, no `ik`, no marker) gets one at open: the run's creation plus
