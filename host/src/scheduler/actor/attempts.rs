@@ -312,12 +312,11 @@ impl Actor {
             && report.stderr.is_empty()
             && report.logs.is_empty()
             && report.progress.is_none();
-        // Logs are kept apart from the run: a store that refuses them must
-        // not cost the attempt its result (the run would wait forever).
-        if !quiet
-            && let Err(e) = self.store.put_logs(
-                &done.run_id,
-                &AttemptLogs {
+        // Stored with the next write-behind, before the run (`write::put_logs`).
+        if !quiet {
+            self.dirty.logs.push((
+                done.run_id.clone(),
+                AttemptLogs {
                     step: step.name.clone(),
                     attempt: done.attempt,
                     stdout: report.stdout,
@@ -325,9 +324,7 @@ impl Actor {
                     logs: report.logs,
                     progress: report.progress,
                 },
-            )
-        {
-            tracing::error!(run = %done.run_id, error = %e, "cannot store an attempt's logs");
+            ));
         }
         if report.outcome != Outcome::Succeeded {
             tracing::info!(run = %done.run_id, tenant = %done.tenant, task = %run.rec.task,

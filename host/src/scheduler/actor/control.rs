@@ -39,17 +39,31 @@ impl Actor {
         Ok(rec)
     }
 
+    /// An ended run read back from the store to be reopened (retry,
+    /// requeue, rerun). Refused while the run is active, or while it has
+    /// changes the store has not taken yet (it refuses writes and the writer
+    /// retries them): the stored copy is stale then — a run whose step
+    /// succeeded in memory may still read `cancelled` there, and reopening
+    /// that copy would run the succeeded step again.
+    fn stored_ended_run(&self, run_id: &str) -> Result<RunRecord> {
+        if self.runs.contains_key(run_id) {
+            return Err(Error::Conflict(format!("run `{run_id}` is still active")));
+        }
+        if self.unwritten(run_id) {
+            return Err(Error::Store(crate::store::Error::Unavailable(format!(
+                "run `{run_id}` has changes the store has not taken yet; try again once it writes"
+            ))));
+        }
+        self.store
+            .get_run(run_id)?
+            .ok_or_else(|| Error::NotFound(format!("run `{run_id}`")))
+    }
+
     pub(super) fn on_retry(&mut self, run_id: &str, actor: &str) -> Result<RunRecord> {
         // The stored run must be current before it is read back.
         self.flush()?;
         let now = self.clock.now_ms();
-        if self.runs.contains_key(run_id) {
-            return Err(Error::Conflict(format!("run `{run_id}` is still active")));
-        }
-        let rec = self
-            .store
-            .get_run(run_id)?
-            .ok_or_else(|| Error::NotFound(format!("run `{run_id}`")))?;
+        let rec = self.stored_ended_run(run_id)?;
         if rec.status == RunStatus::Succeeded {
             return Err(Error::Conflict(format!(
                 "run `{run_id}` succeeded; nothing to retry"
@@ -76,16 +90,7 @@ impl Actor {
                 "dead letter `{dead_id}` is already resolved"
             )));
         }
-        if self.runs.contains_key(&dead.run_id) {
-            return Err(Error::Conflict(format!(
-                "run `{}` is still active",
-                dead.run_id
-            )));
-        }
-        let rec = self
-            .store
-            .get_run(&dead.run_id)?
-            .ok_or_else(|| Error::NotFound(format!("run `{}`", dead.run_id)))?;
+        let rec = self.stored_ended_run(&dead.run_id)?;
         let step = dead.step.clone();
         // A run retried since its step died may have run the step to success:
         // requeueing the stale letter would run a succeeded step again.
@@ -117,13 +122,7 @@ impl Actor {
     ) -> Result<RunRecord> {
         self.flush()?;
         let now = self.clock.now_ms();
-        if self.runs.contains_key(run_id) {
-            return Err(Error::Conflict(format!("run `{run_id}` is still active")));
-        }
-        let rec = self
-            .store
-            .get_run(run_id)?
-            .ok_or_else(|| Error::NotFound(format!("run `{run_id}`")))?;
+        let rec = self.stored_ended_run(run_id)?;
         let spec: TaskSpec = TaskSpec::deserialize(rec.spec.as_ref())
             .map_err(|e| Error::Conflict(format!("the run's task snapshot is unreadable: {e}")))?;
         let i = spec

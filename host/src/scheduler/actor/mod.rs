@@ -488,11 +488,7 @@ impl Actor {
             }
             Command::Purge { mut ids, reply } => {
                 // Runs held in memory or not yet written are not history.
-                ids.retain(|id| {
-                    !self.runs.contains_key(id)
-                        && !self.dirty.runs.contains_key(id)
-                        && !self.finished.contains_key(id)
-                });
+                ids.retain(|id| !self.in_memory(id));
                 let job = crate::scheduler::retention::purge_job(
                     self.store.clone(),
                     self.stats.clone(),

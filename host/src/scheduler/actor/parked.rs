@@ -92,11 +92,8 @@ impl Actor {
     /// Whether run `id` is known in memory, as active, finished or with
     /// changes not yet stored or still being written (then the store's copy
     /// is stale).
-    fn in_memory(&self, id: &str) -> bool {
-        self.runs.contains_key(id)
-            || self.finished.contains_key(id)
-            || self.dirty.runs.contains_key(id)
-            || self.in_flight.contains(id)
+    pub(super) fn in_memory(&self, id: &str) -> bool {
+        self.runs.contains_key(id) || self.unwritten(id)
     }
 
     /// Refills the heads that fell to half: reads each such tenant's next

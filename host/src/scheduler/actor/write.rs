@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 use super::Actor;
 use crate::model::{Event, RunRecord};
 use crate::scheduler::{Command, Error, Result};
-use crate::store::{OutboxAlert, Store};
+use crate::store::{AttemptLogs, OutboxAlert, Store};
 use crate::tenant::UsageBucket;
 
 /// How often changed runs are written when nobody waits for them: a run's
@@ -34,6 +34,8 @@ pub(super) struct WriteJob {
     pub(super) usage: Vec<UsageBucket>,
     /// Outbox alerts the changes raised, stored in the same write.
     pub(super) alerts: Vec<OutboxAlert>,
+    /// Attempt logs (run id, logs), stored before the runs ([`put_logs`]).
+    pub(super) logs: Vec<(String, AttemptLogs)>,
     pub(super) then: Option<Box<dyn FnOnce(Result<()>) + Send>>,
     /// The job's number ([`InFlight`]); the writer marks it written.
     pub(super) seq: u64,
@@ -125,14 +127,20 @@ pub(super) fn spawn_writer(
             mut runs,
             mut usage,
             mut alerts,
+            logs,
             mut then,
             seq,
         }) = rx.recv().await
         {
+            let mut logs = Some(logs);
             let raised_alerts = !alerts.is_empty();
             let mut wait = WRITE_RETRY_FIRST;
             let result = loop {
                 if runs.is_empty() && usage.is_empty() && alerts.is_empty() {
+                    if let Some(logs) = logs.take() {
+                        let store = store.clone();
+                        let _ = off_actor(inline, move || put_logs(store.as_ref(), logs)).await;
+                    }
                     break Ok(());
                 }
                 if store.generation() != generation {
@@ -142,7 +150,9 @@ pub(super) fn spawn_writer(
                     )));
                 }
                 let store = store.clone();
+                let logs = logs.take();
                 let written = off_actor(inline, move || {
+                    put_logs(store.as_ref(), logs.unwrap_or_default());
                     let result = store
                         .write_runs_with_alerts(&runs, &usage, &alerts)
                         .map_err(Error::from);
@@ -187,12 +197,31 @@ pub(super) fn spawn_writer(
     tx
 }
 
+/// Stores attempt logs. They are kept apart from the run: a store that
+/// refuses them must not cost the attempt its result (the run would wait
+/// forever), so a refusal is reported and the logs are dropped.
+///
+/// Logs travel with the write-behind rather than being stored when the
+/// attempt reports: stored on the actor, one sled batch per attempt, they
+/// were most of the actor's time per finished attempt (6 % of the server's
+/// CPU under bulk triggers, docs/PERFORMANCE.md). They are stored before the
+/// runs of the same job, so a run read back finished has its logs.
+fn put_logs(store: &dyn Store, logs: Vec<(String, AttemptLogs)>) {
+    for (run_id, logs) in logs {
+        if let Err(e) = store.put_logs(&run_id, &logs) {
+            tracing::error!(run = %run_id, error = %e, "cannot store an attempt's logs");
+        }
+    }
+}
+
 /// Runs changed since the last flush, with their events not yet stored.
 #[derive(Default)]
 pub(super) struct Dirty {
     pub(super) runs: HashMap<String, Vec<Event>>,
     /// Outbox alerts raised by these changes: written with them.
     pub(super) alerts: Vec<OutboxAlert>,
+    /// Attempt logs (run id, logs) of the attempts that reported since.
+    pub(super) logs: Vec<(String, AttemptLogs)>,
     /// Steps of the largest run among them (it sets the flush interval),
     /// kept as they are added: the loop asks every turn.
     pub(super) most_steps: usize,
@@ -210,7 +239,7 @@ impl Dirty {
     }
 
     pub(super) fn is_empty(&self) -> bool {
-        self.runs.is_empty() && self.alerts.is_empty()
+        self.runs.is_empty() && self.alerts.is_empty() && self.logs.is_empty()
     }
 }
 
@@ -240,6 +269,7 @@ impl Actor {
         let Dirty {
             runs: dirty,
             alerts,
+            logs,
             ..
         } = std::mem::take(&mut self.dirty);
         let mut runs = Vec::with_capacity(dirty.len());
@@ -269,7 +299,12 @@ impl Actor {
         let usage: Vec<UsageBucket> = self.usage.drain().map(|(_, b)| b).collect();
         match &self.writer {
             Some(writer) => {
-                if runs.is_empty() && usage.is_empty() && alerts.is_empty() && then.is_none() {
+                if runs.is_empty()
+                    && usage.is_empty()
+                    && alerts.is_empty()
+                    && logs.is_empty()
+                    && then.is_none()
+                {
                     return Ok(());
                 }
                 let seq = self
@@ -279,6 +314,7 @@ impl Actor {
                     runs,
                     usage,
                     alerts,
+                    logs,
                     then,
                     seq,
                 }) {
@@ -290,6 +326,7 @@ impl Actor {
                 Ok(())
             }
             None => {
+                put_logs(self.store.as_ref(), logs);
                 let result = self
                     .store
                     .write_runs_with_alerts(&runs, &usage, &alerts)
@@ -313,6 +350,14 @@ impl Actor {
         // Runs not yet stored have no changes to write: they are taken up
         // (and changed) only once stored. So this need not wait for them.
         self.write_behind(None)
+    }
+
+    /// Whether run `id` has changes not yet stored (waiting for the next
+    /// write-behind, held behind its `after` runs, or handed to the writer).
+    pub(super) fn unwritten(&self, id: &str) -> bool {
+        self.dirty.runs.contains_key(id)
+            || self.finished.contains_key(id)
+            || self.in_flight.contains(id)
     }
 
     /// Handles `cmd` again once everything changed so far is stored, for
