@@ -82,6 +82,19 @@ impl Runtime {
             .await
             .map_err(|_| Error::Host("runtime is shutting down".into()))?;
 
+        // Winch's code runs in its own, smaller pool (`engine::baseline_slots`).
+        let _baseline_slot = if plugin.inner.first_tier {
+            Some(
+                self.inner
+                    .baseline_slots
+                    .acquire()
+                    .await
+                    .map_err(|_| Error::Host("runtime is shutting down".into()))?,
+            )
+        } else {
+            None
+        };
+
         let started = Instant::now();
         let deadline = started + limits.timeout;
         let stdout = CapturePipe::new(limits.max_stdio_bytes);
@@ -121,7 +134,8 @@ impl Runtime {
             timed_out: false,
             tape,
         };
-        let mut store = Store::new(&self.inner.engine, state);
+        // The engine that compiled the plugin: Winch's or Cranelift's.
+        let mut store = Store::new(&plugin.inner.engine, state);
         store.limiter(|state| &mut state.limiter);
         store
             .set_fuel(limits.fuel)
