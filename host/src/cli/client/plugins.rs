@@ -330,6 +330,9 @@ fn print_version(v: &Value) {
     if let Some(error) = v["error"].as_str() {
         println!("  error    {}", cell(&error.into()));
     }
+    if let Some(tier) = v["tier"].as_str() {
+        println!("  tier     {}", cell(&tier.into()));
+    }
     println!("  sha256   {}", cell(&v["digest"]));
     println!("  size     {} bytes", cell(&v["size"]));
     println!("  created  {}", cell(&v["created_at"]));
