@@ -156,7 +156,8 @@ struct Inner {
     /// Bounds concurrent instances to the pool's slots, so a burst waits instead of failing.
     slots: Arc<tokio::sync::Semaphore>,
     /// Bounds concurrent instances of Winch's code to its smaller pool
-    /// (`engine::baseline_slots`); taken after one of `slots`.
+    /// (`engine::baseline_slots`); taken before one of `slots`, so attempts
+    /// waiting for it hold none of those.
     baseline_slots: tokio::sync::Semaphore,
     /// The optimizing compilations behind the Winch first tier.
     tier_ups: tier::TierUps,

@@ -75,14 +75,9 @@ impl Runtime {
         tape: Option<Tape>,
     ) -> Result<AttemptReport> {
         self.check_limits(limits)?;
-        let _slot = self
-            .inner
-            .slots
-            .acquire()
-            .await
-            .map_err(|_| Error::Host("runtime is shutting down".into()))?;
-
         // Winch's code runs in its own, smaller pool (`engine::baseline_slots`).
+        // Taken first, so attempts waiting for one of its slots hold none of
+        // the host's `slots`, which other plugins' attempts need.
         let _baseline_slot = if plugin.inner.first_tier {
             Some(
                 self.inner
@@ -94,6 +89,12 @@ impl Runtime {
         } else {
             None
         };
+        let _slot = self
+            .inner
+            .slots
+            .acquire()
+            .await
+            .map_err(|_| Error::Host("runtime is shutting down".into()))?;
 
         let started = Instant::now();
         let deadline = started + limits.timeout;

@@ -462,6 +462,57 @@ mod tests {
         assert_eq!(runtime.tier_ups_pending(), 0);
     }
 
+    #[tokio::test]
+    async fn attempts_waiting_for_the_winch_pool_do_not_hold_the_hosts_slots() {
+        let runtime = Runtime::new(RuntimeConfig {
+            max_instances: 1,
+            compiler: CompilerConfig {
+                tiering: Tiering::Tiered { min_bytes: 0 },
+                ..CompilerConfig::default()
+            },
+            ..RuntimeConfig::default()
+        })
+        .unwrap();
+        let hello = runtime.load(&example("hello")).unwrap();
+        assert!(runtime.wait_tier_ups(Duration::from_secs(120)));
+        let optimized = runtime.get(hello.digest()).unwrap();
+        assert_eq!(optimized.tier(), Tier::Optimized);
+        let winch = baseline(&runtime, "echo");
+
+        // The Winch pool's one slot is taken: an attempt on Winch's code waits.
+        let taken = runtime.inner.baseline_slots.acquire().await.unwrap();
+        let waiting = {
+            let runtime = runtime.clone();
+            tokio::spawn(async move {
+                runtime
+                    .run(&winch, &context(), "{}", &limits(5_000), None)
+                    .await
+            })
+        };
+        // A current-thread runtime: the attempt runs until it waits.
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished());
+        assert_eq!(runtime.inner.slots.available_permits(), 1);
+        // The host's one slot is free for Cranelift's code meanwhile.
+        let report = tokio::time::timeout(
+            Duration::from_secs(60),
+            runtime.run(
+                &optimized,
+                &context(),
+                r#"{"name":"ax"}"#,
+                &limits(5_000),
+                None,
+            ),
+        )
+        .await
+        .expect("not stuck behind the waiting Winch attempt")
+        .unwrap();
+        assert_eq!(report.outcome, Outcome::Succeeded, "{report:?}");
+        drop(taken);
+        let report = waiting.await.unwrap().unwrap();
+        assert_eq!(report.outcome, Outcome::Succeeded, "{report:?}");
+    }
+
     #[test]
     fn the_winch_pool_is_an_eighth_of_the_slots() {
         assert_eq!(crate::runtime::engine::baseline_slots(128), 16);
