@@ -13,7 +13,9 @@ pub struct RuntimeConfig {
     /// Where compiled artifacts are cached across restarts; `None` keeps them in memory only.
     pub cache_dir: Option<PathBuf>,
     /// Instances that may exist at once (pooling allocator slots). Attempts
-    /// beyond this wait for a slot rather than fail.
+    /// beyond this wait for a slot rather than fail. With the Winch first
+    /// tier, Winch's engine has a pool of its own of an eighth of this
+    /// (`engine::baseline_slots`), within this bound.
     pub max_instances: u32,
     /// The largest memory cap any attempt may ask for, in bytes.
     pub max_memory_bytes: u64,
