@@ -100,7 +100,8 @@ pub(super) async fn upload(
     } else {
         StatusCode::OK
     };
-    Ok((status, Json(PluginView::from(record))).into_response())
+    let tier = state.ax.plugin_tier(&record.digest);
+    Ok((status, Json(PluginView::from(record).with_tier(tier))).into_response())
 }
 
 /// Reads and drops a refused upload's body, so a client that sends its whole
@@ -178,7 +179,10 @@ pub(super) async fn list(
         .ax
         .list_plugins(&caller.tenant)?
         .into_iter()
-        .map(|p| PluginView::tagged(p, &tags))
+        .map(|p| {
+            let tier = state.ax.plugin_tier(&p.digest);
+            PluginView::tagged(p, &tags).with_tier(tier)
+        })
         .collect();
     Ok(Json(PluginList { plugins }))
 }
@@ -201,7 +205,10 @@ pub(super) async fn versions(
         .ax
         .plugin_versions(&caller.tenant, &name)?
         .into_iter()
-        .map(|p| PluginView::tagged(p, &tags))
+        .map(|p| {
+            let tier = state.ax.plugin_tier(&p.digest);
+            PluginView::tagged(p, &tags).with_tier(tier)
+        })
         .collect();
     let tags = tags.into_iter().map(PluginTagView::from).collect();
     Ok(Json(PluginVersions {
@@ -222,7 +229,8 @@ pub(super) async fn show(
 ) -> ApiResult<Json<PluginView>> {
     let record = state.ax.get_plugin(&caller.tenant, &name, &version)?;
     let tags = state.ax.plugin_tags(&caller.tenant)?;
-    Ok(Json(PluginView::tagged(record, &tags)))
+    let tier = state.ax.plugin_tier(&record.digest);
+    Ok(Json(PluginView::tagged(record, &tags).with_tier(tier)))
 }
 
 /// `DELETE /v1/plugins/{name}/{version}`: 204, or 409 while a task uses it.

@@ -43,6 +43,31 @@ pub struct PluginView {
     /// Why it did not compile (`failed` only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The code it runs on this host while loaded: `baseline` (Winch's,
+    /// compiled in seconds and served while Cranelift compiles it behind)
+    /// or `optimized` (Cranelift's). Absent when it is not loaded (its next
+    /// attempt loads it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tier: Option<CodeTier>,
+}
+
+/// Which compiler's code a loaded plugin runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CodeTier {
+    /// Winch's code: served first for large components.
+    Baseline,
+    /// Cranelift's code.
+    Optimized,
+}
+
+impl From<crate::runtime::Tier> for CodeTier {
+    fn from(tier: crate::runtime::Tier) -> Self {
+        match tier {
+            crate::runtime::Tier::Baseline => CodeTier::Baseline,
+            crate::runtime::Tier::Optimized => CodeTier::Optimized,
+        }
+    }
 }
 
 impl From<PluginRecord> for PluginView {
@@ -56,11 +81,18 @@ impl From<PluginRecord> for PluginView {
             status: p.status,
             error: p.error,
             tags: Vec::new(),
+            tier: None,
         }
     }
 }
 
 impl PluginView {
+    /// With the tier of the code it runs, when loaded.
+    pub fn with_tier(mut self, tier: Option<crate::runtime::Tier>) -> Self {
+        self.tier = tier.map(CodeTier::from);
+        self
+    }
+
     /// The view of `p` with those of `tags` (of its tenant) that point at it.
     pub fn tagged(p: PluginRecord, tags: &[PluginTag]) -> Self {
         let mut view = Self::from(p);
@@ -480,4 +512,36 @@ pub struct CronPreview {
 pub struct Health {
     /// `ok` (healthz) or `ready` (readyz).
     pub status: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record() -> PluginRecord {
+        PluginRecord {
+            tenant: "t".into(),
+            name: "pyx".into(),
+            version: "0.1.0".into(),
+            digest: "ab".into(),
+            size: 18_420_586,
+            created_at: 0,
+            status: PluginStatus::Ready,
+            error: None,
+        }
+    }
+
+    #[test]
+    fn a_plugin_view_names_the_tier_of_the_code_only_while_loaded() {
+        let view = |tier| serde_json::to_value(PluginView::from(record()).with_tier(tier)).unwrap();
+        assert_eq!(
+            view(Some(crate::runtime::Tier::Baseline))["tier"],
+            "baseline"
+        );
+        assert_eq!(
+            view(Some(crate::runtime::Tier::Optimized))["tier"],
+            "optimized"
+        );
+        assert!(view(None).get("tier").is_none());
+    }
 }

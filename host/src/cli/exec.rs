@@ -126,9 +126,16 @@ impl GrantArgs {
     }
 }
 
+/// One tier here: a local run is one process, which would exit before a
+/// tier-up behind a Winch first tier ended, leaving only Winch's code in
+/// the cache for every later run.
 fn open_runtime(cache_dir: Option<PathBuf>) -> anyhow::Result<Runtime> {
     Ok(Runtime::new(RuntimeConfig {
         cache_dir: Some(cache_dir.unwrap_or_else(default_cache_dir)),
+        compiler: crate::runtime::CompilerConfig {
+            tiering: crate::runtime::Tiering::Off,
+            ..Default::default()
+        },
         ..RuntimeConfig::default()
     })?)
 }
@@ -308,8 +315,15 @@ pub(super) struct BenchExecArgs {
 #[derive(Debug, Args)]
 pub(super) struct CompilerArgs {
     /// The compiler (`winch` needs a build with the `winch` cargo feature).
+    /// `tiered`: Winch first for components of at least
+    /// `--baseline-min-kib`, replaced by Cranelift's code compiled behind it,
+    /// as `ax serve` does.
     #[arg(long, value_enum, default_value_t = CompilerChoice::Cranelift)]
     compiler: CompilerChoice,
+    /// With `--compiler tiered`: the smallest component, in KiB, that gets
+    /// Winch code first.
+    #[arg(long, default_value_t = crate::runtime::DEFAULT_BASELINE_MIN_BYTES >> 10)]
+    baseline_min_kib: usize,
     /// Cranelift's optimisation level.
     #[arg(long, value_enum, default_value_t = OptChoice::Speed)]
     opt_level: OptChoice,
@@ -322,6 +336,7 @@ pub(super) struct CompilerArgs {
 enum CompilerChoice {
     Cranelift,
     Winch,
+    Tiered,
 }
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
@@ -333,11 +348,17 @@ enum OptChoice {
 
 impl CompilerArgs {
     fn config(&self) -> crate::runtime::CompilerConfig {
-        use crate::runtime::{CompilerConfig, CompilerOptLevel, CompilerStrategy};
+        use crate::runtime::{CompilerConfig, CompilerOptLevel, CompilerStrategy, Tiering};
         CompilerConfig {
             strategy: match self.compiler {
-                CompilerChoice::Cranelift => CompilerStrategy::Cranelift,
+                CompilerChoice::Cranelift | CompilerChoice::Tiered => CompilerStrategy::Cranelift,
                 CompilerChoice::Winch => CompilerStrategy::Winch,
+            },
+            tiering: match self.compiler {
+                CompilerChoice::Tiered => Tiering::Tiered {
+                    min_bytes: self.baseline_min_kib << 10,
+                },
+                CompilerChoice::Cranelift | CompilerChoice::Winch => Tiering::Off,
             },
             opt_level: match self.opt_level {
                 OptChoice::None => CompilerOptLevel::None,

@@ -7,6 +7,9 @@
 //! fingerprint of the engine's settings, because an artifact compiled with
 //! other settings is refused. Only components that passed validation are
 //! written, so a stream of distinct invalid uploads leaves nothing behind.
+//! Each engine has its own cache: with the Winch first tier, Winch's
+//! artifacts end in `-baseline.cwasm` and live only until Cranelift's
+//! replaces them (`super::tier`).
 //!
 //! Only files this module wrote are ever deserialized (deserializing is
 //! `unsafe`: the bytes become machine code). Bytes a user sent are always
@@ -94,7 +97,9 @@ pub(crate) struct ArtifactCache {
 }
 
 impl ArtifactCache {
-    pub(crate) fn new(dir: Option<PathBuf>, engine: &Engine) -> Result<Self> {
+    /// The cache of `engine`'s artifacts in `dir`; their file names end in
+    /// `-{fingerprint}{suffix}.cwasm`.
+    pub(crate) fn new(dir: Option<PathBuf>, engine: &Engine, suffix: &str) -> Result<Self> {
         if let Some(dir) = &dir {
             fs::create_dir_all(dir).map_err(|e| {
                 Error::Host(format!(
@@ -105,7 +110,7 @@ impl ArtifactCache {
         }
         let mut hasher = ShaHasher(Sha256::new());
         std::hash::Hash::hash(&engine.precompile_compatibility_hash(), &mut hasher);
-        let fingerprint = hex::encode(&hasher.0.finalize()[..8]);
+        let fingerprint = format!("{}{suffix}", hex::encode(&hasher.0.finalize()[..8]));
         Ok(Self { dir, fingerprint })
     }
 
@@ -227,6 +232,12 @@ impl<V: Clone> Lru<V> {
         entry.used_at = self.tick;
         self.order.insert(self.tick, key.to_string());
         Some(entry.value.clone())
+    }
+
+    /// The entry for `key`, leaving the order of use as it is (a look,
+    /// not a use).
+    pub(crate) fn peek(&self, key: &str) -> Option<&V> {
+        self.entries.get(key).map(|e| &e.value)
     }
 
     /// Keeps `value` under `key`, charged `bytes`, dropping the least recently

@@ -15,6 +15,12 @@
 //!
 //! Loads by the scheduler (a plugin whose artifact is gone) also take a
 //! compile permit, but never an upload's place: they wait rather than fail.
+//!
+//! A tier-up (the optimizing compilation behind a Winch first tier,
+//! [`super::tier`]) takes no permit: it starts only when no compilation
+//! holds or waits for one ([`Gate::wait_idle`]), one at a time, and a first
+//! compilation that arrives while it runs does not wait for it. So at most
+//! `max_compiles + 1` compilations run at once.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
@@ -111,6 +117,19 @@ impl Gate {
         CompilePermit { gate: self }
     }
 
+    /// Waits (blocking the thread) until no compilation holds or waits for
+    /// a permit: a tier-up ([`super::tier`]) starts only then, so a first
+    /// compilation never queues behind one.
+    pub(crate) fn wait_idle(&self) {
+        let mut counts = self.lock();
+        while counts.running > 0 || counts.waiting > 0 {
+            counts = self
+                .freed
+                .wait(counts)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
     /// The counters now.
     pub(crate) fn stats(&self) -> GateStats {
         let counts = self.lock();
@@ -154,7 +173,9 @@ pub(crate) struct CompilePermit<'a> {
 impl Drop for CompilePermit<'_> {
     fn drop(&mut self) {
         self.gate.lock().running -= 1;
-        self.gate.freed.notify_one();
+        // All: a waiter for a permit and the tier-up worker waiting for the
+        // gate to be idle (`wait_idle`) wait on the same condition variable.
+        self.gate.freed.notify_all();
     }
 }
 

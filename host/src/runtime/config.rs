@@ -13,7 +13,9 @@ pub struct RuntimeConfig {
     /// Where compiled artifacts are cached across restarts; `None` keeps them in memory only.
     pub cache_dir: Option<PathBuf>,
     /// Instances that may exist at once (pooling allocator slots). Attempts
-    /// beyond this wait for a slot rather than fail.
+    /// beyond this wait for a slot rather than fail. With the Winch first
+    /// tier, Winch's engine has a pool of its own of an eighth of this
+    /// (`engine::baseline_slots`), within this bound.
     pub max_instances: u32,
     /// The largest memory cap any attempt may ask for, in bytes.
     pub max_memory_bytes: u64,
@@ -48,14 +50,77 @@ pub struct RuntimeConfig {
 /// every plugin again once.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CompilerConfig {
-    /// Which compiler.
+    /// Which compiler makes the code plugins run on for good.
     pub strategy: CompilerStrategy,
     /// Cranelift's optimisation level (Winch has none).
     pub opt_level: CompilerOptLevel,
     /// Compile a component's functions on the calling thread alone rather
     /// than on every core (rayon, the default): for measuring.
     pub serial: bool,
+    /// Serve a component first from Winch code, compiled in a fraction of
+    /// the time, while `strategy`'s code is compiled behind it
+    /// (docs/PLUGINS.md, *Upload and compilation*). On by default in a
+    /// build with the `winch` feature (a default feature); without it, or
+    /// when `strategy` is Winch already, there is one tier.
+    pub tiering: Tiering,
 }
+
+impl CompilerConfig {
+    /// Whether components at least `min_bytes` long get Winch code first:
+    /// tiering asked for, Winch built in and the final compiler not Winch.
+    pub fn tiered(&self) -> bool {
+        matches!(self.tiering, Tiering::Tiered { .. })
+            && cfg!(feature = "winch")
+            && self.strategy != CompilerStrategy::Winch
+    }
+
+    /// The smallest component that gets Winch code first (`usize::MAX` when
+    /// there is one tier).
+    pub fn baseline_min_bytes(&self) -> usize {
+        match self.tiering {
+            Tiering::Tiered { min_bytes } if self.tiered() => min_bytes,
+            _ => usize::MAX,
+        }
+    }
+}
+
+/// Whether a component is served from baseline code first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tiering {
+    /// One tier: every component is compiled by the configured compiler
+    /// before it runs.
+    Off,
+    /// Components of at least `min_bytes` are compiled with Winch first
+    /// (served at once), then with the configured compiler, whose code
+    /// replaces Winch's for the attempts that start after it. Smaller ones
+    /// are compiled by the configured compiler alone: it is fast enough
+    /// for them that a second compilation would cost more than it saves.
+    Tiered {
+        /// The smallest component (in bytes of wasm) compiled with Winch first.
+        min_bytes: usize,
+    },
+}
+
+impl Default for Tiering {
+    /// Tiered from [`DEFAULT_BASELINE_MIN_BYTES`] when Winch is built in.
+    fn default() -> Self {
+        if cfg!(feature = "winch") {
+            Tiering::Tiered {
+                min_bytes: DEFAULT_BASELINE_MIN_BYTES,
+            }
+        } else {
+            Tiering::Off
+        }
+    }
+}
+
+/// Where the Winch first tier starts by default: 1 MiB of wasm. Below it
+/// Cranelift (`Speed`) compiles a component in well under a second of CPU
+/// (the 158 KiB echo plugin: ~0.2 s), so a Winch pass first would add work
+/// for little gain in time to ready; above it, compile time grows with the
+/// code, to ~26 s of CPU for the 17.6 MiB Python component against ~3.5 s
+/// with Winch (docs/PERFORMANCE.md, *Compile*).
+pub const DEFAULT_BASELINE_MIN_BYTES: usize = 1 << 20;
 
 /// The code generator.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

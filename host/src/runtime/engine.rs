@@ -1,7 +1,30 @@
-//! Engine set-up: the one wasmtime [`Engine`] (component model, fuel,
-//! epoch interruption, the pooling allocator sized from [`RuntimeConfig`]),
-//! the [`Linker`] with WASI p2, `wasi:http` and the ax host imports, and the
+//! Engine set-up: the wasmtime [`Engine`]s (component model, fuel, epoch
+//! interruption, the pooling allocator sized from [`RuntimeConfig`]), the
+//! [`Linker`] with WASI p2, `wasi:http` and the ax host imports, and the
 //! thread that ticks the epoch.
+//!
+//! # Two engines when tiered
+//!
+//! A compiled component belongs to the engine that compiled it, and a
+//! `Store` that instantiates it must come from that engine too. With the
+//! Winch first tier ([`super::Tiering`]) there are two [`Backend`]s: the
+//! *optimized* one (the configured compiler, Cranelift) and the *baseline*
+//! one (Winch). Their settings are the same but for the compiler: fuel,
+//! epoch interruption, the wasm stack, the memory ceiling, the allocator
+//! and its keep-resident sizes; one ticker advances both epochs.
+//!
+//! **The pooling allocator is split, not doubled.** Each engine has its own
+//! pool, which reserves its address space when the engine is built. The
+//! optimized pool keeps `max_instances` slots (every attempt of a plugin
+//! past its tier-up runs there); the baseline pool gets
+//! [`baseline_slots`] = `max_instances / 8` (16 of the default 128, at
+//! least 1), because only plugins within their tier-up window (seconds to a
+//! minute after an upload or a restart) run on it, and attempts on it past
+//! that many wait for a slot (`Inner::baseline_slots`) as all attempts wait
+//! for one of `max_instances`. The reservation grows by an eighth, not 2×
+//! (measured in docs/PERFORMANCE.md, *Compile*: the default pool reserves
+//! ~1 TiB of address space — `PROT_NONE`, no memory — and the baseline pool
+//! ~1/8 of that).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,6 +35,7 @@ use wasmtime::{
     Config, Engine, InstanceAllocationStrategy, OptLevel, PoolingAllocationConfig, Strategy,
 };
 
+use super::cache::ArtifactCache;
 use super::host::HostState;
 use super::{
     CompilerConfig, CompilerOptLevel, CompilerStrategy, Error, Result, RuntimeConfig, bindings,
@@ -19,7 +43,7 @@ use super::{
 
 /// The linker every plugin is instantiated with: WASI p2, outgoing
 /// `wasi:http` (checked per request by the attempt's hooks) and the ax imports.
-pub(super) fn build_linker(engine: &Engine) -> Result<Linker<HostState>> {
+fn build_linker(engine: &Engine) -> Result<Linker<HostState>> {
     let mut linker = Linker::new(engine);
     wasmtime_wasi::p2::add_to_linker_async(&mut linker)
         .map_err(|e| Error::Host(format!("linking WASI: {e}")))?;
@@ -33,10 +57,76 @@ pub(super) fn build_linker(engine: &Engine) -> Result<Linker<HostState>> {
     Ok(linker)
 }
 
+/// The tier of the code a [`Backend`] compiles.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Tier {
+    /// Winch's code: compiled in one quick pass, runs slower.
+    Baseline,
+    /// Cranelift's code: the optimising compiler.
+    Optimized,
+}
+
+impl Tier {
+    /// `baseline` or `optimized`, as logs and the API name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tier::Baseline => "baseline",
+            Tier::Optimized => "optimized",
+        }
+    }
+}
+
+impl std::fmt::Display for Tier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One compiler's engine and what is bound to it: the linker its plugins
+/// are instantiated with and the artifacts it compiled.
+pub(super) struct Backend {
+    pub(super) engine: Engine,
+    pub(super) linker: Linker<HostState>,
+    pub(super) cache: ArtifactCache,
+    pub(super) tier: Tier,
+}
+
+impl Backend {
+    /// The engine for `strategy` with `slots` pooling slots, its linker and
+    /// its artifact cache (file names end in `suffix` so that two engines'
+    /// artifacts of one component are told apart at a glance).
+    pub(super) fn new(
+        config: &RuntimeConfig,
+        strategy: CompilerStrategy,
+        slots: u32,
+        suffix: &str,
+    ) -> Result<Self> {
+        let engine = build_engine(config, strategy, slots)?;
+        let linker = build_linker(&engine)?;
+        let cache = ArtifactCache::new(config.cache_dir.clone(), &engine, suffix)?;
+        let tier = match strategy {
+            CompilerStrategy::Cranelift => Tier::Optimized,
+            CompilerStrategy::Winch => Tier::Baseline,
+        };
+        Ok(Self {
+            engine,
+            linker,
+            cache,
+            tier,
+        })
+    }
+}
+
+/// Pooling slots of the baseline (Winch) engine for `max_instances` in all:
+/// an eighth, at least one (see the module's notes).
+pub(super) fn baseline_slots(max_instances: u32) -> u32 {
+    (max_instances / 8).max(1)
+}
+
 /// The engine: component model, fuel, epoch interruption, a bounded wasm
-/// stack and, when `config.pooling`, the pooling allocator with one slot per
-/// allowed instance.
-pub(super) fn build_engine(config: &RuntimeConfig) -> Result<Engine> {
+/// stack and, when `config.pooling`, the pooling allocator with `slots`
+/// instance slots; `strategy` overrides the configured compiler.
+fn build_engine(config: &RuntimeConfig, strategy: CompilerStrategy, slots: u32) -> Result<Engine> {
     let mut cfg = Config::new();
     cfg.wasm_component_model(true)
         .consume_fuel(true)
@@ -45,9 +135,8 @@ pub(super) fn build_engine(config: &RuntimeConfig) -> Result<Engine> {
         // recursion ends in a `stack overflow` trap, well inside the 2 MiB
         // async stack the guest runs on.
         .max_wasm_stack(512 << 10);
-    compiler_settings(&mut cfg, config.compiler);
+    compiler_settings(&mut cfg, config.compiler, strategy);
     if config.pooling {
-        let slots = config.max_instances;
         let mut pool = PoolingAllocationConfig::new();
         pool.total_component_instances(slots)
             // A Rust component has ~4 core instances; other toolchains more.
@@ -84,8 +173,8 @@ pub(super) fn build_engine(config: &RuntimeConfig) -> Result<Engine> {
 
 /// The compiler, its optimisation level and its threads (docs/RUNTIME.md,
 /// "Compilation"). Kept apart from the pooling settings above.
-fn compiler_settings(cfg: &mut Config, compiler: CompilerConfig) {
-    cfg.strategy(match compiler.strategy {
+fn compiler_settings(cfg: &mut Config, compiler: CompilerConfig, strategy: CompilerStrategy) {
+    cfg.strategy(match strategy {
         CompilerStrategy::Cranelift => Strategy::Cranelift,
         CompilerStrategy::Winch => Strategy::Winch,
     })
@@ -97,10 +186,10 @@ fn compiler_settings(cfg: &mut Config, compiler: CompilerConfig) {
     .parallel_compilation(!compiler.serial);
 }
 
-/// The thread that advances the engine's epoch every `tick` until `stop`:
+/// The thread that advances the engines' epochs every `tick` until `stop`:
 /// what makes deadlines fire and busy guests yield.
 pub(super) fn spawn_epoch_ticker(
-    engine: Engine,
+    engines: Vec<Engine>,
     tick: Duration,
     stop: Arc<AtomicBool>,
 ) -> Result<()> {
@@ -109,7 +198,9 @@ pub(super) fn spawn_epoch_ticker(
         .spawn(move || {
             while !stop.load(Ordering::Relaxed) {
                 std::thread::sleep(tick);
-                engine.increment_epoch();
+                for engine in &engines {
+                    engine.increment_epoch();
+                }
             }
         })
         .map(|_| ())

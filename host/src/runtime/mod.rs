@@ -1,8 +1,10 @@
 //! The sandbox: loads plugin components and runs attempts under limits.
 //!
 //! This is the only module that names wasmtime. It owns:
-//! - one shared [`wasmtime::Engine`] (component model, fuel, epoch interruption,
-//!   pooling allocator) and one [`Linker`] with WASI p2 and the ax host imports;
+//! - a shared [`wasmtime::Engine`] (component model, fuel, epoch interruption,
+//!   pooling allocator) and its `Linker` with WASI p2 and the ax host imports,
+//!   and with the Winch first tier a second one for Winch's code ([`engine`],
+//!   [`tier`]);
 //! - validation of uploaded bytes against the ax world ([`validate`]);
 //! - the compiled-artifact cache, on disk and in memory, the latter bounded
 //!   by bytes ([`cache`]), and the gate that bounds compilations and the
@@ -23,7 +25,8 @@
 //! `config` (set-up and defaults), `engine` (engine, pooling, linker, epoch
 //! ticker), `plugin` (loading and the loaded-plugin cache), `run`
 //! (instantiate and call one attempt), `outcome` (how an attempt ended),
-//! `cache`, `compile`, `flight` (compilations in progress, shared),
+//! `cache`, `compile`, `flight` (compilations in progress, shared), `tier`
+//! (the optimizing compilation behind a Winch first tier),
 //! `validate`, `capture`, `host`, `http`, `record` (recording what crosses
 //! the boundary, and replaying it). This file holds
 //! the [`Runtime`] handle and the error.
@@ -40,22 +43,19 @@ mod outcome;
 mod plugin;
 mod record;
 mod run;
+mod tier;
 mod validate;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use wasmtime::Engine;
-use wasmtime::component::Linker;
-
-use self::host::HostState;
-
 pub use self::compile::{DEFAULT_COMPILE_QUEUE, GateStats, UploadTicket, default_max_compiles};
 pub use self::config::{
-    CompilerConfig, CompilerOptLevel, CompilerStrategy, DEFAULT_EPOCH_TICK, DEFAULT_LOADED_BYTES,
-    DEFAULT_MAX_INSTANCES, DEFAULT_MAX_MEMORY_BYTES, DEFAULT_MEMORY_KEEP_RESIDENT,
-    DEFAULT_TABLE_KEEP_RESIDENT, RuntimeConfig,
+    CompilerConfig, CompilerOptLevel, CompilerStrategy, DEFAULT_BASELINE_MIN_BYTES,
+    DEFAULT_EPOCH_TICK, DEFAULT_LOADED_BYTES, DEFAULT_MAX_INSTANCES, DEFAULT_MAX_MEMORY_BYTES,
+    DEFAULT_MEMORY_KEEP_RESIDENT, DEFAULT_TABLE_KEEP_RESIDENT, RuntimeConfig, Tiering,
 };
+pub use self::engine::Tier;
 pub use self::flight::{Compilation, CompileSlot};
 pub use self::plugin::{LoadSource, Plugin};
 pub use self::record::ReplayReport;
@@ -130,6 +130,8 @@ pub struct RuntimeStats {
     pub evictions: u64,
     /// Compilations and uploads.
     pub compiles: GateStats,
+    /// Optimizing compilations behind a Winch first tier, waiting or running.
+    pub tier_ups: usize,
 }
 
 /// The sandbox host. Clone it freely: clones share the engine and caches.
@@ -139,10 +141,11 @@ pub struct Runtime {
 }
 
 struct Inner {
-    engine: Engine,
-    linker: Linker<HostState>,
+    /// The configured compiler's engine: what plugins run on for good.
+    backend: engine::Backend,
+    /// Winch's engine, for the first tier; `None` with one tier.
+    baseline: Option<engine::Backend>,
     config: RuntimeConfig,
-    cache: cache::ArtifactCache,
     loaded: Mutex<cache::Lru<Plugin>>,
     gate: Arc<compile::Gate>,
     /// Compilations in progress, by digest (one per component at a time).
@@ -152,6 +155,12 @@ struct Inner {
     turns: tokio::sync::Semaphore,
     /// Bounds concurrent instances to the pool's slots, so a burst waits instead of failing.
     slots: Arc<tokio::sync::Semaphore>,
+    /// Bounds concurrent instances of Winch's code to its smaller pool
+    /// (`engine::baseline_slots`); taken before one of `slots`, so attempts
+    /// waiting for it hold none of those.
+    baseline_slots: tokio::sync::Semaphore,
+    /// The optimizing compilations behind the Winch first tier.
+    tier_ups: tier::TierUps,
     ticker_stop: Arc<AtomicBool>,
 }
 
@@ -162,18 +171,35 @@ impl Drop for Inner {
 }
 
 impl Runtime {
-    /// Builds the engine, the linker and the epoch ticker.
+    /// Builds the engines (two with the Winch first tier), their linkers
+    /// and the epoch ticker.
     pub fn new(config: RuntimeConfig) -> Result<Self> {
-        let engine = engine::build_engine(&config)?;
-        let linker = engine::build_linker(&engine)?;
-        let cache = cache::ArtifactCache::new(config.cache_dir.clone(), &engine)?;
+        let backend =
+            engine::Backend::new(&config, config.compiler.strategy, config.max_instances, "")?;
+        let baseline_slots = engine::baseline_slots(config.max_instances);
+        let baseline = if config.compiler.tiered() {
+            Some(engine::Backend::new(
+                &config,
+                CompilerStrategy::Winch,
+                baseline_slots,
+                "-baseline",
+            )?)
+        } else {
+            None
+        };
+        let engines = std::iter::once(&backend)
+            .chain(&baseline)
+            .map(|b| b.engine.clone())
+            .collect();
         let ticker_stop = Arc::new(AtomicBool::new(false));
-        engine::spawn_epoch_ticker(engine.clone(), config.epoch_tick, ticker_stop.clone())?;
+        engine::spawn_epoch_ticker(engines, config.epoch_tick, ticker_stop.clone())?;
         Ok(Self {
             inner: Arc::new(Inner {
                 slots: Arc::new(tokio::sync::Semaphore::new(config.max_instances as usize)),
-                engine,
-                linker,
+                baseline_slots: tokio::sync::Semaphore::new(baseline_slots as usize),
+                tier_ups: tier::TierUps::default(),
+                backend,
+                baseline,
                 loaded: Mutex::new(cache::Lru::new(config.loaded_bytes)),
                 gate: Arc::new(compile::Gate::new(
                     config.max_compiles,
@@ -182,7 +208,6 @@ impl Runtime {
                 flights: flight::Flights::default(),
                 turns: tokio::sync::Semaphore::new(config.max_compiles.max(1)),
                 config,
-                cache,
                 ticker_stop,
             }),
         })
@@ -213,6 +238,9 @@ impl Runtime {
 
     /// What the caches and the compile gate hold now.
     pub fn stats(&self) -> RuntimeStats {
+        // Before the loaded-plugin lock: a tier-up takes its own lock, then
+        // that one (`tier::tier_up`), never the other way round.
+        let tier_ups = self.inner.tier_ups.pending();
         let loaded = self.lock_loaded();
         RuntimeStats {
             loaded: loaded.len(),
@@ -220,6 +248,7 @@ impl Runtime {
             loaded_budget: loaded.budget(),
             evictions: loaded.evictions(),
             compiles: self.inner.gate.stats(),
+            tier_ups,
         }
     }
 }

@@ -2,9 +2,19 @@
 //! resolved once (`InstancePre`), kept in the loaded-plugin cache (bounded by
 //! bytes) and reloaded from its on-disk artifact when evicted; compiled at
 //! most once per digest, under the compile gate.
+//!
+//! With the Winch first tier, a component of at least
+//! `CompilerConfig::baseline_min_bytes` is compiled with Winch, served, and
+//! queued for its optimizing compilation ([`super::tier`]), which replaces
+//! it. A component Winch cannot compile (a feature it lacks) gets the
+//! configured compiler at once. A plugin records which engine compiled it:
+//! its attempts' `Store`s are made from that engine.
 
 use std::sync::{Arc, PoisonError};
 
+use wasmtime::Engine;
+
+use super::engine::{Backend, Tier};
 use super::host::HostState;
 use super::{Error, Result, Runtime, bindings, cache, validate};
 
@@ -19,6 +29,13 @@ pub(super) struct LoadedPlugin {
     size: usize,
     /// What it is charged in the loaded-plugin cache (`cache::resident_bytes`).
     resident: u64,
+    /// Which compiler's code it is.
+    tier: Tier,
+    /// Compiled by the first-tier engine (Winch behind tiering), whose
+    /// smaller pool bounds its instances (`Inner::baseline_slots`).
+    pub(super) first_tier: bool,
+    /// The engine that compiled it: its `Store`s must come from it.
+    pub(super) engine: Engine,
     /// Instantiated afresh for every attempt (`run`).
     pub(super) pre: bindings::TaskPre<HostState>,
 }
@@ -38,6 +55,11 @@ impl Plugin {
     pub fn resident_bytes(&self) -> u64 {
         self.inner.resident
     }
+
+    /// Which compiler's code it runs: Winch's (`Baseline`) or Cranelift's.
+    pub fn tier(&self) -> Tier {
+        self.inner.tier
+    }
 }
 
 impl std::fmt::Debug for Plugin {
@@ -45,6 +67,7 @@ impl std::fmt::Debug for Plugin {
         f.debug_struct("Plugin")
             .field("digest", &self.inner.digest)
             .field("size", &self.inner.size)
+            .field("tier", &self.inner.tier)
             .finish()
     }
 }
@@ -78,16 +101,45 @@ impl Runtime {
         if let Some(found) = self.load_cached_traced(&digest)? {
             return Ok(found);
         }
+        let baseline = self
+            .inner
+            .baseline
+            .as_ref()
+            .filter(|_| bytes.len() >= self.inner.config.compiler.baseline_min_bytes());
+        // Winch's artifact from before a restart: served again, and tiered up.
+        if let Some(baseline) = baseline
+            && let Some(found) = self.load_artifact(baseline, &digest)?
+        {
+            self.queue_tier_up(&digest, bytes);
+            return Ok((found, LoadSource::DiskCache));
+        }
         let _permit = self.inner.gate.permit();
         // Another load of the same bytes may have compiled them meanwhile.
         if let Some(found) = self.load_cached_traced(&digest)? {
             return Ok(found);
         }
-        let component = cache::ArtifactCache::compile(&self.inner.engine, bytes)?;
-        let plugin = self.prepare(&digest, bytes.len(), &component)?;
+        if let Some(baseline) = baseline {
+            match cache::ArtifactCache::compile(&baseline.engine, bytes) {
+                Ok(component) => {
+                    let plugin = self.prepare(baseline, &digest, bytes.len(), &component)?;
+                    baseline.cache.store(&digest, &component);
+                    self.keep(&plugin);
+                    self.queue_tier_up(&digest, bytes);
+                    return Ok((plugin, LoadSource::Compiled));
+                }
+                // The check before found the bytes valid: most likely a
+                // feature Winch lacks. The configured compiler has the last word.
+                Err(e) => {
+                    tracing::info!(digest, error = %e, "Winch did not compile the component: compiling it with the optimizing compiler at once");
+                }
+            }
+        }
+        let backend = &self.inner.backend;
+        let component = cache::ArtifactCache::compile(&backend.engine, bytes)?;
+        let plugin = self.prepare(backend, &digest, bytes.len(), &component)?;
         // Only a valid component's artifact is kept: distinct invalid uploads
         // leave nothing on disk.
-        self.inner.cache.store(&digest, &component);
+        backend.cache.store(&digest, &component);
         self.keep(&plugin);
         Ok((plugin, LoadSource::Compiled))
     }
@@ -99,52 +151,72 @@ impl Runtime {
         Ok(self.load_cached_traced(digest)?.map(|(plugin, _)| plugin))
     }
 
+    /// From memory (either tier), else the configured compiler's artifact:
+    /// Winch's artifact needs the bytes to tier up, so only
+    /// [`Runtime::load`] takes it.
     fn load_cached_traced(&self, digest: &str) -> Result<Option<(Plugin, LoadSource)>> {
         if let Some(plugin) = self.get(digest) {
             return Ok(Some((plugin, LoadSource::Memory)));
         }
-        let Some(component) = self.inner.cache.load(&self.inner.engine, digest) else {
+        Ok(self
+            .load_artifact(&self.inner.backend, digest)?
+            .map(|plugin| (plugin, LoadSource::DiskCache)))
+    }
+
+    /// `backend`'s artifact of `digest`, loaded and kept, if it has one.
+    fn load_artifact(&self, backend: &Backend, digest: &str) -> Result<Option<Plugin>> {
+        let Some(component) = backend.cache.load(&backend.engine, digest) else {
             return Ok(None);
         };
-        match self.prepare(digest, 0, &component) {
+        match self.prepare(backend, digest, 0, &component) {
             Ok(plugin) => {
                 self.keep(&plugin);
-                Ok(Some((plugin, LoadSource::DiskCache)))
+                Ok(Some(plugin))
             }
             Err(e) => {
                 // An artifact written before invalid components stopped being
                 // cached; drop it, the caller compiles and reports the error.
                 tracing::warn!(digest, error = %e, "discarding the artifact of an invalid component");
-                self.inner.cache.remove(digest);
+                backend.cache.remove(digest);
                 Ok(None)
             }
         }
     }
 
-    /// Checks the world and resolves the imports once (`InstancePre`).
-    fn prepare(
+    /// Checks the world and resolves the imports once (`InstancePre`), with
+    /// `backend`'s linker (the one of the engine that compiled `component`).
+    pub(super) fn prepare(
         &self,
+        backend: &Backend,
         digest: &str,
         size: usize,
         component: &wasmtime::component::Component,
     ) -> Result<Plugin> {
-        validate::check_world(&self.inner.engine, component)?;
-        let pre = self.inner.linker.instantiate_pre(component).map_err(|e| {
+        validate::check_world(&backend.engine, component)?;
+        let pre = backend.linker.instantiate_pre(component).map_err(|e| {
             Error::UnsupportedImport(format!("an interface of the wrong type ({e:#})"))
         })?;
         let pre = bindings::TaskPre::new(pre)
             .map_err(|e| Error::WrongWorld(format!("its `run` export does not match ({e:#})")))?;
+        let first_tier = self
+            .inner
+            .baseline
+            .as_ref()
+            .is_some_and(|b| std::ptr::eq(b, backend));
         Ok(Plugin {
             inner: Arc::new(LoadedPlugin {
                 digest: digest.to_string(),
                 size,
                 resident: cache::resident_bytes(component),
+                tier: backend.tier,
+                first_tier,
+                engine: backend.engine.clone(),
                 pre,
             }),
         })
     }
 
-    fn keep(&self, plugin: &Plugin) {
+    pub(super) fn keep(&self, plugin: &Plugin) {
         let (digest, bytes) = (plugin.digest().to_string(), plugin.resident_bytes());
         if !self.lock_loaded().insert(digest, plugin.clone(), bytes) {
             tracing::warn!(
@@ -161,10 +233,22 @@ impl Runtime {
         self.lock_loaded().get(digest)
     }
 
-    /// Forgets a loaded plugin and its cached artifact (after it is deleted).
+    /// The tier of the code a loaded plugin runs (`None` when it is not
+    /// loaded), without counting as a use of it.
+    pub fn loaded_tier(&self, digest: &str) -> Option<Tier> {
+        self.lock_loaded().peek(digest).map(Plugin::tier)
+    }
+
+    /// Forgets a loaded plugin, its tier-up and its cached artifacts
+    /// (after it is deleted).
     pub fn evict(&self, digest: &str) {
+        // First, so a tier-up compiling it does not put it back.
+        self.inner.tier_ups.cancel(digest);
         self.lock_loaded().remove(digest);
-        self.inner.cache.remove(digest);
+        self.inner.backend.cache.remove(digest);
+        if let Some(baseline) = &self.inner.baseline {
+            baseline.cache.remove(digest);
+        }
     }
 
     pub(super) fn lock_loaded(&self) -> std::sync::MutexGuard<'_, cache::Lru<Plugin>> {

@@ -75,6 +75,20 @@ impl Runtime {
         tape: Option<Tape>,
     ) -> Result<AttemptReport> {
         self.check_limits(limits)?;
+        // Winch's code runs in its own, smaller pool (`engine::baseline_slots`).
+        // Taken first, so attempts waiting for one of its slots hold none of
+        // the host's `slots`, which other plugins' attempts need.
+        let _baseline_slot = if plugin.inner.first_tier {
+            Some(
+                self.inner
+                    .baseline_slots
+                    .acquire()
+                    .await
+                    .map_err(|_| Error::Host("runtime is shutting down".into()))?,
+            )
+        } else {
+            None
+        };
         let _slot = self
             .inner
             .slots
@@ -121,7 +135,8 @@ impl Runtime {
             timed_out: false,
             tape,
         };
-        let mut store = Store::new(&self.inner.engine, state);
+        // The engine that compiled the plugin: Winch's or Cranelift's.
+        let mut store = Store::new(&plugin.inner.engine, state);
         store.limiter(|state| &mut state.limiter);
         store
             .set_fuel(limits.fuel)

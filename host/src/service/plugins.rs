@@ -443,6 +443,13 @@ impl Ax {
         Ok(versions)
     }
 
+    /// Which compiler's code the component `digest` runs in this host:
+    /// Winch's while Cranelift compiles it behind (`Baseline`), then
+    /// Cranelift's; `None` when it is not loaded.
+    pub fn plugin_tier(&self, digest: &str) -> Option<runtime::Tier> {
+        self.runtime.loaded_tier(digest)
+    }
+
     /// One plugin version.
     pub fn get_plugin(&self, tenant: &str, name: &str, version: &str) -> Result<PluginRecord> {
         self.store

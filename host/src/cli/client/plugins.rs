@@ -330,6 +330,9 @@ fn print_version(v: &Value) {
     if let Some(error) = v["error"].as_str() {
         println!("  error    {}", cell(&error.into()));
     }
+    if let Some(tier) = v["tier"].as_str() {
+        println!("  tier     {}", cell(&tier.into()));
+    }
     println!("  sha256   {}", cell(&v["digest"]));
     println!("  size     {} bytes", cell(&v["size"]));
     println!("  created  {}", cell(&v["created_at"]));
@@ -369,8 +372,15 @@ fn wait_compiled(client: &Client, conn: &Conn, mut v: Value, timeout: Duration) 
     if conn.json {
         print_json(&v);
     } else if v["status"] == "ready" {
+        // A large component is ready on Winch's code first (docs/PLUGINS.md,
+        // "Winch first, Cranelift behind"): say so, it runs slower until then.
+        let behind = if v["tier"] == "baseline" {
+            "; on Winch's code until Cranelift's, compiling now, replaces it"
+        } else {
+            ""
+        };
         println!(
-            "ready: {what} (compiled in {:.1}s)",
+            "ready: {what} (compiled in {:.1}s{behind})",
             started.elapsed().as_secs_f64()
         );
     }
