@@ -265,6 +265,13 @@ pub struct Config {
     /// Plugin uploads that may wait for a compilation; past them an upload
     /// gets `429 compile_queue_full`.
     pub compile_queue: usize,
+    /// Serve large components from Winch's code first while Cranelift's is
+    /// compiled behind it (docs/PLUGINS.md, *Upload and compilation*); on by
+    /// default in a build with the `winch` feature, ignored without it.
+    pub tiered_compile: bool,
+    /// The smallest component (KiB of wasm) that gets Winch's code first;
+    /// smaller ones are compiled by Cranelift alone (default 1024).
+    pub tiered_compile_min_kb: u64,
     /// Plugin versions each tenant may keep, unless its quota says otherwise.
     pub plugin_quota_count: u32,
     /// Plugin versions each tenant may have compiling (or waiting to) at
@@ -299,6 +306,8 @@ impl Default for Config {
             loaded_plugins_mb: crate::runtime::DEFAULT_LOADED_BYTES >> 20,
             max_compiles: None,
             compile_queue: crate::runtime::DEFAULT_COMPILE_QUEUE,
+            tiered_compile: true,
+            tiered_compile_min_kb: (crate::runtime::DEFAULT_BASELINE_MIN_BYTES >> 10) as u64,
             plugin_quota_count: crate::service::DEFAULT_MAX_PLUGINS_PER_TENANT,
             plugin_compiling_per_tenant: crate::service::DEFAULT_MAX_COMPILING_PER_TENANT,
             plugin_quota_mb: crate::service::DEFAULT_PLUGIN_BYTES_PER_TENANT >> 20,
@@ -339,6 +348,19 @@ pub enum Error {
 }
 
 impl Config {
+    /// How plugins are compiled: `tiered_compile` from
+    /// `tiered_compile_min_kb` up (the runtime ignores it without Winch).
+    pub fn tiering(&self) -> crate::runtime::Tiering {
+        if self.tiered_compile {
+            crate::runtime::Tiering::Tiered {
+                min_bytes: usize::try_from(self.tiered_compile_min_kb.saturating_mul(1 << 10))
+                    .unwrap_or(usize::MAX),
+            }
+        } else {
+            crate::runtime::Tiering::Off
+        }
+    }
+
     /// Reads `path` (YAML or JSON), or the defaults without a file; then
     /// applies `AX_LISTEN`, `AX_DATA_DIR`, `AX_ADMIN_TOKEN`, `AX_METRICS_TOKEN`.
     pub fn load(path: Option<&Path>) -> Result<Self, Error> {
@@ -395,6 +417,19 @@ mod tests {
             Some(Duration::from_secs(900))
         );
         assert!(serde_saphyr::from_str::<Config>("listn: x\n").is_err());
+    }
+
+    #[test]
+    fn tiered_compile_is_on_from_a_mib_and_can_be_turned_off_or_moved() {
+        use crate::runtime::Tiering;
+        assert_eq!(
+            Config::default().tiering(),
+            Tiering::Tiered { min_bytes: 1 << 20 }
+        );
+        let off: Config = serde_saphyr::from_str("tiered_compile: false\n").unwrap();
+        assert_eq!(off.tiering(), Tiering::Off);
+        let moved: Config = serde_saphyr::from_str("tiered_compile_min_kb: 0\n").unwrap();
+        assert_eq!(moved.tiering(), Tiering::Tiered { min_bytes: 0 });
     }
 
     #[test]

@@ -199,6 +199,10 @@ pub async fn start(config: Config, demo: bool) -> anyhow::Result<Server> {
             .max_compiles
             .unwrap_or_else(crate::runtime::default_max_compiles),
         compile_queue: config.compile_queue,
+        compiler: crate::runtime::CompilerConfig {
+            tiering: config.tiering(),
+            ..Default::default()
+        },
         ..RuntimeConfig::default()
     })?;
     let mut queue =
