@@ -242,6 +242,7 @@ async fn a_full_compile_line_refuses_uploads_with_429_until_it_frees() {
     let m = metrics(&live).await;
     assert_eq!(metric(&m, "ax_plugin_uploads_in_progress"), 0.0);
     assert_eq!(metric(&m, "ax_plugin_compiles_running"), 0.0);
+    assert_eq!(metric(&m, "ax_plugin_tier_ups_pending"), 0.0);
     live.stop().await;
 }
 

@@ -373,7 +373,7 @@ fn render(
 
 /// The loaded-plugin cache and the compile gate (docs/RUNTIME.md).
 fn plugin_metrics(e: &mut Encoder, rt: &crate::runtime::RuntimeStats) {
-    let rows: [(&str, &str, &str, f64); 8] = [
+    let rows: [(&str, &str, &str, f64); 9] = [
         (
             "ax_plugins_loaded",
             "gauge",
@@ -409,6 +409,12 @@ fn plugin_metrics(e: &mut Encoder, rt: &crate::runtime::RuntimeStats) {
             "gauge",
             "Plugin loads waiting for a compilation permit.",
             rt.compiles.waiting as f64,
+        ),
+        (
+            "ax_plugin_tier_ups_pending",
+            "gauge",
+            "Plugins running on Winch's code whose Cranelift compilation is waiting or running.",
+            rt.tier_ups as f64,
         ),
         (
             "ax_plugin_uploads_in_progress",
