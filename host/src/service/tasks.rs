@@ -98,7 +98,10 @@ impl Ax {
                 errors,
             });
         }
-        let records = prepared.iter().map(|p| p.record.clone()).collect();
+        let records = prepared
+            .iter()
+            .map(|p| (p.record.clone(), Some(p.trigger.clone())))
+            .collect();
         let schedules = self.scheduler.put_tasks(records).await?;
         self.sync().await?;
         Ok(prepared
@@ -164,12 +167,13 @@ impl Ax {
         let created_at = existing
             .as_ref()
             .map_or(now.timestamp_millis(), |t| t.created_at);
-        Trigger::compile(spec.trigger.as_ref(), from_ms(created_at)).map_err(|e| {
-            Error::Invalid {
-                path: Some("trigger".into()),
-                message: e.to_string(),
-            }
-        })?;
+        let trigger =
+            Trigger::compile(spec.trigger.as_ref(), from_ms(created_at)).map_err(|e| {
+                Error::Invalid {
+                    path: Some("trigger".into()),
+                    message: e.to_string(),
+                }
+            })?;
         let record = TaskRecord {
             format: RECORD_FORMAT,
             tenant: tenant.to_string(),
@@ -187,6 +191,7 @@ impl Ax {
         };
         Ok(Prepared {
             record,
+            trigger: std::sync::Arc::new(trigger),
             after: spec.trigger.map(|t| t.after).unwrap_or_default(),
             created: existing.is_none(),
         })
@@ -320,6 +325,9 @@ impl Ax {
 /// A checked definition, ready to store.
 struct Prepared {
     record: TaskRecord,
+    /// Its trigger, compiled by the check (anchored at `record.created_at`),
+    /// handed to the scheduler with a bulk apply.
+    trigger: std::sync::Arc<Trigger>,
     /// Its `after` trigger's upstream tasks (for the cycle check).
     after: Vec<String>,
     /// No task of this name was saved.

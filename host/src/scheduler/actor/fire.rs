@@ -42,7 +42,7 @@ impl Actor {
         &mut self,
         record: crate::model::TaskRecord,
     ) -> Result<ScheduleState> {
-        let saved = self.prepare_save(record, self.clock.now())?;
+        let saved = self.prepare_save(record, None, self.clock.now())?;
         self.store.put_task(&saved.loaded.record, &saved.schedule)?;
         let schedule = saved.schedule.clone();
         self.take_up_saved(saved)?;
@@ -52,16 +52,23 @@ impl Actor {
     /// What saving `record` at `now` gives: its schedule state (the next
     /// fire from the old state, so a replaced `at` that fired does not fire
     /// again; the old last fire and pause kept), with the definition parsed
-    /// and the trigger compiled once for arming it.
+    /// and the trigger compiled once for arming it — or `compiled`, the
+    /// trigger the caller's check compiled from the same definition.
     pub(super) fn prepare_save(
         &self,
         record: crate::model::TaskRecord,
+        compiled: Option<Arc<Trigger>>,
         now: chrono::DateTime<chrono::Utc>,
     ) -> Result<Saved> {
         let spec: TaskSpec = TaskSpec::deserialize(record.spec.as_ref())
             .map_err(|e| Error::Conflict(format!("definition of `{}`: {e}", record.name)))?;
-        let trigger = Trigger::compile(spec.trigger.as_ref(), from_ms(record.created_at))
-            .map_err(|e| Error::Conflict(format!("trigger of `{}`: {e}", record.name)))?;
+        let trigger = match compiled {
+            Some(trigger) => trigger,
+            None => Arc::new(
+                Trigger::compile(spec.trigger.as_ref(), from_ms(record.created_at))
+                    .map_err(|e| Error::Conflict(format!("trigger of `{}`: {e}", record.name)))?,
+            ),
+        };
         let old = self.store.get_schedule(&record.tenant, &record.name)?;
         let replaced = record.version > 1;
         let next_fire =
@@ -79,7 +86,7 @@ impl Actor {
                 record: Arc::new(record),
                 spec: Arc::new(spec),
             },
-            trigger: Arc::new(trigger),
+            trigger,
         })
     }
 
