@@ -197,11 +197,7 @@ impl Runtime {
 mod tests {
     use super::*;
     use crate::runtime::RuntimeConfig;
-
-    fn example(name: &str) -> Vec<u8> {
-        let path = std::path::Path::new(env!("AX_PLUGIN_DIR")).join(format!("{name}.wasm"));
-        std::fs::read(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
-    }
+    use crate::runtime::fixtures::example;
 
     fn runtime() -> Runtime {
         Runtime::new(RuntimeConfig {

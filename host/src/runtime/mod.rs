@@ -36,6 +36,8 @@ mod capture;
 mod compile;
 mod config;
 mod engine;
+#[cfg(test)]
+mod fixtures;
 mod flight;
 mod host;
 mod http;

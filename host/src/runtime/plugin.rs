@@ -264,28 +264,12 @@ impl Runtime {
 
 #[cfg(test)]
 mod tests {
+    use crate::runtime::fixtures::{context, example};
     use std::path::PathBuf;
 
     use super::*;
-    use crate::model::{AttemptContext, Limits, Outcome, TriggerKind};
+    use crate::model::{Limits, Outcome};
     use crate::runtime::RuntimeConfig;
-
-    fn example(name: &str) -> Vec<u8> {
-        let path = std::path::Path::new(env!("AX_PLUGIN_DIR")).join(format!("{name}.wasm"));
-        std::fs::read(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
-    }
-
-    fn context() -> AttemptContext {
-        AttemptContext {
-            run_id: "run-1".into(),
-            tenant: "t".into(),
-            task: "t".into(),
-            step: "s".into(),
-            attempt: 1,
-            scheduled_for: "2026-12-01T00:00:00Z".into(),
-            trigger: TriggerKind::Manual,
-        }
-    }
 
     /// Room for the larger of echo and hello, not both.
     fn one_plugin_runtime(cache_dir: Option<PathBuf>) -> Runtime {

@@ -241,13 +241,9 @@ mod tests {
     use std::path::Path;
 
     use super::*;
-    use crate::model::{AttemptContext, AttemptReport, Limits, Outcome, TriggerKind};
+    use crate::model::{AttemptReport, Limits, Outcome};
+    use crate::runtime::fixtures::{context, example};
     use crate::runtime::{CompilerConfig, LoadSource, Plugin, RuntimeConfig, Tier, Tiering, cache};
-
-    fn example(name: &str) -> Vec<u8> {
-        let path = Path::new(env!("AX_PLUGIN_DIR")).join(format!("{name}.wasm"));
-        std::fs::read(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
-    }
 
     /// Tiered from the first byte, so the example plugins get Winch code;
     /// pooled as `ax serve` is (few slots: the tests need no more).
@@ -270,18 +266,6 @@ mod tests {
     /// so nothing tiers up until it is dropped.
     fn hold_tier_ups(runtime: &Runtime) -> crate::runtime::compile::CompilePermit<'_> {
         runtime.inner.gate.permit()
-    }
-
-    fn context() -> AttemptContext {
-        AttemptContext {
-            run_id: "run-1".into(),
-            tenant: "t".into(),
-            task: "t".into(),
-            step: "s".into(),
-            attempt: 1,
-            scheduled_for: "2026-12-01T00:00:00Z".into(),
-            trigger: TriggerKind::Manual,
-        }
     }
 
     fn limits(timeout_ms: u64) -> Limits {

@@ -159,6 +159,7 @@ pub(super) fn check_world(engine: &Engine, component: &Component) -> Result<()> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::fixtures::example;
 
     #[test]
     fn empty_and_foreign_bytes_are_malformed() {
@@ -174,11 +175,6 @@ mod tests {
         let err = check_header(b"\0asm\x01\0\0\0").unwrap_err();
         assert!(matches!(err, Error::CoreModule));
         assert!(err.to_string().contains("wasm32-wasip2"));
-    }
-
-    fn example(name: &str) -> Vec<u8> {
-        let path = std::path::Path::new(env!("AX_PLUGIN_DIR")).join(format!("{name}.wasm"));
-        std::fs::read(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
     }
 
     #[test]
