@@ -171,10 +171,13 @@ pub async fn start(config: Config, demo: bool) -> anyhow::Result<Server> {
         })?;
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("creating the data directory {}", config.data_dir.display()))?;
-    let sled: Arc<dyn Store> = Arc::new(SledStore::open_with_cache(
+    let sled = Arc::new(SledStore::open_unchecked(
         &config.data_dir,
         config.store.cache_bytes(),
     )?);
+    // Held weakly: a store the guard replaces must be dropped for the
+    // directory to open again.
+    let check_later = Arc::downgrade(&sled);
     // A write refused (full disk, I/O error) is answered 503 and held by the
     // scheduler; sled keeps such an error until its database is reopened,
     // which the guard does once the directory takes writes again
@@ -188,7 +191,10 @@ pub async fn start(config: Config, demo: bool) -> anyhow::Result<Server> {
             }),
         }
     };
-    let store: Arc<dyn Store> = Arc::new(crate::store::guard::Guarded::guard(sled, Some(reopen)));
+    let store: Arc<dyn Store> = Arc::new(crate::store::guard::Guarded::guard(
+        sled as Arc<dyn Store>,
+        Some(reopen),
+    ));
     let runtime = Runtime::new(RuntimeConfig {
         cache_dir: Some(config.data_dir.join("artifacts")),
         max_instances: config.max_instances,
@@ -282,6 +288,10 @@ pub async fn start(config: Config, demo: bool) -> anyhow::Result<Server> {
         shutdown.clone(),
     )
     .await?;
+    // Recovered: the read of every entry no longer competes with it.
+    if let Some(sled) = check_later.upgrade() {
+        sled.check_in_background();
+    }
     for t in tenants.tenants() {
         scheduler
             .stats()

@@ -439,8 +439,10 @@ pub trait Store: Send + Sync + 'static {
     /// The ids of [`Store::queued_runs`], from the index alone (no record
     /// read): what the scheduler scans past its head with.
     fn queued_ids(&self, tenant: &str, limit: usize) -> Result<Vec<String>>;
-    /// Queued runs counted per (tenant, task), from the queue's index alone
-    /// (no record read), by tenant then task.
+    /// Queued runs counted per (tenant, task), by tenant then task: what
+    /// recovery reads instead of the queue, so a store answers it without
+    /// reading a key per queued run (sled keeps counters beside the queue's
+    /// index, `sled/counts.rs`).
     fn queued_counts(&self) -> Result<Vec<(String, String, usize)>>;
     /// Deletes a terminal run with its events, logs and fire key
     /// (retention). Its idempotency key stays until it expires.

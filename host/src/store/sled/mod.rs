@@ -30,6 +30,7 @@
 //! | `ra/{id}`, `rt/{tenant}/{id}`, `rk/{tenant}/{task}/{id}` | run indexes: status and task |
 //! | `act/{id}` | present while the run is `running` |
 //! | `q/{tenant}/{order:020}/{id}` | task name; present while the run is `queued`: the persistent queue in dispatch order (`order`: priority with aging) |
+//! | `qn/{tenant}/{task}/c`, `qn/{tenant}/{task}/r` | how many of the task's runs `q` holds: the sum of the two (`counts.rs`) |
 //! | `idem/{tenant}/{task}/{key}` | run id (kept after the run is deleted, until the key expires) |
 //! | `ik/{expires:020}/{tenant}/{task}/{key}` | run id: idempotency keys by when they expire |
 //! | `fire/{tenant}/{task}/{scheduled_for}` | run id (runs inserted with `unique_fire`) |
@@ -69,6 +70,7 @@
 //! - `open.rs`: opening a data directory, format markers, refusing damage;
 //! - `keys.rs`: key and value encoding, run index entries;
 //! - `runs.rs`: runs, their indexes, claims and events;
+//! - `counts.rs`: the queue's counters per task;
 //! - `schedules.rs`: tasks, schedules, the next-fire and `after` indexes;
 //! - `logs.rs`: attempt logs, inline or in shared blobs;
 //! - `blobs.rs`: content-addressed files, atomic file writes;
@@ -77,6 +79,7 @@
 //! - `flush.rs`: group commit (the flusher thread and sync tickets).
 
 mod blobs;
+mod counts;
 #[cfg(test)]
 mod fixtures;
 mod flush;
@@ -132,6 +135,11 @@ pub struct SledStore {
     /// Serialises log blob writes with their release, so a blob is never
     /// unlinked while a new reference to it is being written.
     blob_lock: Mutex<()>,
+    /// Tasks whose insert-side queue counter changed since the last fold
+    /// (`counts.rs`).
+    counted: Mutex<std::collections::HashSet<(String, String)>>,
+    /// When the queue counters were last folded.
+    folded_at: Mutex<std::time::Instant>,
     /// Makes temporary file names unique within the process.
     tmp_counter: AtomicU64,
     /// State shared with the flusher thread.
@@ -411,7 +419,7 @@ impl Store for SledStore {
     }
 
     fn queued_counts(&self) -> Result<Vec<(String, String, usize)>> {
-        runs::queued_counts(self)
+        counts::queued_counts(self)
     }
 
     fn run_summaries_page(

@@ -8,6 +8,7 @@
 //! (value: the run id) orders the keys by when they are forgotten, so that
 //! [`expire`] reads only the keys that are due.
 
+use super::counts::{QueueDelta, Side};
 use super::keys::{
     corrupt_key, decode, decode_index, decode_part, encode, fire_key, indexes_of, instant_part,
     key, push_part, run_indexes,
@@ -27,6 +28,7 @@ pub(super) fn insert(store: &SledStore, runs: &[NewRun]) -> Result<Vec<Insert>> 
     // Keys claimed by runs earlier in this batch, to their run.
     let mut claimed: std::collections::HashMap<Vec<u8>, &RunRecord> = Default::default();
     let mut written = super::schedules::Written::new();
+    let mut queued = QueueDelta::default();
     for new in runs {
         let run = &new.run;
         let run_key = key("run", &[&run.id]);
@@ -58,12 +60,14 @@ pub(super) fn insert(store: &SledStore, runs: &[NewRun]) -> Result<Vec<Insert>> 
             store.schedule_changes(&mut batch, schedule, &mut written)?;
         }
         store.add_events(&mut batch, &run.id, &new.events)?;
+        queued.add(&run.tenant, &run.task, run.status, 1);
         for claim in [Some(run_key), idem_key, fire_key].into_iter().flatten() {
             claimed.insert(claim, run);
         }
         outcomes.push(Insert::Created);
     }
     if outcomes.contains(&Insert::Created) {
+        store.count_changes(&mut batch, &queued, Side::Claims)?;
         store.apply(batch)?;
     }
     Ok(outcomes)
@@ -105,8 +109,9 @@ pub(super) fn write(
     let _serial = lock(&store.run_lock);
     let mut batch = sled::Batch::default();
     let mut missing = None;
+    let mut queued = QueueDelta::default();
     for (run, record, events) in encoded {
-        if !store.run_changes(&mut batch, run, record)? {
+        if !store.run_changes(&mut batch, run, record, &mut queued)? {
             missing.get_or_insert(&run.id);
             continue;
         }
@@ -118,7 +123,9 @@ pub(super) fn write(
     for alert in alerts {
         store.alert_changes(&mut batch, alert)?;
     }
+    store.count_changes(&mut batch, &queued, Side::Runs)?;
     store.apply(batch)?;
+    store.fold_soon()?;
     missing.map_or(Ok(()), |id| Err(missing_run(id)))
 }
 
@@ -226,28 +233,6 @@ pub(super) fn queued(store: &SledStore, tenant: &str, limit: usize) -> Result<Ve
 /// [`Store::queued_ids`](crate::store::Store::queued_ids): keys only.
 pub(super) fn queued_ids(store: &SledStore, tenant: &str, limit: usize) -> Result<Vec<String>> {
     ids_in_queue(store, &key("q", &[tenant]), limit)
-}
-
-/// [`Store::queued_counts`](crate::store::Store::queued_counts): the `q`
-/// index's keys and values, no record read.
-pub(super) fn queued_counts(store: &SledStore) -> Result<Vec<(String, String, usize)>> {
-    let prefix = key("q", &[]);
-    let mut counts: std::collections::BTreeMap<(String, String), usize> = Default::default();
-    for item in store.scan(&prefix) {
-        let (k, v) = item?;
-        let rest = &k[prefix.len()..];
-        let split = rest
-            .iter()
-            .position(|b| *b == 0)
-            .ok_or_else(|| corrupt_key(&k))?;
-        let tenant = decode_part(&rest[..=split]).ok_or_else(|| corrupt_key(&k))?;
-        let task = String::from_utf8(v.to_vec()).map_err(|_| corrupt_key(&k))?;
-        *counts.entry((tenant, task)).or_default() += 1;
-    }
-    Ok(counts
-        .into_iter()
-        .map(|((tenant, task), n)| (tenant, task, n))
-        .collect())
 }
 
 /// [`Store::run_summaries_page`](crate::store::Store::run_summaries_page):
@@ -378,13 +363,15 @@ impl SledStore {
     }
 
     /// Adds the replacement of `run` (record and changed indexes) to
-    /// `batch` (`record`: the run, encoded); false if the run is not stored.
-    /// Callers hold `run_lock`.
+    /// `batch` (`record`: the run, encoded) and its move in or out of the
+    /// queue to `queued`; false if the run is not stored. Callers hold
+    /// `run_lock`.
     fn run_changes(
         &self,
         batch: &mut sled::Batch,
         run: &RunRecord,
         record: Vec<u8>,
+        queued: &mut QueueDelta,
     ) -> Result<bool> {
         // The small index entry says whether the indexes must change; reading
         // and decoding the whole old record (all its steps) on every write
@@ -404,11 +391,13 @@ impl SledStore {
             // Same tenant: the old entries follow from the index entry alone;
             // otherwise read the old record to find them.
             let old_indexes = if same_tenant {
+                queued.replace((&run.tenant, &old_task, old_status), run);
                 indexes_of(&run.id, &run.tenant, &old_task, old_status, run.priority)
             } else {
                 let Some(old) = self.get_run_at(&key("run", &[&run.id]))? else {
                     return Ok(false);
                 };
+                queued.replace((&old.tenant, &old.task, old.status), run);
                 run_indexes(&old)
             };
             for (index_key, _) in old_indexes {
