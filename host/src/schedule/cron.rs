@@ -65,12 +65,57 @@ struct Compiled {
     day_clock: DayClock,
 }
 
-impl CronSchedule {
-    /// Parses a Quartz expression (6 or 7 fields, seconds first) in `timezone`
-    /// (`""` or `"UTC"` = UTC, otherwise an IANA name).
-    pub fn parse(expr: &str, timezone: &str) -> Result<Self> {
-        let tz = parse_timezone(timezone)?;
-        let expr = expr.trim();
+/// Patterns compiled lately, by expression (they do not depend on the
+/// zone), shared by every schedule parsed from the same text. Many tasks
+/// share a few expressions (`0 0 * * * ?`), and croner's parse was the
+/// largest single cost of a bulk apply (14 % of the server's CPU). Bounded:
+/// a full cache is emptied, so any mix of expressions holds at most `bound`
+/// patterns.
+struct PatternCache {
+    bound: usize,
+    patterns: std::sync::Mutex<std::collections::HashMap<String, Arc<Compiled>>>,
+}
+
+impl PatternCache {
+    fn new(bound: usize) -> Self {
+        Self {
+            bound,
+            patterns: std::sync::Mutex::new(std::collections::HashMap::new()),
+        }
+    }
+
+    /// The compiled pattern of `expr` (trimmed), from the cache or parsed
+    /// (an expression that does not parse is not kept).
+    fn get(&self, expr: &str) -> Result<Arc<Compiled>> {
+        let patterns = || {
+            self.patterns
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+        };
+        if let Some(compiled) = patterns().get(expr) {
+            return Ok(compiled.clone());
+        }
+        let compiled = Arc::new(Compiled::parse(expr)?);
+        let mut patterns = patterns();
+        if patterns.len() >= self.bound {
+            patterns.clear();
+        }
+        patterns.insert(expr.to_owned(), compiled.clone());
+        Ok(compiled)
+    }
+}
+
+/// The process's [`PatternCache`].
+static PATTERNS: std::sync::LazyLock<PatternCache> =
+    std::sync::LazyLock::new(|| PatternCache::new(4_096));
+
+impl Compiled {
+    /// The compiled pattern of `expr`, shared ([`PATTERNS`]).
+    fn shared(expr: &str) -> Result<Arc<Compiled>> {
+        PATTERNS.get(expr)
+    }
+
+    fn parse(expr: &str) -> Result<Compiled> {
         let pattern = quartz::translate(expr)?;
         let matcher = CronParser::builder()
             .seconds(Seconds::Required)
@@ -96,10 +141,20 @@ impl CronSchedule {
                 expr: expr.to_owned(),
             });
         }
-        let fixed_time = day_clock.seconds.len() == 1
-            && day_clock.minutes.len() == 1
-            && day_clock.hours.len() < 24;
-        let compiled = Arc::new(Compiled { matcher, day_clock });
+        Ok(Compiled { matcher, day_clock })
+    }
+}
+
+impl CronSchedule {
+    /// Parses a Quartz expression (6 or 7 fields, seconds first) in `timezone`
+    /// (`""` or `"UTC"` = UTC, otherwise an IANA name).
+    pub fn parse(expr: &str, timezone: &str) -> Result<Self> {
+        let tz = parse_timezone(timezone)?;
+        let expr = expr.trim();
+        let compiled = Compiled::shared(expr)?;
+        let clock = &compiled.day_clock;
+        let fixed_time =
+            clock.seconds.len() == 1 && clock.minutes.len() == 1 && clock.hours.len() < 24;
         Ok(Self {
             expr: expr.to_owned(),
             tz,
@@ -490,4 +545,40 @@ fn seconds_of_day(w: NaiveDateTime) -> usize {
 
 fn saturate(n: u64) -> usize {
     usize::try_from(n).unwrap_or(usize::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One pattern per expression, whatever the zone or spacing around it;
+    /// a bad expression is refused every time and not kept; a full cache
+    /// starts over rather than grow.
+    #[test]
+    fn the_pattern_cache_shares_one_pattern_per_expression_and_stays_bounded() {
+        let cache = PatternCache::new(3);
+        let hourly = cache.get("0 0 * * * ?").unwrap();
+        assert!(Arc::ptr_eq(&hourly, &cache.get("0 0 * * * ?").unwrap()));
+        for bad in ["0 0 * * *", "0 0 0 31 2 ?"] {
+            assert!(cache.get(bad).is_err());
+            assert!(cache.get(bad).is_err());
+        }
+        assert_eq!(cache.patterns.lock().unwrap().len(), 1);
+        for expr in ["1 * * * * ?", "2 * * * * ?", "3 * * * * ?", "4 * * * * ?"] {
+            cache.get(expr).unwrap();
+            assert!(cache.patterns.lock().unwrap().len() <= 3);
+        }
+        let again = cache.get("0 0 * * * ?").unwrap();
+        assert!(
+            !Arc::ptr_eq(&hourly, &again),
+            "parsed again after the reset"
+        );
+        assert_eq!(*hourly, *again);
+
+        // Schedules in two zones share the process's pattern, not the zone.
+        let utc = CronSchedule::parse(" 0 15 10 * * ? ", "UTC").unwrap();
+        let paris = CronSchedule::parse("0 15 10 * * ?", "Europe/Paris").unwrap();
+        assert_eq!(utc.compiled.day_clock, paris.compiled.day_clock);
+        assert_ne!(utc.tz, paris.tz);
+    }
 }

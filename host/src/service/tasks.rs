@@ -100,7 +100,7 @@ impl Ax {
         }
         let records = prepared
             .iter()
-            .map(|p| (p.record.clone(), Some(p.trigger.clone())))
+            .map(|p| (p.record.clone(), Some(p.parsed.clone())))
             .collect();
         let schedules = self.scheduler.put_tasks(records).await?;
         self.sync().await?;
@@ -191,8 +191,15 @@ impl Ax {
         };
         Ok(Prepared {
             record,
-            trigger: std::sync::Arc::new(trigger),
-            after: spec.trigger.map(|t| t.after).unwrap_or_default(),
+            after: spec
+                .trigger
+                .as_ref()
+                .map(|t| t.after.clone())
+                .unwrap_or_default(),
+            parsed: crate::scheduler::ParsedTask {
+                spec: std::sync::Arc::new(spec),
+                trigger: std::sync::Arc::new(trigger),
+            },
             created: existing.is_none(),
         })
     }
@@ -325,9 +332,9 @@ impl Ax {
 /// A checked definition, ready to store.
 struct Prepared {
     record: TaskRecord,
-    /// Its trigger, compiled by the check (anchored at `record.created_at`),
-    /// handed to the scheduler with a bulk apply.
-    trigger: std::sync::Arc<Trigger>,
+    /// Its definition parsed and trigger compiled by the check (anchored at
+    /// `record.created_at`), handed to the scheduler with a bulk apply.
+    parsed: crate::scheduler::ParsedTask,
     /// Its `after` trigger's upstream tasks (for the cycle check).
     after: Vec<String>,
     /// No task of this name was saved.

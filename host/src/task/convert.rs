@@ -534,6 +534,27 @@ mod tests {
     use crate::task::test_support::{CAPS, parse_err, plugin, secs};
     use crate::task::{RetryOn, TriggerRule, load};
 
+    /// A definition stored (as JSON) and read back is the definition that
+    /// was checked: bulk apply hands the checked one to the scheduler
+    /// instead of reading the record back, and a restart reads the record.
+    #[test]
+    fn a_definition_reads_back_from_its_record_as_it_was_parsed() {
+        let sources = [
+            include_str!("../../../fuzz/corpus/task/spec-example.yaml"),
+            include_str!("../../../fuzz/corpus/task/tasks-md-1.yaml"),
+            include_str!("../../../fuzz/corpus/task/tasks-md-2.yaml"),
+            "name: t\nplugin: echo@1.0.0\ntrigger: { every: 90s }\n",
+            "name: t\nplugin: echo@^1\ntrigger: { after: [a, b], on: failure }\nparams: [{ name: n, type: integer, default: 3 }]\n",
+            "name: t\nplugin: echo@stable\ntrigger: { delay: 2h }\nretention: { keep_runs: 10 }\n",
+        ];
+        for source in sources {
+            let spec = crate::task::parse(source).unwrap_or_else(|e| panic!("{source}: {e}"));
+            let stored = serde_json::to_value(&spec).unwrap();
+            let back = TaskSpec::deserialize(&stored).unwrap();
+            assert_eq!(back, spec, "{source}");
+        }
+    }
+
     #[test]
     fn minimal_shorthand_takes_every_default() {
         let spec = load("name: t\nplugin: p@1.0.0\n", &CAPS).unwrap();

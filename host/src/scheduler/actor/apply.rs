@@ -8,24 +8,21 @@
 //! ([`Actor::prepare_save`], the rule `Actor::on_put_task` applies), so a
 //! task applied in bulk fires exactly as if it was applied alone.
 
-use std::sync::Arc;
-
 use super::Actor;
 use crate::model::{ScheduleState, TaskRecord};
-use crate::schedule::Trigger;
-use crate::scheduler::Result;
+use crate::scheduler::{ParsedTask, Result};
 
 impl Actor {
     /// Stores `records` with their schedule states in one write and
     /// (re)arms their triggers; answers the schedule states in order.
     pub(super) fn on_put_tasks(
         &mut self,
-        records: Vec<(TaskRecord, Option<Arc<Trigger>>)>,
+        records: Vec<(TaskRecord, Option<ParsedTask>)>,
     ) -> Result<Vec<ScheduleState>> {
         let now = self.clock.now();
         let saved = records
             .into_iter()
-            .map(|(record, trigger)| self.prepare_save(record, trigger, now))
+            .map(|(record, parsed)| self.prepare_save(record, parsed, now))
             .collect::<Result<Vec<_>>>()?;
         let writes: Vec<(TaskRecord, ScheduleState)> = saved
             .iter()

@@ -57,17 +57,21 @@ impl Actor {
     pub(super) fn prepare_save(
         &self,
         record: crate::model::TaskRecord,
-        compiled: Option<Arc<Trigger>>,
+        parsed: Option<crate::scheduler::ParsedTask>,
         now: chrono::DateTime<chrono::Utc>,
     ) -> Result<Saved> {
-        let spec: TaskSpec = TaskSpec::deserialize(record.spec.as_ref())
-            .map_err(|e| Error::Conflict(format!("definition of `{}`: {e}", record.name)))?;
-        let trigger = match compiled {
-            Some(trigger) => trigger,
-            None => Arc::new(
-                Trigger::compile(spec.trigger.as_ref(), from_ms(record.created_at))
-                    .map_err(|e| Error::Conflict(format!("trigger of `{}`: {e}", record.name)))?,
-            ),
+        let (spec, trigger) = match parsed {
+            Some(parsed) => (parsed.spec, parsed.trigger),
+            None => {
+                let spec: TaskSpec = TaskSpec::deserialize(record.spec.as_ref()).map_err(|e| {
+                    Error::Conflict(format!("definition of `{}`: {e}", record.name))
+                })?;
+                let trigger = Trigger::compile(spec.trigger.as_ref(), from_ms(record.created_at))
+                    .map_err(|e| {
+                    Error::Conflict(format!("trigger of `{}`: {e}", record.name))
+                })?;
+                (Arc::new(spec), Arc::new(trigger))
+            }
         };
         let old = self.store.get_schedule(&record.tenant, &record.name)?;
         let replaced = record.version > 1;
@@ -84,7 +88,7 @@ impl Actor {
             schedule,
             loaded: Loaded {
                 record: Arc::new(record),
-                spec: Arc::new(spec),
+                spec,
             },
             trigger,
         })

@@ -92,21 +92,24 @@ async fn tasks_put_in_one_batch_are_stored_and_armed_like_single_saves() {
         task_record("t", "name: manual\nplugin: ok@1.0.0\n", now),
         replaced,
     ];
-    // Half with the trigger compiled by the caller, half compiled here: the
-    // same schedules either way.
+    // Half parsed and compiled by the caller, half here: the same schedules
+    // either way.
     let records = records
         .into_iter()
         .enumerate()
         .map(|(i, r)| {
-            let compiled = (i % 2 == 0).then(|| {
+            let parsed = (i % 2 == 0).then(|| {
                 let spec: crate::task::TaskSpec =
                     serde_json::from_value((*r.spec).clone()).unwrap();
                 let anchor = crate::scheduler::clock::from_ms(r.created_at);
-                std::sync::Arc::new(
-                    crate::schedule::Trigger::compile(spec.trigger.as_ref(), anchor).unwrap(),
-                )
+                let trigger =
+                    crate::schedule::Trigger::compile(spec.trigger.as_ref(), anchor).unwrap();
+                crate::scheduler::ParsedTask {
+                    spec: std::sync::Arc::new(spec),
+                    trigger: std::sync::Arc::new(trigger),
+                }
             });
-            (r, compiled)
+            (r, parsed)
         })
         .collect();
     let schedules = h.scheduler.put_tasks(records).await.unwrap();
