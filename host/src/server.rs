@@ -1,9 +1,11 @@
 //! Wiring for `ax serve`: open the store, build the runtime and the
 //! scheduler, settle the admin token, optionally load the demo, serve HTTP
 //! until SIGINT/SIGTERM, then stop the scheduler. The adapter that runs the
-//! scheduler's attempts in the wasm runtime is wiring too ([`runner`]).
+//! scheduler's attempts in the wasm runtime is wiring too ([`runner`]), and
+//! so is returning freed heap to the system ([`trim`]).
 
 mod runner;
+mod trim;
 
 use std::sync::Arc;
 
@@ -342,6 +344,7 @@ pub async fn start(config: Config, demo: bool) -> anyhow::Result<Server> {
         config.retention.clone(),
         shutdown.clone(),
     );
+    trim::spawn(shutdown.clone());
     tracing::info!(%addr, data_dir = %config.data_dir.display(), "ax is serving");
     Ok(Server {
         ax,
