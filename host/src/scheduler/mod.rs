@@ -40,6 +40,9 @@ use crate::store::{self, Store};
 use crate::tenant::TenantRecord;
 
 pub use self::clock::{Clock, SystemClock, TokioClock};
+pub use self::cond_pool::COND_WORKERS;
+pub use self::queue::{PoolConfig, QueueConfig};
+pub use self::runner::{AttemptRequest, HostFault, RunFuture, Runner};
 
 /// A task record's definition as the caller's check parsed it, and its
 /// trigger compiled (anchored at the record's creation), handed to the
@@ -51,9 +54,6 @@ pub struct ParsedTask {
     /// Its trigger, compiled.
     pub trigger: Arc<crate::schedule::Trigger>,
 }
-pub use self::cond_pool::COND_WORKERS;
-pub use self::queue::{PoolConfig, QueueConfig};
-pub use self::runner::{AttemptRequest, HostFault, RunFuture, Runner};
 
 /// Errors the scheduler answers with.
 #[derive(Debug, thiserror::Error)]

@@ -15,7 +15,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 /// How often freed heap is returned.
-pub(super) const TRIM_EVERY: Duration = Duration::from_secs(10);
+const TRIM_EVERY: Duration = Duration::from_secs(10);
 
 /// Trims every [`TRIM_EVERY`] until `shutdown`.
 pub(super) fn spawn(shutdown: CancellationToken) {
