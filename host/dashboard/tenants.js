@@ -1,5 +1,6 @@
-// Admin pages: tenants with their quotas and the current fuel window, and
-// one tenant's usage (per day and per task). Only the admin token may read
+// Admin pages: tenants with their quotas, the current fuel window and the
+// run data they keep, and one tenant's usage (per day and per task) and
+// storage against its quotas. Only the admin token may read
 // /v1/tenants; the navigation shows these pages only to it.
 
 import { get, session, signIn } from "./api.js";
@@ -26,6 +27,42 @@ function windowBar(w) {
     s("rect", { width: Math.max(1, 120 * share), height: 10, rx: 3, class: share >= 1 ? "meter-full" : share > 0.8 ? "meter-high" : "meter-ok" }),
   );
   return h("span", { class: "window", title: `${w.fuel_used} of ${w.fuel_budget} until ${w.end}` }, svg, ` ${fuel(w.fuel_used)} / ${fuel(w.fuel_budget)}`);
+}
+
+/** `1.5 GiB` of `n` bytes. */
+function bytes(n) {
+  if (n === null || n === undefined) return "-";
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) {
+    n /= 1024;
+    i += 1;
+  }
+  return i === 0 ? `${n} B` : `${n.toFixed(1)} ${units[i]}`;
+}
+
+/** `used` of `quota` bytes as a bar (amber past 80 %, red when full). */
+function bytesBar(used, quota, label) {
+  if (!quota) return h("span", {}, bytes(used), h("span", { class: "muted" }, " (host limit)"));
+  const share = Math.min(1, used / quota);
+  const svg = s("svg", { class: "meter", width: 120, height: 10, role: "img", "aria-label": label },
+    s("rect", { width: 120, height: 10, rx: 3, class: "meter-bg" }),
+    s("rect", { width: Math.max(1, 120 * share), height: 10, rx: 3, class: share >= 1 ? "meter-full" : share > 0.8 ? "meter-high" : "meter-ok" }),
+  );
+  return h("span", { class: "window", title: `${used} of ${quota} bytes` }, svg, ` ${bytes(used)} / ${bytes(quota)}`);
+}
+
+/** What a tenant keeps against its storage quotas (`storage` of its usage report). */
+function storageFacts(st) {
+  if (!st) return null;
+  return h(
+    "dl",
+    { class: "facts", id: "storage" },
+    h("dt", {}, "run data"), h("dd", {}, bytesBar(st.run_bytes, st.run_bytes_quota, "run data kept")),
+    h("dt", {}, "largest run input"), h("dd", {}, bytes(st.max_input_bytes)),
+    h("dt", {}, "plugins"), h("dd", {}, bytesBar(st.plugin_bytes, st.plugin_bytes_quota, "plugin bytes kept"), ` · ${num(st.plugins)} of ${num(st.max_plugins)} versions`),
+    h("dt", {}, "key-value data"), h("dd", {}, bytesBar(st.kv_bytes, st.kv_bytes_quota, "key-value bytes kept")),
+  );
 }
 
 function quotaText(q) {
@@ -57,7 +94,7 @@ export async function tenantsPage(ctx) {
     ctx.main,
     h("h1", {}, "Tenants"),
     table(
-      ["tenant", "state", "quota", "fuel this window", "attempts (7 days)", "fuel (7 days)", ""],
+      ["tenant", "state", "quota", "fuel this window", "run data", "attempts (7 days)", "fuel (7 days)", ""],
       tenants.map((t, i) => {
         const u = usage[i];
         return [
@@ -65,6 +102,7 @@ export async function tenantsPage(ctx) {
           t.disabled ? badge("disabled") : t.held ? h("span", { title: t.held }, badge("held")) : badge("active"),
           quotaText(t.quota),
           u ? windowBar(u.window) : "-",
+          u && u.storage ? bytesBar(u.storage.run_bytes, u.storage.run_bytes_quota, "run data kept") : "-",
           u ? num(u.total.attempts) : "-",
           u ? fuel(u.total.fuel) : "-",
           t.name === acting
@@ -121,6 +159,8 @@ export async function tenantPage(ctx, name) {
       h("dt", {}, "created"), h("dd", {}, when(t.created_at)),
     ),
     h("p", { class: "actions" }, button("Act as this tenant", () => actAs(t.name))),
+    h("h2", {}, "Storage"),
+    storageFacts(u.storage),
     h("h2", {}, "Usage, last 14 days"),
     h(
       "div",

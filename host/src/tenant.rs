@@ -48,6 +48,15 @@ pub const DEFAULT_WINDOW: Duration = Duration::from_secs(24 * 3600);
 pub const MAX_WINDOW: Duration = Duration::from_secs(31 * 24 * 3600);
 /// Most tokens one tenant may hold (revoked ones included).
 pub const MAX_TOKENS_PER_TENANT: usize = 100;
+/// Run data a tenant may keep when its quota says nothing (`run_bytes`):
+/// 1 GiB, some hundreds of thousands of ordinary runs. Every tenant has
+/// it, `default` included: the disk is shared (docs/TENANTS.md, *Storage*).
+pub const DEFAULT_RUN_BYTES: u64 = 1 << 30;
+/// The largest run input when the quota says nothing (`max_input_bytes`):
+/// 64 KiB of JSON, as GitHub caps a workflow dispatch's inputs. A run's
+/// input is parameters, not a payload: larger data belongs in the plugin's
+/// own storage, named by the input.
+pub const DEFAULT_MAX_INPUT_BYTES: u64 = 64 << 10;
 /// Longest usage report, in hourly buckets (a bit over a year).
 pub const MAX_USAGE_HOURS: i64 = 400 * 24;
 pub use crate::model::priority::{DEFAULT_MAX_PRIORITY, MAX_PRIORITY};
@@ -120,6 +129,14 @@ pub struct Quota {
     /// Bytes of plugin versions (the sum of their sizes) the tenant may keep
     /// (absent: the host default, 512 MiB).
     pub plugin_bytes: Option<u64>,
+
+    // Run data (absent: [`DEFAULT_RUN_BYTES`], [`DEFAULT_MAX_INPUT_BYTES`]).
+    /// Bytes of run data (records, events, logs, attempt records of queued
+    /// and kept runs) the tenant may keep (absent: 1 GiB).
+    pub run_bytes: Option<u64>,
+    /// Largest input of one run, in bytes of JSON, params included (absent:
+    /// 64 KiB).
+    pub max_input_bytes: Option<u64>,
 }
 
 impl Default for Quota {
@@ -140,6 +157,8 @@ impl Default for Quota {
             kv_bytes: None,
             max_plugins: None,
             plugin_bytes: None,
+            run_bytes: None,
+            max_input_bytes: None,
         }
     }
 }
@@ -153,6 +172,18 @@ impl Quota {
             self.max_memory_mb,
             self.max_timeout,
         )
+    }
+
+    /// Bytes of run data the tenant may keep: its `run_bytes`, or
+    /// [`DEFAULT_RUN_BYTES`].
+    pub fn run_bytes_limit(&self) -> u64 {
+        self.run_bytes.unwrap_or(DEFAULT_RUN_BYTES)
+    }
+
+    /// The largest input of one run: its `max_input_bytes`, or
+    /// [`DEFAULT_MAX_INPUT_BYTES`].
+    pub fn input_bytes_limit(&self) -> u64 {
+        self.max_input_bytes.unwrap_or(DEFAULT_MAX_INPUT_BYTES)
     }
 
     /// Checks the values; the error names the field.
@@ -187,6 +218,12 @@ impl Quota {
         }
         if self.max_timeout == Some(Duration::ZERO) {
             return Err("max_timeout: must be longer than 0s".into());
+        }
+        if self.run_bytes == Some(0) {
+            return Err("run_bytes: must be at least 1".into());
+        }
+        if self.max_input_bytes == Some(0) {
+            return Err("max_input_bytes: must be at least 1".into());
         }
         if self.wall_ms_per_window == Some(0) {
             return Err("wall_ms_per_window: must be at least 1".into());

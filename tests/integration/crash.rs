@@ -64,6 +64,11 @@ impl AxProcess {
         assert_eq!(status, 201, "uploading {name}: {body}");
     }
 
+    /// The process id (to read its memory from `/proc`).
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// SIGKILL, no chance to clean up.
     pub(crate) fn kill(mut self) {
         let _ = self.child.kill();

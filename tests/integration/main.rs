@@ -33,6 +33,7 @@ mod sandbox;
 mod scaffold;
 mod scale;
 mod serve_cli;
+mod storage_quota;
 mod tenants;
 mod terminal;
 mod validation;

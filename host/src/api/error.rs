@@ -105,6 +105,8 @@ pub mod codes {
         WRONG_WORLD = 422 "wrong_world" "a component not targeting the ax world";
         UNSUPPORTED_IMPORT = 422 "unsupported_import" "a component importing what ax does not provide";
         PLUGIN_BYTES_QUOTA = 413 "plugin_bytes_quota" "a plugin upload that would take the tenant's plugins over its `plugin_bytes` quota";
+        INPUT_TOO_LARGE = 413 "input_too_large" "a run's input (its JSON, params included) is larger than the tenant's `max_input_bytes` quota";
+        RUN_BYTES_QUOTA = 413 "run_bytes_quota" "a new run would take the run data the tenant keeps (records, events, logs) over its `run_bytes` quota; runs deleted by retention free room";
         PLUGIN_COUNT_QUOTA = 429 "plugin_count_quota" "a plugin upload past the tenant's `max_plugins` versions (delete one first)";
         COMPILE_QUEUE_FULL = 429 "compile_queue_full" "as many plugin uploads as the host (or, per tenant, `max_compiling`) allows are compiling or waiting to; `Retry-After` says when to try again";
         QUEUE_FULL = 429 "queue_full" "the tenant's queue is full; `Retry-After` says when to try again";
@@ -210,6 +212,11 @@ pub enum ApiError {
     /// 413 `plugin_bytes_quota`: the upload would take the tenant's plugins
     /// over its `plugin_bytes` quota.
     PluginBytesQuota(String),
+    /// 413 `input_too_large`: a run's input over the tenant's `max_input_bytes`.
+    InputTooLarge(String),
+    /// 413 `run_bytes_quota`: a new run would take the tenant's run data
+    /// over its `run_bytes` quota.
+    RunBytesQuota(String),
 }
 
 impl ApiError {
@@ -257,6 +264,8 @@ impl ApiError {
             }
             ApiError::TooManyPlugins(_) => (StatusCode::TOO_MANY_REQUESTS, "plugin_count_quota"),
             ApiError::PluginBytesQuota(_) => (StatusCode::PAYLOAD_TOO_LARGE, "plugin_bytes_quota"),
+            ApiError::InputTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "input_too_large"),
+            ApiError::RunBytesQuota(_) => (StatusCode::PAYLOAD_TOO_LARGE, "run_bytes_quota"),
         }
     }
 
@@ -330,7 +339,9 @@ impl ApiError {
             | ApiError::StoreUnavailable { message, .. }
             | ApiError::CompileQueueFull { message, .. }
             | ApiError::TooManyPlugins(message)
-            | ApiError::PluginBytesQuota(message) => message.clone(),
+            | ApiError::PluginBytesQuota(message)
+            | ApiError::InputTooLarge(message)
+            | ApiError::RunBytesQuota(message) => message.clone(),
             ApiError::MethodNotAllowed => "this route does not accept this method".into(),
             ApiError::Internal(_) => "internal error; the host logged the details".into(),
         }
@@ -454,6 +465,8 @@ impl From<service::Error> for ApiError {
             service::Error::Internal(message) => ApiError::Internal(message),
             service::Error::TooManyPlugins(message) => ApiError::TooManyPlugins(message),
             service::Error::PluginBytesQuota(message) => ApiError::PluginBytesQuota(message),
+            service::Error::InputTooLarge(message) => ApiError::InputTooLarge(message),
+            service::Error::RunBytesQuota(message) => ApiError::RunBytesQuota(message),
             service::Error::CompileBusy(message) => ApiError::CompileQueueFull {
                 message,
                 retry_after: COMPILE_QUEUE_RETRY_AFTER_SECS,
@@ -692,6 +705,8 @@ mod tests {
             },
             ApiError::TooManyPlugins("x".into()),
             ApiError::PluginBytesQuota("x".into()),
+            service::Error::InputTooLarge("x".into()).into(),
+            service::Error::from(crate::scheduler::Error::RunBytesQuota("x".into())).into(),
         ]
     }
 
@@ -913,6 +928,14 @@ mod tests {
         assert_eq!(
             code(service::Error::PluginBytesQuota("x".into())),
             (StatusCode::PAYLOAD_TOO_LARGE, "plugin_bytes_quota")
+        );
+        assert_eq!(
+            code(service::Error::InputTooLarge("x".into())),
+            (StatusCode::PAYLOAD_TOO_LARGE, "input_too_large")
+        );
+        assert_eq!(
+            code(service::Error::RunBytesQuota("x".into())),
+            (StatusCode::PAYLOAD_TOO_LARGE, "run_bytes_quota")
         );
         assert_eq!(
             code(service::Error::CompileBusy("x".into())),

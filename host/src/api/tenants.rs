@@ -37,6 +37,10 @@ pub struct TenantView {
     pub effective: EffectiveLimits,
     /// Why its runs are held now, if they are.
     pub held: Option<String>,
+    /// What it keeps now against its storage quotas (`GET
+    /// /v1/tenants/{t}` only; a list leaves it out).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub storage: Option<crate::service::StorageUsage>,
     /// When created.
     pub created_at: String,
     /// When last changed.
@@ -67,6 +71,7 @@ impl TenantView {
             disabled: t.disabled,
             alerts: t.alerts,
             held,
+            storage: None,
             created_at: rfc3339(t.created_at),
             updated_at: rfc3339(t.updated_at),
         }
@@ -171,7 +176,9 @@ pub(super) async fn show(
     ApiPath(name): ApiPath<String>,
 ) -> ApiResult<Json<TenantView>> {
     caller.require_admin()?;
-    Ok(Json(view(&state, state.ax.get_tenant(&name)?)))
+    let mut shown = view(&state, state.ax.get_tenant(&name)?);
+    shown.storage = Some(state.ax.storage_usage(&name)?);
+    Ok(Json(shown))
 }
 
 /// `PUT /v1/tenants/{t}` `{description?, quota?, allow_http?}`: fields left out stay.

@@ -507,7 +507,9 @@ pub fn scale(config: ScaleConfig) -> anyhow::Result<ScaleStats> {
 }
 
 /// The echo plugin in both tenants, the tenant `held` (its runs held by a
-/// fuel quota of 1), its manual task `held`, and the manual task `probe`.
+/// fuel quota of 1, and room for a million of them: 1 TiB of `run_bytes`,
+/// over the default 1 GiB), its manual task `held`, and the manual task
+/// `probe`.
 fn setup(agent: &ureq::Agent, url: &str) -> anyhow::Result<()> {
     let (status, text) = call(
         agent,
@@ -515,8 +517,10 @@ fn setup(agent: &ureq::Agent, url: &str) -> anyhow::Result<()> {
         &format!("{url}/v1/tenants"),
         None,
         Some(
-            &json!({"name": HELD, "quota": {"fuel_per_window": 1, "out_of_fuel": "hold"}})
-                .to_string(),
+            &json!({"name": HELD, "quota": {
+                "fuel_per_window": 1, "out_of_fuel": "hold", "run_bytes": 1u64 << 40
+            }})
+            .to_string(),
         ),
     )?;
     anyhow::ensure!(status == 201, "creating tenant {HELD}: {status} {text}");

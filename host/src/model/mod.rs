@@ -331,6 +331,42 @@ pub struct AttemptReport {
 // task never changes a run already accepted.
 // ---------------------------------------------------------------------------
 
+/// Bytes of `value` as compact JSON, counted without building the text: what
+/// a run's input weighs against its tenant's `max_input_bytes` and
+/// `run_bytes` quotas. A value that does not serialize weighs 0.
+pub fn json_len(value: &impl Serialize) -> u64 {
+    struct Count(u64);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len() as u64;
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    match serde_json::to_writer(&mut count, value) {
+        Ok(()) => count.0,
+        Err(_) => 0,
+    }
+}
+
+/// `bytes` for a person: `1.5 GiB`, `12.0 MiB`, `900 B`.
+pub fn show_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if bytes < 1024 {
+        return format!("{bytes} B");
+    }
+    let mut value = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
+}
+
 /// Version of the stored record format; bumped when a record's shape changes.
 pub const RECORD_FORMAT: u32 = 1;
 

@@ -80,6 +80,10 @@ pub enum Error {
         /// A hint for `Retry-After`.
         retry_after: Duration,
     },
+    /// A new run would take its tenant's stored run data over its
+    /// `run_bytes` quota (nothing is stored).
+    #[error("{0}")]
+    RunBytesQuota(String),
     /// The request conflicts with the object's state (e.g. retrying a running run).
     #[error("{0}")]
     Conflict(String),

@@ -40,7 +40,9 @@ pub use self::plugins::{
 };
 pub use self::preview::{MAX_PREVIEW, describe};
 pub use self::tasks::TaskPage;
-pub use self::tenants::{TenantSpec, UsageReport, UsageTotals, WindowUsage, load_registry};
+pub use self::tenants::{
+    StorageUsage, TenantSpec, UsageReport, UsageTotals, WindowUsage, load_registry,
+};
 
 /// What went wrong, by class; the API maps each class to a status and code.
 #[derive(Debug, thiserror::Error)]
@@ -135,6 +137,13 @@ pub enum Error {
     /// The upload would take the tenant's plugins over its `plugin_bytes` quota.
     #[error("{0}")]
     PluginBytesQuota(String),
+    /// A run's input is larger than its tenant's `max_input_bytes`.
+    #[error("{0}")]
+    InputTooLarge(String),
+    /// A new run would take the tenant's stored run data over its
+    /// `run_bytes` quota.
+    #[error("{0}")]
+    RunBytesQuota(String),
     /// The tenant has as many versions compiling as it may at once.
     #[error("{0}")]
     CompileBusy(String),
@@ -237,6 +246,7 @@ impl From<scheduler::Error> for Error {
                 retry_after: retry_after.as_secs_f64().ceil().max(1.0) as u64,
             },
             scheduler::Error::Conflict(m) => Error::Conflict(m),
+            scheduler::Error::RunBytesQuota(m) => Error::RunBytesQuota(m),
             scheduler::Error::RunDeleted { ref run, .. } => Error::RunDeleted {
                 run: run.clone(),
                 message: e.to_string(),

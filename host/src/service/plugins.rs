@@ -82,6 +82,14 @@ pub struct PluginQuota {
     writes: Arc<tokio::sync::Mutex<()>>,
 }
 
+/// A tenant's plugin versions against its plugin quotas.
+pub(super) struct PluginUsage {
+    pub(super) versions: u64,
+    pub(super) bytes: u64,
+    pub(super) max_plugins: u32,
+    pub(super) max_bytes: u64,
+}
+
 impl PluginQuota {
     /// These defaults, with a fresh lock.
     pub fn new(max_plugins: u32, plugin_bytes: u64) -> Self {
@@ -389,30 +397,15 @@ impl Ax {
         size: u64,
         replacing: Option<&PluginRecord>,
     ) -> Result<()> {
-        let quota = self.tenants.tenant(tenant).map(|t| t.quota);
-        let max_plugins = quota
-            .as_ref()
-            .and_then(|q| q.max_plugins)
-            .unwrap_or(self.plugin_quota.max_plugins);
-        let max_bytes = quota
-            .as_ref()
-            .and_then(|q| q.plugin_bytes)
-            .unwrap_or(self.plugin_quota.plugin_bytes);
-        let kept: Vec<PluginRecord> = self
-            .store
-            .list_plugins(tenant)?
-            .into_iter()
-            .filter(|p| replacing.is_none_or(|r| (&r.name, &r.version) != (&p.name, &p.version)))
-            .collect();
-        let used: u64 = kept
-            .iter()
-            .filter(|p| p.status != PluginStatus::Failed)
-            .map(|p| p.size)
-            .sum();
-        if kept.len() as u64 >= u64::from(max_plugins) {
+        let PluginUsage {
+            versions,
+            bytes: used,
+            max_plugins,
+            max_bytes,
+        } = self.plugin_usage(tenant, replacing)?;
+        if versions >= u64::from(max_plugins) {
             return Err(Error::TooManyPlugins(format!(
-                "tenant `{tenant}` keeps {} plugin versions, its `max_plugins` quota is {max_plugins}; delete a version first",
-                kept.len()
+                "tenant `{tenant}` keeps {versions} plugin versions, its `max_plugins` quota is {max_plugins}; delete a version first"
             )));
         }
         if used.saturating_add(size) > max_bytes {
@@ -422,6 +415,39 @@ impl Ax {
             )));
         }
         Ok(())
+    }
+
+    /// What a tenant's plugin versions take against its plugin quotas,
+    /// leaving out `replacing` (an upload that replaces it). A failed
+    /// version counts as a version, not for its bytes.
+    pub(super) fn plugin_usage(
+        &self,
+        tenant: &str,
+        replacing: Option<&PluginRecord>,
+    ) -> Result<PluginUsage> {
+        let quota = self.tenants.tenant(tenant).map(|t| t.quota);
+        let kept: Vec<PluginRecord> = self
+            .store
+            .list_plugins(tenant)?
+            .into_iter()
+            .filter(|p| replacing.is_none_or(|r| (&r.name, &r.version) != (&p.name, &p.version)))
+            .collect();
+        Ok(PluginUsage {
+            versions: kept.len() as u64,
+            bytes: kept
+                .iter()
+                .filter(|p| p.status != PluginStatus::Failed)
+                .map(|p| p.size)
+                .sum(),
+            max_plugins: quota
+                .as_ref()
+                .and_then(|q| q.max_plugins)
+                .unwrap_or(self.plugin_quota.max_plugins),
+            max_bytes: quota
+                .as_ref()
+                .and_then(|q| q.plugin_bytes)
+                .unwrap_or(self.plugin_quota.plugin_bytes),
+        })
     }
 
     /// A tenant's plugins.

@@ -5,7 +5,7 @@
 
 use crate::model::ids::RunId;
 use crate::model::priority::MAX_PRIORITY;
-use crate::model::{Event, RunRecord};
+use crate::model::{Event, RunRecord, json_len};
 use crate::scheduler::TriggerRequest;
 use crate::service::{Ax, Error, ItemError, MAX_BATCH_RUNS, Result, check_batch_len};
 use crate::store::{AttemptLogs, RunPage, RunQuery};
@@ -140,6 +140,7 @@ impl Ax {
         if let Some(p) = request.priority {
             self.check_priority(&request.tenant, p)?;
         }
+        self.check_input_size(request)?;
         // Characters, as the API document's `maxLength` counts them.
         if let Some(key) = &request.idempotency_key
             && (key.is_empty() || key.chars().count() > 256)
@@ -147,6 +148,28 @@ impl Ax {
             return Err(Error::BadRequest(
                 "idempotency_key must be 1 to 256 characters".into(),
             ));
+        }
+        Ok(())
+    }
+
+    /// A run's input (and params) against the tenant's `max_input_bytes`:
+    /// the cap on one run, whatever the request body's limit lets through
+    /// (a bulk trigger's body holds many runs).
+    fn check_input_size(&self, request: &TriggerRequest) -> Result<()> {
+        let limit = self
+            .tenants
+            .tenant(&request.tenant)
+            .map_or(crate::tenant::DEFAULT_MAX_INPUT_BYTES, |t| {
+                t.quota.input_bytes_limit()
+            });
+        let size = request.input.as_ref().map_or(0, json_len)
+            + request.params.as_ref().map_or(0, json_len);
+        if size > limit {
+            return Err(Error::InputTooLarge(format!(
+                "the run's input is {size} bytes of JSON; tenant `{}` allows at most {limit} \
+                 (quota `max_input_bytes`): pass a reference to the data (a key, a URL) instead",
+                request.tenant
+            )));
         }
         Ok(())
     }

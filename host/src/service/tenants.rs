@@ -74,6 +74,35 @@ pub struct UsageReport {
     pub by_day: BTreeMap<String, UsageTotals>,
     /// The current fuel window: its start, end, the budget and what is used.
     pub window: WindowUsage,
+    /// What the tenant keeps now, against its storage quotas.
+    pub storage: StorageUsage,
+}
+
+/// What a tenant keeps now (not over the report's range) against its
+/// storage quotas: run data, plugins, key-value data (docs/TENANTS.md,
+/// *Storage*).
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
+pub struct StorageUsage {
+    /// Bytes of run data kept: records, events, logs and attempt records of
+    /// queued, running and kept runs (counted as they are written and
+    /// deleted by retention).
+    pub run_bytes: u64,
+    /// The `run_bytes` quota in force.
+    pub run_bytes_quota: u64,
+    /// The largest input of one run (`max_input_bytes` in force).
+    pub max_input_bytes: u64,
+    /// Plugin versions kept.
+    pub plugins: u64,
+    /// The `max_plugins` quota in force.
+    pub max_plugins: u32,
+    /// Bytes of plugin versions kept.
+    pub plugin_bytes: u64,
+    /// The `plugin_bytes` quota in force.
+    pub plugin_bytes_quota: u64,
+    /// Bytes of key-value data kept by the tenant's plugins.
+    pub kv_bytes: u64,
+    /// The tenant's `kv_bytes` quota (`None`: the host's `kv_quota_kb`).
+    pub kv_bytes_quota: Option<u64>,
 }
 
 /// Fuel and wall time in the current window.
@@ -397,6 +426,7 @@ impl Ax {
                 wall_ms_used: 0.0,
                 held: self.scheduler.stats().hold_reason(tenant),
             },
+            storage: self.storage_of(&record)?,
         };
         for b in &buckets {
             report.total.add(b);
@@ -416,5 +446,32 @@ impl Ax {
         report.window.fuel_used = window.fuel;
         report.window.wall_ms_used = window.wall_ms;
         Ok(report)
+    }
+
+    /// What a tenant keeps now against its storage quotas.
+    pub fn storage_usage(&self, tenant: &str) -> Result<StorageUsage> {
+        self.storage_of(&self.tenant_record(tenant)?)
+    }
+
+    /// What `record`'s tenant keeps now against its storage quotas.
+    fn storage_of(&self, record: &TenantRecord) -> Result<StorageUsage> {
+        let tenant = record.name.as_str();
+        let plugins = self.plugin_usage(tenant, None)?;
+        let kv_bytes = self
+            .store
+            .kv()
+            .usage(tenant)
+            .map_err(|e| Error::Internal(format!("reading the key-value usage: {e}")))?;
+        Ok(StorageUsage {
+            run_bytes: self.store.run_bytes(tenant)?,
+            run_bytes_quota: record.quota.run_bytes_limit(),
+            max_input_bytes: record.quota.input_bytes_limit(),
+            plugins: plugins.versions,
+            max_plugins: plugins.max_plugins,
+            plugin_bytes: plugins.bytes,
+            plugin_bytes_quota: plugins.max_bytes,
+            kv_bytes,
+            kv_bytes_quota: record.quota.kv_bytes,
+        })
     }
 }

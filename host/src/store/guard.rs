@@ -322,8 +322,11 @@ impl<L: Layer> Store for Layered<L> {
     fn events(&self, run_id: &str) -> Result<Vec<Event>> {
         self.0.read(|s| s.events(run_id))
     }
-    fn put_logs(&self, run_id: &str, logs: &AttemptLogs) -> Result<()> {
-        self.0.write(|s| s.put_logs(run_id, logs))
+    fn put_logs(&self, tenant: &str, run_id: &str, logs: &AttemptLogs) -> Result<()> {
+        self.0.write(|s| s.put_logs(tenant, run_id, logs))
+    }
+    fn run_bytes(&self, tenant: &str) -> Result<u64> {
+        self.0.read(|s| s.run_bytes(tenant))
     }
     fn logs(&self, run_id: &str) -> Result<Vec<AttemptLogs>> {
         self.0.read(|s| s.logs(run_id))

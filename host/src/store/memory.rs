@@ -647,7 +647,7 @@ impl Store for MemoryStore {
         Ok(self.state().events.get(run_id).cloned().unwrap_or_default())
     }
 
-    fn put_logs(&self, run_id: &str, logs: &AttemptLogs) -> Result<()> {
+    fn put_logs(&self, _tenant: &str, run_id: &str, logs: &AttemptLogs) -> Result<()> {
         let mut state = self.state();
         let by_attempt = state.logs.entry(run_id.to_owned()).or_default();
         by_attempt.insert((logs.step.clone(), logs.attempt), logs.clone());
@@ -660,6 +660,32 @@ impl Store for MemoryStore {
             return Ok(Vec::new());
         };
         Ok(by_attempt.values().cloned().collect())
+    }
+
+    /// Counted at each call from what the maps hold, each value as its JSON
+    /// (a test store: nothing here is large). The sled store counts as it
+    /// writes and weighs its values as stored, so the two agree on what
+    /// grows and what is settled, not to the byte.
+    fn run_bytes(&self, tenant: &str) -> Result<u64> {
+        let state = self.state();
+        use crate::model::json_len;
+        let mut total = 0;
+        for run in state.runs.values().filter(|r| r.tenant == tenant) {
+            total += json_len(run);
+            total += state.events.get(&run.id).map_or(0, json_len);
+            for logs in state.logs.get(&run.id).into_iter().flat_map(|l| l.values()) {
+                total += json_len(logs);
+            }
+            for record in state
+                .records
+                .get(&run.id)
+                .into_iter()
+                .flat_map(|r| r.values())
+            {
+                total += json_len(record);
+            }
+        }
+        Ok(total)
     }
 
     fn put_record(&self, record: &AttemptRecord) -> Result<()> {

@@ -476,8 +476,16 @@ pub trait Store: Send + Sync + 'static {
     }
     /// A run's events, oldest first.
     fn events(&self, run_id: &str) -> Result<Vec<Event>>;
-    /// Stores an attempt's captured output.
-    fn put_logs(&self, run_id: &str, logs: &AttemptLogs) -> Result<()>;
+    /// Bytes of run data `tenant` keeps: its runs' records, events, logs
+    /// and attempt records, as the store holds them. Counted as they are
+    /// written and deleted, never by reading the runs (sled:
+    /// `sled/footprint.rs`), so the scheduler can read it at every trigger:
+    /// it is what the tenant's `run_bytes` quota bounds (docs/TENANTS.md,
+    /// *Storage*).
+    fn run_bytes(&self, tenant: &str) -> Result<u64>;
+    /// Stores an attempt's captured output, counted in `tenant`'s
+    /// [`Store::run_bytes`].
+    fn put_logs(&self, tenant: &str, run_id: &str, logs: &AttemptLogs) -> Result<()>;
     /// A run's captured output, by step then attempt.
     fn logs(&self, run_id: &str) -> Result<Vec<AttemptLogs>>;
     /// Keeps the record of one attempt (`record:`, for `ax run replay`),

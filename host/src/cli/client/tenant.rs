@@ -148,6 +148,14 @@ struct QuotaFlags {
     /// Bytes of plugin versions the tenant may keep (host default 512 MiB).
     #[arg(long)]
     plugin_bytes: Option<u64>,
+
+    // Run data.
+    /// Bytes of run data (records, events, logs) the tenant may keep (default 1 GiB).
+    #[arg(long)]
+    run_bytes: Option<u64>,
+    /// Largest input of one run, bytes of JSON (default 64 KiB).
+    #[arg(long)]
+    max_input_bytes: Option<u64>,
 }
 
 impl QuotaFlags {
@@ -182,6 +190,9 @@ impl QuotaFlags {
             // Plugin storage.
             ("max_plugins", self.max_plugins.map(Value::from)),
             ("plugin_bytes", self.plugin_bytes.map(Value::from)),
+            // Run data.
+            ("run_bytes", self.run_bytes.map(Value::from)),
+            ("max_input_bytes", self.max_input_bytes.map(Value::from)),
         ];
         pairs
             .into_iter()
@@ -218,6 +229,48 @@ fn print_tenant(t: &Value) {
     if !http.is_empty() {
         println!("allow_http:  {}", http.join(", "));
     }
+    if t["storage"].is_object() {
+        print_storage(&t["storage"]);
+    }
+}
+
+/// What a tenant keeps against its storage quotas (`storage` of a tenant
+/// or of its usage report).
+fn print_storage(s: &Value) {
+    let bytes = |v: &Value| {
+        v.as_u64()
+            .map_or_else(|| "-".into(), crate::model::show_bytes)
+    };
+    println!("storage:");
+    println!(
+        "  {:<24} {} of {}",
+        "run data",
+        bytes(&s["run_bytes"]),
+        bytes(&s["run_bytes_quota"])
+    );
+    println!(
+        "  {:<24} {}",
+        "largest run input",
+        bytes(&s["max_input_bytes"])
+    );
+    println!(
+        "  {:<24} {} versions of {}, {} of {}",
+        "plugins",
+        cell(&s["plugins"]),
+        cell(&s["max_plugins"]),
+        bytes(&s["plugin_bytes"]),
+        bytes(&s["plugin_bytes_quota"])
+    );
+    let kv_quota = if s["kv_bytes_quota"].is_null() {
+        "the host's kv_quota_kb".to_string()
+    } else {
+        bytes(&s["kv_bytes_quota"])
+    };
+    println!(
+        "  {:<24} {} of {kv_quota}",
+        "key-value data",
+        bytes(&s["kv_bytes"])
+    );
 }
 
 pub(in crate::cli) fn tenant(args: TenantArgs) -> Outcome {
@@ -387,6 +440,9 @@ fn print_usage(v: &Value) {
         rows.extend(days.iter().map(|(k, u)| usage_row(&format!("day {k}"), u)));
     }
     print!("{}", table(&headers, &rows));
+    if v["storage"].is_object() {
+        print_storage(&v["storage"]);
+    }
 }
 
 fn token(client: &Client, json: bool, command: TokenCommand) -> Outcome {

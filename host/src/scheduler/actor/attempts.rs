@@ -314,9 +314,10 @@ impl Actor {
             && report.progress.is_none();
         // Stored with the next write-behind, before the run (`write::put_logs`).
         if !quiet {
-            self.dirty.logs.push((
-                done.run_id.clone(),
-                AttemptLogs {
+            self.dirty.logs.push(super::write::RunLogs {
+                tenant: done.tenant.clone(),
+                run_id: done.run_id.clone(),
+                logs: AttemptLogs {
                     step: step.name.clone(),
                     attempt: done.attempt,
                     stdout: report.stdout,
@@ -324,7 +325,7 @@ impl Actor {
                     logs: report.logs,
                     progress: report.progress,
                 },
-            ));
+            });
         }
         if report.outcome != Outcome::Succeeded {
             tracing::info!(run = %done.run_id, tenant = %done.tenant, task = %run.rec.task,

@@ -173,6 +173,7 @@ impl Actor {
                 retry_after: std::time::Duration::from_secs(5),
             });
         }
+        self.check_run_bytes(&req.tenant, &input)?;
         if let Some(q) = self.quotas.get_mut(req.tenant.as_str()) {
             q.roll(now);
             if q.exhausted() && q.refuses_when_exhausted() {
@@ -211,6 +212,35 @@ impl Actor {
         };
         let rec = self.new_run(task, &spec, origin, now);
         Ok((rec, spec))
+    }
+
+    /// Refuses a manual run whose input would take its tenant's run data
+    /// over `run_bytes`: what the store counts, plus the runs created but
+    /// not yet stored, plus this one. Only manual triggers are refused: they
+    /// are the runs a client can make without bound (fires and `after` runs
+    /// follow the task definitions, which have their own bounds), and only
+    /// they have a caller to answer.
+    fn check_run_bytes(&self, tenant: &str, input: &serde_json::Value) -> Result<()> {
+        let limit = self
+            .quotas
+            .get(tenant)
+            .map_or(crate::tenant::DEFAULT_RUN_BYTES, |q| {
+                q.quota.run_bytes_limit()
+            });
+        let stored = self.store.run_bytes(tenant)?;
+        let unstored = self.unstored_bytes.get(tenant).copied().unwrap_or(0);
+        let new = run_weight(input);
+        if stored.saturating_add(unstored).saturating_add(new) > limit {
+            return Err(Error::RunBytesQuota(format!(
+                "tenant `{tenant}` keeps {} of run data and allows {} (quota `run_bytes`); \
+                 a new run of ~{} does not fit: wait for retention to delete finished runs, \
+                 shorten their retention, or raise the quota",
+                crate::model::show_bytes(stored.saturating_add(unstored)),
+                crate::model::show_bytes(limit),
+                crate::model::show_bytes(new)
+            )));
+        }
+        Ok(())
     }
 
     /// Creates a run, to be stored with the others of this turn of the loop
@@ -263,6 +293,7 @@ impl Actor {
             // against the queue bounds; undone if the run is not created.
             None => *self.queued_runs.entry(rec.tenant.clone()).or_default() += 1,
         }
+        *self.unstored_bytes.entry(rec.tenant.clone()).or_default() += run_weight(&rec.input);
         // The key is remembered from the run's creation for the task's
         // `idempotency_ttl`, or the server's.
         let ttl = spec
@@ -353,6 +384,7 @@ impl Actor {
         let now = self.clock.now_ms();
         for (i, (new, (spec, actor, shed, reply))) in news.into_iter().zip(rest).enumerate() {
             let rec = new.run;
+            self.stored(&rec);
             let outcome = match &outcomes {
                 Ok(outcomes) => Ok(outcomes[i].clone()),
                 Err(e) => Err(Error::Store(e.duplicate())),
@@ -388,6 +420,18 @@ impl Actor {
             };
             if let Some(reply) = reply {
                 let _ = reply.send(answer);
+            }
+        }
+    }
+
+    /// A created run's insert has landed (or failed): it no longer counts as
+    /// unstored against `run_bytes`.
+    fn stored(&mut self, rec: &RunRecord) {
+        let weight = run_weight(&rec.input);
+        if let Some(n) = self.unstored_bytes.get_mut(&rec.tenant) {
+            *n = n.saturating_sub(weight);
+            if *n == 0 {
+                self.unstored_bytes.remove(&rec.tenant);
             }
         }
     }
@@ -507,4 +551,12 @@ impl Actor {
             self.hold_after(upstream.to_string());
         }
     }
+}
+
+/// What a new run is expected to weigh in the store before it is written:
+/// its input and a record's usual overhead (its definition, step states
+/// and events: some KiB). The store counts the real size once written.
+fn run_weight(input: &serde_json::Value) -> u64 {
+    const RECORD_OVERHEAD: u64 = 2 << 10;
+    crate::model::json_len(input) + RECORD_OVERHEAD
 }

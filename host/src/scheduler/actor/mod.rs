@@ -149,6 +149,10 @@ pub(super) struct Actor {
     /// Runs in `queued` state per tenant, parked ones included (for the
     /// queue bound and shedding).
     queued_runs: HashMap<String, usize>,
+    /// Bytes of the runs created per tenant whose insert has not landed
+    /// yet: counted against `run_bytes` beside what the store holds, so a
+    /// burst of triggers in one turn sees itself (`create.rs`).
+    unstored_bytes: HashMap<String, u64>,
     /// Queued runs per tenant stored but not held in memory (`parked`).
     parked: HashMap<String, usize>,
     /// The same by task (they count for `overlap`).
@@ -256,6 +260,7 @@ impl Actor {
             beyond_at: HashMap::new(),
             by_task: HashMap::new(),
             queued_runs: HashMap::new(),
+            unstored_bytes: HashMap::new(),
             parked: HashMap::new(),
             parked_by_task: HashMap::new(),
             heads_refilled_at: Millis::MIN,

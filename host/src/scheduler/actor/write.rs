@@ -34,8 +34,8 @@ pub(super) struct WriteJob {
     pub(super) usage: Vec<UsageBucket>,
     /// Outbox alerts the changes raised, stored in the same write.
     pub(super) alerts: Vec<OutboxAlert>,
-    /// Attempt logs (run id, logs), stored before the runs ([`put_logs`]).
-    pub(super) logs: Vec<(String, AttemptLogs)>,
+    /// Attempt logs, stored before the runs ([`put_logs`]).
+    pub(super) logs: Vec<RunLogs>,
     pub(super) then: Option<Box<dyn FnOnce(Result<()>) + Send>>,
     /// The job's number ([`InFlight`]); the writer marks it written.
     pub(super) seq: u64,
@@ -206,12 +206,25 @@ pub(super) fn spawn_writer(
 /// were most of the actor's time per finished attempt (6 % of the server's
 /// CPU under bulk triggers, docs/PERFORMANCE.md). They are stored before the
 /// runs of the same job, so a run read back finished has its logs.
-fn put_logs(store: &dyn Store, logs: Vec<(String, AttemptLogs)>) {
-    for (run_id, logs) in logs {
-        if let Err(e) = store.put_logs(&run_id, &logs) {
+fn put_logs(store: &dyn Store, logs: Vec<RunLogs>) {
+    for RunLogs {
+        tenant,
+        run_id,
+        logs,
+    } in logs
+    {
+        if let Err(e) = store.put_logs(&tenant, &run_id, &logs) {
             tracing::error!(run = %run_id, error = %e, "cannot store an attempt's logs");
         }
     }
+}
+
+/// One attempt's logs waiting to be stored, with the run (and tenant, whose
+/// stored bytes they count in) they belong to.
+pub(super) struct RunLogs {
+    pub(super) tenant: String,
+    pub(super) run_id: String,
+    pub(super) logs: AttemptLogs,
 }
 
 /// Runs changed since the last flush, with their events not yet stored.
@@ -220,8 +233,8 @@ pub(super) struct Dirty {
     pub(super) runs: HashMap<String, Vec<Event>>,
     /// Outbox alerts raised by these changes: written with them.
     pub(super) alerts: Vec<OutboxAlert>,
-    /// Attempt logs (run id, logs) of the attempts that reported since.
-    pub(super) logs: Vec<(String, AttemptLogs)>,
+    /// Attempt logs of the attempts that reported since.
+    pub(super) logs: Vec<RunLogs>,
     /// Steps of the largest run among them (it sets the flush interval),
     /// kept as they are added: the loop asks every turn.
     pub(super) most_steps: usize,

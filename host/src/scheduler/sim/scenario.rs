@@ -963,6 +963,7 @@ fn kind(e: &crate::scheduler::Error) -> String {
         E::NotFound(_) => "not found",
         E::QueueFull { .. } => "queue full",
         E::Quota { .. } => "quota",
+        E::RunBytesQuota(_) => "run bytes quota",
         E::Conflict(_) => "conflict",
         E::RunDeleted { .. } => "run deleted",
         E::Params(_) => "bad params",

@@ -48,7 +48,7 @@ enum Write {
     TrimAlerts(String, AlertStatus, usize),
     DeleteRun(String),
     ExpireKeys(Millis, usize),
-    Logs(String, AttemptLogs),
+    Logs(String, String, AttemptLogs),
     DeadLetter(Box<DeadLetter>),
     Tenant(Box<TenantRecord>),
     Token(TokenRecord),
@@ -76,7 +76,7 @@ impl Write {
             Self::TrimAlerts(t, status, keep) => store.trim_alerts(t, *status, *keep).map(drop),
             Self::DeleteRun(id) => store.delete_run(id).map(drop),
             Self::ExpireKeys(now, limit) => store.expire_keys(*now, *limit).map(drop),
-            Self::Logs(id, logs) => store.put_logs(id, logs),
+            Self::Logs(tenant, id, logs) => store.put_logs(tenant, id, logs),
             Self::DeadLetter(d) => store.put_dead_letter(d),
             Self::Tenant(t) => store.put_tenant(t),
             Self::Token(t) => store.put_token(t),
@@ -443,10 +443,13 @@ impl Store for SimStore {
         self.inner().events(run_id)
     }
 
-    fn put_logs(&self, run_id: &str, logs: &AttemptLogs) -> Result<()> {
-        self.write(Write::Logs(run_id.into(), logs.clone()), |s| {
-            s.put_logs(run_id, logs)
-        })
+    fn put_logs(&self, tenant: &str, run_id: &str, logs: &AttemptLogs) -> Result<()> {
+        let write = Write::Logs(tenant.into(), run_id.into(), logs.clone());
+        self.write(write, |s| s.put_logs(tenant, run_id, logs))
+    }
+
+    fn run_bytes(&self, tenant: &str) -> Result<u64> {
+        self.inner().run_bytes(tenant)
     }
 
     fn logs(&self, run_id: &str) -> Result<Vec<AttemptLogs>> {

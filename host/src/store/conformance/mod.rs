@@ -74,6 +74,7 @@ macro_rules! conformance_suite {
                 runs::delete_run_removes_everything_and_frees_its_fire,
                 runs::idempotency_keys_expire_in_order,
                 runs::records_are_kept_per_attempt_and_go_with_their_run,
+                runs::run_bytes_follow_what_runs_keep_and_go_with_them,
                 runs::sync_ticket_resolves_after_writes,
                 listing::active_runs_are_the_non_terminal_ones,
                 listing::queued_runs_come_in_dispatch_order_per_tenant,

@@ -351,7 +351,7 @@ pub(super) fn random_operations_match_the_model<S: Store>(make: Make<S>, seeds: 
                         format!("out {step}")
                     };
                     let logs = attempt_logs(step_name, attempt, stdout);
-                    store.put_logs(&id, &logs).unwrap();
+                    store.put_logs("t1", &id, &logs).unwrap();
                     let by_attempt = model.logs.entry(id.clone()).or_default();
                     by_attempt.insert((step_name.to_string(), attempt), logs);
                     let want: Vec<_> = by_attempt.values().cloned().collect();

@@ -15,14 +15,14 @@ pub(super) fn logs_are_listed_by_step_then_attempt<S: Store>(make: Make<S>) {
         attempt_logs("s1", 1, big.clone()),
     ];
     for logs in &written {
-        store.put_logs(&id, logs).unwrap();
+        store.put_logs("t1", &id, logs).unwrap();
     }
     // Replace one attempt's logs (large → small and small → large).
     store
-        .put_logs(&id, &attempt_logs("s1", 10, "short".to_owned()))
+        .put_logs("t1", &id, &attempt_logs("s1", 10, "short".to_owned()))
         .unwrap();
     store
-        .put_logs(&id, &attempt_logs("s2", 1, big.clone()))
+        .put_logs("t1", &id, &attempt_logs("s2", 1, big.clone()))
         .unwrap();
     let got: Vec<_> = store
         .logs(&id)

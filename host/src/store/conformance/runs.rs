@@ -295,13 +295,17 @@ pub(super) fn delete_run_removes_everything_and_frees_its_fire<S: Store>(make: M
             .unwrap(),
     );
     store
-        .put_logs(&r.id, &attempt_logs("s1", 1, "out".to_owned()))
+        .put_logs(&r.tenant, &r.id, &attempt_logs("s1", 1, "out".to_owned()))
         .unwrap();
     store
-        .put_logs(&r.id, &attempt_logs("s1", 2, "y".repeat(40_000)))
+        .put_logs(&r.tenant, &r.id, &attempt_logs("s1", 2, "y".repeat(40_000)))
         .unwrap();
     store
-        .put_logs(&keep.id, &attempt_logs("s1", 1, "kept".to_owned()))
+        .put_logs(
+            &keep.tenant,
+            &keep.id,
+            &attempt_logs("s1", 1, "kept".to_owned()),
+        )
         .unwrap();
 
     assert!(store.delete_run(&r.id).unwrap());
@@ -486,4 +490,45 @@ pub(super) fn sync_ticket_resolves_after_writes<S: Store>(make: Make<S>) {
         b.wait().await.unwrap();
         store.sync_ticket().wait().await.unwrap();
     });
+}
+
+/// What a tenant keeps in runs grows with each thing a run stores (its
+/// record, events, outputs, logs, attempt records), is its own (another
+/// tenant's writes do not move it), and is settled to nothing when
+/// retention deletes the runs.
+pub(super) fn run_bytes_follow_what_runs_keep_and_go_with_them<S: Store>(make: Make<S>) {
+    let (store, _dir) = make(SCAN);
+    assert_eq!(store.run_bytes("t1").unwrap(), 0);
+    let mut r = run(&run_id(1, 1), "t1", "a", RunStatus::Queued);
+    let other = run(&run_id(2, 2), "t2", "a", RunStatus::Queued);
+    created(
+        store
+            .insert_run(&r, false, None, &[event(&r.id, "queued", 1)])
+            .unwrap(),
+    );
+    created(store.insert_run(&other, false, None, &[]).unwrap());
+    let inserted = store.run_bytes("t1").unwrap();
+    let theirs = store.run_bytes("t2").unwrap();
+    assert!(inserted > 0 && theirs > 0);
+
+    r.status = RunStatus::Succeeded;
+    r.steps[0].output = Some(json!({"rows": "x".repeat(10_000)}));
+    store
+        .update_run(&r, &[event(&r.id, "succeeded", 2)])
+        .unwrap();
+    let written = store.run_bytes("t1").unwrap();
+    assert!(written >= inserted + 10_000, "{written} after {inserted}");
+    store
+        .put_logs(&r.tenant, &r.id, &attempt_logs("s1", 1, "y".repeat(40_000)))
+        .unwrap();
+    store
+        .put_record(&attempt_record(&r.id, "s1", 1, "recorded"))
+        .unwrap();
+    let logged = store.run_bytes("t1").unwrap();
+    assert!(logged >= written + 40_000, "{logged} after {written}");
+    assert_eq!(store.run_bytes("t2").unwrap(), theirs);
+
+    assert!(store.delete_run(&r.id).unwrap());
+    assert_eq!(store.run_bytes("t1").unwrap(), 0);
+    assert_eq!(store.run_bytes("t2").unwrap(), theirs);
 }

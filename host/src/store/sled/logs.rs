@@ -5,8 +5,9 @@
 use serde::{Deserialize, Serialize};
 
 use super::blobs::{is_digest, remove_file_if_present};
+use super::footprint::{Side, Weight, signed};
 use super::keys::{decode, encode, key, show_key};
-use super::{SledStore, lock};
+use super::{SledStore, lock, sled_error};
 use crate::store::memory::digest_of;
 use crate::store::{AttemptLogs, Error, Result};
 
@@ -69,28 +70,40 @@ impl SledStore {
 }
 
 /// [`Store::put_logs`](crate::store::Store::put_logs).
-pub(super) fn put(store: &SledStore, run_id: &str, logs: &AttemptLogs) -> Result<()> {
+pub(super) fn put(store: &SledStore, tenant: &str, run_id: &str, logs: &AttemptLogs) -> Result<()> {
     let attempt = format!("{:010}", logs.attempt);
     let log_key = key("log", &[run_id, &logs.step, &attempt]);
     let json = serde_json::to_vec(logs).map_err(|e| Error::Backend(e.to_string()))?;
     let _blobs = lock(&store.blob_lock);
-    let old = store.get::<StoredLogs>(&log_key)?;
+    let old_value = store.db.get(&log_key).map_err(sled_error)?;
+    let old = old_value
+        .as_ref()
+        .map(|v| decode::<StoredLogs>(&log_key, v))
+        .transpose()?;
+    let old_weight = match &old_value {
+        Some(v) => store.log_weight(&log_key, v)?,
+        None => 0,
+    };
     let old_blob = old.as_ref().and_then(StoredLogs::blob);
     let lref = |digest: &str| key("lref", &[digest, run_id, &logs.step, &attempt]);
     let mut batch = sled::Batch::default();
-    let stored = if json.len() > LOG_INLINE_MAX {
+    let (stored, blob_len) = if json.len() > LOG_INLINE_MAX {
         let digest = digest_of(&json);
         store.write_blob(&format!("{digest}.log"), &json)?;
         batch.insert(lref(&digest), Vec::new());
-        StoredLogs::Blob { digest }
+        (StoredLogs::Blob { digest }, json.len())
     } else {
-        StoredLogs::Inline(logs.clone())
+        (StoredLogs::Inline(logs.clone()), 0)
     };
     let released = old_blob.filter(|&d| Some(d) != stored.blob());
     if let Some(digest) = released {
         batch.remove(lref(digest));
     }
-    batch.insert(log_key, encode(&stored)?);
+    let value = encode(&stored)?;
+    let mut weight = Weight::default();
+    weight.add(tenant, signed(value.len()) + signed(blob_len) - old_weight);
+    batch.insert(log_key, value);
+    store.weigh(&mut batch, &weight, Side::Logs)?;
     store.apply(batch)?;
     store.release_log_blobs(released.map(str::to_owned))
 }
@@ -126,8 +139,10 @@ mod tests {
         for id in ["r1", "r2"] {
             let r = run(id, RunStatus::Succeeded);
             store.insert_run(&r, false, None, &[]).unwrap();
-            store.put_logs(id, &logs(1, big.clone())).unwrap();
-            store.put_logs(id, &logs(2, "small".to_owned())).unwrap();
+            store.put_logs("t1", id, &logs(1, big.clone())).unwrap();
+            store
+                .put_logs("t1", id, &logs(2, "small".to_owned()))
+                .unwrap();
         }
         assert_eq!(log_blobs().len(), 1, "identical logs share one blob");
         assert!(store.delete_run("r1").unwrap());
@@ -135,10 +150,10 @@ mod tests {
         assert_eq!(store.logs("r2").unwrap()[0].stdout, big);
         // Replacing the large logs with small ones releases the blob.
         store
-            .put_logs("r2", &logs(1, "now small".to_owned()))
+            .put_logs("t1", "r2", &logs(1, "now small".to_owned()))
             .unwrap();
         assert!(log_blobs().is_empty());
-        store.put_logs("r2", &logs(1, big.clone())).unwrap();
+        store.put_logs("t1", "r2", &logs(1, big.clone())).unwrap();
         assert_eq!(log_blobs().len(), 1);
         assert!(store.delete_run("r2").unwrap());
         assert!(log_blobs().is_empty());

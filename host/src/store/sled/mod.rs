@@ -31,6 +31,7 @@
 //! | `act/{id}` | present while the run is `running` |
 //! | `q/{tenant}/{order:020}/{id}` | task name; present while the run is `queued`: the persistent queue in dispatch order (`order`: priority with aging) |
 //! | `qn/{tenant}/{task}/c`, `qn/{tenant}/{task}/r` | how many of the task's runs `q` holds: the sum of the two (`counts.rs`) |
+//! | `tb/{tenant}/c`, `tb/{tenant}/r`, `tb/{tenant}/l` | bytes of the tenant's run data: the sum of the three (`footprint.rs`) |
 //! | `idem/{tenant}/{task}/{key}` | run id (kept after the run is deleted, until the key expires) |
 //! | `ik/{expires:020}/{tenant}/{task}/{key}` | run id: idempotency keys by when they expire |
 //! | `fire/{tenant}/{task}/{scheduled_for}` | run id (runs inserted with `unique_fire`) |
@@ -71,6 +72,7 @@
 //! - `keys.rs`: key and value encoding, run index entries;
 //! - `runs.rs`: runs, their indexes, claims and events;
 //! - `counts.rs`: the queue's counters per task;
+//! - `footprint.rs`: the bytes of run data each tenant keeps;
 //! - `schedules.rs`: tasks, schedules, the next-fire and `after` indexes;
 //! - `logs.rs`: attempt logs, inline or in shared blobs;
 //! - `blobs.rs`: content-addressed files, atomic file writes;
@@ -83,6 +85,7 @@ mod counts;
 #[cfg(test)]
 mod fixtures;
 mod flush;
+mod footprint;
 mod keys;
 mod logs;
 mod open;
@@ -453,8 +456,12 @@ impl Store for SledStore {
         Ok(events)
     }
 
-    fn put_logs(&self, run_id: &str, attempt: &AttemptLogs) -> Result<()> {
-        logs::put(self, run_id, attempt)
+    fn put_logs(&self, tenant: &str, run_id: &str, attempt: &AttemptLogs) -> Result<()> {
+        logs::put(self, tenant, run_id, attempt)
+    }
+
+    fn run_bytes(&self, tenant: &str) -> Result<u64> {
+        footprint::run_bytes(self, tenant)
     }
 
     fn logs(&self, run_id: &str) -> Result<Vec<AttemptLogs>> {
@@ -464,11 +471,18 @@ impl Store for SledStore {
     fn put_record(&self, record: &AttemptRecord) -> Result<()> {
         let ctx = &record.context;
         let attempt = format!("{:010}", ctx.attempt);
-        let mut batch = sled::Batch::default();
-        batch.insert(
-            key("rec", &[&ctx.run_id, &ctx.step, &attempt]),
-            encode(record)?,
+        let rec_key = key("rec", &[&ctx.run_id, &ctx.step, &attempt]);
+        let value = encode(record)?;
+        let _blobs = lock(&self.blob_lock);
+        let old = self.db.get(&rec_key).map_err(sled_error)?;
+        let mut weight = footprint::Weight::default();
+        weight.add(
+            &ctx.tenant,
+            footprint::signed(value.len()) - old.map_or(0, |v| footprint::signed(v.len())),
         );
+        let mut batch = sled::Batch::default();
+        batch.insert(rec_key, value);
+        self.weigh(&mut batch, &weight, footprint::Side::Logs)?;
         self.apply(batch)
     }
 

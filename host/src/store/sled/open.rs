@@ -31,7 +31,10 @@ use crate::store::{Error, Result, kv, secrets};
 /// written by a newer ax is refused rather than misread.
 /// 2: queue counters (`qn`, `counts.rs`), which a store of format 1 gets
 /// at open; an older ax would leave them wrong, so it refuses format 2.
-pub const STORE_FORMAT: u32 = 2;
+/// 3: bytes of run data per tenant (`tb`, `footprint.rs`), counted at open
+/// for a store of format 2; an older ax would leave them wrong, so it
+/// refuses format 3.
+pub const STORE_FORMAT: u32 = 3;
 
 /// Name of the file, beside `db/`, holding the store format.
 const FORMAT_FILE: &str = "store-format";
@@ -166,6 +169,7 @@ impl SledStore {
         super::schedules::build_indexes(&store)?;
         super::runs::build_queue_index(&store)?;
         super::counts::build_counts(&store)?;
+        super::footprint::build_run_bytes(&store)?;
         super::runs::build_key_expiry(
             &store,
             crate::task::retention::DEFAULT_IDEMPOTENCY_TTL.as_millis() as crate::model::Millis,
@@ -396,7 +400,9 @@ mod tests {
                 .insert_run(&r, true, None, &[event("r1", "queued")])
                 .unwrap();
             store.put_meta("admin", "hash").unwrap();
-            store.put_logs("r1", &logs(1, "z".repeat(50_000))).unwrap();
+            store
+                .put_logs("t1", "r1", &logs(1, "z".repeat(50_000)))
+                .unwrap();
             digest = store.put_blob(b"component").unwrap();
         }
         let store = SledStore::open(dir.path()).unwrap();

@@ -9,6 +9,7 @@
 //! [`expire`] reads only the keys that are due.
 
 use super::counts::{QueueDelta, Side};
+use super::footprint::{self, Weight, signed};
 use super::keys::{
     corrupt_key, decode, decode_index, decode_part, encode, fire_key, indexes_of, instant_part,
     key, push_part, run_indexes,
@@ -29,6 +30,7 @@ pub(super) fn insert(store: &SledStore, runs: &[NewRun]) -> Result<Vec<Insert>> 
     let mut claimed: std::collections::HashMap<Vec<u8>, &RunRecord> = Default::default();
     let mut written = super::schedules::Written::new();
     let mut queued = QueueDelta::default();
+    let mut weight = Weight::default();
     for new in runs {
         let run = &new.run;
         let run_key = key("run", &[&run.id]);
@@ -46,7 +48,9 @@ pub(super) fn insert(store: &SledStore, runs: &[NewRun]) -> Result<Vec<Insert>> 
             outcomes.push(existing);
             continue;
         }
-        batch.insert(run_key.clone(), encode(run)?);
+        let record = encode(run)?;
+        weight.add(&run.tenant, signed(record.len()));
+        batch.insert(run_key.clone(), record);
         for (index_key, value) in run_indexes(run) {
             batch.insert(index_key, value);
         }
@@ -59,7 +63,8 @@ pub(super) fn insert(store: &SledStore, runs: &[NewRun]) -> Result<Vec<Insert>> 
         if let Some(schedule) = &new.schedule {
             store.schedule_changes(&mut batch, schedule, &mut written)?;
         }
-        store.add_events(&mut batch, &run.id, &new.events)?;
+        let events = store.add_events(&mut batch, &run.id, &new.events)?;
+        weight.add(&run.tenant, events);
         queued.add(&run.tenant, &run.task, run.status, 1);
         for claim in [Some(run_key), idem_key, fire_key].into_iter().flatten() {
             claimed.insert(claim, run);
@@ -68,6 +73,7 @@ pub(super) fn insert(store: &SledStore, runs: &[NewRun]) -> Result<Vec<Insert>> 
     }
     if outcomes.contains(&Insert::Created) {
         store.count_changes(&mut batch, &queued, Side::Claims)?;
+        store.weigh(&mut batch, &weight, footprint::Side::Claims)?;
         store.apply(batch)?;
     }
     Ok(outcomes)
@@ -110,12 +116,14 @@ pub(super) fn write(
     let mut batch = sled::Batch::default();
     let mut missing = None;
     let mut queued = QueueDelta::default();
+    let mut weight = Weight::default();
     for (run, record, events) in encoded {
-        if !store.run_changes(&mut batch, run, record, &mut queued)? {
+        if !store.run_changes(&mut batch, run, record, &mut queued, &mut weight)? {
             missing.get_or_insert(&run.id);
             continue;
         }
         if let Some(events) = events {
+            weight.add(&run.tenant, signed(events.len()));
             store.add_event_list(&mut batch, &run.id, events)?;
         }
     }
@@ -124,6 +132,7 @@ pub(super) fn write(
         store.alert_changes(&mut batch, alert)?;
     }
     store.count_changes(&mut batch, &queued, Side::Runs)?;
+    store.weigh(&mut batch, &weight, footprint::Side::Runs)?;
     store.apply(batch)?;
     store.fold_soon()?;
     missing.map_or(Ok(()), |id| Err(missing_run(id)))
@@ -278,7 +287,12 @@ pub(super) fn delete(store: &SledStore, id: &str) -> Result<bool> {
     if !run.status.is_terminal() {
         return Ok(false);
     }
+    let _blobs = lock(&store.blob_lock);
     let mut batch = sled::Batch::default();
+    let mut bytes = match store.db.get(key("run", &[id])).map_err(sled_error)? {
+        Some(record) => signed(record.len()),
+        None => 0,
+    };
     batch.remove(key("run", &[id]));
     for (index_key, _) in run_indexes(&run) {
         batch.remove(index_key);
@@ -289,16 +303,18 @@ pub(super) fn delete(store: &SledStore, id: &str) -> Result<bool> {
     if owner.as_deref() == Some(id) {
         batch.remove(claim);
     }
-    for item in store.scan(&key("ev", &[id])) {
-        batch.remove(item?.0);
-    }
-    for item in store.scan(&key("rec", &[id])) {
-        batch.remove(item?.0);
+    for kind in ["ev", "rec"] {
+        for item in store.scan(&key(kind, &[id])) {
+            let (k, v) = item?;
+            bytes += signed(v.len());
+            batch.remove(k);
+        }
     }
     let log_prefix = key("log", &[id]);
     let mut blobs = Vec::new();
     for item in store.scan(&log_prefix) {
         let (k, v) = item?;
+        bytes += store.log_weight(&k, &v)?;
         if let Some(digest) = decode::<StoredLogs>(&k, &v)?.blob() {
             let mut lref = key("lref", &[digest]);
             lref.extend_from_slice(&k[key("log", &[]).len()..]);
@@ -307,7 +323,9 @@ pub(super) fn delete(store: &SledStore, id: &str) -> Result<bool> {
         }
         batch.remove(k);
     }
-    let _blobs = lock(&store.blob_lock);
+    let mut weight = Weight::default();
+    weight.add(&run.tenant, -bytes);
+    store.weigh(&mut batch, &weight, footprint::Side::Runs)?;
     store.apply(batch)?;
     store.release_log_blobs(blobs)?;
     Ok(true)
@@ -316,11 +334,15 @@ pub(super) fn delete(store: &SledStore, id: &str) -> Result<bool> {
 impl SledStore {
     /// Adds `events` for `run_id` to `batch`, together under one fresh
     /// sequence number (none when there are none).
-    fn add_events(&self, batch: &mut sled::Batch, run_id: &str, events: &[Event]) -> Result<()> {
+    /// Returns the bytes added.
+    fn add_events(&self, batch: &mut sled::Batch, run_id: &str, events: &[Event]) -> Result<i64> {
         if events.is_empty() {
-            return Ok(());
+            return Ok(0);
         }
-        self.add_event_list(batch, run_id, encode(&events)?)
+        let list = encode(&events)?;
+        let bytes = signed(list.len());
+        self.add_event_list(batch, run_id, list)?;
+        Ok(bytes)
     }
 
     /// Adds the encoded list of events of one write for `run_id` to `batch`:
@@ -364,14 +386,15 @@ impl SledStore {
 
     /// Adds the replacement of `run` (record and changed indexes) to
     /// `batch` (`record`: the run, encoded) and its move in or out of the
-    /// queue to `queued`; false if the run is not stored. Callers hold
-    /// `run_lock`.
+    /// queue to `queued` and the change of its record's size to `weight`;
+    /// false if the run is not stored. Callers hold `run_lock`.
     fn run_changes(
         &self,
         batch: &mut sled::Batch,
         run: &RunRecord,
         record: Vec<u8>,
         queued: &mut QueueDelta,
+        weight: &mut Weight,
     ) -> Result<bool> {
         // The small index entry says whether the indexes must change; reading
         // and decoding the whole old record (all its steps) on every write
@@ -386,7 +409,17 @@ impl SledStore {
             .contains_key(key("rt", &[&run.tenant, &run.id]))
             .map_err(sled_error)?;
         let unchanged = same_tenant && old_task == run.task && old_status == run.status;
-        batch.insert(key("run", &[&run.id]), record);
+        let run_key = key("run", &[&run.id]);
+        let old_len = self
+            .db
+            .get(&run_key)
+            .map_err(sled_error)?
+            .map_or(0, |v| signed(v.len()));
+        weight.add(&run.tenant, signed(record.len()));
+        if same_tenant {
+            weight.add(&run.tenant, -old_len);
+        }
+        batch.insert(run_key, record);
         if !unchanged {
             // Same tenant: the old entries follow from the index entry alone;
             // otherwise read the old record to find them.
@@ -397,6 +430,7 @@ impl SledStore {
                 let Some(old) = self.get_run_at(&key("run", &[&run.id]))? else {
                     return Ok(false);
                 };
+                weight.add(&old.tenant, -old_len);
                 queued.replace((&old.tenant, &old.task, old.status), run);
                 run_indexes(&old)
             };
