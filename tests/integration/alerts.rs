@@ -336,18 +336,24 @@ async fn a_tenant_record_s_alerts_cover_its_tasks() {
     assert_eq!(got[0]["tenant"], "acme");
     assert_eq!(got[0]["task"], "nightly");
 
-    // A bad webhook on a tenant is refused with its field.
-    let bad = r#"{"alerts": {"webhook": "nope"}}"#;
-    let r = live
-        .call(
-            "PUT",
-            "/v1/tenants/acme",
-            &[],
-            Some(("application/json", bad.into())),
-        )
-        .await;
-    assert_eq!(r.status, 422, "{}", r.text);
-    assert_eq!(r.json()["error"]["details"]["path"], "alerts.webhook");
+    // A bad webhook on a tenant is refused with its field, a trailing dot
+    // included (the admin's own address grants itself, but not so spelled).
+    let dotted = format!(
+        r#"{{"alerts": {{"webhook": "{}"}}}}"#,
+        url.replacen("127.0.0.1", "127.0.0.1.", 1)
+    );
+    for bad in [r#"{"alerts": {"webhook": "nope"}}"#.to_string(), dotted] {
+        let r = live
+            .call(
+                "PUT",
+                "/v1/tenants/acme",
+                &[],
+                Some(("application/json", bad.clone().into())),
+            )
+            .await;
+        assert_eq!(r.status, 422, "{bad}: {}", r.text);
+        assert_eq!(r.json()["error"]["details"]["path"], "alerts.webhook");
+    }
     live.stop().await;
 }
 
@@ -414,6 +420,17 @@ async fn a_webhook_the_tenant_may_not_reach_is_refused_on_save() {
     );
     // Nor does a grant of one loopback address open another.
     allow_http(&live, "acme", &[&format!("http://127.0.0.1:{port}")]).await;
+    // The granted address with a trailing dot is refused on save, as every
+    // delivery would refuse it, and the message says how to write it.
+    let r = put_alerting_task(&live, "acme", &format!("http://127.0.0.1.:{port}/t")).await;
+    assert_eq!(r.status, 422, "{}", r.text);
+    let e = &r.json()["error"];
+    assert_eq!(e["details"]["path"], "alerts.webhook", "{e}");
+    let message = e["message"].as_str().unwrap();
+    assert!(
+        message.contains("trailing dot") && message.contains("write `127.0.0.1`"),
+        "{message}"
+    );
     let r = put_alerting_task(&live, "acme", &format!("http://127.0.0.2:{port}/t")).await;
     assert_eq!(r.status, 422, "{}", r.text);
     let r = put_alerting_task(

@@ -295,6 +295,12 @@ pub struct RunView {
     /// tenant is disabled); absent when nothing holds it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub held: Option<String>,
+    /// How many of its attempts were told to stop (the run was cancelled)
+    /// and have not reported yet: their `outcome`, `finished_at` and
+    /// `fuel_consumed` are still to come, and a later read shows them.
+    /// Absent when none (a cancel waits up to 2 s for them first).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attempts_stopping: Option<u32>,
 }
 
 impl RunView {
@@ -312,7 +318,9 @@ impl RunView {
 
 impl From<RunRecord> for RunView {
     fn from(r: RunRecord) -> Self {
+        let stopping = r.attempts_stopping();
         Self {
+            attempts_stopping: (stopping > 0).then_some(stopping as u32),
             id: r.id,
             tenant: r.tenant,
             task: r.task,

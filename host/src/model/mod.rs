@@ -560,6 +560,25 @@ pub struct RunRecord {
     pub steps: Vec<StepRunRecord>,
 }
 
+impl RunRecord {
+    /// Attempts told to stop that have not reported yet: a run is
+    /// `cancelled` (and its steps with it) at once, while a running attempt
+    /// stops a moment later and is only then recorded (outcome, end, fuel
+    /// charged). Such an attempt has no outcome in a run that has ended.
+    /// Zero for a run that is still active (its open attempts are running,
+    /// not stopping) or settled.
+    pub fn attempts_stopping(&self) -> usize {
+        if !self.status.is_terminal() {
+            return 0;
+        }
+        self.steps
+            .iter()
+            .flat_map(|s| &s.attempts)
+            .filter(|a| a.outcome.is_none())
+            .count()
+    }
+}
+
 /// One state change, appended to a run's event log.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Event {

@@ -12,6 +12,16 @@ use crate::store::{AttemptLogs, RunPage, RunQuery};
 use crate::task::TaskSpec;
 use serde::Deserialize;
 
+/// How long a cancel waits for the attempts it stopped to report (see
+/// [`Ax::cancel_run`]): a stopped plugin reports within milliseconds (the
+/// runtime interrupts it at its next epoch tick), so this bounds a stuck one
+/// without keeping the caller long.
+const CANCEL_SETTLE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// How often a cancel reads the stored run back while it waits; the run is
+/// written when its last attempt reports.
+const CANCEL_POLL: std::time::Duration = std::time::Duration::from_millis(20);
+
 impl Ax {
     /// Triggers a run; answers once it is durable. `false`: an existing run
     /// was returned for a known idempotency key.
@@ -209,11 +219,29 @@ impl Ax {
         Ok(self.store.events(id)?)
     }
 
-    /// Cancels a run.
+    /// Cancels a run, and answers the record it settles to when it can.
+    ///
+    /// The scheduler marks the run and its steps `cancelled` at once, but a
+    /// running attempt stops a moment later and only then is recorded
+    /// (outcome `cancelled`, end, fuel charged). Answering the record of
+    /// the cancel itself would show that attempt with fuel 0 and no outcome
+    /// in a run that reads as ended, a state the stored record leaves
+    /// moments later. So the cancel waits, at most [`CANCEL_SETTLE`], until
+    /// the stopped attempts have reported and answers the stored, settled
+    /// record. An attempt that does not report in time is answered as it
+    /// is, and the run says so (`attempts_stopping` in the API's view:
+    /// [`RunRecord::attempts_stopping`]); a later read shows its outcome.
     pub async fn cancel_run(&self, tenant: &str, id: &RunId, actor: &str) -> Result<RunRecord> {
         self.get_run(tenant, id)?;
-        let run = self.scheduler.cancel(id, actor).await?;
+        let mut run = self.scheduler.cancel(id, actor).await?;
         self.sync().await?;
+        let deadline = tokio::time::Instant::now() + CANCEL_SETTLE;
+        while run.attempts_stopping() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(CANCEL_POLL).await;
+            if let Some(stored) = self.store.get_run(id)? {
+                run = stored;
+            }
+        }
         Ok(run)
     }
 

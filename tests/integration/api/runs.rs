@@ -236,8 +236,24 @@ async fn cancelling_a_running_run_stops_it() {
         "{}",
         cancelled.body
     );
+    // The answer is the settled run: the stopped attempt has reported
+    // (outcome, end, fuel) before the cancel answers, not fuel 0 and no
+    // outcome presented as final.
+    let attempt = &cancelled.body["steps"][0]["attempts"][0];
+    assert_eq!(attempt["outcome"], "cancelled", "{}", cancelled.body);
+    assert!(attempt["finished_at"].is_string(), "{}", cancelled.body);
+    assert!(attempt["fuel_consumed"].is_u64(), "{}", cancelled.body);
+    assert!(
+        cancelled.body.get("attempts_stopping").is_none(),
+        "{}",
+        cancelled.body
+    );
     let done = h.wait_run(&id).await;
     assert_eq!(done["status"], "cancelled");
+    assert_eq!(
+        done["steps"][0]["attempts"][0]["fuel_consumed"], attempt["fuel_consumed"],
+        "the answer's fuel is the stored record's"
+    );
     assert!(started.elapsed() < Duration::from_secs(5));
     let again = h
         .call("POST", &format!("/v1/runs/{id}/cancel"), Body::empty())

@@ -21,13 +21,30 @@
 //!   destination, not a URL (`https://api.example.com/` with only a slash is
 //!   accepted and means the same as without it).
 //! - Names are compared case-insensitively (stored lower-case); a trailing dot
-//!   is refused rather than guessed at.
+//!   is refused (see "Trailing dots").
 //! - No port means the scheme's default (80 or 443) — `https://api.example.com`
 //!   does not allow `https://api.example.com:8443`. `:*` allows every port.
 //! - `*.example.com` allows every name *under* `example.com` (`a.example.com`,
 //!   `a.b.example.com`) but not `example.com` itself: list both if both are
 //!   meant. The wildcard must be the whole leftmost label and sit above at
 //!   least two labels (`*.com` is refused: it would grant a whole TLD).
+//!
+//! # Trailing dots
+//!
+//! A host written with a trailing dot (`example.com.`, `127.0.0.1.`) is
+//! refused everywhere a host is read — in a pattern, in a webhook URL, in a
+//! plugin's request — with a message that says to write it without the dot.
+//! It is not trimmed: a webhook is checked on the trimmed name but POSTed by
+//! its URL as written, so trimming in the check let `http://127.0.0.1.:8080`
+//! be saved (it read as the granted literal `127.0.0.1`) and then fail at
+//! every delivery, where the resolver is handed `127.0.0.1.`. Refusing in the
+//! one name check (`pattern::check_name`) makes the save refuse what a
+//! delivery would, and keeps every caller's reading of a host the same: one
+//! spelling per destination, no name that resolves as a name in one place and
+//! reads as an address literal in another. The cost is small: a
+//! fully-qualified `example.com.` means `example.com` to every resolver ax
+//! uses, so dropping the dot loses nothing. A webhook saved before this rule
+//! is refused at delivery by the same check (`dead`, with the reason).
 //!
 //! # Addresses (DNS rebinding)
 //!

@@ -100,13 +100,18 @@ fn parse_host_pattern(text: &str) -> Result<HostPattern, String> {
 }
 
 /// A DNS name: labels of letters, digits and `-` (not at either end), at most
-/// 63 bytes each and 253 in all. Returns it lower-cased.
+/// 63 bytes each and 253 in all, without a trailing dot. Returns it
+/// lower-cased. The one check of a host name, for patterns and destinations
+/// (webhook URLs, plugin requests) alike.
 fn check_name(text: &str) -> Result<String, String> {
     if text.len() > 253 {
         return Err("the host name is longer than 253 bytes".into());
     }
-    if text.ends_with('.') {
-        return Err(format!("`{text}`: write the name without a trailing dot"));
+    // The module docs ("Trailing dots") say why this is refused, not trimmed.
+    if let Some(bare) = text.strip_suffix('.') {
+        return Err(format!(
+            "`{text}` ends in a dot: a trailing dot is refused (ax does not read a fully-qualified name as the bare one); write `{bare}`"
+        ));
     }
     for label in text.split('.') {
         let ok = !label.is_empty()
@@ -172,7 +177,7 @@ impl Destination {
         }
         let host = match host.parse::<IpAddr>() {
             Ok(ip) => ip.to_string(),
-            Err(_) => check_name(host.strip_suffix('.').unwrap_or(host))?,
+            Err(_) => check_name(host)?,
         };
         Ok(Destination { scheme, host, port })
     }
@@ -321,7 +326,9 @@ mod tests {
             ("https://a*.example.com", "leftmost label"),
             ("https://*", "whole leftmost label"),
             ("https://exa_mple.com", "not a valid host name"),
-            ("https://example.com.", "trailing dot"),
+            ("https://example.com.", "write `example.com`"),
+            ("http://127.0.0.1.:8080", "write `127.0.0.1`"),
+            ("https://*.example.com.", "trailing dot"),
             ("https://", "host is missing"),
             ("http://::1", "brackets"),
             ("http://[::1", "closing"),
@@ -394,6 +401,25 @@ mod tests {
         for bad in ["ftp://x", "http://", "http://u:p@h/", "nope", "http://a b/"] {
             assert!(Destination::from_url(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_trailing_dot_is_refused_in_destinations_too() {
+        // Not trimmed: `127.0.0.1.` would read as the literal here while a
+        // resolver is handed the name with its dot (module docs).
+        for (url, bare) in [
+            ("http://127.0.0.1.:8080/hook", "127.0.0.1"),
+            ("https://hooks.example.com./x", "hooks.example.com"),
+            ("http://localhost./", "localhost"),
+        ] {
+            let err = Destination::from_url(url).unwrap_err();
+            assert!(
+                err.contains("trailing dot") && err.contains(&format!("write `{bare}`")),
+                "{url}: {err}"
+            );
+        }
+        assert!(Destination::parse("https", "example.com.:443").is_err());
+        assert!(Destination::parse("https", "example.com:443").is_ok());
     }
 
     #[test]

@@ -165,6 +165,46 @@ fn delivery_reads_the_ceiling_of_the_moment() {
 }
 
 #[test]
+fn delivery_refuses_a_trailing_dot_as_the_save_does() {
+    // A webhook stored before the save refused it: the delivery's check is
+    // the same one and refuses it with the reason (the alert goes `dead`).
+    let registry = Registry::default();
+    let mut record = crate::tenant::TenantRecord::new("acme", Default::default(), 0);
+    record.allow_http = vec!["http://127.0.0.1:9000".into()];
+    registry.put_tenant(record);
+    let (alerter, _store) = memory_alerter(AlertsConfig::default(), registry);
+    let url = "http://127.0.0.1.:9000/x";
+    for admin in [false, true] {
+        let err = alerter
+            .inner
+            .grant(&outbox_entry("acme", url, admin))
+            .unwrap_err();
+        assert!(
+            err.contains("trailing dot") && err.contains("write `127.0.0.1`"),
+            "admin {admin}: {err}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_trailing_dot_webhook_is_refused_on_save() {
+    let granted = ceiling(&["http://127.0.0.1:9000"]);
+    for (url, ceiling) in [
+        ("http://127.0.0.1.:9000/x", Some(&granted[..])),
+        ("http://127.0.0.1.:9000/x", None),
+        ("https://chat.example.com./hook", None),
+    ] {
+        let err = check_webhook(&hook(url), ceiling).await.unwrap_err();
+        assert!(err.contains("a trailing dot is refused"), "{url}: {err}");
+    }
+    assert!(
+        check_webhook(&hook("http://127.0.0.1:9000/x"), Some(&granted))
+            .await
+            .is_ok()
+    );
+}
+
+#[test]
 fn delivery_connects_only_to_a_checked_address() {
     // A listener on loopback, reached through a name the tenant was
     // granted: the resolver refuses before any connection is made.

@@ -52,8 +52,20 @@ async fn cancel_stops_a_running_attempt_and_drops_queued_steps() {
     tokio::time::sleep(Duration::from_millis(50)).await;
     let cancelled = h.scheduler.cancel(&run_id(&run), "test").await.unwrap();
     assert_eq!(cancelled.status, RunStatus::Cancelled);
+    // The scheduler answers before the stopped attempt reports: the record
+    // says so (the service waits for the report: `Ax::cancel_run`).
+    assert_eq!(cancelled.attempts_stopping(), 1);
+    assert_eq!(cancelled.steps[0].attempts[0].outcome, None);
     let run = h.wait_terminal(&run.id).await;
     assert!(run.steps.iter().all(|s| s.status == StepStatus::Cancelled));
+    let run = h
+        .poll(&run.id, Patience::Paused, |r| r.attempts_stopping() == 0)
+        .await;
+    assert_eq!(run.attempts_stopping(), 0);
+    assert_eq!(
+        run.steps[0].attempts[0].outcome,
+        Some(crate::model::Outcome::Cancelled)
+    );
     assert!(matches!(
         h.scheduler.cancel(&run_id(&run), "test").await,
         Err(Error::Conflict(_))

@@ -419,6 +419,11 @@ mod tests {
                 "scheme://host",
             ),
             (
+                "name: t\nplugin: p@1.0.0\nallow_http: [\"http://127.0.0.1.:8080\"]\n",
+                "allow_http[0]",
+                "a trailing dot is refused",
+            ),
+            (
                 "name: t\nplugin: p@1.0.0\nkv: 1\n",
                 "kv",
                 "expected `tenant` or `task`",
