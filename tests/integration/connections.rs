@@ -22,6 +22,7 @@ fn limits(max: usize, idle: Duration) -> impl FnOnce(&mut ax::config::Config) {
             header_read_timeout: HEAD,
             body_timeout: BODY,
             idle_timeout: idle,
+            ..ConnectionsConfig::default()
         }
     }
 }
@@ -177,17 +178,54 @@ async fn a_slow_body_is_answered_408_and_closed_at_the_body_timeout() {
     live.stop().await;
 }
 
+/// A request with the admin token on a connection kept open; the status line.
+async fn with_token(s: &mut TcpStream, path: &str) -> String {
+    let request =
+        format!("GET {path} HTTP/1.1\r\nhost: ax\r\nauthorization: Bearer {TOKEN}\r\n\r\n");
+    s.write_all(request.as_bytes()).await.expect("send");
+    // The whole answer (head and `content-length` bytes), so the next one
+    // on this connection starts clean.
+    let mut got = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        let text = String::from_utf8_lossy(&got).into_owned();
+        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+            let length = head
+                .lines()
+                .find_map(|l| {
+                    l.to_ascii_lowercase()
+                        .strip_prefix("content-length: ")
+                        .map(str::to_owned)
+                })
+                .and_then(|n| n.trim().parse::<usize>().ok())
+                .unwrap_or(0);
+            if body.len() >= length {
+                return text;
+            }
+        }
+        let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+            .await
+            .expect("an answer")
+            .expect("read");
+        if n == 0 {
+            return String::from_utf8_lossy(&got).into_owned();
+        }
+        got.extend_from_slice(&buf[..n]);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn past_the_cap_connections_get_503_and_healthz_answers_once_one_frees() {
     let live = Live::start(limits(3, Duration::from_secs(30))).await;
     let mut held = Vec::new();
     for _ in 0..3 {
         let mut s = TcpStream::connect(addr(&live)).await.unwrap();
-        // Half a head: the connection is surely accepted and served.
-        s.write_all(b"GET /healthz HTTP/1.1\r\n").await.unwrap();
+        // A token promotes the connection: it is never evicted, so the cap
+        // is really full (silent ones would make room, see below).
+        let answer = with_token(&mut s, "/v1/tasks").await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
         held.push(s);
     }
-    tokio::time::sleep(Duration::from_millis(100)).await;
     // Many over the cap, each refused at once and clearly: the accept loop
     // does not wait on any of them.
     let started = Instant::now();

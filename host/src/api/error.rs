@@ -31,6 +31,9 @@ pub const COMPILE_QUEUE_RETRY_AFTER_SECS: u64 = 5;
 /// (`Retry-After`): the scheduler probes the store every second, and a
 /// reopened store is tried at most every second.
 pub const STORE_RETRY_AFTER_SECS: u64 = 2;
+/// `Retry-After` of `too_many_token_connections`: the token's other
+/// connections close at their idle timeout or sooner, so a second.
+pub const TOKEN_CONNECTIONS_RETRY_AFTER_SECS: u64 = 1;
 
 /// The body of every error answer.
 #[derive(Debug, serde::Serialize, utoipa::ToSchema)]
@@ -109,6 +112,7 @@ pub mod codes {
         COMPILE_QUEUE_FULL = 429 "compile_queue_full" "as many plugin uploads as the host (or, per tenant, `max_compiling`) allows are compiling or waiting to; `Retry-After` says when to try again";
         QUEUE_FULL = 429 "queue_full" "the tenant's queue is full; `Retry-After` says when to try again";
         QUOTA_EXCEEDED = 429 "quota_exceeded" "a tenant quota refuses it for now; `Retry-After` says when to try again";
+        TOO_MANY_TOKEN_CONNECTIONS = 429 "too_many_token_connections" "the token already holds `connections.max_per_token` connections; the connection is closed, `Retry-After` says when to try again";
         INTERNAL = 500 "internal" "a fault of the host; the host log has the details";
         UNAVAILABLE = 503 "unavailable" "the host cannot serve right now";
         STORE_UNAVAILABLE = 503 "store_unavailable" "the store refuses writes for now (full disk, I/O error): nothing was stored; `Retry-After` says when to try again";
@@ -210,6 +214,10 @@ pub enum ApiError {
     /// 413 `plugin_bytes_quota`: the upload would take the tenant's plugins
     /// over its `plugin_bytes` quota.
     PluginBytesQuota(String),
+    /// 429 `too_many_token_connections`: the token already holds
+    /// `connections.max_per_token` connections; this one is closed after
+    /// the answer (`Connection: close`).
+    TooManyTokenConnections(String),
 }
 
 impl ApiError {
@@ -257,6 +265,9 @@ impl ApiError {
             }
             ApiError::TooManyPlugins(_) => (StatusCode::TOO_MANY_REQUESTS, "plugin_count_quota"),
             ApiError::PluginBytesQuota(_) => (StatusCode::PAYLOAD_TOO_LARGE, "plugin_bytes_quota"),
+            ApiError::TooManyTokenConnections(_) => {
+                (StatusCode::TOO_MANY_REQUESTS, "too_many_token_connections")
+            }
         }
     }
 
@@ -295,6 +306,9 @@ impl ApiError {
                 json!({ "retry_after": retry_after })
             }
             ApiError::RunDeleted { run, .. } => json!({ "run_id": run }),
+            ApiError::TooManyTokenConnections(_) => {
+                json!({ "retry_after": TOKEN_CONNECTIONS_RETRY_AFTER_SECS })
+            }
             _ => Value::Null,
         }
     }
@@ -330,7 +344,8 @@ impl ApiError {
             | ApiError::StoreUnavailable { message, .. }
             | ApiError::CompileQueueFull { message, .. }
             | ApiError::TooManyPlugins(message)
-            | ApiError::PluginBytesQuota(message) => message.clone(),
+            | ApiError::PluginBytesQuota(message)
+            | ApiError::TooManyTokenConnections(message) => message.clone(),
             ApiError::MethodNotAllowed => "this route does not accept this method".into(),
             ApiError::Internal(_) => "internal error; the host logged the details".into(),
         }
@@ -372,6 +387,15 @@ impl IntoResponse for ApiError {
             | ApiError::CompileQueueFull { retry_after, .. }
             | ApiError::StoreUnavailable { retry_after, .. } => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from(*retry_after));
+            }
+            ApiError::TooManyTokenConnections(_) => {
+                headers.insert(
+                    header::RETRY_AFTER,
+                    HeaderValue::from(TOKEN_CONNECTIONS_RETRY_AFTER_SECS),
+                );
+                // hyper closes the connection after an answer saying so:
+                // its place goes back to the token's others.
+                headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
             }
             _ => {}
         }
@@ -692,6 +716,7 @@ mod tests {
             },
             ApiError::TooManyPlugins("x".into()),
             ApiError::PluginBytesQuota("x".into()),
+            ApiError::TooManyTokenConnections("x".into()),
         ]
     }
 
