@@ -68,9 +68,21 @@ pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(120);
 /// A connection with no request under way and nothing sent or received for
 /// this long is closed (idle keep-alive, a client not reading its answer).
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Connections one address may hold before any request on them carried a
+/// valid token: an eighth of the default cap, so no one address can take it
+/// (past this, that address's longest-idle anonymous connection is closed
+/// to make room; docs/SECURITY.md, *One client holds the API*). Browsers
+/// open about six per host; a proxy in front of ax is one address for all
+/// its clients, so raise this behind one.
+pub const DEFAULT_MAX_ANONYMOUS_PER_ADDRESS: usize = 64;
+/// Connections one token may hold at once: half the default cap, so one
+/// token (a leaked one, a runaway client) cannot take every place either.
+pub const DEFAULT_MAX_PER_TOKEN: usize = 256;
 
 /// What HTTP clients may hold open (`connections:` in the config file).
-/// Past `max_connections` a new connection is answered `503` and closed.
+/// Past a limit the longest-idle connection without a token is closed to
+/// make room; when none can be, a new connection is answered `503` and
+/// closed (`api/connections.rs`).
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ConnectionsConfig {
@@ -85,6 +97,13 @@ pub struct ConnectionsConfig {
     /// Without a request under way, the longest silence in both directions.
     #[serde(with = "crate::scheduler::alerts::humantime_text")]
     pub idle_timeout: Duration,
+    /// Connections one client address (an IPv6 /64) may hold before a
+    /// request on them carries a valid token, so one address cannot take
+    /// `max_connections`.
+    pub max_anonymous_per_address: usize,
+    /// Connections one token may hold at once; a request past it is
+    /// answered `429 too_many_token_connections`.
+    pub max_per_token: usize,
 }
 
 impl Default for ConnectionsConfig {
@@ -94,15 +113,27 @@ impl Default for ConnectionsConfig {
             header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
             body_timeout: DEFAULT_BODY_TIMEOUT,
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            max_anonymous_per_address: DEFAULT_MAX_ANONYMOUS_PER_ADDRESS,
+            max_per_token: DEFAULT_MAX_PER_TOKEN,
         }
     }
 }
 
 impl ConnectionsConfig {
-    /// At least one connection; every timeout above zero. The error names the field.
+    /// At least one connection, of each kind too; every timeout above zero. The error names the field.
     pub fn validate(&self) -> Result<(), String> {
         if self.max_connections == 0 || self.max_connections > u32::MAX as usize {
             return Err("max_connections: must be 1 or more".into());
+        }
+        for (name, n) in [
+            ("max_anonymous_per_address", self.max_anonymous_per_address),
+            ("max_per_token", self.max_per_token),
+        ] {
+            // Above `max_connections` is allowed (the cap binds first), so
+            // a small cap alone needs no other change.
+            if n == 0 {
+                return Err(format!("{name}: must be 1 or more"));
+            }
         }
         for (name, d) in [
             ("header_read_timeout", self.header_read_timeout),
@@ -451,6 +482,28 @@ mod tests {
                 .starts_with("body_timeout")
         );
         assert!(serde_saphyr::from_str::<Config>("connections: { max: 3 }\n").is_err());
+
+        assert_eq!(
+            c.max_anonymous_per_address,
+            DEFAULT_MAX_ANONYMOUS_PER_ADDRESS
+        );
+        assert_eq!(c.max_per_token, DEFAULT_MAX_PER_TOKEN);
+        assert!(c.validate().is_ok(), "per-client limits above a small cap");
+        let per: Config = serde_saphyr::from_str(
+            "connections: { max_anonymous_per_address: 4, max_per_token: 8 }\n",
+        )
+        .unwrap();
+        assert_eq!(per.connections.max_anonymous_per_address, 4);
+        assert_eq!(per.connections.max_per_token, 8);
+        for (text, field) in [
+            ("max_anonymous_per_address: 0", "max_anonymous_per_address"),
+            ("max_per_token: 0", "max_per_token"),
+        ] {
+            let bad: Config =
+                serde_saphyr::from_str(&format!("connections: {{ {text} }}\n")).unwrap();
+            let e = bad.connections.validate().unwrap_err();
+            assert!(e.starts_with(field), "{e}");
+        }
     }
 
     #[test]

@@ -1,6 +1,9 @@
 //! What a client may hold open without a token: a real server on loopback
 //! with small limits (`connections:` in the config), raw sockets for the
 //! clients. Real time, kept short: every limit here is under a second.
+//!
+//! On loopback every client shares 127.0.0.1, so the flood tests show the
+//! hardest case: the attacker and the good client are one address.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -22,6 +25,7 @@ fn limits(max: usize, idle: Duration) -> impl FnOnce(&mut ax::config::Config) {
             header_read_timeout: HEAD,
             body_timeout: BODY,
             idle_timeout: idle,
+            ..ConnectionsConfig::default()
         }
     }
 }
@@ -177,17 +181,54 @@ async fn a_slow_body_is_answered_408_and_closed_at_the_body_timeout() {
     live.stop().await;
 }
 
+/// A request with the admin token on a connection kept open; the status line.
+async fn with_token(s: &mut TcpStream, path: &str) -> String {
+    let request =
+        format!("GET {path} HTTP/1.1\r\nhost: ax\r\nauthorization: Bearer {TOKEN}\r\n\r\n");
+    s.write_all(request.as_bytes()).await.expect("send");
+    // The whole answer (head and `content-length` bytes), so the next one
+    // on this connection starts clean.
+    let mut got = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        let text = String::from_utf8_lossy(&got).into_owned();
+        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+            let length = head
+                .lines()
+                .find_map(|l| {
+                    l.to_ascii_lowercase()
+                        .strip_prefix("content-length: ")
+                        .map(str::to_owned)
+                })
+                .and_then(|n| n.trim().parse::<usize>().ok())
+                .unwrap_or(0);
+            if body.len() >= length {
+                return text;
+            }
+        }
+        let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+            .await
+            .expect("an answer")
+            .expect("read");
+        if n == 0 {
+            return String::from_utf8_lossy(&got).into_owned();
+        }
+        got.extend_from_slice(&buf[..n]);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn past_the_cap_connections_get_503_and_healthz_answers_once_one_frees() {
     let live = Live::start(limits(3, Duration::from_secs(30))).await;
     let mut held = Vec::new();
     for _ in 0..3 {
         let mut s = TcpStream::connect(addr(&live)).await.unwrap();
-        // Half a head: the connection is surely accepted and served.
-        s.write_all(b"GET /healthz HTTP/1.1\r\n").await.unwrap();
+        // A token promotes the connection: it is never evicted, so the cap
+        // is really full (silent ones would make room, see below).
+        let answer = with_token(&mut s, "/v1/tasks").await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
         held.push(s);
     }
-    tokio::time::sleep(Duration::from_millis(100)).await;
     // Many over the cap, each refused at once and clearly: the accept loop
     // does not wait on any of them.
     let started = Instant::now();
@@ -241,6 +282,174 @@ async fn shutdown_does_not_wait_for_idle_connections() {
         "{:?}",
         started.elapsed()
     );
+}
+
+/// Opens `n` connections from the test (all 127.0.0.1) and never writes to
+/// them; the ones the server has not closed after a moment.
+async fn flood(addr: SocketAddr, n: usize) -> Vec<TcpStream> {
+    let mut silent = Vec::with_capacity(n);
+    for _ in 0..n {
+        silent.push(TcpStream::connect(addr).await.expect("connect"));
+    }
+    // Let the server accept them all (and evict what it evicts).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut open = Vec::new();
+    for s in silent {
+        let mut buf = [0u8; 1];
+        // Closed by the server: the read ends at once (0 or an error).
+        if tokio::time::timeout(Duration::from_millis(1), s.peek(&mut buf))
+            .await
+            .is_err()
+        {
+            open.push(s);
+        }
+    }
+    open
+}
+
+/// A good client's turn during a flood: a request with the token on a
+/// fresh connection answers 2xx within a second, `/healthz` and `/readyz`
+/// answer 200.
+async fn good_clients_are_served(addr: SocketAddr) {
+    let started = Instant::now();
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let answer = with_token(&mut s, "/v1/tasks").await;
+    let took = started.elapsed();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(took < Duration::from_secs(1), "took {took:?}");
+    for probe in ["/healthz", "/readyz"] {
+        let request = format!("GET {probe} HTTP/1.1\r\nhost: ax\r\nconnection: close\r\n\r\n");
+        let answer = once(addr, &request).await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{probe}: {answer}");
+    }
+}
+
+/// The open-file limit, raised to its hard limit: a flood of 600 needs
+/// ~1,300 descriptors in this one process (both ends of each socket).
+fn raise_open_files(needed: u64) {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    #[allow(unsafe_code)]
+    {
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit/setrlimit only read and write the struct passed.
+        unsafe {
+            assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit), 0);
+            if limit.rlim_cur < needed {
+                limit.rlim_cur = limit.rlim_max.min(needed.max(4096));
+                assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &limit), 0);
+            }
+        }
+        assert!(
+            limit.rlim_cur >= needed,
+            "the open-file limit ({}) is under the {needed} this test needs; raise `ulimit -Hn`",
+            limit.rlim_cur
+        );
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    let _ = needed;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_address_flooding_silent_connections_cannot_lock_out_a_token_or_a_probe() {
+    raise_open_files(1500);
+    // The defaults (cap 512, 64 anonymous per address); a long idle limit,
+    // so only eviction can close the flood's sockets within the test.
+    let live = Live::start(|c| {
+        c.connections = ConnectionsConfig {
+            idle_timeout: Duration::from_secs(60),
+            ..ConnectionsConfig::default()
+        }
+    })
+    .await;
+    let defaults = ConnectionsConfig::default();
+    let open = flood(addr(&live), 600).await;
+    // The address holds its share and no more: the rest were evicted.
+    assert!(
+        open.len() <= defaults.max_anonymous_per_address,
+        "{} of the flood still open",
+        open.len()
+    );
+    good_clients_are_served(addr(&live)).await;
+    drop(open);
+    live.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_filling_the_whole_cap_still_makes_room_for_a_token_and_a_probe() {
+    raise_open_files(1500);
+    // One address may take every place: the cap's own eviction is what
+    // lets the good clients in.
+    let live = Live::start(|c| {
+        c.connections = ConnectionsConfig {
+            max_connections: 512,
+            max_anonymous_per_address: 512,
+            idle_timeout: Duration::from_secs(60),
+            ..ConnectionsConfig::default()
+        }
+    })
+    .await;
+    let open = flood(addr(&live), 600).await;
+    assert!(open.len() <= 512, "{} of the flood still open", open.len());
+    assert!(
+        open.len() >= 400,
+        "only {} held: the cap was not full",
+        open.len()
+    );
+    good_clients_are_served(addr(&live)).await;
+    drop(open);
+    live.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_past_max_per_token_gets_429_and_its_connection_closed() {
+    let live = Live::start(|c| {
+        c.connections = ConnectionsConfig {
+            max_per_token: 2,
+            ..ConnectionsConfig::default()
+        }
+    })
+    .await;
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let mut s = TcpStream::connect(addr(&live)).await.unwrap();
+        let answer = with_token(&mut s, "/v1/tasks").await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        held.push(s);
+    }
+    // More requests on a connection already counted are fine.
+    let again = with_token(&mut held[0], "/v1/tasks").await;
+    assert!(again.starts_with("HTTP/1.1 200"), "{again}");
+
+    let mut third = TcpStream::connect(addr(&live)).await.unwrap();
+    let request =
+        format!("GET /v1/tasks HTTP/1.1\r\nhost: ax\r\nauthorization: Bearer {TOKEN}\r\n\r\n");
+    third.write_all(request.as_bytes()).await.unwrap();
+    let (answer, _) = until_closed(&mut third, Instant::now(), Duration::from_secs(5)).await;
+    assert!(answer.starts_with("HTTP/1.1 429"), "{answer}");
+    assert!(answer.contains("too_many_token_connections"), "{answer}");
+    let lower = answer.to_ascii_lowercase();
+    assert!(lower.contains("retry-after: 1"), "{answer}");
+    assert!(lower.contains("connection: close"), "{answer}");
+
+    // Anonymous requests need no place of the token's.
+    assert!(once(addr(&live), HEALTHZ).await.starts_with("HTTP/1.1 200"));
+    // One of the token's closes: its place is free again.
+    drop(held.pop());
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        let mut s = TcpStream::connect(addr(&live)).await.unwrap();
+        let answer = with_token(&mut s, "/v1/tasks").await;
+        if answer.starts_with("HTTP/1.1 200") {
+            break;
+        }
+        assert!(answer.starts_with("HTTP/1.1 429"), "{answer}");
+        assert!(Instant::now() < deadline, "the place was not freed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    live.stop().await;
 }
 
 /// Runs the futures at once and collects their results in order.

@@ -8,6 +8,11 @@
 //!   admin-only routes ([`Caller::require_admin`]) and a disabled tenant.
 //! - No token, a malformed, unknown or revoked one: 401.
 //!
+//! A valid token also promotes the connection it came on: from then on it
+//! counts under the token, not its address, and is never evicted for a
+//! newcomer; past `connections.max_per_token` the request is answered `429
+//! too_many_token_connections` instead (`api/connections/admission.rs`).
+//!
 //! Another tenant's *objects* answer 404 — that is the handlers' business,
 //! since every service call is scoped to `Caller::tenant`.
 
@@ -17,6 +22,7 @@ use axum::http::request::Parts;
 use sha2::{Digest, Sha256};
 
 use super::ApiState;
+use super::connections::{ConnSlot, TokenKey};
 use super::error::ApiError;
 use crate::tenant::TokenCheck;
 pub use crate::tenant::constant_time_eq;
@@ -87,6 +93,7 @@ impl FromRequestParts<ApiState> for Caller {
                                 .into(),
                         ));
                     }
+                    promote(parts, hash_token(token))?;
                     Ok(Caller {
                         tenant,
                         actor: format!("api:token:{id}"),
@@ -122,11 +129,24 @@ impl FromRequestParts<ApiState> for Caller {
                 "tenant `{tenant}` not found; create it with `ax tenant create {tenant}` (POST /v1/tenants)"
             )));
         }
+        promote(parts, state.admin_token_sha256)?;
         Ok(Caller {
             tenant,
             actor: "api:admin".into(),
             admin: true,
         })
+    }
+}
+
+/// Counts the request's connection under `token` (module docs). A request
+/// not served by `api::connections` (a test's `oneshot`) has no connection
+/// to count.
+fn promote(parts: &Parts, token: TokenKey) -> Result<(), ApiError> {
+    match parts.extensions.get::<std::sync::Arc<ConnSlot>>() {
+        Some(slot) => slot
+            .promote(token)
+            .map_err(|e| ApiError::TooManyTokenConnections(e.to_string())),
+        None => Ok(()),
     }
 }
 

@@ -6,11 +6,15 @@
 //! hyper's HTTP/1 connections itself and bounds each (config
 //! `connections:`, [`ConnectionsConfig`]; user docs in docs/OPERATIONS.md):
 //!
-//! - **cap**: at most `max_connections` are served at once (a semaphore
-//!   permit per connection). One past the cap is accepted, answered `503`
-//!   with `Retry-After: 1` and `Connection: close`, and closed, by a small
-//!   task of its own ([`MAX_REFUSING`] at once; past that the socket is just
-//!   closed) — the accept loop never waits on a client;
+//! - **cap**: at most `max_connections` are served at once, shared out per
+//!   client: `max_anonymous_per_address` for connections that have not yet
+//!   shown a valid token, `max_per_token` for those that have. Past a limit
+//!   the oldest idle connection without a token makes room; when none can,
+//!   the newcomer is accepted, answered `503` with `Retry-After: 1` and
+//!   `Connection: close`, and closed, by a small task of its own
+//!   ([`MAX_REFUSING`] at once; past that the socket is just closed) — the
+//!   accept loop never waits on a client. Who is evicted and why: the
+//!   [`admission`] module;
 //! - **idle** (`idle_timeout`): with no request under way, a connection
 //!   that neither sends nor receives a byte for this long is closed — a
 //!   socket opened and left silent, an idle keep-alive, a client that stops
@@ -34,7 +38,9 @@
 //! Shutdown: when the token fires, the listener is dropped (new connections
 //! are refused by the kernel), every connection is told to finish the
 //! request under way and close, and `serve` returns once all are gone (the
-//! idle and body limits still bound them).
+//! idle and body limits still bound them). An evicted connection is closed
+//! the same way: at once when idle, after its answer when a request had
+//! just started.
 
 use std::future::Future;
 use std::io;
@@ -52,12 +58,17 @@ use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Notify, Semaphore, mpsc};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt as _;
 
 use crate::config::ConnectionsConfig;
+
+mod admission;
+
+use admission::Admission;
+pub(super) use admission::{ConnSlot, TokenKey};
 
 /// Refusals (the `503` past the cap) being written at once; past this a
 /// connection over the cap is closed without an answer, so a flood cannot
@@ -91,8 +102,10 @@ pub(super) async fn serve(
     shutdown: CancellationToken,
 ) -> io::Result<()> {
     let limits = Arc::new(limits);
-    let max = limits.max_connections.max(1);
-    let permits = Arc::new(Semaphore::new(max));
+    let admission = Admission::new(&limits);
+    // Every connection's task holds a sender: the channel closes when the
+    // last is gone (evicted ones included, which no longer count).
+    let (alive, mut all_gone) = mpsc::channel::<()>(1);
     let refusing = Arc::new(Semaphore::new(MAX_REFUSING));
     let mut http = hyper::server::conn::http1::Builder::new();
     // The head deadline is ours ([`watch`]): hyper's starts when the
@@ -104,8 +117,8 @@ pub(super) async fn serve(
             () = shutdown.cancelled() => break,
             accepted = listener.accept() => accepted,
         };
-        let stream = match accepted {
-            Ok((stream, _peer)) => stream,
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
             Err(e) if is_per_connection(&e) => continue,
             Err(e) => {
                 tracing::warn!(error = %e, "accepting a connection failed; pausing");
@@ -115,23 +128,25 @@ pub(super) async fn serve(
                 }
             }
         };
-        match permits.clone().try_acquire_owned() {
-            Ok(permit) => {
+        match admission.admit(peer.ip()) {
+            Some(slot) => {
                 tokio::spawn(connection(
                     stream,
-                    permit,
+                    slot,
+                    alive.clone(),
                     app.clone(),
                     http.clone(),
                     limits.clone(),
                     shutdown.clone(),
                 ));
             }
-            Err(_) => refuse(stream, &refusing),
+            None => refuse(stream, &refusing),
         }
     }
     drop(listener);
-    // Every connection holds a permit: all of them back means all closed.
-    let _all = permits.acquire_many(max as u32).await;
+    drop(alive);
+    // `None` once every connection's sender is dropped: all closed.
+    let _ = all_gone.recv().await;
     Ok(())
 }
 
@@ -244,12 +259,26 @@ impl Activity {
     }
 }
 
-/// Counts a request as under way until its handler's future ends (done or dropped).
-struct Busy(Arc<Activity>);
+/// Counts a request as under way until its handler's future ends (done or
+/// dropped): for the watchdog, and so that the connection is not evicted.
+struct Busy(Arc<Activity>, Option<Arc<ConnSlot>>);
+
+impl Busy {
+    fn start(activity: Arc<Activity>, slot: Option<Arc<ConnSlot>>) -> Self {
+        activity.request_started();
+        if let Some(slot) = &slot {
+            slot.request_started();
+        }
+        Self(activity, slot)
+    }
+}
 
 impl Drop for Busy {
     fn drop(&mut self) {
         self.0.request_ended();
+        if let Some(slot) = &self.1 {
+            slot.request_ended();
+        }
     }
 }
 
@@ -288,7 +317,8 @@ async fn watch(activity: &Activity, limits: &ConnectionsConfig) -> Expired {
     }
 }
 
-/// One connection, holding its place under the cap until it is closed.
+/// One connection, holding its place under the cap until it is closed or
+/// evicted.
 ///
 /// Until the client's first byte arrives nothing of HTTP exists: a socket
 /// opened and left silent (the cheapest flood) costs this small task, not
@@ -296,7 +326,8 @@ async fn watch(activity: &Activity, limits: &ConnectionsConfig) -> Expired {
 /// ([`http_connection`]) so the task's own allocation stays small.
 async fn connection(
     stream: TcpStream,
-    _permit: OwnedSemaphorePermit,
+    slot: ConnSlot,
+    _alive: mpsc::Sender<()>,
     app: Router,
     http: hyper::server::conn::http1::Builder,
     limits: Arc<ConnectionsConfig>,
@@ -316,14 +347,24 @@ async fn connection(
             return;
         }
         () = shutdown.cancelled() => return,
+        () = slot.evicted() => return,
     }
-    Box::pin(http_connection(stream, app, http, limits, shutdown)).await;
+    Box::pin(http_connection(
+        stream,
+        Arc::new(slot),
+        app,
+        http,
+        limits,
+        shutdown,
+    ))
+    .await;
 }
 
 /// hyper's HTTP/1 over the watched socket, until the connection ends,
-/// breaks a limit, or shutdown has let its request finish.
+/// breaks a limit, or shutdown or eviction has let its request finish.
 async fn http_connection(
     stream: TcpStream,
+    slot: Arc<ConnSlot>,
     app: Router,
     http: hyper::server::conn::http1::Builder,
     limits: Arc<ConnectionsConfig>,
@@ -337,10 +378,12 @@ async fn http_connection(
     });
     let body_timeout = limits.body_timeout;
     let service_activity = activity.clone();
+    let service_slot = slot.clone();
     let service = hyper::service::service_fn(move |request: http::Request<Incoming>| {
-        service_activity.request_started();
-        let busy = Busy(service_activity.clone());
-        let request = request.map(|body| Body::new(TimedBody::new(body, body_timeout)));
+        let busy = Busy::start(service_activity.clone(), Some(service_slot.clone()));
+        let mut request = request.map(|body| Body::new(TimedBody::new(body, body_timeout)));
+        // For `auth::Caller`, which promotes the connection on a valid token.
+        request.extensions_mut().insert(service_slot.clone());
         let answer = app.clone().oneshot(request);
         async move {
             let answer = answer.await;
@@ -367,6 +410,16 @@ async fn http_connection(
                 return;
             }
             () = shutdown.cancelled(), if !stopping => {
+                stopping = true;
+                conn.as_mut().graceful_shutdown();
+            }
+            () = slot.evicted(), if !stopping => {
+                // Idle: close now. A request whose head completed since the
+                // eviction was decided is answered first.
+                if !slot.is_busy() {
+                    tracing::debug!("closing an evicted connection");
+                    return;
+                }
                 stopping = true;
                 conn.as_mut().graceful_shutdown();
             }
@@ -564,11 +617,10 @@ mod tests {
             ..ConnectionsConfig::default()
         };
         let a = Arc::new(Activity::new());
-        a.request_started();
-        let ender = a.clone();
+        let busy = Busy::start(a.clone(), None);
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_secs(10)).await;
-            drop(Busy(ender));
+            drop(busy);
         });
         let started = Instant::now();
         assert!(matches!(watch(&a, &limits).await, Expired::Idle));

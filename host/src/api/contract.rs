@@ -240,6 +240,9 @@ pub fn shared_codes(path: &str, op: &Value) -> Vec<Code> {
         // token out of its tenant (or disabled), an admin naming an unknown
         // tenant.
         codes.extend([INVALID_TENANT, UNAUTHORIZED, FORBIDDEN, NOT_FOUND]);
+        // A valid token whose connections are at `max_per_token`
+        // (`api/connections/admission.rs`).
+        codes.push(TOO_MANY_TOKEN_CONNECTIONS);
     }
     let has = |location: &str| {
         op["parameters"]

@@ -31,6 +31,9 @@ pub const COMPILE_QUEUE_RETRY_AFTER_SECS: u64 = 5;
 /// (`Retry-After`): the scheduler probes the store every second, and a
 /// reopened store is tried at most every second.
 pub const STORE_RETRY_AFTER_SECS: u64 = 2;
+/// `Retry-After` of `too_many_token_connections`: the token's other
+/// connections close at their idle timeout or sooner, so a second.
+pub const TOKEN_CONNECTIONS_RETRY_AFTER_SECS: u64 = 1;
 
 /// The body of every error answer.
 #[derive(Debug, serde::Serialize, utoipa::ToSchema)]
@@ -111,6 +114,7 @@ pub mod codes {
         COMPILE_QUEUE_FULL = 429 "compile_queue_full" "as many plugin uploads as the host (or, per tenant, `max_compiling`) allows are compiling or waiting to; `Retry-After` says when to try again";
         QUEUE_FULL = 429 "queue_full" "the tenant's queue is full; `Retry-After` says when to try again";
         QUOTA_EXCEEDED = 429 "quota_exceeded" "a tenant quota refuses it for now; `Retry-After` says when to try again";
+        TOO_MANY_TOKEN_CONNECTIONS = 429 "too_many_token_connections" "the token already holds `connections.max_per_token` connections; the connection is closed, `Retry-After` says when to try again";
         INTERNAL = 500 "internal" "a fault of the host; the host log has the details";
         UNAVAILABLE = 503 "unavailable" "the host cannot serve right now";
         STORE_UNAVAILABLE = 503 "store_unavailable" "the store refuses writes for now (full disk, I/O error): nothing was stored; `Retry-After` says when to try again";
@@ -217,6 +221,10 @@ pub enum ApiError {
     /// 413 `run_bytes_quota`: a new run would take the tenant's run data
     /// over its `run_bytes` quota.
     RunBytesQuota(String),
+    /// 429 `too_many_token_connections`: the token already holds
+    /// `connections.max_per_token` connections; this one is closed after
+    /// the answer (`Connection: close`).
+    TooManyTokenConnections(String),
 }
 
 impl ApiError {
@@ -266,6 +274,9 @@ impl ApiError {
             ApiError::PluginBytesQuota(_) => (StatusCode::PAYLOAD_TOO_LARGE, "plugin_bytes_quota"),
             ApiError::InputTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "input_too_large"),
             ApiError::RunBytesQuota(_) => (StatusCode::PAYLOAD_TOO_LARGE, "run_bytes_quota"),
+            ApiError::TooManyTokenConnections(_) => {
+                (StatusCode::TOO_MANY_REQUESTS, "too_many_token_connections")
+            }
         }
     }
 
@@ -304,6 +315,9 @@ impl ApiError {
                 json!({ "retry_after": retry_after })
             }
             ApiError::RunDeleted { run, .. } => json!({ "run_id": run }),
+            ApiError::TooManyTokenConnections(_) => {
+                json!({ "retry_after": TOKEN_CONNECTIONS_RETRY_AFTER_SECS })
+            }
             _ => Value::Null,
         }
     }
@@ -341,7 +355,8 @@ impl ApiError {
             | ApiError::TooManyPlugins(message)
             | ApiError::PluginBytesQuota(message)
             | ApiError::InputTooLarge(message)
-            | ApiError::RunBytesQuota(message) => message.clone(),
+            | ApiError::RunBytesQuota(message)
+            | ApiError::TooManyTokenConnections(message) => message.clone(),
             ApiError::MethodNotAllowed => "this route does not accept this method".into(),
             ApiError::Internal(_) => "internal error; the host logged the details".into(),
         }
@@ -383,6 +398,15 @@ impl IntoResponse for ApiError {
             | ApiError::CompileQueueFull { retry_after, .. }
             | ApiError::StoreUnavailable { retry_after, .. } => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from(*retry_after));
+            }
+            ApiError::TooManyTokenConnections(_) => {
+                headers.insert(
+                    header::RETRY_AFTER,
+                    HeaderValue::from(TOKEN_CONNECTIONS_RETRY_AFTER_SECS),
+                );
+                // hyper closes the connection after an answer saying so:
+                // its place goes back to the token's others.
+                headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
             }
             _ => {}
         }
@@ -707,6 +731,7 @@ mod tests {
             ApiError::PluginBytesQuota("x".into()),
             service::Error::InputTooLarge("x".into()).into(),
             service::Error::from(crate::scheduler::Error::RunBytesQuota("x".into())).into(),
+            ApiError::TooManyTokenConnections("x".into()),
         ]
     }
 

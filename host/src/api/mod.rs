@@ -9,8 +9,9 @@
 //! - [`views`]: the JSON shapes of the answers.
 //! - `dashboard`: the web dashboard's embedded files (`GET /`).
 //! - [`openapi`]: the OpenAPI document, generated from the handlers' annotations.
-//! - `connections`: the accept loop [`serve`] runs — connection cap, idle,
-//!   head and body timeouts.
+//! - `connections`: the accept loop [`serve`] runs — connection cap shared
+//!   out per address and per token (`connections::admission`), idle, head
+//!   and body timeouts.
 //! - [`contract`]: what the document adds to them — every error status of
 //!   every route, the patterns and ranges validation enforces.
 //!

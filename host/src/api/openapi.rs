@@ -273,7 +273,10 @@ mod tests {
         };
         assert_eq!(
             statuses("/v1/tenants/{tenant}/disable", "post"),
-            ["200", "400", "401", "403", "404", "409", "500", "503"]
+            // 429: a token at `connections.max_per_token`, on any `/v1` route.
+            [
+                "200", "400", "401", "403", "404", "409", "429", "500", "503"
+            ]
         );
         let _ = contract::route_of("get", "/v1/runs").expect("an entry");
     }
