@@ -119,6 +119,9 @@ struct State {
     usage: BTreeMap<(String, Millis, String), UsageBucket>,
     /// The alert outbox, keyed by id (ids sort by creation time).
     alerts: BTreeMap<String, OutboxAlert>,
+    /// Bytes of run data per tenant ([`Store::run_bytes`]), changed with
+    /// every write of it.
+    run_bytes: HashMap<String, i64>,
 }
 
 impl State {
@@ -133,7 +136,9 @@ impl State {
                 missing.get_or_insert_with(|| run.id.clone());
                 continue;
             };
-            *slot = run.clone();
+            let old = std::mem::replace(slot, run.clone());
+            self.weigh(&old.tenant, -weight(&old));
+            self.weigh(&run.tenant, weight(run) + events_weight(events));
             let log = self.events.entry(run.id.clone()).or_default();
             log.extend_from_slice(events);
         }
@@ -145,6 +150,18 @@ impl State {
                 .or_insert_with(|| u.clone());
         }
         missing.map_or(Ok(()), |id| Err(missing_run(&id)))
+    }
+
+    /// Adds `bytes` to `tenant`'s run data.
+    fn weigh(&mut self, tenant: &str, bytes: i64) {
+        *self.run_bytes.entry(tenant.to_owned()).or_default() += bytes;
+    }
+
+    /// The tenant of run `id`, or `fallback` when it is not stored.
+    fn tenant_of(&self, id: &str, fallback: &str) -> String {
+        self.runs
+            .get(id)
+            .map_or_else(|| fallback.to_owned(), |r| r.tenant.clone())
     }
 
     fn put_alerts(&mut self, alerts: &[OutboxAlert]) {
@@ -212,6 +229,15 @@ impl MemoryStore {
         // (clones and inserts only), so a poisoned lock still guards sound data.
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
+}
+
+/// What a value weighs in [`Store::run_bytes`]: its JSON.
+fn weight(value: &impl serde::Serialize) -> i64 {
+    i64::try_from(crate::model::json_len(value)).unwrap_or(i64::MAX)
+}
+
+fn events_weight(events: &[Event]) -> i64 {
+    events.iter().map(weight).sum()
 }
 
 fn key2(tenant: &str, task: &str) -> TaskKey {
@@ -463,6 +489,7 @@ impl Store for MemoryStore {
                     .schedules
                     .insert(key2(&schedule.tenant, &schedule.task), schedule.clone());
             }
+            state.weigh(&run.tenant, weight(run) + events_weight(events));
             let log = state.events.entry(run.id.clone()).or_default();
             log.extend_from_slice(events);
             outcomes.push(Insert::Created);
@@ -633,13 +660,21 @@ impl Store for MemoryStore {
         }
         // Its idempotency key stays until it expires (`expire_keys`).
         let run = state.runs.remove(id).expect("the run was just found");
-        let fire = (run.tenant, run.task, run.scheduled_for);
+        let fire = (run.tenant.clone(), run.task.clone(), run.scheduled_for);
         if state.fires.get(&fire).is_some_and(|owner| owner == id) {
             state.fires.remove(&fire);
         }
-        state.events.remove(id);
-        state.logs.remove(id);
-        state.records.remove(id);
+        let mut bytes = weight(&run);
+        bytes += state.events.remove(id).map_or(0, |e| events_weight(&e));
+        bytes += state
+            .logs
+            .remove(id)
+            .map_or(0, |l| l.values().map(weight).sum());
+        bytes += state
+            .records
+            .remove(id)
+            .map_or(0, |r| r.values().map(weight).sum());
+        state.weigh(&fire.0, -bytes);
         Ok(true)
     }
 
@@ -647,10 +682,13 @@ impl Store for MemoryStore {
         Ok(self.state().events.get(run_id).cloned().unwrap_or_default())
     }
 
-    fn put_logs(&self, _tenant: &str, run_id: &str, logs: &AttemptLogs) -> Result<()> {
+    fn put_logs(&self, tenant: &str, run_id: &str, logs: &AttemptLogs) -> Result<()> {
         let mut state = self.state();
+        let tenant = state.tenant_of(run_id, tenant);
         let by_attempt = state.logs.entry(run_id.to_owned()).or_default();
-        by_attempt.insert((logs.step.clone(), logs.attempt), logs.clone());
+        let old = by_attempt.insert((logs.step.clone(), logs.attempt), logs.clone());
+        let bytes = weight(logs) - old.as_ref().map_or(0, weight);
+        state.weigh(&tenant, bytes);
         Ok(())
     }
 
@@ -662,39 +700,25 @@ impl Store for MemoryStore {
         Ok(by_attempt.values().cloned().collect())
     }
 
-    /// Counted at each call from what the maps hold, each value as its JSON
-    /// (a test store: nothing here is large). The sled store counts as it
-    /// writes and weighs its values as stored, so the two agree on what
-    /// grows and what is settled, not to the byte.
+    /// Each value weighs its JSON (an event on its own): the sled store
+    /// weighs its values as stored, so the two agree on what grows and what
+    /// is settled, not to the byte.
     fn run_bytes(&self, tenant: &str) -> Result<u64> {
-        let state = self.state();
-        use crate::model::json_len;
-        let mut total = 0;
-        for run in state.runs.values().filter(|r| r.tenant == tenant) {
-            total += json_len(run);
-            total += state.events.get(&run.id).map_or(0, json_len);
-            for logs in state.logs.get(&run.id).into_iter().flat_map(|l| l.values()) {
-                total += json_len(logs);
-            }
-            for record in state
-                .records
-                .get(&run.id)
-                .into_iter()
-                .flat_map(|r| r.values())
-            {
-                total += json_len(record);
-            }
-        }
-        Ok(total)
+        let bytes = self.state().run_bytes.get(tenant).copied().unwrap_or(0);
+        Ok(u64::try_from(bytes).unwrap_or(0))
     }
 
     fn put_record(&self, record: &AttemptRecord) -> Result<()> {
         let ctx = &record.context;
-        self.state()
+        let mut state = self.state();
+        let tenant = state.tenant_of(&ctx.run_id, &ctx.tenant);
+        let old = state
             .records
             .entry(ctx.run_id.clone())
             .or_default()
             .insert((ctx.step.clone(), ctx.attempt), record.clone());
+        let bytes = weight(record) - old.as_ref().map_or(0, weight);
+        state.weigh(&tenant, bytes);
         Ok(())
     }
 

@@ -551,7 +551,11 @@ mod tests {
             fs::read_to_string(dir.path().join(FORMAT_FILE)).unwrap(),
             format!("{STORE_FORMAT}\n")
         );
-        fs::write(dir.path().join(FORMAT_FILE), "3\n").unwrap();
+        fs::write(
+            dir.path().join(FORMAT_FILE),
+            format!("{}\n", STORE_FORMAT + 1),
+        )
+        .unwrap();
         let message = unusable(SledStore::open(dir.path()));
         assert!(message.contains("newer ax"), "{message}");
 
