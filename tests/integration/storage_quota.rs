@@ -252,3 +252,77 @@ fn a_tenant_cannot_fill_memory_or_disk_with_queued_inputs() {
     assert!(grown < 100 << 20, "RSS grew by {grown} bytes");
     assert!(disk < 64 << 20, "the data directory grew by {disk} bytes");
 }
+
+/// The same attack under a generous quota (issue 31, item 3): the admin
+/// raised the tenant's `run_bytes` and `max_input_bytes`, and it queues some
+/// 800 runs of ~250 KiB inputs (~200 MB stored), all within the queue head
+/// (1,000 runs). The head holds what dispatch needs, not the inputs
+/// (`scheduler/actor/spill.rs`): the server's memory grows by far less than
+/// what is queued, and a queued run's input is whole in the store (read
+/// back, and still there after the run is cancelled).
+#[test]
+fn queued_large_inputs_are_not_held_in_memory() {
+    const BIG_RUN_BYTES: u64 = 256 << 20;
+    const BIG_INPUT: u64 = 256 << 10;
+    const RUNS: usize = 800;
+    let dir = tempfile::tempdir().unwrap();
+    let server = AxProcess::start(dir.path());
+    let url = server.url.clone();
+    let agent = new_agent();
+    let (status, body) = post(
+        &agent,
+        &format!("{url}/v1/tenants"),
+        "default",
+        &json!({"name": HOSTILE, "quota": {"fuel_per_window": 1, "out_of_fuel": "hold",
+                "run_bytes": BIG_RUN_BYTES, "max_input_bytes": BIG_INPUT}}),
+    );
+    assert_eq!(status, 201, "{body}");
+    upload_echo(&agent, &url, HOSTILE);
+    apply_echo(&agent, &url, HOSTILE, "t");
+    let batch = format!("{url}/v1/tasks/t/runs:batch");
+
+    let rss_before = rss(server.pid());
+    let fits = "z".repeat((BIG_INPUT - (6 << 10)) as usize);
+    let mut ids = Vec::new();
+    for _ in 0..RUNS / 20 {
+        let items: Vec<Value> = (0..20).map(|_| json!({"input": {"n": fits}})).collect();
+        let (status, body) = post(&agent, &batch, HOSTILE, &json!({"runs": items}));
+        assert_eq!(status, 200, "{body}");
+        assert!(
+            item_codes(&body).iter().all(|c| c == "created"),
+            "{body}"
+        );
+        for run in body["runs"].as_array().unwrap() {
+            ids.push(run["id"].as_str().unwrap().to_string());
+        }
+    }
+    assert_eq!(ids.len(), RUNS);
+    // The write-behind lands (the records it holds are let go).
+    std::thread::sleep(Duration::from_secs(1));
+    let grown = rss(server.pid()).saturating_sub(rss_before);
+    eprintln!(
+        "RSS grew by {} MiB with {RUNS} queued runs of {} KiB inputs",
+        grown >> 20,
+        fits.len() >> 10
+    );
+
+    // Queued (the first took the window's fuel), and whole in the store;
+    // cancelling one keeps its input.
+    let (queued, cancelled) = (&ids[RUNS - 1], &ids[RUNS - 2]);
+    let run = get_as(&agent, &format!("{url}/v1/runs/{queued}"), HOSTILE);
+    assert_eq!(run["status"], "queued", "{}", run["status"]);
+    assert_eq!(run["input"]["n"].as_str().map(str::len), Some(fits.len()));
+    let (status, body) = post(
+        &agent,
+        &format!("{url}/v1/runs/{cancelled}/cancel"),
+        HOSTILE,
+        &json!({}),
+    );
+    assert_eq!(status, 200, "{}", body["error"]);
+    assert_eq!(body["input"]["n"].as_str().map(str::len), Some(fits.len()));
+    let run = get_as(&agent, &format!("{url}/v1/runs/{cancelled}"), HOSTILE);
+    assert_eq!(run["status"], "cancelled");
+    assert_eq!(run["input"]["n"].as_str().map(str::len), Some(fits.len()));
+
+    assert!(grown < 100 << 20, "RSS grew by {grown} bytes");
+}

@@ -423,6 +423,9 @@ pub struct Snapshot {
     pub timers: usize,
     /// Queued runs left in the store, not held in memory (all tenants).
     pub parked_runs: usize,
+    /// Queued runs in memory whose large input is left in the store until
+    /// they start (`actor/spill.rs`).
+    pub spilled_runs: usize,
 }
 
 /// A handle to the scheduler actor. Cheap to clone.

@@ -135,6 +135,12 @@ impl Actor {
     pub(super) fn start_conditions(&mut self) {
         let budget = self.config.cond_budget;
         while let Some(request) = self.cond_pool.next() {
+            // A condition may read `input` (`spill`). Not read back, the
+            // step stays pending; a store that cannot read is logged.
+            if let Err(e) = self.unspill(&request.run_id) {
+                tracing::error!(run = %request.run_id, error = %e, "cannot read a run's input back for a condition");
+                continue;
+            }
             let Some(run) = self.runs.get(&request.run_id) else {
                 continue;
             };

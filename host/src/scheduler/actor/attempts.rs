@@ -74,7 +74,10 @@ impl Actor {
         let number = run.rec.steps[i].attempts.len() as u32 + 1;
         let grants = run.spec.step_grants(i);
         // Resolve the input and the plugin; either failing fails the step for good.
-        let input = self.resolve_input(&entry.run_id, i, number);
+        let input = match self.unspill(&entry.run_id) {
+            Ok(()) => self.resolve_input(&entry.run_id, i, number),
+            Err(e) => Err(format!("cannot read the run's input from the store: {e}")),
+        };
         // The version a range or a tag means is decided here, at the start
         // of each attempt, and recorded on it.
         let plugin = self.resolve_plugin(&entry.tenant, &spec.plugin)?;

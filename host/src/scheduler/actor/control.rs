@@ -14,6 +14,8 @@ impl Actor {
     pub(super) fn on_cancel(&mut self, run_id: &str, actor: &str) -> Result<RunRecord> {
         let now = self.clock.now_ms();
         self.take_up_if_parked(run_id, now)?;
+        // The answer shows the run whole (`spill`).
+        self.unspill(run_id)?;
         let Some(run) = self.runs.get_mut(run_id) else {
             let rec = self
                 .store

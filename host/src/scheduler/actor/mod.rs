@@ -9,6 +9,7 @@
 //! - `active`: a run held in memory (the core's state plus its attempts' cancellation);
 //! - `recovery`: rebuilding memory from the store at start;
 //! - `parked`: the head of the persistent queue held in memory, refilled;
+//! - `spill`: large inputs of queued runs left in the store until needed;
 //! - `create`: manual and `after` triggers, new runs, storing them per loop turn;
 //! - `apply`: many task definitions stored in one write (bulk apply);
 //! - `fire`: time triggers, schedules, due timers, firing;
@@ -30,11 +31,12 @@ mod faults;
 mod fire;
 mod parked;
 mod recovery;
+mod spill;
 mod tasks;
 mod tenants;
 mod write;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -157,6 +159,9 @@ pub(super) struct Actor {
     parked: HashMap<String, usize>,
     /// The same by task (they count for `overlap`).
     parked_by_task: HashMap<TaskKey, usize>,
+    /// Runs in memory whose large input is left in the store (`spill`):
+    /// their `rec.input` is `null` until [`Actor::unspill`].
+    spilled: HashSet<String>,
     /// When the heads were last refilled (`parked`).
     heads_refilled_at: Millis,
     /// Runs changed since the last flush, with their events not yet stored.
@@ -263,6 +268,7 @@ impl Actor {
             unstored_bytes: HashMap::new(),
             parked: HashMap::new(),
             parked_by_task: HashMap::new(),
+            spilled: HashSet::new(),
             heads_refilled_at: Millis::MIN,
             dirty: Dirty::default(),
             finished: HashMap::new(),
@@ -628,6 +634,7 @@ impl Actor {
             cached_tasks: self.tasks.len(),
             timers: self.timers.len(),
             parked_runs: self.parked.values().sum(),
+            spilled_runs: self.spilled.len(),
         }
     }
 

@@ -192,7 +192,9 @@ impl Actor {
             .insert(id.clone(), ActiveRun::new(rec, spec, held));
         // As at recovery: a run parked by a restart may have steps that were
         // already queued (or attempts lost) before it; they are queued again.
-        self.recover_run(&id, now)
+        self.recover_run(&id, now)?;
+        self.spill(&id);
+        Ok(())
     }
 
     /// Takes up a parked run a command names (cancel), if it is one.

@@ -97,6 +97,7 @@ impl Actor {
             self.runs
                 .insert(id.clone(), ActiveRun::new(rec, spec, held));
             self.recover_run(&id, now)?;
+            self.spill(&id);
         }
         // Only the fires due within the window (missed ones included: they
         // are due), not every task: the rest stay in the store's index.

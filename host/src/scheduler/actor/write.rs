@@ -293,6 +293,15 @@ impl Actor {
                 self.dirty.add(&id, steps, &mut events);
                 continue;
             }
+            // A spilled record written as it is would lose the stored input
+            // (`spill`): it is read back first, or the write waits.
+            if let Err(e) = self.unspill(&id) {
+                tracing::error!(run = %id, error = %e, "cannot read a run's input back; its write waits");
+                let steps = self.runs.get(&id).map_or(0, |r| r.rec.steps.len());
+                self.dirty.add(&id, steps, &mut events);
+                continue;
+            }
+            debug_assert!(!self.spilled.contains(&id), "a spilled run is written");
             let rec = self
                 .runs
                 .get(&id)
@@ -308,6 +317,15 @@ impl Actor {
             let (holds, refire) = (&self.after_holds, &self.after_refire);
             self.finished
                 .retain(|id, _| holds.contains_key(id) || refire.contains(id));
+        }
+        // Queued runs are stored whole by this write: their inputs can go.
+        let queued: Vec<String> = runs
+            .iter()
+            .filter(|(rec, _)| rec.status == crate::model::RunStatus::Queued)
+            .map(|(rec, _)| rec.id.clone())
+            .collect();
+        for id in queued {
+            self.spill(&id);
         }
         let usage: Vec<UsageBucket> = self.usage.drain().map(|(_, b)| b).collect();
         match &self.writer {

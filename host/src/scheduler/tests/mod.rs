@@ -53,6 +53,7 @@ mod recovery;
 mod retention;
 mod retries;
 mod runs;
+mod spill;
 mod versions;
 mod window;
 
