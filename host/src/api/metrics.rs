@@ -247,6 +247,12 @@ fn render(
         "Queued runs kept in the store's queue index, beyond the heads held in memory.",
         snapshot.parked_runs as f64,
     );
+    gauge(
+        &mut e,
+        "ax_spilled_runs",
+        "Queued runs in memory whose large input is left in the store until they start.",
+        snapshot.spilled_runs as f64,
+    );
     counter(
         &mut e,
         "ax_runs_created_total",
