@@ -288,10 +288,7 @@ fn queued_large_inputs_are_not_held_in_memory() {
         let items: Vec<Value> = (0..20).map(|_| json!({"input": {"n": fits}})).collect();
         let (status, body) = post(&agent, &batch, HOSTILE, &json!({"runs": items}));
         assert_eq!(status, 200, "{body}");
-        assert!(
-            item_codes(&body).iter().all(|c| c == "created"),
-            "{body}"
-        );
+        assert!(item_codes(&body).iter().all(|c| c == "created"), "{body}");
         for run in body["runs"].as_array().unwrap() {
             ids.push(run["id"].as_str().unwrap().to_string());
         }

@@ -16,16 +16,26 @@ async fn a_spilled_run_starts_with_its_whole_input_and_a_cancelled_one_keeps_it(
     let store = Arc::new(MemoryStore::new());
     store.put_tenant(&tenant_record("a", quota)).unwrap();
     let h = Harness::start_with(store, test_config()).await;
-    h.put_task_for("a", "name: job\nplugin: ok@1.0.0\ninput: { x: \"${input.x}\" }\n")
+    h.put_task_for(
+        "a",
+        "name: job\nplugin: ok@1.0.0\ninput: { x: \"${input.x}\" }\n",
+    )
+    .await;
+    let first = h
+        .trigger_for("a", "job", serde_json::json!({ "x": 1 }))
         .await;
-    let first = h.trigger_for("a", "job", serde_json::json!({ "x": 1 })).await;
-    assert_eq!(h.wait_terminal(&first.id).await.status, RunStatus::Succeeded);
+    assert_eq!(
+        h.wait_terminal(&first.id).await.status,
+        RunStatus::Succeeded
+    );
 
     let big = "b".repeat(64 << 10);
     let input = serde_json::json!({ "x": big });
     let kept = h.trigger_for("a", "job", input.clone()).await;
     let cancelled = h.trigger_for("a", "job", input.clone()).await;
-    let small = h.trigger_for("a", "job", serde_json::json!({ "x": 2 })).await;
+    let small = h
+        .trigger_for("a", "job", serde_json::json!({ "x": 2 }))
+        .await;
     // The write-behind stores them; then only the large inputs are spilled.
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(
