@@ -55,6 +55,21 @@ async fn task(live: &Live, tenant: &str, file: &str, name: &str, limits: &str) {
         )
         .await;
     assert!(matches!(r.status, 200 | 201), "{} {}", r.status, r.text);
+    // Uploads compile in the background: a run started before the compile
+    // ends waits for it in `running`, which a test timing its attempt
+    // (cancel after it has burned fuel) must not mistake for execution.
+    until("the plugin compiles", || async {
+        let v = ok(
+            live,
+            tenant,
+            "GET",
+            &format!("/v1/plugins/{name}/1.0.0"),
+            "",
+        )
+        .await;
+        (v["status"] != "compiling").then_some(())
+    })
+    .await;
     let def = format!("name: {name}\nplugin: {name}@1.0.0\nlimits: {limits}\n");
     ok(live, tenant, "PUT", &format!("/v1/tasks/{name}"), &def).await;
 }
