@@ -157,7 +157,7 @@ async fn a_version_left_compiling_by_a_stop_compiles_on_the_next_start() {
     let echo = plugin_bytes("echo");
     {
         let store = ax::store::SledStore::open(dir.path()).expect("the store opens");
-        use ax::store::Store as _;
+        use ax::store::prelude::*;
         let digest = store.put_blob(&echo).expect("the blob");
         store
             .put_plugin(&ax::model::PluginRecord {

@@ -21,6 +21,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::model::{AttemptContext, TriggerKind};
+use crate::store::prelude::*;
 
 pub use self::caps::{HttpBenchStats, KvBenchStats, http_requests, kv_round_trips};
 pub use self::dag::{DagStats, dag_overhead};

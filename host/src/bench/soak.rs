@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use super::{percentile, scratch_dir};
+use crate::store::prelude::*;
 
 /// Settings of `ax bench soak`.
 #[derive(Clone, Debug)]

@@ -14,7 +14,7 @@
 //! no record to decide). Runs of deleted tasks follow the defaults.
 //!
 //! The sweep walks the store's run index a page at a time
-//! ([`Store::run_summaries_page`]: descending (tenant, task, id), so newest
+//! ([`Runs::run_summaries_page`]: descending (tenant, task, id), so newest
 //! first within a task) with a [`Chooser`] that holds only the task it is in
 //! and a count; each task's definition is read once, when the walk reaches
 //! its runs. So a sweep holds one page, not every run and task definition
@@ -45,7 +45,7 @@
 //! `idempotency_ttl` from their run's creation (7 days by default, a task's
 //! `retention.idempotency_ttl` replaces it) whether or not the run is kept,
 //! and a replayed key whose run is gone answers `410 run_deleted` with the
-//! run's id. Each sweep frees the keys that expired ([`Store::expire_keys`],
+//! run's id. Each sweep frees the keys that expired ([`Runs::expire_keys`](crate::store::Runs::expire_keys),
 //! read in expiry order, so only the due ones are read).
 
 use std::collections::{HashMap, HashSet};
@@ -139,7 +139,7 @@ fn policy(spec: Option<&RetentionSpec>, defaults: &RetentionConfig) -> (u64, Dur
     )
 }
 
-/// Walks runs in [`Store::run_summaries_page`] order (newest first within a
+/// Walks runs in [`Runs::run_summaries_page`](crate::store::Runs::run_summaries_page) order (newest first within a
 /// task) and chooses those to delete: per (tenant, task), the finished runs
 /// past the newest `keep_runs`, or created before `now - keep_for`. It holds
 /// the policy of the task it is in and a count, nothing per run, so a sweep

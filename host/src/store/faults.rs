@@ -2,7 +2,7 @@
 //! is on, every write (and every sync ticket) fails with an I/O error
 //! ("no space left on device") and changes nothing; reads go through. It
 //! can also report damage, as sled's read of every entry does
-//! ([`Store::damage`]).
+//! ([`Operations::damage`](crate::store::Operations::damage)).
 //! Wrapped in a [`super::guard::Guarded`] it behaves as a full disk does
 //! under `ax serve`, minus the reopen (the memory store needs none).
 

@@ -4,14 +4,14 @@
 //! [`Layered`] turns a [`Layer`] (what to do around each read and each
 //! write) into a whole [`Store`], so a wrapper states only its policy:
 //! - [`Guard`] (`ax serve` wraps its store in it): tracks whether the store
-//!   writes ([`Store::writable`]), and after a refused write reopens the
+//!   writes ([`Operations::writable`](crate::store::Operations::writable)), and after a refused write reopens the
 //!   database once the data directory takes writes again. sled 0.34 keeps
 //!   an I/O error as a global error: every later write of the same `Db`
 //!   fails, even after space is freed (measured: a flush on a full tmpfs
 //!   fails, the filler is deleted, the next insert still fails with the
 //!   same error; a reopened `Db` writes). A reopen loses what was written
 //!   after the last flush that reached the disk, as a crash would, so it
-//!   bumps [`Store::generation`] and the scheduler rebuilds its memory from
+//!   bumps [`Operations::generation`](crate::store::Operations::generation) and the scheduler rebuilds its memory from
 //!   the store then (`scheduler::actor`).
 //! - [`super::faults::Faults`]: refuses writes while a switch is on (tests).
 //!
@@ -24,8 +24,8 @@ use std::time::{Duration, Instant};
 
 use super::secrets::{SecretInfo, SecretStore};
 use super::{
-    AlertQuery, AlertStatus, AttemptLogs, Error, Insert, NewRun, OutboxAlert, Result, RunPage,
-    RunQuery, RunSummary, Store, SyncTicket,
+    AlertQuery, AlertStatus, AttemptLogs, Catalog, Error, Insert, NewRun, Operations, Outbox,
+    OutboxAlert, Result, RunPage, RunQuery, RunSummary, Runs, Store, SyncTicket, Tenancy,
 };
 use crate::capability::kv::{KvNamespace, KvResult, KvStore, SetOutcome};
 use crate::model::record::AttemptRecord;
@@ -62,15 +62,15 @@ pub trait Layer: Send + Sync + 'static {
             Err(e) => SyncTicket::new(async move { Err(e) }),
         }
     }
-    /// See [`Store::damage`].
+    /// See [`Operations::damage`](crate::store::Operations::damage).
     fn damage(&self) -> Option<String> {
         self.inner().ok().and_then(|s| s.damage())
     }
-    /// See [`Store::writable`].
+    /// See [`Operations::writable`](crate::store::Operations::writable).
     fn writable(&self) -> bool {
         self.inner().is_ok_and(|s| s.writable())
     }
-    /// See [`Store::generation`].
+    /// See [`Operations::generation`](crate::store::Operations::generation).
     fn generation(&self) -> u64 {
         self.inner().map_or(0, |s| s.generation())
     }
@@ -166,61 +166,101 @@ impl<L: Layer> SecretStore for Handles<L> {
     }
 }
 
-impl<L: Layer> Store for Layered<L> {
+impl<L: Layer> Operations for Layered<L> {
     fn sync_ticket(&self) -> SyncTicket {
         self.0.ticket()
     }
+
     fn get_meta(&self, key: &str) -> Result<Option<String>> {
         self.0.read(|s| s.get_meta(key))
     }
+
     fn put_meta(&self, key: &str, value: &str) -> Result<()> {
         self.0.write(|s| s.put_meta(key, value))
     }
+
+    fn kv(&self) -> Arc<dyn KvStore> {
+        Arc::new(Handles(self.0.clone()))
+    }
+
+    fn secrets(&self) -> Arc<dyn SecretStore> {
+        Arc::new(Handles(self.0.clone()))
+    }
+
+    fn size_on_disk(&self) -> u64 {
+        self.0.inner().map_or(0, |s| s.size_on_disk())
+    }
+
+    fn damage(&self) -> Option<String> {
+        self.0.damage()
+    }
+
+    fn writable(&self) -> bool {
+        self.0.writable()
+    }
+
+    fn generation(&self) -> u64 {
+        self.0.generation()
+    }
+}
+
+impl<L: Layer> Catalog for Layered<L> {
     fn put_blob(&self, bytes: &[u8]) -> Result<String> {
         self.0.write(|s| s.put_blob(bytes))
     }
+
     fn get_blob(&self, digest: &str) -> Result<Option<Vec<u8>>> {
         self.0.read(|s| s.get_blob(digest))
     }
+
     fn delete_blob(&self, digest: &str) -> Result<()> {
         self.0.write(|s| s.delete_blob(digest))
     }
+
     fn put_plugin(&self, plugin: &PluginRecord) -> Result<()> {
         self.0.write(|s| s.put_plugin(plugin))
     }
+
     fn get_plugin(&self, tenant: &str, name: &str, version: &str) -> Result<Option<PluginRecord>> {
         self.0.read(|s| s.get_plugin(tenant, name, version))
     }
+
     fn list_plugins(&self, tenant: &str) -> Result<Vec<PluginRecord>> {
         self.0.read(|s| s.list_plugins(tenant))
     }
+
     fn delete_plugin(&self, tenant: &str, name: &str, version: &str) -> Result<bool> {
         self.0.write(|s| s.delete_plugin(tenant, name, version))
     }
+
     fn put_plugin_tag(&self, tag: &PluginTag) -> Result<()> {
         self.0.write(|s| s.put_plugin_tag(tag))
     }
+
     fn get_plugin_tag(&self, tenant: &str, name: &str, tag: &str) -> Result<Option<PluginTag>> {
         self.0.read(|s| s.get_plugin_tag(tenant, name, tag))
     }
+
     fn list_plugin_tags(&self, tenant: &str) -> Result<Vec<PluginTag>> {
         self.0.read(|s| s.list_plugin_tags(tenant))
     }
+
     fn delete_plugin_tag(&self, tenant: &str, name: &str, tag: &str) -> Result<bool> {
         self.0.write(|s| s.delete_plugin_tag(tenant, name, tag))
     }
-    fn put_task(&self, task: &TaskRecord, schedule: &ScheduleState) -> Result<()> {
-        self.0.write(|s| s.put_task(task, schedule))
-    }
+
     fn put_tasks(&self, tasks: &[(TaskRecord, ScheduleState)]) -> Result<()> {
         self.0.write(|s| s.put_tasks(tasks))
     }
+
     fn get_task(&self, tenant: &str, name: &str) -> Result<Option<TaskRecord>> {
         self.0.read(|s| s.get_task(tenant, name))
     }
+
     fn list_tasks(&self, tenant: Option<&str>) -> Result<Vec<TaskRecord>> {
         self.0.read(|s| s.list_tasks(tenant))
     }
+
     fn list_tasks_page(
         &self,
         tenant: &str,
@@ -229,18 +269,19 @@ impl<L: Layer> Store for Layered<L> {
     ) -> Result<Vec<TaskRecord>> {
         self.0.read(|s| s.list_tasks_page(tenant, after, limit))
     }
+
     fn delete_task(&self, tenant: &str, name: &str) -> Result<bool> {
         self.0.write(|s| s.delete_task(tenant, name))
     }
+
     fn put_schedule(&self, schedule: &ScheduleState) -> Result<()> {
         self.0.write(|s| s.put_schedule(schedule))
     }
+
     fn get_schedule(&self, tenant: &str, task: &str) -> Result<Option<ScheduleState>> {
         self.0.read(|s| s.get_schedule(tenant, task))
     }
-    fn list_schedules(&self) -> Result<Vec<ScheduleState>> {
-        self.0.read(|s| s.list_schedules())
-    }
+
     fn due_schedules(
         &self,
         from: Millis,
@@ -249,15 +290,17 @@ impl<L: Layer> Store for Layered<L> {
     ) -> Result<Vec<ScheduleState>> {
         self.0.read(|s| s.due_schedules(from, until, limit))
     }
+
     fn downstream_tasks(&self, tenant: &str, upstream: &str) -> Result<Vec<String>> {
         self.0.read(|s| s.downstream_tasks(tenant, upstream))
     }
+}
+
+impl<L: Layer> Runs for Layered<L> {
     fn insert_runs(&self, runs: &[NewRun]) -> Result<Vec<Insert>> {
         self.0.write(|s| s.insert_runs(runs))
     }
-    fn write_runs(&self, runs: &[(RunRecord, Vec<Event>)], usage: &[UsageBucket]) -> Result<()> {
-        self.0.write(|s| s.write_runs(runs, usage))
-    }
+
     fn write_runs_with_alerts(
         &self,
         runs: &[(RunRecord, Vec<Event>)],
@@ -267,51 +310,39 @@ impl<L: Layer> Store for Layered<L> {
         self.0
             .write(|s| s.write_runs_with_alerts(runs, usage, alerts))
     }
-    fn put_alerts(&self, alerts: &[OutboxAlert]) -> Result<()> {
-        self.0.write(|s| s.put_alerts(alerts))
-    }
-    fn get_alert(&self, id: &str) -> Result<Option<OutboxAlert>> {
-        self.0.read(|s| s.get_alert(id))
-    }
-    fn due_alerts(&self, until: Millis, limit: usize) -> Result<Vec<OutboxAlert>> {
-        self.0.read(|s| s.due_alerts(until, limit))
-    }
-    fn list_alerts(&self, query: &AlertQuery) -> Result<(Vec<OutboxAlert>, Option<String>)> {
-        self.0.read(|s| s.list_alerts(query))
-    }
-    fn trim_alerts(&self, tenant: &str, status: AlertStatus, keep: usize) -> Result<usize> {
-        self.0.write(|s| s.trim_alerts(tenant, status, keep))
-    }
-    fn alert_counts(&self) -> Result<Vec<(String, AlertStatus, usize)>> {
-        self.0.read(|s| s.alert_counts())
-    }
+
     fn get_run(&self, id: &str) -> Result<Option<RunRecord>> {
         self.0.read(|s| s.get_run(id))
     }
+
     fn list_runs(&self, query: &RunQuery) -> Result<RunPage> {
         self.0.read(|s| s.list_runs(query))
     }
-    fn active_runs(&self) -> Result<Vec<RunRecord>> {
-        self.0.read(|s| s.active_runs())
-    }
+
     fn running_runs(&self) -> Result<Vec<RunRecord>> {
         self.0.read(|s| s.running_runs())
     }
+
     fn queued_runs(&self, tenant: &str, limit: usize) -> Result<Vec<RunRecord>> {
         self.0.read(|s| s.queued_runs(tenant, limit))
     }
+
     fn queued_ids(&self, tenant: &str, limit: usize) -> Result<Vec<String>> {
         self.0.read(|s| s.queued_ids(tenant, limit))
     }
+
     fn queued_counts(&self) -> Result<Vec<(String, String, usize)>> {
         self.0.read(|s| s.queued_counts())
     }
+
     fn delete_run(&self, id: &str) -> Result<bool> {
         self.0.write(|s| s.delete_run(id))
     }
+
     fn expire_keys(&self, now: Millis, limit: usize) -> Result<usize> {
         self.0.write(|s| s.expire_keys(now, limit))
     }
+
     fn run_summaries_page(
         &self,
         after: Option<&RunSummary>,
@@ -319,65 +350,89 @@ impl<L: Layer> Store for Layered<L> {
     ) -> Result<Vec<RunSummary>> {
         self.0.read(|s| s.run_summaries_page(after, limit))
     }
+
     fn events(&self, run_id: &str) -> Result<Vec<Event>> {
         self.0.read(|s| s.events(run_id))
     }
+
     fn put_logs(&self, tenant: &str, run_id: &str, logs: &AttemptLogs) -> Result<()> {
         self.0.write(|s| s.put_logs(tenant, run_id, logs))
     }
+
     fn run_bytes(&self, tenant: &str) -> Result<u64> {
         self.0.read(|s| s.run_bytes(tenant))
     }
+
     fn logs(&self, run_id: &str) -> Result<Vec<AttemptLogs>> {
         self.0.read(|s| s.logs(run_id))
     }
+
     fn put_record(&self, record: &AttemptRecord) -> Result<()> {
         self.0.write(|s| s.put_record(record))
     }
+
     fn get_record(&self, run_id: &str, step: &str, attempt: u32) -> Result<Option<AttemptRecord>> {
         self.0.read(|s| s.get_record(run_id, step, attempt))
     }
+
     fn put_dead_letter(&self, dead: &DeadLetter) -> Result<()> {
         self.0.write(|s| s.put_dead_letter(dead))
     }
+
     fn get_dead_letter(&self, id: &str) -> Result<Option<DeadLetter>> {
         self.0.read(|s| s.get_dead_letter(id))
     }
+
     fn list_dead_letters(&self, tenant: &str, open_only: bool) -> Result<Vec<DeadLetter>> {
         self.0.read(|s| s.list_dead_letters(tenant, open_only))
     }
+}
+
+impl<L: Layer> Outbox for Layered<L> {
+    fn put_alerts(&self, alerts: &[OutboxAlert]) -> Result<()> {
+        self.0.write(|s| s.put_alerts(alerts))
+    }
+
+    fn get_alert(&self, id: &str) -> Result<Option<OutboxAlert>> {
+        self.0.read(|s| s.get_alert(id))
+    }
+
+    fn due_alerts(&self, until: Millis, limit: usize) -> Result<Vec<OutboxAlert>> {
+        self.0.read(|s| s.due_alerts(until, limit))
+    }
+
+    fn list_alerts(&self, query: &AlertQuery) -> Result<(Vec<OutboxAlert>, Option<String>)> {
+        self.0.read(|s| s.list_alerts(query))
+    }
+
+    fn trim_alerts(&self, tenant: &str, status: AlertStatus, keep: usize) -> Result<usize> {
+        self.0.write(|s| s.trim_alerts(tenant, status, keep))
+    }
+
+    fn alert_counts(&self) -> Result<Vec<(String, AlertStatus, usize)>> {
+        self.0.read(|s| s.alert_counts())
+    }
+}
+
+impl<L: Layer> Tenancy for Layered<L> {
     fn put_tenant(&self, tenant: &TenantRecord) -> Result<()> {
         self.0.write(|s| s.put_tenant(tenant))
     }
+
     fn list_tenants(&self) -> Result<Vec<TenantRecord>> {
         self.0.read(|s| s.list_tenants())
     }
+
     fn put_token(&self, token: &TokenRecord) -> Result<()> {
         self.0.write(|s| s.put_token(token))
     }
+
     fn list_tokens(&self) -> Result<Vec<TokenRecord>> {
         self.0.read(|s| s.list_tokens())
     }
+
     fn usage(&self, tenant: &str, from: Millis, to: Millis) -> Result<Vec<UsageBucket>> {
         self.0.read(|s| s.usage(tenant, from, to))
-    }
-    fn kv(&self) -> Arc<dyn KvStore> {
-        Arc::new(Handles(self.0.clone()))
-    }
-    fn secrets(&self) -> Arc<dyn SecretStore> {
-        Arc::new(Handles(self.0.clone()))
-    }
-    fn size_on_disk(&self) -> u64 {
-        self.0.inner().map_or(0, |s| s.size_on_disk())
-    }
-    fn damage(&self) -> Option<String> {
-        self.0.damage()
-    }
-    fn writable(&self) -> bool {
-        self.0.writable()
-    }
-    fn generation(&self) -> u64 {
-        self.0.generation()
     }
 }
 
@@ -405,7 +460,7 @@ impl Reopen {
     }
 }
 
-/// The production layer: tracks [`Store::writable`], and after a refused
+/// The production layer: tracks [`Operations::writable`](crate::store::Operations::writable), and after a refused
 /// write reopens the store (at most every [`REOPEN_EVERY`], once the
 /// directory takes writes) when a [`Reopen`] is given. See the module docs.
 pub struct Guard {
@@ -414,7 +469,7 @@ pub struct Guard {
     reopen: Option<Reopen>,
     /// Cleared by a write refused as unavailable, set by one that succeeds.
     writable: Arc<AtomicBool>,
-    /// Reopens so far ([`Store::generation`]).
+    /// Reopens so far ([`Operations::generation`](crate::store::Operations::generation)).
     generation: AtomicU64,
     /// When the last reopen was tried.
     tried: Mutex<Option<Instant>>,

@@ -2,7 +2,7 @@
 //! the capability's [`KvStore`] trait, over one shared algorithm.
 //!
 //! Kept apart from the big [`super::Store`] trait on purpose: it is reached
-//! through one accessor ([`super::Store::kv`]), has its own conformance tests
+//! through one accessor ([`super::Operations::kv`]), has its own conformance tests
 //! (below), and `ax exec --kv-dir` opens it alone ([`SledKv::open_dir`]).
 //!
 //! Layout of the ordered map (the sled tree `kv`, or a `BTreeMap`):

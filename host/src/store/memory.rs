@@ -9,11 +9,10 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use sha2::{Digest, Sha256};
-
 use super::{
-    AlertQuery, AlertStatus, AttemptLogs, Error, Insert, NewRun, OutboxAlert, Result, RunPage,
-    RunQuery, Store, SyncTicket,
+    AlertQuery, AlertStatus, AttemptLogs, Catalog, Insert, NewRun, Operations, Outbox, OutboxAlert,
+    Result, RunPage, RunQuery, Runs, SyncTicket, Tenancy,
+    rules::{MAX_SCAN, digest_of, missing_run, queue_position, select_page},
 };
 use crate::model::ids::TaskKey;
 use crate::model::record::AttemptRecord;
@@ -22,66 +21,6 @@ use crate::model::{
     TaskRecord,
 };
 use crate::tenant::{TenantRecord, TokenRecord, UsageBucket};
-
-/// A queued run's place in the persistent queue: priority with aging from
-/// its creation instant (the one written in its id, as the sled store
-/// orders it).
-pub(super) fn queue_position(run: &RunRecord) -> Millis {
-    let created = super::id_millis(&run.id).unwrap_or(0);
-    crate::model::priority::queue_order(created, run.priority)
-}
-
-/// Most index entries one `list_runs` call examines before it returns a
-/// (possibly short, possibly empty) page with a cursor. A status filter on a
-/// long history would otherwise scan without bound for one page; ten thousand
-/// small index entries take about a millisecond.
-pub(super) const MAX_SCAN: usize = 10_000;
-
-/// Picks one page of run ids out of `entries`: the index entries `(id, status,
-/// task)` in scope (a tenant's runs, a task's runs, or every run), newest
-/// first, already positioned after the cursor.
-///
-/// Stops at `limit` matches, or after examining `scan_limit` entries; `next`
-/// is the last id examined when more entries may follow, `None` when the
-/// index is exhausted.
-pub(super) fn select_page<I>(
-    entries: I,
-    task: Option<&str>,
-    status: Option<RunStatus>,
-    limit: usize,
-    scan_limit: usize,
-) -> Result<(Vec<String>, Option<String>)>
-where
-    I: Iterator<Item = Result<(String, RunStatus, String)>>,
-{
-    let limit = limit.max(1);
-    let scan_limit = scan_limit.max(1);
-    let mut ids = Vec::new();
-    let mut last: Option<String> = None;
-    for (scanned, entry) in entries.enumerate() {
-        if ids.len() == limit || scanned == scan_limit {
-            // Another entry exists beyond this page: hand out a cursor.
-            return Ok((ids, last));
-        }
-        let (id, entry_status, entry_task) = entry?;
-        if task.is_none_or(|t| t == entry_task) && status.is_none_or(|s| s == entry_status) {
-            ids.push(id.clone());
-        }
-        last = Some(id);
-    }
-    Ok((ids, None))
-}
-
-/// The sha256 of `bytes`, in lower-case hex: the name of a blob.
-pub(super) fn digest_of(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
-}
-
-/// Error for writing a run that is not stored (never inserted, or deleted
-/// by retention meanwhile): writing it would resurrect half a run.
-pub(super) fn missing_run(id: &str) -> Error {
-    Error::Backend(format!("cannot update run {id}: it does not exist"))
-}
 
 /// Everything the memory store holds, behind one lock.
 #[derive(Default)]
@@ -119,7 +58,7 @@ struct State {
     usage: BTreeMap<(String, Millis, String), UsageBucket>,
     /// The alert outbox, keyed by id (ids sort by creation time).
     alerts: BTreeMap<String, OutboxAlert>,
-    /// Bytes of run data per tenant ([`Store::run_bytes`]), changed with
+    /// Bytes of run data per tenant ([`Runs::run_bytes`](crate::store::Runs::run_bytes)), changed with
     /// every write of it.
     run_bytes: HashMap<String, i64>,
 }
@@ -231,7 +170,7 @@ impl MemoryStore {
     }
 }
 
-/// What a value weighs in [`Store::run_bytes`]: its JSON.
+/// What a value weighs in [`Runs::run_bytes`]: its JSON.
 fn weight(value: &impl serde::Serialize) -> i64 {
     i64::try_from(crate::model::json_len(value)).unwrap_or(i64::MAX)
 }
@@ -244,7 +183,7 @@ fn key2(tenant: &str, task: &str) -> TaskKey {
     TaskKey::new(tenant, task)
 }
 
-impl Store for MemoryStore {
+impl Operations for MemoryStore {
     fn sync_ticket(&self) -> SyncTicket {
         SyncTicket::ready()
     }
@@ -258,6 +197,20 @@ impl Store for MemoryStore {
         Ok(())
     }
 
+    fn size_on_disk(&self) -> u64 {
+        0
+    }
+
+    fn kv(&self) -> std::sync::Arc<dyn super::kv::KvStore> {
+        self.kv.clone()
+    }
+
+    fn secrets(&self) -> std::sync::Arc<dyn super::secrets::SecretStore> {
+        self.secrets.clone()
+    }
+}
+
+impl Catalog for MemoryStore {
     fn put_blob(&self, bytes: &[u8]) -> Result<String> {
         let digest = digest_of(bytes);
         self.state()
@@ -332,17 +285,6 @@ impl Store for MemoryStore {
         Ok(self.state().plugin_tags.remove(&key).is_some())
     }
 
-    fn put_task(&self, task: &TaskRecord, schedule: &ScheduleState) -> Result<()> {
-        let mut state = self.state();
-        state
-            .tasks
-            .insert(key2(&task.tenant, &task.name), task.clone());
-        state
-            .schedules
-            .insert(key2(&schedule.tenant, &schedule.task), schedule.clone());
-        Ok(())
-    }
-
     fn put_tasks(&self, tasks: &[(TaskRecord, ScheduleState)]) -> Result<()> {
         // One lock: a reader sees all of them or none.
         let mut state = self.state();
@@ -404,10 +346,6 @@ impl Store for MemoryStore {
         Ok(self.state().schedules.get(&key2(tenant, task)).cloned())
     }
 
-    fn list_schedules(&self) -> Result<Vec<ScheduleState>> {
-        Ok(self.state().schedules.values().cloned().collect())
-    }
-
     // The memory store serves tests: it scans instead of keeping indexes.
     fn due_schedules(
         &self,
@@ -436,7 +374,9 @@ impl Store for MemoryStore {
             .map(|t| t.name.clone())
             .collect())
     }
+}
 
+impl Runs for MemoryStore {
     fn insert_runs(&self, runs: &[NewRun]) -> Result<Vec<Insert>> {
         let mut state = self.state();
         let mut outcomes = Vec::with_capacity(runs.len());
@@ -497,10 +437,6 @@ impl Store for MemoryStore {
         Ok(outcomes)
     }
 
-    fn write_runs(&self, runs: &[(RunRecord, Vec<Event>)], usage: &[UsageBucket]) -> Result<()> {
-        self.write_runs_with_alerts(runs, usage, &[])
-    }
-
     fn write_runs_with_alerts(
         &self,
         runs: &[(RunRecord, Vec<Event>)],
@@ -552,12 +488,6 @@ impl Store for MemoryStore {
             runs: runs.collect(),
             next,
         })
-    }
-
-    fn active_runs(&self) -> Result<Vec<RunRecord>> {
-        let state = self.state();
-        let active = state.runs.values().filter(|r| !r.status.is_terminal());
-        Ok(active.cloned().collect())
     }
 
     fn running_runs(&self) -> Result<Vec<RunRecord>> {
@@ -747,7 +677,9 @@ impl Store for MemoryStore {
             newest_first.filter(|d| d.tenant == tenant && (!open_only || d.resolution.is_none()));
         Ok(selected.cloned().collect())
     }
+}
 
+impl Outbox for MemoryStore {
     fn put_alerts(&self, alerts: &[OutboxAlert]) -> Result<()> {
         self.state().put_alerts(alerts);
         Ok(())
@@ -810,7 +742,9 @@ impl Store for MemoryStore {
         }
         Ok(counts.into_iter().map(|((t, s), n)| (t, s, n)).collect())
     }
+}
 
+impl Tenancy for MemoryStore {
     fn put_tenant(&self, tenant: &TenantRecord) -> Result<()> {
         self.state()
             .tenants
@@ -843,17 +777,5 @@ impl Store for MemoryStore {
             .range(lo..hi)
             .map(|(_, b)| b.clone())
             .collect())
-    }
-
-    fn size_on_disk(&self) -> u64 {
-        0
-    }
-
-    fn kv(&self) -> std::sync::Arc<dyn super::kv::KvStore> {
-        self.kv.clone()
-    }
-
-    fn secrets(&self) -> std::sync::Arc<dyn super::secrets::SecretStore> {
-        self.secrets.clone()
     }
 }

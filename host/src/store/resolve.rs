@@ -107,6 +107,7 @@ mod tests {
     use super::*;
     use crate::model::PluginTag;
     use crate::store::memory::MemoryStore;
+    use crate::store::prelude::*;
 
     fn put(store: &MemoryStore, tenant: &str, version: &str) {
         store

@@ -9,10 +9,10 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use serde_json::json;
 
-use ax::store::Store;
 use ax::store::faults::Faulty;
 use ax::store::guard::Guarded;
 use ax::store::memory::MemoryStore;
+use ax::store::prelude::*;
 
 use super::{HELLO_TASK, host_on};
 use crate::common::plugin_bytes;

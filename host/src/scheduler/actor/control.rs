@@ -7,6 +7,7 @@ use crate::model::ids::TaskKey;
 use crate::model::{Millis, RunRecord, RunStatus, StepRunRecord};
 use crate::scheduler::core::Ctx;
 use crate::scheduler::{Error, Result, core as decide};
+use crate::store::prelude::*;
 use crate::task::TaskSpec;
 use serde::Deserialize;
 

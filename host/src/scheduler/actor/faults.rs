@@ -1,7 +1,7 @@
 //! A store that refuses writes (full disk, I/O error): what the actor does
 //! until it writes again. See docs/RELIABILITY.md, "Store faults".
 //!
-//! - It notices from [`Store::writable`] at each turn of the loop (the
+//! - It notices from [`Operations::writable`](crate::store::Operations::writable) at each turn of the loop (the
 //!   store tracks its last write: a trigger's insert, the writer's retry, a
 //!   task save through the API).
 //! - While down, no fire creates runs: a due fire timer only marks its
@@ -22,7 +22,7 @@
 //!   again (their keys `after:<run id>` dedupe) once it writes; its own
 //!   end is not written before them, so a crash meanwhile re-runs its last
 //!   attempt rather than losing the `after` runs.
-//! - If the store was reopened ([`Store::generation`]), what it lost (the
+//! - If the store was reopened ([`Operations::generation`](crate::store::Operations::generation)), what it lost (the
 //!   writes not yet on disk) is re-derived the way a crash is: the loop
 //!   hands back its mailbox and the scheduler recovers a new actor from the
 //!   store ([`crate::scheduler::Scheduler::start`]).
@@ -87,7 +87,7 @@ impl Actor {
 
     /// A fire of `key` due (or refused) while the store refuses writes:
     /// taken up again once it writes, or at the next probe for a store that
-    /// does not say whether it writes ([`Store::writable`]).
+    /// does not say whether it writes ([`Operations::writable`](crate::store::Operations::writable)).
     pub(super) fn hold_fire(&mut self, key: TaskKey) {
         self.disarm_fire(&key.tenant, &key.task);
         self.refire.insert(key);

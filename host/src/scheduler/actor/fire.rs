@@ -13,6 +13,7 @@ use crate::schedule::Trigger;
 use crate::scheduler::clock::{from_ms, rfc3339};
 use crate::scheduler::core::fire::{self, Fire, Firing};
 use crate::scheduler::{Error, Result};
+use crate::store::prelude::*;
 use crate::task::TaskSpec;
 
 impl Actor {

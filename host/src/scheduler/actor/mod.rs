@@ -200,7 +200,7 @@ pub(super) struct Actor {
     /// immutable, and a deleted one is forgotten ([`Command::PluginDeleted`]).
     /// Reading sled per attempt waited behind the writer's batches.
     plugins: HashMap<(String, String, String), crate::model::PluginRecord>,
-    /// The store refuses writes ([`Store::writable`]): fires and dispatch
+    /// The store refuses writes ([`Operations::writable`](crate::store::Operations::writable)): fires and dispatch
     /// pause and write-behind is held until it writes again (`faults`).
     down: bool,
     /// Tasks to arm again from their stored schedule once the store writes:

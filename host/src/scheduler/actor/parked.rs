@@ -1,7 +1,7 @@
 //! The persistent queue's head: which queued runs are held in memory.
 //!
 //! Every queued run is in the store's queue index, in dispatch order per
-//! tenant (priority with aging, [`Store::queued_runs`]). The actor holds at
+//! tenant (priority with aging, [`Runs::queued_runs`](crate::store::Runs::queued_runs)). The actor holds at
 //! most `queue_head` of a tenant's queued runs in memory — their DAG state,
 //! ready steps in the dispatch queue — and *parks* the others: stored, counted
 //! (for the queue bounds, shedding and `overlap`), not resident. When a
@@ -24,7 +24,7 @@
 //!   no parked run; recovery reads the running runs and each tenant's head,
 //!   and counts the rest from the index without reading them.
 //!
-//! [`Store::queued_runs`]: crate::store::Store::queued_runs
+//! [`Runs::queued_runs`]: crate::store::Runs::queued_runs
 
 use super::Actor;
 use super::active::ActiveRun;
@@ -33,6 +33,7 @@ use crate::model::priority::HIGH_PRIORITY;
 use crate::model::{Millis, RunRecord, RunStatus, TriggerKind};
 use crate::scheduler::Result;
 use crate::scheduler::core as decide;
+use crate::store::prelude::*;
 use crate::task::TaskSpec;
 use serde::Deserialize;
 

@@ -9,6 +9,7 @@ use crate::scheduler::core::Ctx;
 use crate::scheduler::core::run::set_run;
 use crate::scheduler::quota::{TenantQuota, WindowUse};
 use crate::scheduler::{Result, core as decide};
+use crate::store::prelude::*;
 use crate::task::TaskSpec;
 use crate::tenant::HOUR_MS;
 use serde::Deserialize;

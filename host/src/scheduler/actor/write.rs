@@ -119,7 +119,7 @@ pub(super) fn spawn_writer(
     let (tx, mut rx) = mpsc::unbounded_channel::<WriteJob>();
     let written = in_flight.written.clone();
     // Jobs hold what this actor's memory says; once the store is reopened
-    // (`Store::generation`) memory is rebuilt from the store and they are
+    // (`Operations::generation`) memory is rebuilt from the store and they are
     // stale: writing them would undo the rebuild.
     let generation = store.generation();
     tokio::spawn(async move {

@@ -58,7 +58,7 @@
 //! run write, so an alert is stored **with the change that raised it** (the
 //! run write that makes the run failed, dead-letters the step, or starts it
 //! late), in the same atomic store write, or not at all
-//! ([`crate::store::Store::write_runs_with_alerts`]); a crash before that
+//! ([`crate::store::Runs::write_runs_with_alerts`]); a crash before that
 //! write loses the change and its alert together, a crash after it loses
 //! neither.
 //!
@@ -66,7 +66,7 @@
 //!
 //! The store is the source of truth; nothing of an alert is held only in
 //! memory. A worker task reads the pending alerts due now from the store
-//! ([`crate::store::Store::due_alerts`], by next-try time), delivers them one
+//! ([`crate::store::Outbox::due_alerts`], by next-try time), delivers them one
 //! at a time on a blocking thread (ureq) with a timeout, and writes the
 //! result back on the record:
 //! - a 2xx: `delivered` (kept, newest [`KEEP_DELIVERED`] per tenant, so the

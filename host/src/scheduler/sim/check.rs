@@ -7,7 +7,7 @@ use super::runner::RunnerLog;
 use super::scenario::{World, t0};
 use super::store::SimStore;
 use crate::model::{Millis, Outcome, RunRecord, RunStatus, StepStatus, TriggerKind};
-use crate::store::Store;
+use crate::store::prelude::*;
 
 /// Lost attempts that do not count against a step's retries (the
 /// scheduler's default, `SchedulerConfig::max_lost_attempts`).

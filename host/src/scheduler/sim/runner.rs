@@ -14,7 +14,7 @@ use super::mix;
 use super::store::SimStore;
 use crate::model::{AttemptReport, ErrorKind, Millis, Outcome, StepStatus};
 use crate::scheduler::{AttemptRequest, Clock, HostFault, RunFuture, Runner};
-use crate::store::Store;
+use crate::store::prelude::*;
 
 /// Wall time = `start` + tokio's (paused) elapsed time + the jumps so far.
 pub(super) struct SimClock {

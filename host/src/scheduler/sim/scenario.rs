@@ -22,7 +22,7 @@ use crate::model::ids::RunId;
 use crate::model::{Millis, PluginRecord, RECORD_FORMAT, RunRecord, RunStatus, TaskRecord};
 use crate::schedule::Trigger;
 use crate::scheduler::{QueueConfig, Scheduler, TriggerRequest};
-use crate::store::Store;
+use crate::store::prelude::*;
 use crate::tenant::{Quota, TenantRecord};
 
 /// What a scenario did.

@@ -19,8 +19,8 @@ use crate::model::{
 };
 use crate::store::memory::MemoryStore;
 use crate::store::{
-    AlertQuery, AlertStatus, AttemptLogs, Error, Insert, NewRun, OutboxAlert, Result, RunPage,
-    RunQuery, RunSummary, Store, SyncTicket, kv, secrets,
+    AlertQuery, AlertStatus, AttemptLogs, Catalog, Error, Insert, NewRun, Operations, Outbox,
+    OutboxAlert, Result, RunPage, RunQuery, RunSummary, Runs, SyncTicket, Tenancy, kv, secrets,
 };
 use crate::tenant::{TenantRecord, TokenRecord, UsageBucket};
 
@@ -34,7 +34,6 @@ enum Write {
     DeletePlugin(String, String, String),
     PluginTag(PluginTag),
     DeletePluginTag(String, String, String),
-    Task(Box<TaskRecord>, ScheduleState),
     Tasks(Vec<(TaskRecord, ScheduleState)>),
     DeleteTask(String, String),
     Schedule(ScheduleState),
@@ -66,7 +65,6 @@ impl Write {
             Self::DeletePlugin(t, n, v) => store.delete_plugin(t, n, v).map(drop),
             Self::PluginTag(t) => store.put_plugin_tag(t),
             Self::DeletePluginTag(t, n, g) => store.delete_plugin_tag(t, n, g).map(drop),
-            Self::Task(t, s) => store.put_task(t, s),
             Self::Tasks(tasks) => store.put_tasks(tasks),
             Self::DeleteTask(t, n) => store.delete_task(t, n).map(drop),
             Self::Schedule(s) => store.put_schedule(s),
@@ -227,7 +225,7 @@ impl SimStore {
     }
 }
 
-impl Store for SimStore {
+impl Operations for SimStore {
     fn sync_ticket(&self) -> SyncTicket {
         // Durable once waited on, up to the writes made before the ticket.
         let (shared, upto) = (self.shared.clone(), self.lock().log.len());
@@ -248,6 +246,21 @@ impl Store for SimStore {
         })
     }
 
+    fn kv(&self) -> Arc<dyn kv::KvStore> {
+        // Not simulated: the fake runner's plugins keep no data.
+        self.inner().kv()
+    }
+
+    fn secrets(&self) -> Arc<dyn secrets::SecretStore> {
+        self.inner().secrets()
+    }
+
+    fn size_on_disk(&self) -> u64 {
+        0
+    }
+}
+
+impl Catalog for SimStore {
     fn put_blob(&self, bytes: &[u8]) -> Result<String> {
         self.write(Write::Blob(bytes.to_vec()), |s| s.put_blob(bytes))
     }
@@ -294,11 +307,6 @@ impl Store for SimStore {
         self.write(w, |s| s.delete_plugin_tag(tenant, name, tag))
     }
 
-    fn put_task(&self, task: &TaskRecord, schedule: &ScheduleState) -> Result<()> {
-        let w = Write::Task(Box::new(task.clone()), schedule.clone());
-        self.write(w, |s| s.put_task(task, schedule))
-    }
-
     fn put_tasks(&self, tasks: &[(TaskRecord, ScheduleState)]) -> Result<()> {
         self.write(Write::Tasks(tasks.to_vec()), |s| s.put_tasks(tasks))
     }
@@ -335,10 +343,6 @@ impl Store for SimStore {
         self.inner().get_schedule(tenant, task)
     }
 
-    fn list_schedules(&self) -> Result<Vec<ScheduleState>> {
-        self.inner().list_schedules()
-    }
-
     fn due_schedules(
         &self,
         from: Millis,
@@ -351,13 +355,11 @@ impl Store for SimStore {
     fn downstream_tasks(&self, tenant: &str, upstream: &str) -> Result<Vec<String>> {
         self.inner().downstream_tasks(tenant, upstream)
     }
+}
 
+impl Runs for SimStore {
     fn insert_runs(&self, runs: &[NewRun]) -> Result<Vec<Insert>> {
         self.write(Write::InsertRuns(runs.to_vec()), |s| s.insert_runs(runs))
-    }
-
-    fn write_runs(&self, runs: &[(RunRecord, Vec<Event>)], usage: &[UsageBucket]) -> Result<()> {
-        self.write_runs_with_alerts(runs, usage, &[])
     }
 
     fn write_runs_with_alerts(
@@ -370,41 +372,12 @@ impl Store for SimStore {
         self.write(w, |s| s.write_runs_with_alerts(runs, usage, alerts))
     }
 
-    fn put_alerts(&self, alerts: &[OutboxAlert]) -> Result<()> {
-        self.write(Write::Alerts(alerts.to_vec()), |s| s.put_alerts(alerts))
-    }
-
-    fn get_alert(&self, id: &str) -> Result<Option<OutboxAlert>> {
-        self.inner().get_alert(id)
-    }
-
-    fn due_alerts(&self, until: Millis, limit: usize) -> Result<Vec<OutboxAlert>> {
-        self.inner().due_alerts(until, limit)
-    }
-
-    fn list_alerts(&self, query: &AlertQuery) -> Result<(Vec<OutboxAlert>, Option<String>)> {
-        self.inner().list_alerts(query)
-    }
-
-    fn trim_alerts(&self, tenant: &str, status: AlertStatus, keep: usize) -> Result<usize> {
-        let w = Write::TrimAlerts(tenant.into(), status, keep);
-        self.write(w, |s| s.trim_alerts(tenant, status, keep))
-    }
-
-    fn alert_counts(&self) -> Result<Vec<(String, AlertStatus, usize)>> {
-        self.inner().alert_counts()
-    }
-
     fn get_run(&self, id: &str) -> Result<Option<RunRecord>> {
         self.inner().get_run(id)
     }
 
     fn list_runs(&self, query: &RunQuery) -> Result<RunPage> {
         self.inner().list_runs(query)
-    }
-
-    fn active_runs(&self) -> Result<Vec<RunRecord>> {
-        self.inner().active_runs()
     }
 
     fn running_runs(&self) -> Result<Vec<RunRecord>> {
@@ -484,7 +457,36 @@ impl Store for SimStore {
     fn list_dead_letters(&self, tenant: &str, open_only: bool) -> Result<Vec<DeadLetter>> {
         self.inner().list_dead_letters(tenant, open_only)
     }
+}
 
+impl Outbox for SimStore {
+    fn put_alerts(&self, alerts: &[OutboxAlert]) -> Result<()> {
+        self.write(Write::Alerts(alerts.to_vec()), |s| s.put_alerts(alerts))
+    }
+
+    fn get_alert(&self, id: &str) -> Result<Option<OutboxAlert>> {
+        self.inner().get_alert(id)
+    }
+
+    fn due_alerts(&self, until: Millis, limit: usize) -> Result<Vec<OutboxAlert>> {
+        self.inner().due_alerts(until, limit)
+    }
+
+    fn list_alerts(&self, query: &AlertQuery) -> Result<(Vec<OutboxAlert>, Option<String>)> {
+        self.inner().list_alerts(query)
+    }
+
+    fn trim_alerts(&self, tenant: &str, status: AlertStatus, keep: usize) -> Result<usize> {
+        let w = Write::TrimAlerts(tenant.into(), status, keep);
+        self.write(w, |s| s.trim_alerts(tenant, status, keep))
+    }
+
+    fn alert_counts(&self) -> Result<Vec<(String, AlertStatus, usize)>> {
+        self.inner().alert_counts()
+    }
+}
+
+impl Tenancy for SimStore {
     fn put_tenant(&self, tenant: &TenantRecord) -> Result<()> {
         self.write(Write::Tenant(Box::new(tenant.clone())), |s| {
             s.put_tenant(tenant)
@@ -505,18 +507,5 @@ impl Store for SimStore {
 
     fn usage(&self, tenant: &str, from: Millis, to: Millis) -> Result<Vec<UsageBucket>> {
         self.inner().usage(tenant, from, to)
-    }
-
-    fn kv(&self) -> Arc<dyn kv::KvStore> {
-        // Not simulated: the fake runner's plugins keep no data.
-        self.inner().kv()
-    }
-
-    fn secrets(&self) -> Arc<dyn secrets::SecretStore> {
-        self.inner().secrets()
-    }
-
-    fn size_on_disk(&self) -> u64 {
-        0
     }
 }

@@ -34,8 +34,9 @@ use crate::model::{
     TaskRecord,
 };
 use crate::schedule::Trigger;
+use crate::store::RunQuery;
 use crate::store::memory::MemoryStore;
-use crate::store::{RunQuery, Store};
+use crate::store::prelude::*;
 use crate::task::{self, TaskSpec};
 
 mod alerts;

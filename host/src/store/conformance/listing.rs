@@ -3,9 +3,10 @@
 
 use super::{Make, SCAN, all_pages, created, ids, run, run_id, schedule, task};
 use crate::model::{RunRecord, RunStatus};
-use crate::store::{RunQuery, RunSummary, Store};
+use crate::store::prelude::*;
+use crate::store::{RunQuery, RunSummary};
 
-pub(super) fn active_runs_are_the_non_terminal_ones<S: Store>(make: Make<S>) {
+pub fn active_runs_are_the_non_terminal_ones<S: Store>(make: Make<S>) {
     let (store, _dir) = make(SCAN);
     let statuses = [
         RunStatus::Queued,
@@ -50,7 +51,7 @@ fn fill_runs<S: Store>(store: &S) -> Vec<RunRecord> {
     runs
 }
 
-pub(super) fn list_runs_filters_newest_first<S: Store>(make: Make<S>) {
+pub fn list_runs_filters_newest_first<S: Store>(make: Make<S>) {
     let (store, _dir) = make(SCAN);
     let runs = fill_runs(&store);
     let expect = |pred: &dyn Fn(&RunRecord) -> bool| -> Vec<&str> {
@@ -94,7 +95,7 @@ pub(super) fn list_runs_filters_newest_first<S: Store>(make: Make<S>) {
     assert!(list(None, None, Some(RunStatus::Running)).is_empty());
 }
 
-pub(super) fn list_runs_pages_with_a_cursor<S: Store>(make: Make<S>) {
+pub fn list_runs_pages_with_a_cursor<S: Store>(make: Make<S>) {
     let (store, _dir) = make(SCAN);
     let runs = fill_runs(&store);
     let newest_first: Vec<&str> = runs.iter().rev().map(|r| r.id.as_str()).collect();
@@ -154,7 +155,7 @@ pub(super) fn list_runs_pages_with_a_cursor<S: Store>(make: Make<S>) {
     assert!(store.list_runs(&before).unwrap().runs.is_empty());
 }
 
-pub(super) fn status_filter_scan_is_bounded_and_resumable<S: Store>(make: Make<S>) {
+pub fn status_filter_scan_is_bounded_and_resumable<S: Store>(make: Make<S>) {
     let (store, _dir) = make(4);
     let mut runs = Vec::new();
     for n in 0..20 {
@@ -192,7 +193,7 @@ pub(super) fn status_filter_scan_is_bounded_and_resumable<S: Store>(make: Make<S
     );
 }
 
-pub(super) fn run_summaries_list_every_run_from_the_indexes<S: Store>(make: Make<S>) {
+pub fn run_summaries_list_every_run_from_the_indexes<S: Store>(make: Make<S>) {
     let (store, _dir) = make(SCAN);
     let runs = [
         run(&run_id(1, 1), "t1", "a", RunStatus::Succeeded),
@@ -221,7 +222,7 @@ pub(super) fn run_summaries_list_every_run_from_the_indexes<S: Store>(make: Make
     assert_eq!(got, want);
 }
 
-pub(super) fn run_summaries_come_in_pages_newest_first_per_task<S: Store>(make: Make<S>) {
+pub fn run_summaries_come_in_pages_newest_first_per_task<S: Store>(make: Make<S>) {
     let (store, _dir) = make(SCAN);
     let mut stored = Vec::new();
     for (n, (tenant, task)) in [("t1", "a"), ("t1", "a\u{0}"), ("t1", "b"), ("t\u{1}", "a")]
@@ -260,7 +261,7 @@ pub(super) fn run_summaries_come_in_pages_newest_first_per_task<S: Store>(make: 
     }
 }
 
-pub(super) fn names_with_separator_bytes_do_not_collide<S: Store>(make: Make<S>) {
+pub fn names_with_separator_bytes_do_not_collide<S: Store>(make: Make<S>) {
     let (store, _dir) = make(SCAN);
     let names = ["a", "a/b", "a\0b", "a\u{1}", "a%2F", "a/", ""];
     for (n, tenant) in names.iter().enumerate() {
@@ -310,7 +311,7 @@ pub(super) fn names_with_separator_bytes_do_not_collide<S: Store>(make: Make<S>)
     );
 }
 
-pub(super) fn queued_runs_come_in_dispatch_order_per_tenant<S: Store>(make: Make<S>) {
+pub fn queued_runs_come_in_dispatch_order_per_tenant<S: Store>(make: Make<S>) {
     let (store, _dir) = make(SCAN);
     // (id instant in ms, priority): priority counts as 10 s of queueing.
     let queued = [

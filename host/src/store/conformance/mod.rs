@@ -1,56 +1,68 @@
 //! One conformance suite for every [`Store`]: each behaviour is a generic
-//! function, instantiated for [`MemoryStore`] and [`SledStore`] by
-//! [`conformance_suite!`]. The last one applies seeded random operation
-//! sequences to a store and to a deliberately naive model and compares every
-//! observable result (no property-testing crate: a seeded `StdRng`).
+//! function over a [`Make`], and [`store_conformance_suite!`] turns them all
+//! into `#[test]`s for one backend. The last one applies seeded random
+//! operation sequences to a store and to a deliberately naive model and
+//! compares every observable result (no property-testing crate: a seeded
+//! `StdRng`).
+//!
+//! A backend — in this crate or outside it, with the `conformance` feature —
+//! writes one fixture function and one line:
+//!
+//! ```ignore
+//! fn my_store(scan_limit: usize) -> ax::store::conformance::Fixture<MyStore> {
+//!     let db = TestDatabase::create();                 // dropped after the test
+//!     (MyStore::connect(db.url()).with_scan_limit(scan_limit), Box::new(db))
+//! }
+//! ax::store_conformance_suite!(my_store_conformance, super::my_store, seeds = 60);
+//! ```
+//!
+//! It runs here for the memory store, sled, and a store behind
+//! [`Layered`](super::guard::Layered) (the fault guard's forwarding).
 //!
 //! This file holds the driver (the fixtures and the macro) and the record
 //! builders; the behaviours live by area: `catalog` (metadata, blobs,
-//! plugins, tasks, schedules), `tags` (plugin tags), `runs` (writing runs), `listing` (reading them
-//! back), `outputs` (logs, dead letters), `tenants` (tenants, tokens, usage)
-//! `outbox` (the alert outbox) and `model` (the random operations).
+//! plugins, tasks, schedules), `tags` (plugin tags), `runs` (writing runs),
+//! `listing` (reading them back), `outputs` (logs, dead letters), `tenants`
+//! (tenants, tokens, usage), `outbox` (the alert outbox) and `model` (the
+//! random operations).
 
-mod catalog;
-mod listing;
-mod model;
-mod outbox;
-mod outputs;
-mod runs;
-mod tags;
-mod tenants;
+pub mod catalog;
+pub mod listing;
+pub mod model;
+pub mod outbox;
+pub mod outputs;
+pub mod runs;
+pub mod tags;
+pub mod tenants;
 
 use serde_json::json;
 
-use super::memory::MemoryStore;
-use super::{AttemptLogs, Insert, RunPage, RunQuery, SledStore, Store};
+use super::{AttemptLogs, Insert, RunPage, RunQuery, Store};
 use crate::model::{
     AttemptRecord, DeadLetter, Event, LogLevel, LogRecord, Millis, Outcome, PluginRecord, Progress,
     RECORD_FORMAT, RunRecord, RunStatus, ScheduleState, StepRunRecord, StepStatus, TaskRecord,
     TriggerKind,
 };
 
-/// A store under test, with the temporary directory it lives in (if any).
-type Fixture<S> = (S, Option<tempfile::TempDir>);
-/// Makes an empty store with the given `list_runs` scan bound.
-type Make<S> = fn(usize) -> Fixture<S>;
+/// A store under test, with what must live as long as it (a temporary
+/// directory, a scratch database; `()` for none), dropped after it.
+pub type Fixture<S> = (S, Box<dyn std::any::Any>);
+/// Makes an empty store whose `list_runs` examines at most the given number
+/// of index entries per call ([`super::rules::MAX_SCAN`] in production).
+pub type Make<S> = fn(usize) -> Fixture<S>;
 
 /// The production scan bound, for tests that do not probe it.
-const SCAN: usize = super::memory::MAX_SCAN;
+const SCAN: usize = super::rules::MAX_SCAN;
 
-fn memory(scan_limit: usize) -> Fixture<MemoryStore> {
-    (MemoryStore::new().with_scan_limit(scan_limit), None)
-}
-
-fn sled(scan_limit: usize) -> Fixture<SledStore> {
-    let dir = tempfile::tempdir().expect("temporary directory");
-    let store = SledStore::open(dir.path()).expect("open a fresh store");
-    (store.with_scan_limit(scan_limit), Some(dir))
-}
-
-macro_rules! conformance_suite {
+/// Every behaviour of the suite as a `#[test]` in a module `$module`, for
+/// the stores `$make` makes (a path resolved inside that module: `super::f`
+/// for a function beside the invocation); `seeds` random operation
+/// sequences are compared with the model.
+#[macro_export]
+macro_rules! store_conformance_suite {
     ($module:ident, $make:path, seeds = $seeds:expr) => {
         mod $module {
-            conformance_suite!(@tests $make;
+            $crate::store_conformance_suite!(@tests $make;
                 catalog::meta_values_round_trip,
                 catalog::blobs_are_content_addressed,
                 catalog::plugins_are_listed_by_name_then_version,
@@ -96,7 +108,9 @@ macro_rules! conformance_suite {
 
             #[test]
             fn random_operations_match_the_model() {
-                super::model::random_operations_match_the_model($make, $seeds);
+                $crate::store::conformance::model::random_operations_match_the_model(
+                    $make, $seeds,
+                );
             }
         }
     };
@@ -104,14 +118,11 @@ macro_rules! conformance_suite {
         $(
             #[test]
             fn $test() {
-                super::$area::$test($make);
+                $crate::store::conformance::$area::$test($make);
             }
         )*
     };
 }
-
-conformance_suite!(memory_store, super::memory, seeds = 300);
-conformance_suite!(sled_store, super::sled, seeds = 60);
 
 // --- builders -------------------------------------------------------------
 
@@ -284,4 +295,35 @@ fn block_on<F: Future>(future: F) -> F::Output {
         .build()
         .expect("runtime")
         .block_on(future)
+}
+
+#[cfg(test)]
+mod backends {
+    use std::sync::Arc;
+
+    use super::Fixture;
+    use crate::store::SledStore;
+    use crate::store::faults::Faulty;
+    use crate::store::memory::MemoryStore;
+
+    fn memory(scan_limit: usize) -> Fixture<MemoryStore> {
+        (MemoryStore::new().with_scan_limit(scan_limit), Box::new(()))
+    }
+
+    fn sled(scan_limit: usize) -> Fixture<SledStore> {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let store = SledStore::open(dir.path()).expect("open a fresh store");
+        (store.with_scan_limit(scan_limit), Box::new(dir))
+    }
+
+    /// The memory store behind the one forwarding layer every wrapper
+    /// (the fault guard, the fault switch) is made of.
+    fn layered(scan_limit: usize) -> Fixture<Faulty> {
+        let inner = Arc::new(MemoryStore::new().with_scan_limit(scan_limit));
+        (Faulty::wrap(inner), Box::new(()))
+    }
+
+    crate::store_conformance_suite!(memory_store, super::memory, seeds = 300);
+    crate::store_conformance_suite!(sled_store, super::sled, seeds = 60);
+    crate::store_conformance_suite!(layered_store, super::layered, seeds = 100);
 }

@@ -5,7 +5,8 @@ use serde_json::json;
 
 use super::{Make, SCAN, run};
 use crate::model::{Event, RunStatus};
-use crate::store::{AlertQuery, AlertStatus, OutboxAlert, Store};
+use crate::store::prelude::*;
+use crate::store::{AlertQuery, AlertStatus, OutboxAlert};
 
 fn alert(id: &str, tenant: &str, next_try: i64) -> OutboxAlert {
     OutboxAlert {
@@ -38,7 +39,7 @@ fn list(store: &impl Store, tenant: &str, status: Option<AlertStatus>) -> Vec<St
     page.into_iter().map(|a| a.id).collect()
 }
 
-pub(super) fn alerts_are_written_with_their_run<S: Store>(make: Make<S>) {
+pub fn alerts_are_written_with_their_run<S: Store>(make: Make<S>) {
     let (store, _dir) = make(SCAN);
     let mut r = run("r1", "acme", "t", RunStatus::Running);
     store.insert_run(&r, false, None, &[]).unwrap();
@@ -64,7 +65,7 @@ pub(super) fn alerts_are_written_with_their_run<S: Store>(make: Make<S>) {
     assert_eq!(store.get_alert("nope").unwrap(), None);
 }
 
-pub(super) fn due_alerts_come_in_next_try_order_and_follow_every_change<S: Store>(make: Make<S>) {
+pub fn due_alerts_come_in_next_try_order_and_follow_every_change<S: Store>(make: Make<S>) {
     let (store, _dir) = make(SCAN);
     store
         .put_alerts(&[
@@ -102,7 +103,7 @@ pub(super) fn due_alerts_come_in_next_try_order_and_follow_every_change<S: Store
     assert_eq!(ids(&store.due_alerts(60, 10).unwrap()), ["a3"]);
 }
 
-pub(super) fn alerts_are_listed_per_tenant_newest_first_with_a_cursor<S: Store>(make: Make<S>) {
+pub fn alerts_are_listed_per_tenant_newest_first_with_a_cursor<S: Store>(make: Make<S>) {
     let (store, _dir) = make(SCAN);
     let mut all = Vec::new();
     for n in 0..7 {
@@ -142,7 +143,7 @@ pub(super) fn alerts_are_listed_per_tenant_newest_first_with_a_cursor<S: Store>(
     );
 }
 
-pub(super) fn trimming_keeps_the_newest_of_one_state_and_counts_follow<S: Store>(make: Make<S>) {
+pub fn trimming_keeps_the_newest_of_one_state_and_counts_follow<S: Store>(make: Make<S>) {
     let (store, _dir) = make(SCAN);
     let mut all = Vec::new();
     for n in 0..5 {

@@ -3,7 +3,7 @@
 use super::{Make, SCAN, attempt_logs, dead, run_id};
 use crate::store::Store;
 
-pub(super) fn logs_are_listed_by_step_then_attempt<S: Store>(make: Make<S>) {
+pub fn logs_are_listed_by_step_then_attempt<S: Store>(make: Make<S>) {
     let (store, _dir) = make(SCAN);
     let id = run_id(1, 1);
     let big = "log line with some text\n".repeat(1_000);
@@ -46,7 +46,7 @@ pub(super) fn logs_are_listed_by_step_then_attempt<S: Store>(make: Make<S>) {
     assert!(store.logs("r-other").unwrap().is_empty());
 }
 
-pub(super) fn dead_letters_are_newest_first_and_filter_open_ones<S: Store>(make: Make<S>) {
+pub fn dead_letters_are_newest_first_and_filter_open_ones<S: Store>(make: Make<S>) {
     let (store, _dir) = make(SCAN);
     store.put_dead_letter(&dead("d01", "t1", None)).unwrap();
     store

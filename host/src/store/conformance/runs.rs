@@ -6,9 +6,10 @@ use serde_json::json;
 use super::{Make, SCAN, attempt_logs, block_on, created, event, ids, run, run_id, schedule};
 use crate::model::record::{AttemptRecord, Call, KvOp, KvResult};
 use crate::model::{Millis, RunStatus, StepStatus, TriggerKind};
-use crate::store::{Insert, NewRun, RunQuery, Store};
+use crate::store::prelude::*;
+use crate::store::{Insert, NewRun, RunQuery};
 
-pub(super) fn inserted_run_is_readable_with_its_events<S: Store>(make: Make<S>) {
+pub fn inserted_run_is_readable_with_its_events<S: Store>(make: Make<S>) {
     let (store, _dir) = make(SCAN);
     let r = run(&run_id(1, 1), "t1", "a", RunStatus::Queued);
     let events = [event(&r.id, "queued", 1), event(&r.id, "held", 2)];
@@ -21,7 +22,7 @@ pub(super) fn inserted_run_is_readable_with_its_events<S: Store>(make: Make<S>) 
     assert!(store.events("r-unknown").unwrap().is_empty());
 }
 
-pub(super) fn known_idempotency_key_returns_the_run_and_writes_nothing<S: Store>(make: Make<S>) {
+pub fn known_idempotency_key_returns_the_run_and_writes_nothing<S: Store>(make: Make<S>) {
     let (store, _dir) = make(SCAN);
     let mut first = run(&run_id(1, 1), "t1", "a", RunStatus::Queued);
     first.idempotency_key = Some("k".to_owned());
@@ -61,7 +62,7 @@ pub(super) fn known_idempotency_key_returns_the_run_and_writes_nothing<S: Store>
     created(store.insert_run(&other_tenant, false, None, &[]).unwrap());
 }
 
-pub(super) fn unique_fire_allows_one_run_per_task_and_instant<S: Store>(make: Make<S>) {
+pub fn unique_fire_allows_one_run_per_task_and_instant<S: Store>(make: Make<S>) {
     let (store, _dir) = make(SCAN);
     let mut fired = run(&run_id(1, 1), "t1", "a", RunStatus::Queued);
     fired.trigger = TriggerKind::Cron;
@@ -94,7 +95,7 @@ pub(super) fn unique_fire_allows_one_run_per_task_and_instant<S: Store>(make: Ma
     created(store.insert_run(&later, true, None, &[]).unwrap());
 }
 
-pub(super) fn insert_runs_checks_each_run_against_the_store_and_the_batch<S: Store>(make: Make<S>) {
+pub fn insert_runs_checks_each_run_against_the_store_and_the_batch<S: Store>(make: Make<S>) {
     let (store, _dir) = make(SCAN);
     let mut stored = run(&run_id(1, 1), "t1", "a", RunStatus::Queued);
     stored.idempotency_key = Some("k0".to_owned());
@@ -153,7 +154,7 @@ pub(super) fn insert_runs_checks_each_run_against_the_store_and_the_batch<S: Sto
     assert_eq!(store.active_runs().unwrap().len(), 4);
 }
 
-pub(super) fn reinserting_an_id_returns_the_stored_run<S: Store>(make: Make<S>) {
+pub fn reinserting_an_id_returns_the_stored_run<S: Store>(make: Make<S>) {
     let (store, _dir) = make(SCAN);
     let first = run(&run_id(1, 1), "t1", "a", RunStatus::Queued);
     created(store.insert_run(&first, false, None, &[]).unwrap());
@@ -164,7 +165,7 @@ pub(super) fn reinserting_an_id_returns_the_stored_run<S: Store>(make: Make<S>) 
     assert_eq!(store.get_run(&first.id).unwrap(), Some(first));
 }
 
-pub(super) fn update_replaces_the_run_and_appends_events<S: Store>(make: Make<S>) {
+pub fn update_replaces_the_run_and_appends_events<S: Store>(make: Make<S>) {
     let (store, _dir) = make(SCAN);
     let mut r = run(&run_id(1, 1), "t1", "a", RunStatus::Queued);
     created(
@@ -202,7 +203,7 @@ pub(super) fn update_replaces_the_run_and_appends_events<S: Store>(make: Make<S>
     assert_eq!(ids(&store.list_runs(&query).unwrap().runs), [r.id.as_str()]);
 }
 
-pub(super) fn update_of_an_unknown_run_fails<S: Store>(make: Make<S>) {
+pub fn update_of_an_unknown_run_fails<S: Store>(make: Make<S>) {
     let (store, _dir) = make(SCAN);
     let r = run(&run_id(1, 1), "t1", "a", RunStatus::Running);
     assert!(store.update_run(&r, &[event(&r.id, "running", 1)]).is_err());
@@ -211,7 +212,7 @@ pub(super) fn update_of_an_unknown_run_fails<S: Store>(make: Make<S>) {
     assert!(store.active_runs().unwrap().is_empty());
 }
 
-pub(super) fn write_runs_writes_many_runs_and_usage_at_once<S: Store>(make: Make<S>) {
+pub fn write_runs_writes_many_runs_and_usage_at_once<S: Store>(make: Make<S>) {
     let (store, _dir) = make(SCAN);
     let mut a = run(&run_id(1, 1), "t1", "a", RunStatus::Queued);
     let mut b = run(&run_id(1, 2), "t1", "b", RunStatus::Queued);
@@ -265,7 +266,7 @@ pub(super) fn write_runs_writes_many_runs_and_usage_at_once<S: Store>(make: Make
     assert_eq!(store.usage("t1", 0, i64::MAX).unwrap()[0].fuel, 5);
 }
 
-pub(super) fn delete_run_refuses_an_active_run<S: Store>(make: Make<S>) {
+pub fn delete_run_refuses_an_active_run<S: Store>(make: Make<S>) {
     let (store, _dir) = make(SCAN);
     let r = run(&run_id(1, 1), "t1", "a", RunStatus::Running);
     created(
@@ -279,7 +280,7 @@ pub(super) fn delete_run_refuses_an_active_run<S: Store>(make: Make<S>) {
     assert!(!store.delete_run("r-unknown").unwrap());
 }
 
-pub(super) fn delete_run_removes_everything_and_frees_its_fire<S: Store>(make: Make<S>) {
+pub fn delete_run_removes_everything_and_frees_its_fire<S: Store>(make: Make<S>) {
     let (store, _dir) = make(SCAN);
     let mut r = run(&run_id(1, 1), "t1", "a", RunStatus::Succeeded);
     r.idempotency_key = Some("k".to_owned());
@@ -339,7 +340,7 @@ pub(super) fn delete_run_removes_everything_and_frees_its_fire<S: Store>(make: M
 /// A key answers with its run until `key_expires_at`, whether the run is
 /// kept or not; `expire_keys` frees keys in expiry order, within its limit,
 /// and leaves a key a newer run took alone.
-pub(super) fn idempotency_keys_expire_in_order<S: Store>(make: Make<S>) {
+pub fn idempotency_keys_expire_in_order<S: Store>(make: Make<S>) {
     let (store, _dir) = make(SCAN);
     let new = |id: &str, key: &str, expires: Millis| {
         let mut r = run(id, "t1", "a", RunStatus::Succeeded);
@@ -442,7 +443,7 @@ fn attempt_record(run_id: &str, step: &str, attempt: u32, note: &str) -> Attempt
     }
 }
 
-pub(super) fn records_are_kept_per_attempt_and_go_with_their_run<S: Store>(make: Make<S>) {
+pub fn records_are_kept_per_attempt_and_go_with_their_run<S: Store>(make: Make<S>) {
     let (store, _dir) = make(SCAN);
     let r = run(&run_id(1, 1), "t1", "a", RunStatus::Failed);
     let keep = run(&run_id(2, 2), "t1", "a", RunStatus::Failed);
@@ -479,7 +480,7 @@ pub(super) fn records_are_kept_per_attempt_and_go_with_their_run<S: Store>(make:
     assert!(store.get_record(&keep.id, "s1", 1).unwrap().is_some());
 }
 
-pub(super) fn sync_ticket_resolves_after_writes<S: Store>(make: Make<S>) {
+pub fn sync_ticket_resolves_after_writes<S: Store>(make: Make<S>) {
     let (store, _dir) = make(SCAN);
     block_on(async {
         store.sync_ticket().wait().await.unwrap();
@@ -496,7 +497,7 @@ pub(super) fn sync_ticket_resolves_after_writes<S: Store>(make: Make<S>) {
 /// record, events, outputs, logs, attempt records), is its own (another
 /// tenant's writes do not move it), and is settled to nothing when
 /// retention deletes the runs.
-pub(super) fn run_bytes_follow_what_runs_keep_and_go_with_them<S: Store>(make: Make<S>) {
+pub fn run_bytes_follow_what_runs_keep_and_go_with_them<S: Store>(make: Make<S>) {
     let (store, _dir) = make(SCAN);
     assert_eq!(store.run_bytes("t1").unwrap(), 0);
     let mut r = run(&run_id(1, 1), "t1", "a", RunStatus::Queued);

@@ -2,9 +2,9 @@
 
 use super::{Make, SCAN};
 use crate::model::Millis;
-use crate::store::Store;
+use crate::store::prelude::*;
 
-pub(super) fn tenants_and_tokens_round_trip<S: Store>(make: Make<S>) {
+pub fn tenants_and_tokens_round_trip<S: Store>(make: Make<S>) {
     use crate::tenant::{Quota, TenantRecord, new_token};
     let (store, _dir) = make(SCAN);
     assert!(store.list_tenants().unwrap().is_empty());
@@ -29,7 +29,7 @@ pub(super) fn tenants_and_tokens_round_trip<S: Store>(make: Make<S>) {
     assert_eq!(store.list_tokens().unwrap(), [token]);
 }
 
-pub(super) fn usage_adds_up_per_hour_and_task<S: Store>(make: Make<S>) {
+pub fn usage_adds_up_per_hour_and_task<S: Store>(make: Make<S>) {
     use crate::model::Outcome;
     use crate::tenant::{HOUR_MS, UsageBucket};
     let (store, _dir) = make(SCAN);

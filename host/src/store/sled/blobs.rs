@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::atomic::Ordering;
 
 use super::SledStore;
-use crate::store::memory::digest_of;
+use crate::store::rules::digest_of;
 use crate::store::{Error, Result};
 
 impl SledStore {
@@ -98,7 +98,8 @@ mod tests {
 
     use super::super::SledStore;
     use super::super::fixtures::files_under;
-    use crate::store::{Error, Store};
+    use crate::store::Error;
+    use crate::store::prelude::*;
 
     #[test]
     fn blobs_are_files_named_by_digest_and_checked_when_read() {

@@ -155,7 +155,7 @@ fn fold(store: &SledStore, tasks: HashSet<(String, String)>) -> Result<()> {
     store.apply(batch)
 }
 
-/// [`Store::queued_counts`](crate::store::Store::queued_counts): the
+/// [`Runs::queued_counts`](crate::store::Runs::queued_counts): the
 /// counters, not the queue.
 pub(super) fn queued_counts(store: &SledStore) -> Result<Vec<(String, String, usize)>> {
     let prefix = key("qn", &[]);
@@ -227,7 +227,8 @@ mod tests {
     use super::super::fixtures::run;
     use super::super::open::STORE_FORMAT;
     use super::*;
-    use crate::store::{NewRun, Store};
+    use crate::store::NewRun;
+    use crate::store::prelude::*;
 
     /// The counters, as `queued_counts` answers, against the `q` index
     /// counted key by key.

@@ -193,7 +193,7 @@ mod tests {
     use super::super::SledStore;
     use super::super::fixtures::{event, run};
     use crate::model::RunStatus;
-    use crate::store::Store;
+    use crate::store::prelude::*;
 
     #[test]
     fn a_ticket_resolves_once_the_writes_are_flushed() {

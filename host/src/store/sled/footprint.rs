@@ -1,5 +1,5 @@
 //! What each tenant's run data weighs in the store, counted as it is written
-//! and deleted ([`Store::run_bytes`](crate::store::Store::run_bytes)): the
+//! and deleted ([`Runs::run_bytes`](crate::store::Runs::run_bytes)): the
 //! scheduler reads it at every manual trigger against the tenant's
 //! `run_bytes` quota, so it must never cost a scan.
 //!
@@ -98,7 +98,7 @@ impl SledStore {
     }
 }
 
-/// [`Store::run_bytes`](crate::store::Store::run_bytes): the sum of the
+/// [`Runs::run_bytes`](crate::store::Runs::run_bytes): the sum of the
 /// tenant's counter keys.
 pub(super) fn run_bytes(store: &SledStore, tenant: &str) -> Result<u64> {
     let mut total: i64 = 0;
@@ -162,7 +162,7 @@ mod tests {
     use super::super::fixtures::{logs, run};
     use super::*;
     use crate::model::RunStatus;
-    use crate::store::Store;
+    use crate::store::prelude::*;
 
     /// What the counters say equals what the values weigh, read one by one,
     /// after inserts, writes, logs (inline and apart) and a delete; and a

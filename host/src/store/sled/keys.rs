@@ -216,7 +216,7 @@ mod tests {
     use super::super::SledStore;
     use super::super::fixtures::run;
     use super::*;
-    use crate::store::Store;
+    use crate::store::prelude::*;
 
     #[test]
     fn split_parts_reads_back_what_key_wrote() {

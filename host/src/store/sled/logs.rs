@@ -8,7 +8,7 @@ use super::blobs::{is_digest, remove_file_if_present};
 use super::footprint::{Side, Weight, signed};
 use super::keys::{decode, encode, key, show_key};
 use super::{SledStore, lock, sled_error};
-use crate::store::memory::digest_of;
+use crate::store::rules::digest_of;
 use crate::store::{AttemptLogs, Error, Result};
 
 /// Serialized attempt logs larger than this go to a blob file: sled keeps
@@ -69,7 +69,7 @@ impl SledStore {
     }
 }
 
-/// [`Store::put_logs`](crate::store::Store::put_logs).
+/// [`Runs::put_logs`](crate::store::Runs::put_logs).
 pub(super) fn put(store: &SledStore, tenant: &str, run_id: &str, logs: &AttemptLogs) -> Result<()> {
     let attempt = format!("{:010}", logs.attempt);
     let log_key = key("log", &[run_id, &logs.step, &attempt]);
@@ -108,7 +108,7 @@ pub(super) fn put(store: &SledStore, tenant: &str, run_id: &str, logs: &AttemptL
     store.release_log_blobs(released.map(str::to_owned))
 }
 
-/// [`Store::logs`](crate::store::Store::logs).
+/// [`Runs::logs`](crate::store::Runs::logs).
 pub(super) fn list(store: &SledStore, run_id: &str) -> Result<Vec<AttemptLogs>> {
     store
         .scan(&key("log", &[run_id]))
@@ -123,7 +123,7 @@ mod tests {
     use super::super::SledStore;
     use super::super::fixtures::{files_under, logs, run};
     use crate::model::RunStatus;
-    use crate::store::Store;
+    use crate::store::prelude::*;
 
     #[test]
     fn large_logs_live_in_shared_blobs_removed_with_their_last_run() {

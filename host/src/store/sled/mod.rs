@@ -106,9 +106,10 @@ use serde::de::DeserializeOwned;
 use self::blobs::{is_digest, remove_file_if_present};
 use self::flush::SyncShared;
 use self::keys::{corrupt_key, decode, decode_part, encode, key, newer_record};
-use super::memory::digest_of;
+use super::rules::digest_of;
 use super::{
-    AttemptLogs, Error, Insert, NewRun, Result, RunPage, RunQuery, RunSummary, Store, SyncTicket,
+    AttemptLogs, Catalog, Error, Insert, NewRun, Operations, Outbox, Result, RunPage, RunQuery,
+    RunSummary, Runs, SyncTicket, Tenancy,
 };
 use crate::model::record::AttemptRecord;
 use crate::model::{
@@ -172,7 +173,7 @@ impl SledStore {
         &self.dir
     }
 
-    /// Counts a completed write, for [`Store::sync_ticket`].
+    /// Counts a completed write, for [`Operations::sync_ticket`](crate::store::Operations::sync_ticket).
     fn wrote(&self) {
         self.sync.count_write();
     }
@@ -234,7 +235,7 @@ impl Drop for SledStore {
     }
 }
 
-impl Store for SledStore {
+impl Operations for SledStore {
     fn sync_ticket(&self) -> SyncTicket {
         self.sync.ticket()
     }
@@ -251,6 +252,28 @@ impl Store for SledStore {
         self.put(self::key("meta", &[key]), value)
     }
 
+    fn kv(&self) -> Arc<dyn super::kv::KvStore> {
+        self.kv.clone()
+    }
+
+    fn secrets(&self) -> Arc<dyn super::secrets::SecretStore> {
+        self.secrets.clone()
+    }
+
+    fn size_on_disk(&self) -> u64 {
+        let db = self.db.size_on_disk().unwrap_or(0);
+        let blobs = fs::read_dir(&self.blobs)
+            .map(|dir| {
+                dir.filter_map(|entry| entry.ok()?.metadata().ok())
+                    .map(|meta| meta.len())
+                    .sum::<u64>()
+            })
+            .unwrap_or(0);
+        db + blobs
+    }
+}
+
+impl Catalog for SledStore {
     fn put_blob(&self, bytes: &[u8]) -> Result<String> {
         let digest = digest_of(bytes);
         self.write_blob(&format!("{digest}.wasm"), bytes)?;
@@ -312,10 +335,6 @@ impl Store for SledStore {
         Ok(old.is_some())
     }
 
-    fn put_task(&self, task: &TaskRecord, schedule: &ScheduleState) -> Result<()> {
-        self.put_tasks_at(&[(task, schedule)])
-    }
-
     fn put_tasks(&self, tasks: &[(TaskRecord, ScheduleState)]) -> Result<()> {
         let tasks: Vec<_> = tasks.iter().map(|(t, s)| (t, s)).collect();
         self.put_tasks_at(&tasks)
@@ -363,10 +382,6 @@ impl Store for SledStore {
         self.get(&key("sched", &[tenant, task]))
     }
 
-    fn list_schedules(&self) -> Result<Vec<ScheduleState>> {
-        self.values(&key("sched", &[]))
-    }
-
     fn due_schedules(
         &self,
         from: Millis,
@@ -379,13 +394,11 @@ impl Store for SledStore {
     fn downstream_tasks(&self, tenant: &str, upstream: &str) -> Result<Vec<String>> {
         self.downstream_of(tenant, upstream)
     }
+}
 
+impl Runs for SledStore {
     fn insert_runs(&self, runs: &[NewRun]) -> Result<Vec<Insert>> {
         runs::insert(self, runs)
-    }
-
-    fn write_runs(&self, runs: &[(RunRecord, Vec<Event>)], usage: &[UsageBucket]) -> Result<()> {
-        runs::write(self, runs, usage, &[])
     }
 
     fn write_runs_with_alerts(
@@ -403,10 +416,6 @@ impl Store for SledStore {
 
     fn list_runs(&self, query: &RunQuery) -> Result<RunPage> {
         runs::list(self, query)
-    }
-
-    fn active_runs(&self) -> Result<Vec<RunRecord>> {
-        runs::active(self)
     }
 
     fn running_runs(&self) -> Result<Vec<RunRecord>> {
@@ -520,7 +529,9 @@ impl Store for SledStore {
         }
         Ok(found)
     }
+}
 
+impl Outbox for SledStore {
     fn put_alerts(&self, alerts: &[super::OutboxAlert]) -> Result<()> {
         outbox::put(self, alerts)
     }
@@ -547,7 +558,9 @@ impl Store for SledStore {
     fn alert_counts(&self) -> Result<Vec<(String, super::AlertStatus, usize)>> {
         outbox::counts(self)
     }
+}
 
+impl Tenancy for SledStore {
     fn put_tenant(&self, tenant: &TenantRecord) -> Result<()> {
         self.put(key("ten", &[&tenant.name]), tenant)
     }
@@ -566,26 +579,6 @@ impl Store for SledStore {
 
     fn usage(&self, tenant: &str, from: Millis, to: Millis) -> Result<Vec<UsageBucket>> {
         usage::read(self, tenant, from, to)
-    }
-
-    fn kv(&self) -> Arc<dyn super::kv::KvStore> {
-        self.kv.clone()
-    }
-
-    fn secrets(&self) -> Arc<dyn super::secrets::SecretStore> {
-        self.secrets.clone()
-    }
-
-    fn size_on_disk(&self) -> u64 {
-        let db = self.db.size_on_disk().unwrap_or(0);
-        let blobs = fs::read_dir(&self.blobs)
-            .map(|dir| {
-                dir.filter_map(|entry| entry.ok()?.metadata().ok())
-                    .map(|meta| meta.len())
-                    .sum::<u64>()
-            })
-            .unwrap_or(0);
-        db + blobs
     }
 }
 

@@ -12,7 +12,7 @@
 //! running attempts, the queue heads and the fire window. It now runs beside
 //! the server: what it finds is logged with the restore hint, turns `/readyz`
 //! to 503 and the `ax_store_damaged` gauge to 1
-//! ([`crate::store::Store::damage`]).
+//! ([`crate::store::Operations::damage`]).
 
 use std::fs;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -24,7 +24,7 @@ use std::thread::JoinHandle;
 use super::blobs::{remove_stale_tmp_files, write_atomically};
 use super::keys::{decode, encode, key};
 use super::{SledStore, flush};
-use crate::store::memory::MAX_SCAN;
+use crate::store::rules::MAX_SCAN;
 use crate::store::{Error, Result, kv, secrets};
 
 /// Format of the store as a whole (key layout, value encoding). A store
@@ -368,7 +368,8 @@ mod tests {
     use super::super::fixtures::{event, files_under, logs, run};
     use super::*;
     use crate::model::RunStatus;
-    use crate::store::{Insert, Store};
+    use crate::store::Insert;
+    use crate::store::prelude::*;
 
     fn unusable(result: Result<SledStore>) -> String {
         match result {

@@ -45,7 +45,7 @@ impl SledStore {
     }
 }
 
-/// [`Store::put_alerts`](crate::store::Store::put_alerts).
+/// [`Outbox::put_alerts`](crate::store::Outbox::put_alerts).
 pub(super) fn put(store: &SledStore, alerts: &[OutboxAlert]) -> Result<()> {
     if alerts.is_empty() {
         return Ok(());
@@ -58,7 +58,7 @@ pub(super) fn put(store: &SledStore, alerts: &[OutboxAlert]) -> Result<()> {
     store.apply(batch)
 }
 
-/// [`Store::get_alert`](crate::store::Store::get_alert).
+/// [`Outbox::get_alert`](crate::store::Outbox::get_alert).
 pub(super) fn get(store: &SledStore, id: &str) -> Result<Option<OutboxAlert>> {
     store.get(&record_key(id))
 }
@@ -68,7 +68,7 @@ fn parts(k: &[u8], prefix_len: usize) -> Result<Vec<String>> {
     split_parts(&k[prefix_len..]).ok_or_else(|| corrupt_key(k))
 }
 
-/// [`Store::due_alerts`](crate::store::Store::due_alerts).
+/// [`Outbox::due_alerts`](crate::store::Outbox::due_alerts).
 pub(super) fn due(store: &SledStore, until: Millis, limit: usize) -> Result<Vec<OutboxAlert>> {
     let start = key("ald", &[]);
     let end = key("ald", &[&instant_part(until.saturating_add(1))]);
@@ -89,7 +89,7 @@ pub(super) fn due(store: &SledStore, until: Millis, limit: usize) -> Result<Vec<
     Ok(out)
 }
 
-/// [`Store::list_alerts`](crate::store::Store::list_alerts): one status is
+/// [`Outbox::list_alerts`](crate::store::Outbox::list_alerts): one status is
 /// one index range; every status merges the three ranges by id.
 pub(super) fn list(
     store: &SledStore,
@@ -132,7 +132,7 @@ pub(super) fn list(
     Ok((page, next))
 }
 
-/// [`Store::trim_alerts`](crate::store::Store::trim_alerts).
+/// [`Outbox::trim_alerts`](crate::store::Outbox::trim_alerts).
 pub(super) fn trim(
     store: &SledStore,
     tenant: &str,
@@ -159,7 +159,7 @@ pub(super) fn trim(
     Ok(removed)
 }
 
-/// [`Store::alert_counts`](crate::store::Store::alert_counts).
+/// [`Outbox::alert_counts`](crate::store::Outbox::alert_counts).
 pub(super) fn counts(store: &SledStore) -> Result<Vec<(String, AlertStatus, usize)>> {
     let prefix = key("alt", &[]);
     let mut counts: std::collections::BTreeMap<(String, AlertStatus), usize> = Default::default();

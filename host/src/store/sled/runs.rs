@@ -17,11 +17,12 @@ use super::keys::{
 use super::logs::StoredLogs;
 use super::{SledStore, lock, sled_error};
 use crate::model::{Event, Millis, RunRecord};
-use crate::store::memory::{missing_run, select_page};
-use crate::store::{Insert, NewRun, Result, RunPage, RunQuery, RunSummary, Store};
+use crate::store::prelude::*;
+use crate::store::rules::{missing_run, select_page};
+use crate::store::{Insert, NewRun, Result, RunPage, RunQuery, RunSummary};
 use crate::tenant::UsageBucket;
 
-/// [`Store::insert_runs`](crate::store::Store::insert_runs).
+/// [`Runs::insert_runs`](crate::store::Runs::insert_runs).
 pub(super) fn insert(store: &SledStore, runs: &[NewRun]) -> Result<Vec<Insert>> {
     let _serial = lock(&store.claim_lock);
     let mut batch = sled::Batch::default();
@@ -79,7 +80,7 @@ pub(super) fn insert(store: &SledStore, runs: &[NewRun]) -> Result<Vec<Insert>> 
     Ok(outcomes)
 }
 
-/// [`Store::write_runs`](crate::store::Store::write_runs).
+/// [`StoreExt::write_runs`](crate::store::StoreExt::write_runs).
 pub(super) fn write(
     store: &SledStore,
     runs: &[(RunRecord, Vec<Event>)],
@@ -138,7 +139,7 @@ pub(super) fn write(
     missing.map_or(Ok(()), |id| Err(missing_run(id)))
 }
 
-/// [`Store::list_runs`](crate::store::Store::list_runs).
+/// [`Runs::list_runs`](crate::store::Runs::list_runs).
 pub(super) fn list(store: &SledStore, query: &RunQuery) -> Result<RunPage> {
     let (prefix, task_filter) = match (&query.tenant, &query.task) {
         (Some(tenant), Some(task)) => (key("rk", &[tenant, task]), None),
@@ -177,18 +178,7 @@ pub(super) fn list(store: &SledStore, query: &RunQuery) -> Result<RunPage> {
     Ok(RunPage { runs, next })
 }
 
-/// [`Store::active_runs`](crate::store::Store::active_runs).
-pub(super) fn active(store: &SledStore) -> Result<Vec<RunRecord>> {
-    let mut runs = running(store)?;
-    runs.extend(records(
-        store,
-        ids_in_queue(store, &key("q", &[]), usize::MAX)?,
-    )?);
-    runs.sort_by(|a, b| a.id.cmp(&b.id));
-    Ok(runs)
-}
-
-/// [`Store::running_runs`](crate::store::Store::running_runs): `act/{id}`.
+/// [`Runs::running_runs`](crate::store::Runs::running_runs): `act/{id}`.
 pub(super) fn running(store: &SledStore) -> Result<Vec<RunRecord>> {
     let prefix = key("act", &[]);
     let ids = store
@@ -234,17 +224,17 @@ fn queued_id(k: &[u8]) -> Result<String> {
     decode_part(&k[start..]).ok_or_else(|| corrupt_key(k))
 }
 
-/// [`Store::queued_runs`](crate::store::Store::queued_runs): `q/{tenant}/…`.
+/// [`Runs::queued_runs`](crate::store::Runs::queued_runs): `q/{tenant}/…`.
 pub(super) fn queued(store: &SledStore, tenant: &str, limit: usize) -> Result<Vec<RunRecord>> {
     records(store, queued_ids(store, tenant, limit)?)
 }
 
-/// [`Store::queued_ids`](crate::store::Store::queued_ids): keys only.
+/// [`Runs::queued_ids`](crate::store::Runs::queued_ids): keys only.
 pub(super) fn queued_ids(store: &SledStore, tenant: &str, limit: usize) -> Result<Vec<String>> {
     ids_in_queue(store, &key("q", &[tenant]), limit)
 }
 
-/// [`Store::run_summaries_page`](crate::store::Store::run_summaries_page):
+/// [`Runs::run_summaries_page`](crate::store::Runs::run_summaries_page):
 /// `rk/<tenant>/<task>/<id>` → status, read backwards; no record read.
 pub(super) fn summaries_page(
     store: &SledStore,
@@ -277,7 +267,7 @@ pub(super) fn summaries_page(
         .collect()
 }
 
-/// [`Store::delete_run`](crate::store::Store::delete_run).
+/// [`Runs::delete_run`](crate::store::Runs::delete_run).
 pub(super) fn delete(store: &SledStore, id: &str) -> Result<bool> {
     let _claims = lock(&store.claim_lock);
     let _serial = lock(&store.run_lock);
@@ -458,7 +448,7 @@ fn expiry_key(expires_at: Millis, run: &RunRecord, idempotency_key: &str) -> Vec
     )
 }
 
-/// [`Store::expire_keys`](crate::store::Store::expire_keys): reads `ik` from
+/// [`Runs::expire_keys`](crate::store::Runs::expire_keys): reads `ik` from
 /// its start up to `now` and removes each entry with its `idem` claim (when
 /// the claim still names the entry's run: a key freed and taken again by a
 /// newer run is that run's).
@@ -560,7 +550,6 @@ mod tests {
     use super::super::fixtures::run;
     use super::*;
     use crate::model::RunStatus;
-    use crate::store::Store;
 
     /// The events of one write share a key; a store written when each event
     /// had its own key reads back the same, old keys and new in order.

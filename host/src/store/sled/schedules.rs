@@ -4,7 +4,7 @@
 //!
 //! - `nf/{next_fire:020}/{tenant}/{task}` (value: `[tenant, task]`): the
 //!   next-fire index, one entry per unpaused schedule with a next fire,
-//!   ordered by instant. [`Store::due_schedules`] reads a range of it.
+//!   ordered by instant. [`Catalog::due_schedules`](crate::store::Catalog::due_schedules) reads a range of it.
 //! - `aft/{tenant}/{upstream}/{downstream}` (value: the downstream name): the
 //!   tasks an `after` trigger starts when a run of `upstream` ends.
 //!
@@ -22,7 +22,8 @@ use std::collections::HashMap;
 use super::keys::{decode, encode, instant_part, key};
 use super::{SledStore, lock, sled_error};
 use crate::model::{Millis, ScheduleState, TaskRecord};
-use crate::store::{Result, Store};
+use crate::store::Result;
+use crate::store::prelude::*;
 
 /// Marker: the `nf` and `aft` indexes exist for every stored task.
 const INDEXES_MARKER: &str = "indexes";

@@ -7,7 +7,7 @@ use crate::model::Millis;
 use crate::store::Result;
 use crate::tenant::UsageBucket;
 
-/// [`Store::usage`](crate::store::Store::usage).
+/// [`Tenancy::usage`](crate::store::Tenancy::usage).
 pub(super) fn read(
     store: &SledStore,
     tenant: &str,

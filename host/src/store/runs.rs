@@ -1,0 +1,192 @@
+//! [`Runs`]: runs with their events, attempt logs and attempt records, the
+//! persistent queue, idempotency keys and dead letters.
+//!
+//! The persistent *queue* is the set of `queued` runs, indexed in dispatch
+//! order per tenant ([`Runs::queued_runs`]): the scheduler holds a bounded
+//! head of it in memory and reads on as it drains; on start it reads the
+//! running runs and each tenant's head. The index is written with the run,
+//! so there is no second copy of the queue to drift.
+
+use serde::{Deserialize, Serialize};
+
+use super::Result;
+use super::outbox::OutboxAlert;
+use crate::model::record::AttemptRecord;
+use crate::model::{
+    DeadLetter, Event, LogRecord, Millis, Progress, RunRecord, RunStatus, ScheduleState,
+};
+use crate::tenant::UsageBucket;
+
+/// A run to insert, with what is written in the same atomic write.
+#[derive(Clone, Debug)]
+pub struct NewRun {
+    /// The run.
+    pub run: RunRecord,
+    /// Refuse it if a run exists for (tenant, task, scheduled_for).
+    pub unique_fire: bool,
+    /// The schedule's progress, stored with the run.
+    pub schedule: Option<ScheduleState>,
+    /// Its creation events.
+    pub events: Vec<Event>,
+    /// When the run's idempotency key (if it has one) is forgotten: until
+    /// then the key answers with this run, even after retention deleted it
+    /// ([`Insert::Forgotten`]); [`Runs::expire_keys`] frees it after.
+    pub key_expires_at: Millis,
+}
+
+/// What inserting a run did ([`Runs::insert_runs`]).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Insert {
+    /// The run was stored.
+    Created,
+    /// A run with the same idempotency key, or for the same (task,
+    /// scheduled_for) fire, already exists: nothing was written.
+    Existing(Box<RunRecord>),
+    /// The idempotency key belongs to a run that retention has deleted (its
+    /// id here); the key is remembered until it expires: nothing was written.
+    Forgotten(String),
+}
+
+/// Which runs to list, newest first.
+#[derive(Clone, Debug, Default)]
+pub struct RunQuery {
+    /// Only this tenant's runs (`None`: all tenants — admin and internal use).
+    pub tenant: Option<String>,
+    /// Only this task's runs.
+    pub task: Option<String>,
+    /// Only runs in this state.
+    pub status: Option<RunStatus>,
+    /// At most this many (at least 1).
+    pub limit: usize,
+    /// Continue after this cursor (the `next` of the previous page).
+    pub cursor: Option<String>,
+}
+
+/// A page of runs.
+#[derive(Clone, Debug, Default)]
+pub struct RunPage {
+    /// The runs, newest first.
+    pub runs: Vec<RunRecord>,
+    /// Cursor for the next page, if there may be more.
+    pub next: Option<String>,
+}
+
+/// Captured output of one attempt (kept apart from the run record: it can be large).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct AttemptLogs {
+    /// The step.
+    pub step: String,
+    /// The attempt number.
+    pub attempt: u32,
+    /// Captured stdout.
+    pub stdout: String,
+    /// Captured stderr.
+    pub stderr: String,
+    /// Structured log records.
+    pub logs: Vec<LogRecord>,
+    /// Last progress reported.
+    pub progress: Option<Progress>,
+}
+
+/// A run as the indexes know it (see [`Runs::run_summaries_page`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunSummary {
+    /// Owning tenant.
+    pub tenant: String,
+    /// Task name.
+    pub task: String,
+    /// Run id (sorts by creation; see [`super::rules::new_id`]).
+    pub id: String,
+    /// Current state.
+    pub status: RunStatus,
+}
+
+/// Runs and what hangs off them.
+pub trait Runs {
+    /// Stores new runs, each with its creation events and (if given) its
+    /// schedule's progress, in one atomic write, with one outcome per run,
+    /// in order. A run is not stored if a run exists for the same
+    /// idempotency key (tenant, task, key) or — when `unique_fire` — for the
+    /// same (tenant, task, scheduled_for): it is checked against the stored
+    /// runs and the runs before it in `runs` (a repeated key or fire yields
+    /// [`Insert::Existing`] with the earlier run).
+    fn insert_runs(&self, runs: &[NewRun]) -> Result<Vec<Insert>>;
+    /// Replaces runs, appends their events, adds `usage` and stores new
+    /// outbox alerts, as one atomic write (an alert is stored with the
+    /// change that raised it, or not at all). The scheduler writes every run
+    /// it changed since its last write this way: sled seals and writes its
+    /// log buffer twice per batch, so one batch per run cost more than the
+    /// runs themselves. A run given twice is written as its last record with
+    /// both lists of events. A run that is not stored is left out (writing
+    /// it would resurrect half a run) and reported as an error once the
+    /// others are written.
+    fn write_runs_with_alerts(
+        &self,
+        runs: &[(RunRecord, Vec<Event>)],
+        usage: &[UsageBucket],
+        alerts: &[OutboxAlert],
+    ) -> Result<()>;
+    /// One run.
+    fn get_run(&self, id: &str) -> Result<Option<RunRecord>>;
+    /// Runs matching `query`, newest first, with a cursor.
+    fn list_runs(&self, query: &RunQuery) -> Result<RunPage>;
+    /// Every run in `running` state (recovery reads them whole: their
+    /// attempts that were running are lost).
+    fn running_runs(&self) -> Result<Vec<RunRecord>>;
+    /// The persistent queue: a tenant's `queued` runs in dispatch order
+    /// ([`queue_order`](crate::model::priority::queue_order) of creation and
+    /// priority, then id), at most `limit`. The scheduler holds a bounded
+    /// head of it and reads on as the head drains.
+    fn queued_runs(&self, tenant: &str, limit: usize) -> Result<Vec<RunRecord>>;
+    /// The ids of [`Runs::queued_runs`], from the index alone (no record
+    /// read): what the scheduler scans past its head with.
+    fn queued_ids(&self, tenant: &str, limit: usize) -> Result<Vec<String>>;
+    /// Queued runs counted per (tenant, task), by tenant then task: what
+    /// recovery reads instead of the queue, so a store answers it without
+    /// reading a key per queued run (sled keeps counters beside the queue's
+    /// index, `sled/counts.rs`).
+    fn queued_counts(&self) -> Result<Vec<(String, String, usize)>>;
+    /// Deletes a terminal run with its events, logs and fire key
+    /// (retention). Its idempotency key stays until it expires.
+    fn delete_run(&self, id: &str) -> Result<bool>;
+    /// Frees the idempotency keys that expired at or before `now` (their
+    /// [`NewRun::key_expires_at`]), oldest first, at most `limit`; returns
+    /// how many. A later run may take a freed key.
+    fn expire_keys(&self, now: Millis, limit: usize) -> Result<usize>;
+    /// Runs as their indexes know them, at most `limit`, in descending
+    /// (tenant, task, id) order — newest first within a task, since ids sort
+    /// by creation — starting after `after` in that order (`None`: from the
+    /// start). Reads no run record; the retention sweep walks it a page at a
+    /// time, so a sweep holds one page however many runs are stored.
+    fn run_summaries_page(
+        &self,
+        after: Option<&RunSummary>,
+        limit: usize,
+    ) -> Result<Vec<RunSummary>>;
+    /// A run's events, oldest first.
+    fn events(&self, run_id: &str) -> Result<Vec<Event>>;
+    /// Bytes of run data `tenant` keeps: its runs' records, events, logs
+    /// and attempt records, as the store holds them. Counted as they are
+    /// written and deleted, never by reading the runs (sled:
+    /// `sled/footprint.rs`), so the scheduler can read it at every trigger:
+    /// it is what the tenant's `run_bytes` quota bounds (docs/TENANTS.md,
+    /// *Storage*).
+    fn run_bytes(&self, tenant: &str) -> Result<u64>;
+    /// Stores an attempt's captured output, counted in `tenant`'s
+    /// [`Runs::run_bytes`].
+    fn put_logs(&self, tenant: &str, run_id: &str, logs: &AttemptLogs) -> Result<()>;
+    /// A run's captured output, by step then attempt.
+    fn logs(&self, run_id: &str) -> Result<Vec<AttemptLogs>>;
+    /// Keeps the record of one attempt (`record:`, for `ax run replay`),
+    /// replacing one kept before for the same attempt. Removed with its run.
+    fn put_record(&self, record: &AttemptRecord) -> Result<()>;
+    /// The record of attempt `attempt` of `step` in run `run_id`, if kept.
+    fn get_record(&self, run_id: &str, step: &str, attempt: u32) -> Result<Option<AttemptRecord>>;
+
+    /// Creates or replaces a dead letter.
+    fn put_dead_letter(&self, dead: &DeadLetter) -> Result<()>;
+    /// One dead letter.
+    fn get_dead_letter(&self, id: &str) -> Result<Option<DeadLetter>>;
+    /// A tenant's dead letters, newest first (`open_only`: unresolved ones).
+    fn list_dead_letters(&self, tenant: &str, open_only: bool) -> Result<Vec<DeadLetter>>;
+}
