@@ -257,9 +257,10 @@ fn a_tenant_cannot_fill_memory_or_disk_with_queued_inputs() {
 /// raised the tenant's `run_bytes` and `max_input_bytes`, and it queues some
 /// 800 runs of ~250 KiB inputs (~200 MB stored), all within the queue head
 /// (1,000 runs). The head holds what dispatch needs, not the inputs
-/// (`scheduler/actor/spill.rs`): the server's memory grows by far less than
-/// what is queued, and a queued run's input is whole in the store (read
-/// back, and still there after the run is cancelled).
+/// (`scheduler/actor/spill.rs`), and a queued run's input is whole in the
+/// store (read back, and still there after the run is cancelled). What the
+/// server still grows by is sled's copy of the pages it wrote (see the
+/// bound below), and beyond that at most the issue's 100 MB.
 #[test]
 fn queued_large_inputs_are_not_held_in_memory() {
     const BIG_RUN_BYTES: u64 = 256 << 20;
@@ -294,13 +295,39 @@ fn queued_large_inputs_are_not_held_in_memory() {
         }
     }
     assert_eq!(ids.len(), RUNS);
-    // The write-behind lands (the records it holds are let go).
-    std::thread::sleep(Duration::from_secs(1));
-    let grown = rss(server.pid()).saturating_sub(rss_before);
+    // What the server may keep: sled 0.34.7 keeps every page it wrote whose
+    // log item is over 128 KiB (a quarter of its 512 KiB segment), and a
+    // leaf holding one of these records is one, resident whatever
+    // `cache_capacity` says: its cache weighs such a page by the pointer
+    // it logs, not by the page (heaptrack: 206 MB of the ~240 MiB grown
+    // were sled's copies of the records written; docs/PERFORMANCE.md,
+    // *Queued inputs*). Bounding that is the store's. Beyond those bytes,
+    // everything else (the head, request bodies, the write-behind, freed
+    // heap not yet returned) stays within the issue's 100 MB.
+    let usage = format!("{url}/v1/tenants/{HOSTILE}/usage");
+    let stored = get(&agent, &usage)["storage"]["run_bytes"]
+        .as_u64()
+        .expect("the tenant's stored run bytes");
+    assert!(stored >= (RUNS * fits.len()) as u64, "run_bytes {stored}");
+    let bound = stored + (100 << 20);
+    // The write-behind lands and the server returns what it freed
+    // (`server/trim.rs`, every 10 s): polled until within the bound, up to
+    // a deadline past the next trim.
+    let load_done = Instant::now();
+    let grown = loop {
+        std::thread::sleep(Duration::from_millis(250));
+        let grown = rss(server.pid()).saturating_sub(rss_before);
+        if grown <= bound || load_done.elapsed() > Duration::from_secs(15) {
+            break grown;
+        }
+    };
     eprintln!(
-        "RSS grew by {} MiB with {RUNS} queued runs of {} KiB inputs",
+        "RSS grew by {} MiB ({:.1} s after the load) with {RUNS} queued runs of {} KiB inputs, \
+         {} MiB stored",
         grown >> 20,
-        fits.len() >> 10
+        load_done.elapsed().as_secs_f64(),
+        fits.len() >> 10,
+        stored >> 20
     );
 
     // Queued (the first took the window's fuel), and whole in the store;
@@ -337,9 +364,13 @@ fn queued_large_inputs_are_not_held_in_memory() {
         .and_then(|v| v.trim().parse().ok())
         .expect("an ax_spilled_runs gauge");
     assert_eq!(spilled as usize, RUNS - 2, "spilled runs");
-    // What the server still grows by is the store's (sled's pages and
-    // write buffers) and the allocator's, not the head: 443 MiB before
-    // the head spilled inputs, 247-285 MiB since (docs/PERFORMANCE.md,
-    // *Queued inputs*). The bound says the ~200 MB queued are not held twice.
-    assert!(grown < 350 << 20, "RSS grew by {grown} bytes");
+    // 443 MiB before the head spilled inputs; 240-241 MiB since, once
+    // trimmed (docs/PERFORMANCE.md, *Queued inputs*): the ~200 MB queued are
+    // held once (by sled), not twice, and the rest is under 100 MB.
+    assert!(
+        grown <= bound,
+        "RSS grew by {} MiB: more than the {} MiB stored and 100 MiB",
+        grown >> 20,
+        stored >> 20
+    );
 }
