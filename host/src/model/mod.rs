@@ -525,6 +525,17 @@ pub struct StepRunRecord {
 pub struct RunRecord {
     /// Record format version.
     pub format: u32,
+    /// How many times the record has been stored: 1 once inserted, one more
+    /// at every write. A write carries the revision it makes, and a store
+    /// takes it only over the one before ([`Runs::write_runs_with_alerts`],
+    /// compare-and-set), so a writer that missed another's write is refused
+    /// instead of undoing it. 0 in records stored before revisions existed.
+    /// Kept right after `format`: stores read it from the record's first
+    /// bytes (`store/sled/runs.rs`).
+    ///
+    /// [`Runs::write_runs_with_alerts`]: crate::store::Runs::write_runs_with_alerts
+    #[serde(default)]
+    pub revision: u64,
     /// Unique id, sortable by creation time.
     pub id: String,
     /// Owning tenant.
@@ -534,7 +545,10 @@ pub struct RunRecord {
     /// Snapshot of the task definition the run was started from, shared
     /// with the task record it was made from (and every run made from it):
     /// a run is cloned at every write, and its definition is its largest
-    /// part.
+    /// part. Fixed when the run is inserted. Absent (null) where a store
+    /// keeps it apart and joins it back when reading (sled's
+    /// `definitions.rs`).
+    #[serde(default)]
     pub spec: std::sync::Arc<serde_json::Value>,
     /// Run state.
     pub status: RunStatus,
@@ -561,6 +575,12 @@ pub struct RunRecord {
 }
 
 impl RunRecord {
+    /// Makes the record the next revision of itself, the one its next write
+    /// stores ([`RunRecord::revision`]).
+    pub fn next_revision(&mut self) {
+        self.revision += 1;
+    }
+
     /// Attempts told to stop that have not reported yet: a run is
     /// `cancelled` (and its steps with it) at once, while a running attempt
     /// stops a moment later and is only then recorded (outcome, end, fuel

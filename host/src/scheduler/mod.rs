@@ -22,6 +22,7 @@ pub mod alerts;
 pub mod clock;
 mod cond_pool;
 mod core;
+mod lease;
 pub mod queue;
 mod quota;
 pub mod retention;

@@ -311,8 +311,10 @@ impl Walk {
     }
 }
 
-/// Runs [`sweep`] every `defaults.sweep_every` until `shutdown` fires. A
-/// failed sweep is logged and tried again at the next tick.
+/// Runs [`sweep`] every `defaults.sweep_every` until `shutdown` fires, each
+/// under the [`RETENTION_LEASE`] (a tick whose lease another process holds
+/// sweeps nothing). A failed sweep is logged and tried again at the next
+/// tick.
 pub fn spawn_sweeper(
     store: Arc<dyn Store>,
     scheduler: Scheduler,
@@ -323,10 +325,21 @@ pub fn spawn_sweeper(
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(defaults.sweep_every.max(Duration::from_millis(10)));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Held from one tick to well past the next, so a sweep longer than
+        // a tick keeps it (another process takes over after a crash).
+        let hold = (defaults.sweep_every * 3).max(Duration::from_secs(60));
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => break,
                 _ = tick.tick() => {}
+            }
+            match super::lease::hold(store.as_ref(), RETENTION_LEASE, clock.now_ms(), hold) {
+                Ok(true) => {}
+                Ok(false) => continue,
+                Err(e) => {
+                    tracing::warn!(error = %e, "retention: cannot take the sweep's lease; trying at the next tick");
+                    continue;
+                }
             }
             match sweep(&store, &scheduler, &clock, &defaults).await {
                 Ok(r) if r.deleted > 0 => tracing::info!(
@@ -341,8 +354,12 @@ pub fn spawn_sweeper(
                 }
             }
         }
+        super::lease::release(store.as_ref(), RETENTION_LEASE, clock.now_ms());
     })
 }
+
+/// The lease a process sweeps under ([`super::lease`]).
+pub const RETENTION_LEASE: &str = "retention";
 
 /// The deletion the scheduler queues on its run writer (see the module
 /// docs): deletes `ids` (the store refuses active runs), counts them, answers.

@@ -28,6 +28,21 @@ pub enum Error {
     /// Any other backend failure.
     #[error("store backend error: {0}")]
     Backend(String),
+    /// A run was written over a revision it was not made from: another
+    /// writer stored the run since this writer read it
+    /// ([`crate::model::RunRecord::revision`]). Nothing of the write was
+    /// stored; the writer must read the run again before it changes it.
+    #[error(
+        "run {id} was changed by another writer: stored revision {stored}, this write makes {given}"
+    )]
+    Conflict {
+        /// The run.
+        id: String,
+        /// Its revision in the store.
+        stored: u64,
+        /// The revision the refused write would have stored.
+        given: u64,
+    },
     /// The store cannot write now (a full disk, an I/O error, a database
     /// being reopened after one): nothing of the write was stored, and the
     /// same write may succeed later ([`Error::is_unavailable`]).
@@ -61,6 +76,11 @@ impl Error {
                 reason: reason.clone(),
             },
             Error::Backend(m) => Error::Backend(m.clone()),
+            Error::Conflict { id, stored, given } => Error::Conflict {
+                id: id.clone(),
+                stored: *stored,
+                given: *given,
+            },
         }
     }
 }

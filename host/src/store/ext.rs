@@ -39,9 +39,16 @@ pub trait StoreExt: Store {
         self.write_runs_with_alerts(runs, usage, &[])
     }
 
-    /// Replaces a run and appends events, atomically.
-    fn update_run(&self, run: &RunRecord, events: &[Event]) -> Result<()> {
-        self.write_runs(&[(run.clone(), events.to_vec())], &[])
+    /// Writes `run` as its next revision, with `events`, atomically: the
+    /// revision is taken here ([`RunRecord::next_revision`]), so the write is
+    /// refused ([`super::Error::Conflict`]) when another writer stored the
+    /// run since `run` was read, and `run` is left as it was then.
+    fn update_run(&self, run: &mut RunRecord, events: &[Event]) -> Result<()> {
+        let mut next = run.clone();
+        next.next_revision();
+        self.write_runs(&[(next, events.to_vec())], &[])?;
+        run.next_revision();
+        Ok(())
     }
 
     /// Adds usage to the hourly buckets `(tenant, hour, task)`, creating them

@@ -24,8 +24,9 @@ use std::time::{Duration, Instant};
 
 use super::secrets::{SecretInfo, SecretStore};
 use super::{
-    AlertQuery, AlertStatus, AttemptLogs, Catalog, Error, Insert, NewRun, Operations, Outbox,
-    OutboxAlert, Result, RunPage, RunQuery, RunSummary, Runs, Store, SyncTicket, Tenancy,
+    AlertQuery, AlertStatus, AttemptLogs, Catalog, Error, Insert, Lease, Leases, NewRun,
+    Operations, Outbox, OutboxAlert, Result, RunPage, RunQuery, RunSummary, Runs, Store,
+    SyncTicket, Tenancy,
 };
 use crate::capability::kv::{KvNamespace, KvResult, KvStore, SetOutcome};
 use crate::model::record::AttemptRecord;
@@ -411,6 +412,16 @@ impl<L: Layer> Outbox for Layered<L> {
 
     fn alert_counts(&self) -> Result<Vec<(String, AlertStatus, usize)>> {
         self.0.read(|s| s.alert_counts())
+    }
+}
+
+impl<L: Layer> Leases for Layered<L> {
+    fn take_lease(&self, name: &str, holder: &str, now: Millis, until: Millis) -> Result<Lease> {
+        self.0.write(|s| s.take_lease(name, holder, now, until))
+    }
+
+    fn release_lease(&self, name: &str, holder: &str, now: Millis) -> Result<bool> {
+        self.0.write(|s| s.release_lease(name, holder, now))
     }
 }
 

@@ -10,9 +10,12 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use super::{
-    AlertQuery, AlertStatus, AttemptLogs, Catalog, Insert, NewRun, Operations, Outbox, OutboxAlert,
-    Result, RunPage, RunQuery, Runs, SyncTicket, Tenancy,
-    rules::{MAX_SCAN, digest_of, missing_run, queue_position, select_page},
+    AlertQuery, AlertStatus, AttemptLogs, Catalog, Insert, Lease, Leases, NewRun, Operations,
+    Outbox, OutboxAlert, Result, RunPage, RunQuery, Runs, SyncTicket, Tenancy,
+    rules::{
+        MAX_SCAN, check_revisions, definition_changed, digest_of, missing_run, queue_position,
+        select_page, take_lease,
+    },
 };
 use crate::model::ids::TaskKey;
 use crate::model::record::AttemptRecord;
@@ -58,6 +61,8 @@ struct State {
     usage: BTreeMap<(String, Millis, String), UsageBucket>,
     /// The alert outbox, keyed by id (ids sort by creation time).
     alerts: BTreeMap<String, OutboxAlert>,
+    /// Leases by name.
+    leases: BTreeMap<String, Lease>,
     /// Bytes of run data per tenant ([`Runs::run_bytes`](crate::store::Runs::run_bytes)), changed with
     /// every write of it.
     run_bytes: HashMap<String, i64>,
@@ -69,6 +74,17 @@ impl State {
         runs: &[(RunRecord, Vec<Event>)],
         usage: &[UsageBucket],
     ) -> Result<()> {
+        check_revisions(runs.iter().map(|(run, _)| run), |id| {
+            Ok(self.runs.get(id).map(|r| r.revision))
+        })?;
+        for (run, _) in runs {
+            if let Some(old) = self.runs.get(&run.id)
+                && !std::sync::Arc::ptr_eq(&old.spec, &run.spec)
+                && old.spec != run.spec
+            {
+                return Err(definition_changed(&run.id));
+            }
+        }
         let mut missing = None;
         for (run, events) in runs {
             let Some(slot) = self.runs.get_mut(&run.id) else {
@@ -741,6 +757,31 @@ impl Outbox for MemoryStore {
             *counts.entry((a.tenant.clone(), a.status)).or_default() += 1;
         }
         Ok(counts.into_iter().map(|((t, s), n)| (t, s, n)).collect())
+    }
+}
+
+impl Leases for MemoryStore {
+    fn take_lease(&self, name: &str, holder: &str, now: Millis, until: Millis) -> Result<Lease> {
+        let mut state = self.state();
+        let current = state.leases.get(name);
+        match take_lease(current, name, holder, now, until) {
+            Some(taken) => {
+                state.leases.insert(name.to_owned(), taken.clone());
+                Ok(taken)
+            }
+            None => Ok(current.cloned().expect("a live lease was compared")),
+        }
+    }
+
+    fn release_lease(&self, name: &str, holder: &str, now: Millis) -> Result<bool> {
+        let mut state = self.state();
+        match state.leases.get_mut(name) {
+            Some(lease) if lease.held_by(holder, now) => {
+                lease.until = now;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
     }
 }
 

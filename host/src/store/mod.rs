@@ -10,6 +10,8 @@
 //!   queue, idempotency keys, dead letters;
 //! - [`Outbox`]: the alert outbox;
 //! - [`Tenancy`]: tenants, tokens, usage;
+//! - [`Leases`]: who does the work only one process may do (retention,
+//!   alert delivery), until when;
 //! - [`Operations`]: durability tickets, metadata, size, health.
 //!
 //! [`StoreExt`] derives the conveniences (one run, one task, whole-store
@@ -30,6 +32,7 @@ mod ext;
 pub mod faults;
 pub mod guard;
 pub mod kv;
+mod leases;
 pub mod memory;
 mod operations;
 mod outbox;
@@ -46,6 +49,7 @@ pub mod conformance;
 pub use self::catalog::Catalog;
 pub use self::error::{Error, Result};
 pub use self::ext::StoreExt;
+pub use self::leases::{Lease, Leases};
 pub use self::operations::{Operations, SyncTicket};
 pub use self::outbox::{AlertQuery, AlertStatus, Outbox, OutboxAlert};
 pub use self::resolve::{Unresolved, resolve_plugin};
@@ -58,13 +62,19 @@ pub use self::tenancy::Tenancy;
 /// short (µs): callers on async threads call them directly; nothing here
 /// waits for the disk except [`SyncTicket::wait`]. Implemented for every
 /// type that implements the concepts.
-pub trait Store: Catalog + Runs + Outbox + Tenancy + Operations + Send + Sync + 'static {}
+pub trait Store:
+    Catalog + Runs + Outbox + Tenancy + Leases + Operations + Send + Sync + 'static
+{
+}
 
-impl<T> Store for T where T: Catalog + Runs + Outbox + Tenancy + Operations + Send + Sync + 'static {}
+impl<T> Store for T where
+    T: Catalog + Runs + Outbox + Tenancy + Leases + Operations + Send + Sync + 'static
+{
+}
 
 /// Every trait of the seam, for code that calls a store by its concrete type
 /// (`use crate::store::prelude::*`): concept traits' methods need their
 /// trait in scope there, and the conveniences need [`StoreExt`].
 pub mod prelude {
-    pub use super::{Catalog, Operations, Outbox, Runs, Store, StoreExt, Tenancy};
+    pub use super::{Catalog, Leases, Operations, Outbox, Runs, Store, StoreExt, Tenancy};
 }

@@ -16,17 +16,25 @@ pub fn id_millis(id: &str) -> Option<Millis> {
 }
 
 /// A fresh id: 12 hex digits of milliseconds, 6 of a per-process sequence
-/// and 4 random ones, after a prefix naming the kind (`r` run, `d` dead
-/// letter). Ids sort by creation time, and within a millisecond by creation
-/// order, so "newest first" listings are exact.
+/// and 8 of this process's [`writer_tag`], after a prefix naming the kind
+/// (`r` run, `d` dead letter, `a` alert). Ids sort by creation time, and
+/// within a millisecond by creation order in one process, so "newest first"
+/// listings are exact; the tag keeps two processes writing one store from
+/// making the same id in the same millisecond (ids made before it ended in
+/// 4 random digits: both shapes sort and read the same).
 pub fn new_id(prefix: &str, now: Millis) -> String {
     static SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed) & 0xff_ffff;
-    format!(
-        "{prefix}{:012x}{seq:06x}{:04x}",
-        now.max(0),
-        rand::random::<u16>()
-    )
+    format!("{prefix}{:012x}{seq:06x}{:08x}", now.max(0), writer_tag())
+}
+
+/// This process's part of every id it makes ([`new_id`]): 32 random bits
+/// drawn once. Two processes on one store (the cluster) collide only if
+/// they draw the same tag *and* reach the same sequence number in the same
+/// millisecond.
+pub fn writer_tag() -> u32 {
+    static TAG: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *TAG.get_or_init(rand::random::<u32>)
 }
 
 /// A queued run's place in the persistent queue: priority with aging from
@@ -83,8 +91,96 @@ pub fn digest_of(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
+/// Error for a write that gives a run another task definition than the one
+/// it was inserted with: a run's definition is fixed when it is inserted
+/// (stores may keep it apart, once per definition: sled's `definitions.rs`).
+/// Checked like revisions, before anything is changed.
+pub fn definition_changed(id: &str) -> Error {
+    Error::Backend(format!(
+        "cannot update run {id}: a run's task definition is fixed when it is inserted"
+    ))
+}
+
 /// Error for writing a run that is not stored (never inserted, or deleted
 /// by retention meanwhile): writing it would resurrect half a run.
 pub fn missing_run(id: &str) -> Error {
     Error::Backend(format!("cannot update run {id}: it does not exist"))
+}
+
+/// The revision a run is inserted with ([`RunRecord::revision`]).
+pub const FIRST_REVISION: u64 = 1;
+
+/// Checks the revisions of a write of runs against the stored ones: each
+/// run's first record in `runs` must make the revision after `stored(id)`
+/// (`None`: the run is not stored, which the write reports on its own), and
+/// each further record of the same run the one after that. The first run
+/// that does not is the [`Error::Conflict`]. Stores call it before changing
+/// anything, under their write lock, so a refused write stores nothing.
+pub fn check_revisions<'a>(
+    runs: impl IntoIterator<Item = &'a RunRecord>,
+    mut stored: impl FnMut(&str) -> Result<Option<u64>>,
+) -> Result<()> {
+    let mut last: std::collections::HashMap<&str, u64> = std::collections::HashMap::new();
+    for run in runs {
+        let before = match last.get(run.id.as_str()) {
+            Some(&revision) => revision,
+            None => match stored(&run.id)? {
+                Some(revision) => revision,
+                None => continue,
+            },
+        };
+        if run.revision != before + 1 {
+            return Err(Error::Conflict {
+                id: run.id.clone(),
+                stored: before,
+                given: run.revision,
+            });
+        }
+        last.insert(&run.id, run.revision);
+    }
+    Ok(())
+}
+
+/// This process's name as a lease holder ([`super::Leases`]): the host
+/// name, the process id and the [`writer_tag`], so two processes never
+/// share one (a restarted process is a new holder).
+pub fn holder() -> String {
+    static HOLDER: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    HOLDER
+        .get_or_init(|| {
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|h| h.trim().to_owned())
+                .unwrap_or_default();
+            let host = if host.is_empty() {
+                "host".to_owned()
+            } else {
+                host
+            };
+            format!("{host}/{}/{:08x}", std::process::id(), writer_tag())
+        })
+        .clone()
+}
+
+/// What taking lease `name` for `holder` until `until` leaves stored, given
+/// the lease stored now (`current`): see [`super::Leases::take_lease`].
+/// `None`: nothing changes (another holder's live lease).
+pub fn take_lease(
+    current: Option<&super::Lease>,
+    name: &str,
+    holder: &str,
+    now: Millis,
+    until: Millis,
+) -> Option<super::Lease> {
+    let token = match current {
+        Some(live) if live.until > now && live.holder != holder => return None,
+        Some(mine) if mine.until > now => mine.token,
+        Some(lapsed) => lapsed.token + 1,
+        None => 1,
+    };
+    Some(super::Lease {
+        name: name.to_owned(),
+        holder: holder.to_owned(),
+        until,
+        token,
+    })
 }

@@ -110,10 +110,18 @@ pub trait Runs {
     /// same (tenant, task, scheduled_for): it is checked against the stored
     /// runs and the runs before it in `runs` (a repeated key or fire yields
     /// [`Insert::Existing`] with the earlier run).
+    /// A run is stored with the revision it carries
+    /// ([`super::rules::FIRST_REVISION`] for a new one).
     fn insert_runs(&self, runs: &[NewRun]) -> Result<Vec<Insert>>;
     /// Replaces runs, appends their events, adds `usage` and stores new
     /// outbox alerts, as one atomic write (an alert is stored with the
-    /// change that raised it, or not at all). The scheduler writes every run
+    /// change that raised it, or not at all).
+    ///
+    /// Each run is a compare-and-set: it carries the revision it makes
+    /// ([`RunRecord::revision`]), which must be the stored one + 1 (a run
+    /// given twice: its revisions follow each other). Otherwise another
+    /// writer stored the run meanwhile, and the whole write is refused with
+    /// [`super::Error::Conflict`], nothing stored. The scheduler writes every run
     /// it changed since its last write this way: sled seals and writes its
     /// log buffer twice per batch, so one batch per run cost more than the
     /// runs themselves. A run given twice is written as its last record with

@@ -157,7 +157,7 @@ impl Actor {
             .map_err(|e| Error::Conflict(format!("the run's task snapshot is unreadable: {e}")))?;
         let mut events = Vec::new();
         decide::control::reopen(&mut rec, reset, Ctx { now, actor }, reason, &mut events);
-        self.store.update_run(&rec, &events)?;
+        self.store.update_run(&mut rec, &events)?;
         let key = TaskKey::new(&rec.tenant, &rec.task);
         self.track(key, &rec.id, false);
         *self.queued_runs.entry(rec.tenant.clone()).or_default() += 1;

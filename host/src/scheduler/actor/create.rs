@@ -12,6 +12,7 @@ use crate::model::{
 use crate::scheduler::clock::rfc3339;
 use crate::scheduler::core::run::{event, set_run, set_step};
 use crate::scheduler::{Error, Result, TriggerRequest, core as decide};
+use crate::store::rules::FIRST_REVISION;
 use crate::store::{Insert, NewRun, new_id};
 use crate::task::TaskSpec;
 
@@ -71,6 +72,7 @@ impl Actor {
             .map_or(priority, |q| priority.min(q.max_priority));
         RunRecord {
             format: RECORD_FORMAT,
+            revision: FIRST_REVISION,
             id: new_id("r", now),
             tenant: task.tenant.clone(),
             task: task.name.clone(),

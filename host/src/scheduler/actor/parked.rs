@@ -180,7 +180,7 @@ impl Actor {
                 self.queued_runs
                     .entry(rec.tenant.clone())
                     .and_modify(|n| *n = n.saturating_sub(1));
-                self.store.update_run(&rec, &events)?;
+                self.store.update_run(&mut rec, &events)?;
                 return Ok(());
             }
         };

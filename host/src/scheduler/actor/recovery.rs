@@ -82,7 +82,7 @@ impl Actor {
                         "recovery",
                         &mut events,
                     );
-                    self.store.update_run(&rec, &events)?;
+                    self.store.update_run(&mut rec, &events)?;
                     continue;
                 }
             };

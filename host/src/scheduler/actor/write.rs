@@ -302,12 +302,15 @@ impl Actor {
                 continue;
             }
             debug_assert!(!self.spilled.contains(&id), "a spilled run is written");
-            let rec = self
-                .runs
-                .get(&id)
-                .map(|r| &r.rec)
-                .or_else(|| self.finished.get(&id));
+            // Each write stores the record's next revision; the writer
+            // applies jobs in order, so memory stays the revision the
+            // store will hold (a refused write is tried again as it is).
+            let rec = match self.runs.get_mut(&id) {
+                Some(run) => Some(&mut run.rec),
+                None => self.finished.get_mut(&id),
+            };
             if let Some(rec) = rec {
+                rec.next_revision();
                 runs.push((rec.clone(), events));
             }
         }

@@ -840,6 +840,12 @@ impl Inner {
         self.cap_pending(store.as_ref())?;
         loop {
             let now = self.clock.now_ms();
+            // Delivered under the outbox's lease, renewed at every batch:
+            // one process delivers (docs/ARCHITECTURE.md, *Several writers*).
+            let hold = self.config.timeout * BATCH as u32 + Duration::from_secs(60);
+            if !super::lease::hold(store.as_ref(), ALERTS_LEASE, now, hold)? {
+                return Ok(Some(now.saturating_add(IDLE_POLL.as_millis() as Millis)));
+            }
             let due = store.due_alerts(now, BATCH)?;
             if due.is_empty() {
                 return Ok(store
@@ -889,6 +895,11 @@ impl Inner {
     }
 }
 
+/// The lease the outbox is delivered under ([`super::lease`]), taken for
+/// each batch for longer than the batch's deliveries can take (each is
+/// bounded by the delivery timeout) and renewed by the next.
+pub const ALERTS_LEASE: &str = "alerts";
+
 async fn worker(inner: Arc<Inner>, shutdown: CancellationToken) {
     let Some(store) = inner.store.clone() else {
         return;
@@ -906,11 +917,12 @@ async fn worker(inner: Arc<Inner>, shutdown: CancellationToken) {
             }
         };
         tokio::select! {
-            _ = shutdown.cancelled() => return,
+            _ = shutdown.cancelled() => break,
             _ = inner.wake.notified() => {}
             _ = tokio::time::sleep(wait) => {}
         }
     }
+    super::lease::release(store.as_ref(), ALERTS_LEASE, inner.clock.now_ms());
 }
 
 /// The wait before retry number `attempts` (1 = after the first failure).

@@ -34,6 +34,7 @@ fn state(yaml: &str) -> RunState {
     let spec: TaskSpec = task::parse(yaml).expect("valid task");
     let rec = RunRecord {
         format: RECORD_FORMAT,
+        revision: 1,
         id: "r1".into(),
         tenant: "t".into(),
         task: spec.name.clone(),

@@ -19,8 +19,9 @@ use crate::model::{
 };
 use crate::store::memory::MemoryStore;
 use crate::store::{
-    AlertQuery, AlertStatus, AttemptLogs, Catalog, Error, Insert, NewRun, Operations, Outbox,
-    OutboxAlert, Result, RunPage, RunQuery, RunSummary, Runs, SyncTicket, Tenancy, kv, secrets,
+    AlertQuery, AlertStatus, AttemptLogs, Catalog, Error, Insert, Lease, Leases, NewRun,
+    Operations, Outbox, OutboxAlert, Result, RunPage, RunQuery, RunSummary, Runs, SyncTicket,
+    Tenancy, kv, secrets,
 };
 use crate::tenant::{TenantRecord, TokenRecord, UsageBucket};
 
@@ -51,6 +52,8 @@ enum Write {
     DeadLetter(Box<DeadLetter>),
     Tenant(Box<TenantRecord>),
     Token(TokenRecord),
+    Lease(String, String, Millis, Millis),
+    ReleaseLease(String, String, Millis),
 }
 
 impl Write {
@@ -78,6 +81,12 @@ impl Write {
             Self::DeadLetter(d) => store.put_dead_letter(d),
             Self::Tenant(t) => store.put_tenant(t),
             Self::Token(t) => store.put_token(t),
+            Self::Lease(name, holder, now, until) => {
+                store.take_lease(name, holder, *now, *until).map(drop)
+            }
+            Self::ReleaseLease(name, holder, now) => {
+                store.release_lease(name, holder, *now).map(drop)
+            }
         }
     }
 }
@@ -483,6 +492,18 @@ impl Outbox for SimStore {
 
     fn alert_counts(&self) -> Result<Vec<(String, AlertStatus, usize)>> {
         self.inner().alert_counts()
+    }
+}
+
+impl Leases for SimStore {
+    fn take_lease(&self, name: &str, holder: &str, now: Millis, until: Millis) -> Result<Lease> {
+        let w = Write::Lease(name.into(), holder.into(), now, until);
+        self.write(w, |s| s.take_lease(name, holder, now, until))
+    }
+
+    fn release_lease(&self, name: &str, holder: &str, now: Millis) -> Result<bool> {
+        let w = Write::ReleaseLease(name.into(), holder.into(), now);
+        self.write(w, |s| s.release_lease(name, holder, now))
     }
 }
 

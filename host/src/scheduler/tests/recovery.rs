@@ -102,7 +102,7 @@ async fn an_attempt_running_at_a_crash_is_lost_and_run_again() {
         rec.steps[0].attempts[0].outcome = None;
         rec.status = RunStatus::Running;
         rec.finished_at = None;
-        store.update_run(&rec, &[]).unwrap();
+        store.update_run(&mut rec, &[]).unwrap();
     }
     store.put_plugin(&flip("ok")).unwrap();
     let h = restart_at(store.clone(), t0() + chrono::Duration::seconds(5)).await;

@@ -23,10 +23,10 @@ pub fn active_runs_are_the_non_terminal_ones<S: Store>(make: Make<S>) {
     assert_eq!(ids(&active), [run_id(0, 0), run_id(1, 0)]);
     let mut finished = active[1].clone();
     finished.status = RunStatus::Failed;
-    store.update_run(&finished, &[]).unwrap();
+    store.update_run(&mut finished, &[]).unwrap();
     let mut requeued = store.get_run(&run_id(2, 0)).unwrap().unwrap();
     requeued.status = RunStatus::Queued;
-    store.update_run(&requeued, &[]).unwrap();
+    store.update_run(&mut requeued, &[]).unwrap();
     assert_eq!(
         ids(&store.active_runs().unwrap()),
         [run_id(0, 0), run_id(2, 0)]
@@ -206,7 +206,7 @@ pub fn run_summaries_list_every_run_from_the_indexes<S: Store>(make: Make<S>) {
     // A status change reaches the summary; a deleted run leaves it.
     let mut running = runs[1].clone();
     running.status = RunStatus::Running;
-    store.update_run(&running, &[]).unwrap();
+    store.update_run(&mut running, &[]).unwrap();
     assert!(store.delete_run(&runs[0].id).unwrap());
     let mut got = store.run_summaries().unwrap();
     got.sort_by(|a, b| a.id.cmp(&b.id));
@@ -359,11 +359,13 @@ pub fn queued_runs_come_in_dispatch_order_per_tenant<S: Store>(make: Make<S>) {
     // A run that starts leaves the queue; one that ends leaves both.
     let mut first = t1[0].clone();
     first.status = RunStatus::Running;
-    store.update_run(&first, &[]).unwrap();
+    store.update_run(&mut first, &[]).unwrap();
     assert_eq!(store.queued_runs("t1", 10).unwrap().len(), 3);
     assert_eq!(store.running_runs().unwrap().len(), 2);
     first.status = RunStatus::Succeeded;
+    first.next_revision();
     running.status = RunStatus::Cancelled;
+    running.next_revision();
     store
         .write_runs(&[(first, vec![]), (running, vec![])], &[])
         .unwrap();
@@ -372,7 +374,7 @@ pub fn queued_runs_come_in_dispatch_order_per_tenant<S: Store>(make: Make<S>) {
     // A finished run queued again (retry) is back in the queue.
     let mut again = store.get_run(&run_id(119_000, 2)).unwrap().unwrap();
     again.status = RunStatus::Queued;
-    store.update_run(&again, &[]).unwrap();
+    store.update_run(&mut again, &[]).unwrap();
     assert_eq!(
         store.queued_runs("t1", 1).unwrap()[0].id,
         run_id(119_000, 2)

@@ -23,10 +23,11 @@
 //! builders; the behaviours live by area: `catalog` (metadata, blobs,
 //! plugins, tasks, schedules), `tags` (plugin tags), `runs` (writing runs),
 //! `listing` (reading them back), `outputs` (logs, dead letters), `tenants`
-//! (tenants, tokens, usage), `outbox` (the alert outbox) and `model` (the
-//! random operations).
+//! (tenants, tokens, usage), `outbox` (the alert outbox), `leases` and
+//! `model` (the random operations).
 
 pub mod catalog;
+pub mod leases;
 pub mod listing;
 pub mod model;
 pub mod outbox;
@@ -81,6 +82,8 @@ macro_rules! store_conformance_suite {
                 runs::reinserting_an_id_returns_the_stored_run,
                 runs::update_replaces_the_run_and_appends_events,
                 runs::update_of_an_unknown_run_fails,
+                runs::a_write_over_a_stale_revision_is_refused_and_changes_nothing,
+                runs::two_writers_on_one_store_never_undo_each_other,
                 runs::write_runs_writes_many_runs_and_usage_at_once,
                 runs::delete_run_refuses_an_active_run,
                 runs::delete_run_removes_everything_and_frees_its_fire,
@@ -104,6 +107,8 @@ macro_rules! store_conformance_suite {
                 outbox::due_alerts_come_in_next_try_order_and_follow_every_change,
                 outbox::alerts_are_listed_per_tenant_newest_first_with_a_cursor,
                 outbox::trimming_keeps_the_newest_of_one_state_and_counts_follow,
+                leases::leases_are_held_until_they_lapse_and_renewed_by_their_holder,
+                leases::two_takers_never_hold_a_lease_under_one_token,
             );
 
             #[test]
@@ -129,6 +134,7 @@ macro_rules! store_conformance_suite {
 fn run(id: &str, tenant: &str, task: &str, status: RunStatus) -> RunRecord {
     RunRecord {
         format: RECORD_FORMAT,
+        revision: 1,
         id: id.to_owned(),
         tenant: tenant.to_owned(),
         task: task.to_owned(),

@@ -44,6 +44,7 @@ pub fn alerts_are_written_with_their_run<S: Store>(make: Make<S>) {
     let mut r = run("r1", "acme", "t", RunStatus::Running);
     store.insert_run(&r, false, None, &[]).unwrap();
     r.status = RunStatus::Failed;
+    r.next_revision();
     let a = alert("a1", "acme", 5_000);
     store
         .write_runs_with_alerts(

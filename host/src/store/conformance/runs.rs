@@ -1,5 +1,6 @@
 //! Writing runs: inserts and their claims (idempotency keys, unique fires),
-//! updates, batched writes, deletes, and durability tickets.
+//! updates, batched writes, deletes, durability tickets, and revisions (a
+//! write is a compare-and-set: two writers on one store never undo each other).
 
 use serde_json::json;
 
@@ -7,7 +8,7 @@ use super::{Make, SCAN, attempt_logs, block_on, created, event, ids, run, run_id
 use crate::model::record::{AttemptRecord, Call, KvOp, KvResult};
 use crate::model::{Millis, RunStatus, StepStatus, TriggerKind};
 use crate::store::prelude::*;
-use crate::store::{Insert, NewRun, RunQuery};
+use crate::store::{Error, Insert, NewRun, RunQuery};
 
 pub fn inserted_run_is_readable_with_its_events<S: Store>(make: Make<S>) {
     let (store, _dir) = make(SCAN);
@@ -177,16 +178,17 @@ pub fn update_replaces_the_run_and_appends_events<S: Store>(make: Make<S>) {
     r.started_at = Some(2);
     r.steps[0].status = StepStatus::Running;
     r.steps[0].output = Some(json!({"big": "x".repeat(1_000)}));
-    store.update_run(&r, &[event(&r.id, "running", 2)]).unwrap();
+    let events = [event(&r.id, "running", 2)];
+    store.update_run(&mut r, &events).unwrap();
     r.reason = Some("still going".to_owned());
-    store.update_run(&r, &[]).unwrap();
+    store.update_run(&mut r, &[]).unwrap();
     r.status = RunStatus::Succeeded;
     r.finished_at = Some(3);
     let done = [
         event(&r.id, "s1:succeeded", 3),
         event(&r.id, "succeeded", 3),
     ];
-    store.update_run(&r, &done).unwrap();
+    store.update_run(&mut r, &done).unwrap();
     assert_eq!(store.get_run(&r.id).unwrap(), Some(r.clone()));
     let tos: Vec<_> = store
         .events(&r.id)
@@ -205,8 +207,10 @@ pub fn update_replaces_the_run_and_appends_events<S: Store>(make: Make<S>) {
 
 pub fn update_of_an_unknown_run_fails<S: Store>(make: Make<S>) {
     let (store, _dir) = make(SCAN);
-    let r = run(&run_id(1, 1), "t1", "a", RunStatus::Running);
-    assert!(store.update_run(&r, &[event(&r.id, "running", 1)]).is_err());
+    let mut r = run(&run_id(1, 1), "t1", "a", RunStatus::Running);
+    let events = [event(&r.id, "running", 1)];
+    assert!(store.update_run(&mut r, &events).is_err());
+    assert_eq!(r.revision, 1, "a refused write leaves the record as it was");
     assert_eq!(store.get_run(&r.id).unwrap(), None);
     assert!(store.events(&r.id).unwrap().is_empty());
     assert!(store.active_runs().unwrap().is_empty());
@@ -221,9 +225,12 @@ pub fn write_runs_writes_many_runs_and_usage_at_once<S: Store>(make: Make<S>) {
     }
     let ghost = run(&run_id(1, 3), "t1", "a", RunStatus::Running);
     b.status = RunStatus::Running;
+    b.next_revision();
     let b_running = b.clone();
     b.status = RunStatus::Succeeded;
+    b.next_revision();
     a.reason = Some("changed".to_owned());
+    a.next_revision();
     let usage = [crate::tenant::UsageBucket::attempt(
         "t1",
         "a",
@@ -514,9 +521,8 @@ pub fn run_bytes_follow_what_runs_keep_and_go_with_them<S: Store>(make: Make<S>)
 
     r.status = RunStatus::Succeeded;
     r.steps[0].output = Some(json!({"rows": "x".repeat(10_000)}));
-    store
-        .update_run(&r, &[event(&r.id, "succeeded", 2)])
-        .unwrap();
+    let events = [event(&r.id, "succeeded", 2)];
+    store.update_run(&mut r, &events).unwrap();
     let written = store.run_bytes("t1").unwrap();
     assert!(written >= inserted + 10_000, "{written} after {inserted}");
     store
@@ -532,4 +538,125 @@ pub fn run_bytes_follow_what_runs_keep_and_go_with_them<S: Store>(make: Make<S>)
     assert!(store.delete_run(&r.id).unwrap());
     assert_eq!(store.run_bytes("t1").unwrap(), 0);
     assert_eq!(store.run_bytes("t2").unwrap(), theirs);
+}
+
+/// A write is a compare-and-set on the run's revision: a writer that missed
+/// another's write is refused, whole, and nothing of its write is stored.
+pub fn a_write_over_a_stale_revision_is_refused_and_changes_nothing<S: Store>(make: Make<S>) {
+    let (store, _dir) = make(SCAN);
+    let r = run(&run_id(1, 1), "t1", "a", RunStatus::Queued);
+    let other = run(&run_id(1, 2), "t1", "a", RunStatus::Queued);
+    for run in [&r, &other] {
+        created(store.insert_run(run, false, None, &[]).unwrap());
+    }
+    assert_eq!(store.get_run(&r.id).unwrap().unwrap().revision, 1);
+
+    // Two writers read revision 1; the first to write makes revision 2.
+    let mut first = store.get_run(&r.id).unwrap().unwrap();
+    let mut second = first.clone();
+    first.status = RunStatus::Running;
+    let events = [event(&r.id, "running", 2)];
+    store.update_run(&mut first, &events).unwrap();
+    assert_eq!(first.revision, 2);
+    assert_eq!(store.get_run(&r.id).unwrap(), Some(first.clone()));
+
+    // The second is refused, and its record is left as it was.
+    second.status = RunStatus::Cancelled;
+    let events = [event(&r.id, "cancelled", 3)];
+    let refused = store.update_run(&mut second, &events).unwrap_err();
+    assert!(
+        matches!(&refused, Error::Conflict { id, stored: 2, given: 2 } if *id == r.id),
+        "{refused}"
+    );
+    assert_eq!(second.revision, 1);
+    assert_eq!(store.get_run(&r.id).unwrap(), Some(first.clone()));
+    let tos: Vec<_> = store
+        .events(&r.id)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.to)
+        .collect();
+    assert_eq!(tos, ["running"]);
+
+    // In a write of many runs one stale run refuses them all.
+    let mut fresh = other.clone();
+    fresh.reason = Some("fresh".to_owned());
+    fresh.next_revision();
+    second.next_revision();
+    let refused = store.write_runs(&[(fresh, vec![]), (second.clone(), vec![])], &[]);
+    assert!(
+        matches!(refused, Err(Error::Conflict { .. })),
+        "{refused:?}"
+    );
+    assert_eq!(store.get_run(&other.id).unwrap(), Some(other.clone()));
+
+    // A revision skipped is refused too; so is a run given twice whose
+    // revisions do not follow each other.
+    let mut skipped = first.clone();
+    skipped.revision += 2;
+    let refused = store.write_runs(&[(skipped.clone(), vec![])], &[]);
+    assert!(
+        matches!(refused, Err(Error::Conflict { .. })),
+        "{refused:?}"
+    );
+    let mut twice = first.clone();
+    twice.next_revision();
+    let refused = store.write_runs(&[(twice.clone(), vec![]), (twice, vec![])], &[]);
+    assert!(
+        matches!(refused, Err(Error::Conflict { .. })),
+        "{refused:?}"
+    );
+    assert_eq!(store.get_run(&r.id).unwrap(), Some(first.clone()));
+
+    // Read again, the late writer's change goes in over the new revision.
+    let mut again = store.get_run(&r.id).unwrap().unwrap();
+    again.status = RunStatus::Cancelled;
+    store.update_run(&mut again, &[]).unwrap();
+    assert_eq!(store.get_run(&r.id).unwrap().unwrap().revision, 3);
+}
+
+/// Two writers on one store, each adding to the same run as fast as it
+/// can and reading it again whenever it is refused: no write undoes
+/// another's (every addition is in the final record), and the revision
+/// counts the writes that went in.
+pub fn two_writers_on_one_store_never_undo_each_other<S: Store>(make: Make<S>) {
+    const EACH: u64 = 150;
+    let (store, _dir) = make(SCAN);
+    let r = run(&run_id(1, 1), "t1", "a", RunStatus::Running);
+    created(store.insert_run(&r, false, None, &[]).unwrap());
+    let start = r.steps[0].attempts[0].fuel_consumed;
+    let refusals = std::thread::scope(|scope| {
+        let writers: Vec<_> = (0..2)
+            .map(|writer| {
+                let store = &store;
+                let id = r.id.clone();
+                scope.spawn(move || {
+                    let mut refused = 0;
+                    for n in 0..EACH {
+                        loop {
+                            let mut rec = store.get_run(&id).unwrap().unwrap();
+                            rec.steps[0].attempts[0].fuel_consumed += 1;
+                            let events = [event(&id, &format!("w{writer}:{n}"), 2)];
+                            match store.update_run(&mut rec, &events) {
+                                Ok(()) => break,
+                                Err(Error::Conflict { .. }) => refused += 1,
+                                Err(e) => panic!("writer {writer}: {e}"),
+                            }
+                        }
+                    }
+                    refused
+                })
+            })
+            .collect();
+        writers
+            .into_iter()
+            .map(|w| w.join().expect("a writer"))
+            .sum::<u64>()
+    });
+    let stored = store.get_run(&r.id).unwrap().unwrap();
+    assert_eq!(stored.steps[0].attempts[0].fuel_consumed, start + 2 * EACH);
+    assert_eq!(stored.revision, 1 + 2 * EACH);
+    // Every write that went in appended its event, and only those.
+    assert_eq!(store.events(&r.id).unwrap().len() as u64, 2 * EACH);
+    eprintln!("{refusals} stale writes refused and retried");
 }

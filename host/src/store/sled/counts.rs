@@ -303,6 +303,7 @@ mod tests {
                     let at = next(runs.len());
                     let r = &mut runs[at];
                     r.status = statuses[next(statuses.len())];
+                    r.next_revision();
                     if next(10) == 0 {
                         r.tenant = format!("t{}", next(2));
                     }
@@ -314,6 +315,7 @@ mod tests {
         }
         // An update folds what inserts counted.
         *store.folded_at.lock().unwrap() = Instant::now() - Duration::from_secs(2);
+        runs[0].next_revision();
         store
             .write_runs(&[(runs[0].clone(), Vec::new())], &[])
             .unwrap();

@@ -13,6 +13,7 @@ use crate::store::AttemptLogs;
 pub(super) fn run(id: &str, status: RunStatus) -> RunRecord {
     RunRecord {
         format: RECORD_FORMAT,
+        revision: 1,
         id: id.to_owned(),
         tenant: "t1".to_owned(),
         task: "a".to_owned(),

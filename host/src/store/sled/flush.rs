@@ -297,9 +297,11 @@ mod tests {
                             .unwrap();
                         store.sync_ticket().wait().await.unwrap();
                         r.status = RunStatus::Running;
-                        store.update_run(&r, &[event(&r.id, "running")]).unwrap();
+                        let events = [event(&r.id, "running")];
+                        store.update_run(&mut r, &events).unwrap();
                         r.status = RunStatus::Succeeded;
-                        store.update_run(&r, &[event(&r.id, "succeeded")]).unwrap();
+                        let events = [event(&r.id, "succeeded")];
+                        store.update_run(&mut r, &events).unwrap();
                     }
                 });
             }

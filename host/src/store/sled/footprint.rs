@@ -56,6 +56,12 @@ fn counter_key(tenant: &str, side: Side) -> Vec<u8> {
 pub(super) struct Weight(BTreeMap<String, i64>);
 
 impl Weight {
+    /// The change for `tenant` (its bytes, for [`weigh_all`]).
+    #[cfg(test)]
+    pub(super) fn of(&self, tenant: &str) -> i64 {
+        self.0.get(tenant).copied().unwrap_or(0)
+    }
+
     pub(super) fn add(&mut self, tenant: &str, bytes: i64) {
         if bytes != 0 {
             *self.0.entry(tenant.to_owned()).or_default() += bytes;
@@ -110,7 +116,7 @@ pub(super) fn run_bytes(store: &SledStore, tenant: &str) -> Result<u64> {
 }
 
 /// What the runs stored now weigh, by tenant, read value by value.
-fn weigh_all(store: &SledStore) -> Result<Weight> {
+pub(super) fn weigh_all(store: &SledStore) -> Result<Weight> {
     let mut weight = Weight::default();
     let prefix = key("rt", &[]);
     for item in store.scan(&prefix) {
@@ -193,6 +199,7 @@ mod tests {
             assert!(t1 > 0 && t2 > 0);
             a.status = RunStatus::Succeeded;
             a.steps[0].output = Some(serde_json::json!({"rows": "x".repeat(5000)}));
+            a.next_revision();
             store.write_runs(&[(a.clone(), Vec::new())], &[]).unwrap();
             assert!(counted(&store).0 > t1 + 5000);
             store

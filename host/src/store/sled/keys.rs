@@ -14,7 +14,7 @@ use crate::model::{Millis, RECORD_FORMAT, RunRecord, RunStatus};
 use crate::store::{Error, Result};
 
 /// Format byte that starts every value.
-const VALUE_FORMAT: u8 = 1;
+pub(super) const VALUE_FORMAT: u8 = 1;
 
 // --- keys -----------------------------------------------------------------
 

@@ -26,7 +26,8 @@
 //! | `sched/{tenant}/{task}` | [`ScheduleState`] |
 //! | `nf/{next_fire:020}/{tenant}/{task}` | `[tenant, task]`: the next-fire index (unpaused schedules) |
 //! | `aft/{tenant}/{upstream}/{downstream}` | downstream task name: the `after` index |
-//! | `run/{id}` | [`RunRecord`] |
+//! | `run/{id}` | [`RunRecord`], its task definition named by digest (`definitions.rs`) |
+//! | `def/{digest}`, `dref/{digest}` | a task definition runs name, and how many do |
 //! | `ra/{id}`, `rt/{tenant}/{id}`, `rk/{tenant}/{task}/{id}` | run indexes: status and task |
 //! | `act/{id}` | present while the run is `running` |
 //! | `q/{tenant}/{order:020}/{id}` | task name; present while the run is `queued`: the persistent queue in dispatch order (`order`: priority with aging) |
@@ -71,6 +72,7 @@
 //! - `open.rs`: opening a data directory, format markers, refusing damage;
 //! - `keys.rs`: key and value encoding, run index entries;
 //! - `runs.rs`: runs, their indexes, claims and events;
+//! - `definitions.rs`: task definitions, stored once for the runs made from them;
 //! - `counts.rs`: the queue's counters per task;
 //! - `footprint.rs`: the bytes of run data each tenant keeps;
 //! - `schedules.rs`: tasks, schedules, the next-fire and `after` indexes;
@@ -82,6 +84,7 @@
 
 mod blobs;
 mod counts;
+mod definitions;
 #[cfg(test)]
 mod fixtures;
 mod flush;
@@ -108,8 +111,8 @@ use self::flush::SyncShared;
 use self::keys::{corrupt_key, decode, decode_part, encode, key, newer_record};
 use super::rules::digest_of;
 use super::{
-    AttemptLogs, Catalog, Error, Insert, NewRun, Operations, Outbox, Result, RunPage, RunQuery,
-    RunSummary, Runs, SyncTicket, Tenancy,
+    AttemptLogs, Catalog, Error, Insert, Lease, Leases, NewRun, Operations, Outbox, Result,
+    RunPage, RunQuery, RunSummary, Runs, SyncTicket, Tenancy, rules,
 };
 use crate::model::record::AttemptRecord;
 use crate::model::{
@@ -158,6 +161,8 @@ pub struct SledStore {
     secrets: Arc<super::secrets::SledSecrets>,
     /// The read of every entry after opening (`open`).
     verify: open::Verify,
+    /// Task definitions records in memory hold (`definitions.rs`).
+    definitions: Mutex<definitions::Definitions>,
 }
 
 impl SledStore {
@@ -186,11 +191,14 @@ impl SledStore {
     }
 
     fn get_run_at(&self, key: &[u8]) -> Result<Option<RunRecord>> {
-        let run: Option<RunRecord> = self.get(key)?;
-        match run {
-            Some(run) if run.format > RECORD_FORMAT => Err(newer_record(key, run.format)),
-            run => Ok(run),
+        let Some(bytes) = self.db.get(key).map_err(sled_error)? else {
+            return Ok(None);
+        };
+        let run = self.decode_run(key, &bytes)?;
+        if run.format > RECORD_FORMAT {
+            return Err(newer_record(key, run.format));
         }
+        Ok(Some(run))
     }
 
     fn put<T: Serialize + ?Sized>(&self, key: Vec<u8>, value: &T) -> Result<()> {
@@ -557,6 +565,35 @@ impl Outbox for SledStore {
 
     fn alert_counts(&self) -> Result<Vec<(String, super::AlertStatus, usize)>> {
         outbox::counts(self)
+    }
+}
+
+impl Leases for SledStore {
+    fn take_lease(&self, name: &str, holder: &str, now: Millis, until: Millis) -> Result<Lease> {
+        // Under the claim lock, as idempotency claims: one taker at a time.
+        let _claims = lock(&self.claim_lock);
+        let key = key("lease", &[name]);
+        let current: Option<Lease> = self.get(&key)?;
+        match rules::take_lease(current.as_ref(), name, holder, now, until) {
+            Some(taken) => {
+                self.put(key, &taken)?;
+                Ok(taken)
+            }
+            None => Ok(current.expect("a live lease was compared")),
+        }
+    }
+
+    fn release_lease(&self, name: &str, holder: &str, now: Millis) -> Result<bool> {
+        let _claims = lock(&self.claim_lock);
+        let key = key("lease", &[name]);
+        match self.get::<Lease>(&key)? {
+            Some(mut lease) if lease.held_by(holder, now) => {
+                lease.until = now;
+                self.put(key, &lease)?;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
     }
 }
 

@@ -34,7 +34,9 @@ use crate::store::{Error, Result, kv, secrets};
 /// 3: bytes of run data per tenant (`tb`, `footprint.rs`), counted at open
 /// for a store of format 2; an older ax would leave them wrong, so it
 /// refuses format 3.
-pub const STORE_FORMAT: u32 = 3;
+/// 4: task definitions stored once, runs naming them (`def`, `dref`,
+/// `definitions.rs`); a store of format 3 is upgraded at open, resumably.
+pub const STORE_FORMAT: u32 = 4;
 
 /// Name of the file, beside `db/`, holding the store format.
 const FORMAT_FILE: &str = "store-format";
@@ -165,11 +167,13 @@ impl SledStore {
             sync,
             flusher: Some(flusher),
             scan_limit: MAX_SCAN,
+            definitions: Mutex::default(),
         };
         super::schedules::build_indexes(&store)?;
         super::runs::build_queue_index(&store)?;
         super::counts::build_counts(&store)?;
         super::footprint::build_run_bytes(&store)?;
+        super::definitions::upgrade(&store)?;
         super::runs::build_key_expiry(
             &store,
             crate::task::retention::DEFAULT_IDEMPOTENCY_TTL.as_millis() as crate::model::Millis,
@@ -222,11 +226,30 @@ fn check_format(format: u32) -> Result<(), String> {
 /// `open`). As a last resort the open runs under `catch_unwind`; the panic
 /// message still reaches the panic hook (stderr).
 fn open_sled(path: &Path, cache_bytes: u64) -> Result<sled::Db, String> {
+    // sled lets go of its lock a moment after the last handle is dropped
+    // (its background threads finish first; measured up to some hundred
+    // ms on a loaded machine), so a store closed and opened again at once —
+    // a quick restart, a test — is given a second before it is "in use".
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    loop {
+        match try_open_sled(path, cache_bytes) {
+            Err(e) if e == IN_USE && std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            opened => return opened,
+        }
+    }
+}
+
+/// Why [`try_open_sled`] could not open a store another handle holds.
+const IN_USE: &str = "it is in use by another process (or another store in this process)";
+
+fn try_open_sled(path: &Path, cache_bytes: u64) -> Result<sled::Db, String> {
     let opened = catch_unwind(AssertUnwindSafe(|| -> Result<sled::Db, String> {
         let config = sled::Config::new().path(path).cache_capacity(cache_bytes);
         config.open().map_err(|e| match e {
             sled::Error::Io(io) if io.to_string().contains("could not acquire lock") => {
-                "it is in use by another process (or another store in this process)".to_owned()
+                IN_USE.to_owned()
             }
             other => format!("sled cannot open it: {other}"),
         })
@@ -410,7 +433,7 @@ mod tests {
         let mut r = store.get_run("r1").unwrap().unwrap();
         assert_eq!(store.active_runs().unwrap(), [r.clone()]);
         r.status = RunStatus::Running;
-        store.update_run(&r, &[event("r1", "running")]).unwrap();
+        store.update_run(&mut r, &[event("r1", "running")]).unwrap();
         let tos: Vec<_> = store
             .events("r1")
             .unwrap()

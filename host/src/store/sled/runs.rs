@@ -9,6 +9,7 @@
 //! [`expire`] reads only the keys that are due.
 
 use super::counts::{QueueDelta, Side};
+use super::definitions::{encode_run, head};
 use super::footprint::{self, Weight, signed};
 use super::keys::{
     corrupt_key, decode, decode_index, decode_part, encode, fire_key, indexes_of, instant_part,
@@ -18,8 +19,8 @@ use super::logs::StoredLogs;
 use super::{SledStore, lock, sled_error};
 use crate::model::{Event, Millis, RunRecord};
 use crate::store::prelude::*;
-use crate::store::rules::{missing_run, select_page};
-use crate::store::{Insert, NewRun, Result, RunPage, RunQuery, RunSummary};
+use crate::store::rules::{definition_changed, missing_run, select_page};
+use crate::store::{Error, Insert, NewRun, Result, RunPage, RunQuery, RunSummary};
 use crate::tenant::UsageBucket;
 
 /// [`Runs::insert_runs`](crate::store::Runs::insert_runs).
@@ -32,6 +33,7 @@ pub(super) fn insert(store: &SledStore, runs: &[NewRun]) -> Result<Vec<Insert>> 
     let mut written = super::schedules::Written::new();
     let mut queued = QueueDelta::default();
     let mut weight = Weight::default();
+    let mut references = std::collections::HashMap::new();
     for new in runs {
         let run = &new.run;
         let run_key = key("run", &[&run.id]);
@@ -49,7 +51,9 @@ pub(super) fn insert(store: &SledStore, runs: &[NewRun]) -> Result<Vec<Insert>> 
             outcomes.push(existing);
             continue;
         }
-        let record = encode(run)?;
+        let def = store.definition_of(run)?;
+        store.refer(&mut batch, &def, &mut references)?;
+        let record = encode_run(run, &def.digest)?;
         weight.add(&run.tenant, signed(record.len()));
         batch.insert(run_key.clone(), record);
         for (index_key, value) in run_indexes(run) {
@@ -90,27 +94,48 @@ pub(super) fn write(
     if runs.is_empty() && usage.is_empty() && alerts.is_empty() {
         return Ok(());
     }
-    // A run given twice: its last record, with the events of both.
-    let mut order: Vec<(&RunRecord, Vec<&Event>)> = Vec::with_capacity(runs.len());
+    // A run given twice: its last record, with the events of both; the
+    // first record's revision is the one checked against the store, and
+    // each later one must follow the one before.
+    let mut order: Vec<(&RunRecord, Vec<&Event>, u64)> = Vec::with_capacity(runs.len());
     let mut at: std::collections::HashMap<&str, usize> = Default::default();
     for (run, events) in runs {
         match at.get(run.id.as_str()) {
             Some(&i) => {
+                let before = order[i].0.revision;
+                if run.revision != before + 1 {
+                    return Err(Error::Conflict {
+                        id: run.id.clone(),
+                        stored: before,
+                        given: run.revision,
+                    });
+                }
                 order[i].0 = run;
                 order[i].1.extend(events);
             }
             None => {
                 at.insert(&run.id, order.len());
-                order.push((run, events.iter().collect()));
+                order.push((run, events.iter().collect(), run.revision));
             }
         }
     }
     // Encoded before taking the lock: most of a write's time.
     let encoded = order
         .into_iter()
-        .map(|(run, events)| {
+        .map(|(run, events, first)| {
             let events = (!events.is_empty()).then(|| encode(&events)).transpose()?;
-            Ok((run, encode(run)?, events))
+            let def = store.definition_of(run)?;
+            let record = encode_run(run, &def.digest)?;
+            Ok((
+                run,
+                RunChange {
+                    run,
+                    record,
+                    first,
+                    def: def.digest,
+                },
+                events,
+            ))
         })
         .collect::<Result<Vec<_>>>()?;
     let _serial = lock(&store.run_lock);
@@ -118,8 +143,9 @@ pub(super) fn write(
     let mut missing = None;
     let mut queued = QueueDelta::default();
     let mut weight = Weight::default();
-    for (run, record, events) in encoded {
-        if !store.run_changes(&mut batch, run, record, &mut queued, &mut weight)? {
+    for (run, change, events) in encoded {
+        // A conflict returns before the batch is applied: nothing is stored.
+        if !store.run_changes(&mut batch, change, &mut queued, &mut weight)? {
             missing.get_or_insert(&run.id);
             continue;
         }
@@ -279,10 +305,13 @@ pub(super) fn delete(store: &SledStore, id: &str) -> Result<bool> {
     }
     let _blobs = lock(&store.blob_lock);
     let mut batch = sled::Batch::default();
-    let mut bytes = match store.db.get(key("run", &[id])).map_err(sled_error)? {
-        Some(record) => signed(record.len()),
-        None => 0,
-    };
+    let mut bytes = 0;
+    if let Some(record) = store.db.get(key("run", &[id])).map_err(sled_error)? {
+        bytes += signed(record.len());
+        if let Some(digest) = head(&record).and_then(|h| h.def) {
+            store.release(&mut batch, digest)?;
+        }
+    }
     batch.remove(key("run", &[id]));
     for (index_key, _) in run_indexes(&run) {
         batch.remove(index_key);
@@ -381,11 +410,16 @@ impl SledStore {
     fn run_changes(
         &self,
         batch: &mut sled::Batch,
-        run: &RunRecord,
-        record: Vec<u8>,
+        change: RunChange<'_>,
         queued: &mut QueueDelta,
         weight: &mut Weight,
     ) -> Result<bool> {
+        let RunChange {
+            run,
+            record,
+            first,
+            def,
+        } = change;
         // The small index entry says whether the indexes must change; reading
         // and decoding the whole old record (all its steps) on every write
         // cost ~100 µs for a large run, most of a write's time.
@@ -400,11 +434,25 @@ impl SledStore {
             .map_err(sled_error)?;
         let unchanged = same_tenant && old_task == run.task && old_status == run.status;
         let run_key = key("run", &[&run.id]);
-        let old_len = self
-            .db
-            .get(&run_key)
-            .map_err(sled_error)?
-            .map_or(0, |v| signed(v.len()));
+        let old = self.db.get(&run_key).map_err(sled_error)?;
+        let old_len = old.as_ref().map_or(0, |v| signed(v.len()));
+        let (stored, stored_def) = match &old {
+            Some(bytes) => match head(bytes) {
+                Some(head) => (head.revision, head.def.map(str::to_owned)),
+                None => (decode::<Revision>(&run_key, bytes)?.revision, None),
+            },
+            None => (0, None),
+        };
+        if old.is_some() && stored_def.as_deref() != Some(def.as_str()) {
+            return Err(definition_changed(&run.id));
+        }
+        if first != stored + 1 {
+            return Err(Error::Conflict {
+                id: run.id.clone(),
+                stored,
+                given: first,
+            });
+        }
         weight.add(&run.tenant, signed(record.len()));
         if same_tenant {
             weight.add(&run.tenant, -old_len);
@@ -433,6 +481,25 @@ impl SledStore {
         }
         Ok(true)
     }
+}
+
+/// One run of a write, as `run_changes` stores it.
+struct RunChange<'a> {
+    run: &'a RunRecord,
+    /// Its encoded record.
+    record: Vec<u8>,
+    /// The revision of its first record in the write: the stored one + 1.
+    first: u64,
+    /// The digest of its definition, which must be the stored one.
+    def: String,
+}
+
+/// The revision of a record that [`head`] does not read (one of another
+/// shape), decoded.
+#[derive(serde::Deserialize)]
+struct Revision {
+    #[serde(default)]
+    revision: u64,
 }
 
 /// The key ordering an idempotency key by when it expires.
@@ -570,6 +637,7 @@ mod tests {
         store.db.apply_batch(batch).unwrap();
         let mut done = r.clone();
         done.status = RunStatus::Succeeded;
+        done.next_revision();
         let two = [event(&r.id, "running"), event(&r.id, "succeeded")];
         store.write_runs(&[(done, two.to_vec())], &[]).unwrap();
         let to: Vec<String> = store
