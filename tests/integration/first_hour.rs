@@ -1,0 +1,95 @@
+//! A plugin author's first hour (issue 34), on the real binary: the
+//! scaffold's task passes trigger input through, the CLI's hints.
+
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+use crate::common::plugin_path;
+use crate::crash::{AxProcess, TOKEN};
+
+fn ax(url: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ax"))
+        .args(args)
+        .env("AX_URL", url)
+        .env("AX_TOKEN", TOKEN)
+        .env_remove("COLUMNS")
+        .output()
+        .expect("running ax")
+}
+
+fn ok(out: &Output) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "exit {:?}\n{stdout}\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// `ax plugin new NAME --lang LANG` into `dir`; its stdout.
+fn plugin_new(name: &str, lang: &str, dir: &std::path::Path) -> String {
+    let dir = dir.display().to_string();
+    ok(&ax(
+        "http://unused.invalid",
+        &["plugin", "new", name, "--lang", lang, "--dir", &dir],
+    ))
+}
+
+/// The greeting of a `--json` run of the one-step sample task.
+fn greeting(out: &Output) -> String {
+    let run: Value = serde_json::from_str(&ok(out)).unwrap();
+    assert_eq!(run["status"], "succeeded", "{run}");
+    run["steps"][0]["output"]["greeting"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[test]
+fn the_scaffold_task_passes_trigger_input_to_the_plugin_in_every_language() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = AxProcess::start(&tmp.path().join("data"));
+    let url = server.url.as_str();
+    let hello = plugin_path("hello").display().to_string();
+    for lang in ["rust", "python", "js"] {
+        let name = format!("greet-{lang}");
+        let project = tmp.path().join(&name);
+        plugin_new(&name, lang, &project);
+        // `hello` greets `input.name` as the sample plugins do.
+        ok(&ax(
+            url,
+            &[
+                "plugin",
+                "push",
+                &hello,
+                "--name",
+                &name,
+                "--version",
+                "0.1.0",
+            ],
+        ));
+        let task = project.join("task.yaml").display().to_string();
+        ok(&ax(url, &["task", "apply", "-f", &task]));
+        let wait = ["--wait", "--json", "--timeout", "60s"];
+        let trigger = |extra: &[&str]| {
+            let mut args = vec!["trigger", name.as_str()];
+            args.extend_from_slice(extra);
+            args.extend_from_slice(&wait);
+            ax(url, &args)
+        };
+        assert_eq!(greeting(&trigger(&[])), "hello, ax", "{lang}: the default");
+        assert_eq!(
+            greeting(&trigger(&["--input", r#"{"name":"boom"}"#])),
+            "hello, boom",
+            "{lang}: --input"
+        );
+        assert_eq!(
+            greeting(&trigger(&["-p", "name=you"])),
+            "hello, you",
+            "{lang}: -p"
+        );
+    }
+}
