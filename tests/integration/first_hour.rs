@@ -1,12 +1,12 @@
 //! A plugin author's first hour (issue 34), on the real binary: the
 //! scaffold's task passes trigger input through, the CLI's hints.
 
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
 
 use crate::common::plugin_path;
-use crate::crash::{AxProcess, TOKEN};
+use crate::crash::{AxProcess, TOKEN, listening_url};
 
 fn ax(url: &str, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_ax"))
@@ -92,4 +92,54 @@ fn the_scaffold_task_passes_trigger_input_to_the_plugin_in_every_language() {
             "{lang}: -p"
         );
     }
+}
+
+#[test]
+fn plugin_new_ends_its_next_steps_with_the_trigger() {
+    let tmp = tempfile::tempdir().unwrap();
+    let shown = plugin_new("order-export", "js", &tmp.path().join("p"));
+    let next = shown.split("next:").nth(1).expect("a next: section");
+    assert!(
+        next.trim_end().ends_with("ax trigger order-export --wait"),
+        "{shown}"
+    );
+}
+
+#[test]
+fn a_refused_connection_names_the_url_and_suggests_ax_serve() {
+    // A port nothing listens on: bound, then freed.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("http://127.0.0.1:{port}");
+    let out = ax(&url, &["task", "list"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(&url), "{stderr}");
+    assert!(stderr.contains("`ax serve`"), "{stderr}");
+}
+
+#[test]
+fn the_server_log_has_no_colours_when_stderr_is_a_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("serve.log");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ax"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(tmp.path().join("data"))
+        .env("AX_ADMIN_TOKEN", TOKEN)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let url = listening_url(&mut child).expect("ax serve listens");
+    // A request the server logs about is not needed: startup logs at info.
+    let _ = ax(&url, &["task", "list"]);
+    let _ = child.kill();
+    let _ = child.wait();
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(!text.trim().is_empty(), "the server logged nothing");
+    assert!(!text.contains('\u{1b}'), "ANSI escapes in a file:\n{text}");
 }
