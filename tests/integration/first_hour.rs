@@ -143,3 +143,55 @@ fn the_server_log_has_no_colours_when_stderr_is_a_file() {
     assert!(!text.trim().is_empty(), "the server logged nothing");
     assert!(!text.contains('\u{1b}'), "ANSI escapes in a file:\n{text}");
 }
+
+#[test]
+fn run_show_prints_a_skipped_step_as_skipped_with_its_condition() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = AxProcess::start(&tmp.path().join("data"));
+    let url = server.url.as_str();
+    let hello = plugin_path("hello").display().to_string();
+    ok(&ax(
+        url,
+        &[
+            "plugin",
+            "push",
+            &hello,
+            "--name",
+            "hello",
+            "--version",
+            "1.0.0",
+        ],
+    ));
+    let task = tmp.path().join("skip.yaml");
+    std::fs::write(
+        &task,
+        "name: skip\nsteps:\n  - name: quiet\n    plugin: hello@1.0.0\n    \
+         input: { name: x }\n    when: \"input.n < 1\"\n",
+    )
+    .unwrap();
+    ok(&ax(
+        url,
+        &["task", "apply", "-f", &task.display().to_string()],
+    ));
+    let out = ax(
+        url,
+        &[
+            "trigger",
+            "skip",
+            "--input",
+            r#"{"n": 5}"#,
+            "--wait",
+            "--json",
+            "--timeout",
+            "60s",
+        ],
+    );
+    let run: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(run["steps"][0]["status"], "skipped", "{run}");
+    let shown = ok(&ax(url, &["run", "show", run["id"].as_str().unwrap()]));
+    assert!(
+        shown.contains("quiet skipped: condition is false: input.n < 1"),
+        "{shown}"
+    );
+    assert!(!shown.contains("quiet error"), "{shown}");
+}
