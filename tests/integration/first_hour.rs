@@ -195,3 +195,52 @@ fn run_show_prints_a_skipped_step_as_skipped_with_its_condition() {
     );
     assert!(!shown.contains("quiet error"), "{shown}");
 }
+
+#[test]
+fn a_missing_plugin_version_lists_the_versions_that_are_uploaded() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = AxProcess::start(&tmp.path().join("data"));
+    let url = server.url.as_str();
+    let hello = plugin_path("hello").display().to_string();
+    for version in ["0.2.0", "0.1.0"] {
+        ok(&ax(
+            url,
+            &[
+                "plugin",
+                "push",
+                &hello,
+                "--name",
+                "greet",
+                "--version",
+                version,
+            ],
+        ));
+    }
+    let task = tmp.path().join("greet.yaml");
+    std::fs::write(&task, "name: greet\nplugin: greet@1.0.0\n").unwrap();
+    let task = task.display().to_string();
+    for args in [
+        &["task", "apply", "-f", &task][..],
+        &["task", "validate", &task],
+    ] {
+        let out = ax(url, args);
+        assert!(!out.status.success(), "{args:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("greet@1.0.0 is not uploaded"),
+            "{args:?}: {stderr}"
+        );
+        assert!(
+            stderr.contains("uploaded versions of `greet`: 0.1.0, 0.2.0"),
+            "{args:?}: {stderr}"
+        );
+    }
+    let task = tmp.path().join("other.yaml");
+    std::fs::write(&task, "name: other\nplugin: nothing@1.0.0\n").unwrap();
+    let out = ax(url, &["task", "apply", "-f", &task.display().to_string()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("no version of `nothing` is uploaded"),
+        "{stderr}"
+    );
+}
