@@ -17,6 +17,7 @@ mod contract;
 mod crash;
 mod dag;
 mod durable_alerts;
+mod first_hour;
 mod full_disk;
 mod layers;
 mod live;

@@ -339,11 +339,15 @@ fn default_cache_dir() -> PathBuf {
 }
 
 /// Sets up `tracing` to stderr, filtered by `RUST_LOG` (default `info`).
+/// Colours only when stderr is a terminal: a log written to a file or a
+/// pipe keeps no ANSI escapes.
 pub fn init_tracing(json: bool) {
+    use std::io::IsTerminal as _;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,ax=info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     if json {
         // Span fields (request id; run, tenant, task, step, attempt) go with every line.

@@ -129,6 +129,8 @@ pub(super) enum Error {
 /// What `new` created.
 #[derive(Debug)]
 pub(super) struct Created {
+    /// The plugin's (and the sample task's) name.
+    pub(super) name: String,
     /// The project folder.
     pub(super) dir: PathBuf,
     /// The files written, relative to `dir`.
@@ -207,6 +209,7 @@ pub(super) fn new(args: &NewArgs) -> Result<Created, Error> {
         return Err(e);
     }
     Ok(Created {
+        name: name.to_owned(),
         dir,
         files: files.iter().map(|(p, _, _)| *p).collect(),
         lang: args.lang,
@@ -356,7 +359,9 @@ pub(super) fn summary(created: &Created) -> String {
     }
     out.push_str(&format!(
         "\nnext:\n  cd {dir}\n  {build}\n  ax exec {wasm} --input '{{\"name\": \"ax\"}}'\n  \
-         ax plugin push {wasm} --version 0.1.0 && ax task apply -f task.yaml\n"
+         ax plugin push {wasm} --version 0.1.0 && ax task apply -f task.yaml\n  \
+         ax trigger {name} --wait\n",
+        name = created.name,
     ));
     out
 }

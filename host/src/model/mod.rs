@@ -3,6 +3,7 @@
 //! scheduler, the store and the API can use these without knowing how a plugin
 //! is executed.
 
+pub mod hint;
 pub mod ids;
 pub mod name;
 pub mod priority;

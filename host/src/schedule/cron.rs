@@ -517,10 +517,12 @@ pub fn parse_timezone(name: &str) -> Result<Tz> {
         return Ok(Tz::UTC);
     }
     name.parse::<Tz>().map_err(|_| {
-        let suggestion = chrono_tz::TZ_VARIANTS
-            .iter()
-            .find(|tz| tz.name().eq_ignore_ascii_case(name))
-            .map(|tz| format!(" (did you mean `{}`?)", tz.name()))
+        // The letter case wrong, else a likely typo (`Europe/Pariss`).
+        let names = || chrono_tz::TZ_VARIANTS.iter().map(|tz| tz.name());
+        let suggestion = names()
+            .find(|tz| tz.eq_ignore_ascii_case(name))
+            .or_else(|| crate::model::hint::closest(name, names()))
+            .map(|tz| format!(" (did you mean `{tz}`?)"))
             .unwrap_or_default();
         Error::UnknownTimezone {
             name: name.to_owned(),
@@ -550,6 +552,18 @@ fn saturate(n: u64) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unknown_zone_suggests_the_closest_name() {
+        let e = parse_timezone("Europe/Pariss").unwrap_err().to_string();
+        assert!(e.contains("(did you mean `Europe/Paris`?)"), "{e}");
+        let e = parse_timezone("europe/berlin").unwrap_err().to_string();
+        assert!(e.contains("(did you mean `Europe/Berlin`?)"), "{e}");
+        let e = parse_timezone("Nowhere/Atall_Really")
+            .unwrap_err()
+            .to_string();
+        assert!(!e.contains("did you mean"), "{e}");
+    }
 
     /// One pattern per expression, whatever the zone or spacing around it;
     /// a bad expression is refused every time and not kept; a full cache

@@ -109,7 +109,8 @@ pub enum Error {
     UnknownTimezone {
         /// The name as written.
         name: String,
-        /// ` (did you mean `X`?)` when only the letter case was wrong, else empty.
+        /// ` (did you mean `X`?)` when the letter case was wrong or a close name
+        /// exists (`Europe/Pariss`), else empty.
         suggestion: String,
     },
     /// More than one of `cron`, `at`, `delay`, `every`, `after`.

@@ -143,9 +143,13 @@ impl Ax {
             // one that failed to compile cannot run.
             match store::resolve_plugin(&*self.store, tenant, &step.plugin)? {
                 Err(unresolved) => {
+                    let mut message = unresolved.0;
+                    if step.plugin.version.exact().is_some() {
+                        message.push_str(&self.uploaded_versions(tenant, &step.plugin.name)?);
+                    }
                     return Err(Error::Invalid {
                         path: Some(format!("steps[{i}].plugin")),
-                        message: unresolved.0,
+                        message,
                     });
                 }
                 Ok(p) if p.status == crate::model::PluginStatus::Failed => {
@@ -201,6 +205,30 @@ impl Ax {
                 trigger: std::sync::Arc::new(trigger),
             },
             created: existing.is_none(),
+        })
+    }
+
+    /// What a missing exact version's error adds: the versions of `name`
+    /// that are uploaded, oldest first (`; uploaded versions of …: 0.1.0,
+    /// 0.2.0`), or that none is.
+    fn uploaded_versions(&self, tenant: &str, name: &str) -> Result<String> {
+        let mut versions: Vec<semver::Version> = Vec::new();
+        let mut other: Vec<String> = Vec::new();
+        for p in self.store.list_plugins(tenant)? {
+            if p.name == name {
+                match semver::Version::parse(&p.version) {
+                    Ok(v) => versions.push(v),
+                    Err(_) => other.push(p.version),
+                }
+            }
+        }
+        versions.sort();
+        let mut all: Vec<String> = versions.iter().map(ToString::to_string).collect();
+        all.extend(other);
+        Ok(if all.is_empty() {
+            format!("; no version of `{name}` is uploaded (`ax plugin push`)")
+        } else {
+            format!("; uploaded versions of `{name}`: {}", all.join(", "))
         })
     }
 

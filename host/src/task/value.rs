@@ -134,20 +134,7 @@ pub(super) fn as_string_list(value: &Value, path: &str) -> Result<Vec<String>> {
 }
 
 /// Edit distance, for "did you mean" hints on short field names.
-pub(super) fn distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut prev = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let cur = row[j + 1];
-            row[j + 1] = (prev + usize::from(ca != *cb)).min(row[j] + 1).min(cur + 1);
-            prev = cur;
-        }
-    }
-    row[b.len()]
-}
+pub(super) use crate::model::hint::distance;
 
 /// A mapping being read, with its path.
 pub(super) struct Obj<'v> {

@@ -74,12 +74,7 @@ impl Client {
         if let Some(tenant) = &self.tenant {
             builder = builder.header("x-ax-tenant", tenant);
         }
-        let unreachable = |e: ureq::Error| {
-            Failure::new(
-                "connection",
-                format!("cannot reach the ax server at {}: {e}", self.base),
-            )
-        };
+        let unreachable = |e: ureq::Error| unreachable(&self.base, &e);
         let bad_url = |e: ureq::http::Error| Failure::new("bad_url", format!("`{url}`: {e}"));
         let (content_type, bytes) = match body {
             Body::None => (None, Vec::new()),
@@ -172,12 +167,10 @@ impl Client {
         let request = builder
             .body(Vec::new())
             .map_err(|e| Failure::new("bad_url", format!("`{url}`: {e}")))?;
-        let mut response = self.agent.run(request).map_err(|e| {
-            Failure::new(
-                "connection",
-                format!("cannot reach the ax server at {}: {e}", self.base),
-            )
-        })?;
+        let mut response = self
+            .agent
+            .run(request)
+            .map_err(|e| unreachable(&self.base, &e))?;
         if !response.status().is_success() {
             return self.answer("GET", path, response).map(|_| Vec::new());
         }
@@ -201,6 +194,25 @@ impl Client {
     pub(super) fn post(&self, path: &str, body: Body) -> Result<(u16, Value), Failure> {
         self.call("POST", path, body)
     }
+}
+
+/// The failure of a request that never reached the server: names the URL
+/// tried and, when nothing listens there, how to start a server.
+fn unreachable(base: &str, e: &ureq::Error) -> Failure {
+    let refused = match e {
+        ureq::Error::Io(io) => io.kind() == std::io::ErrorKind::ConnectionRefused,
+        other => other.to_string().to_ascii_lowercase().contains("refused"),
+    };
+    let hint = if refused {
+        "; nothing listens there: start a server with `ax serve` (or point --url / AX_URL \
+         at a running one)"
+    } else {
+        ""
+    };
+    Failure::new(
+        "connection",
+        format!("cannot reach the ax server at {base}: {e}{hint}"),
+    )
 }
 
 /// The command being run, for messages: `ax` and its subcommand words

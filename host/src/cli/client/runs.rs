@@ -251,7 +251,13 @@ pub(super) fn print_run(r: &Value) {
             println!("{} output: {output}", cell(&s["name"]));
         }
         if !s["error"].is_null() {
-            println!("{} error: {}", cell(&s["name"]), cell(&s["error"]));
+            // A skipped step's "error" is why it was skipped (its condition).
+            let label = if s["status"] == "skipped" {
+                "skipped"
+            } else {
+                "error"
+            };
+            println!("{} {label}: {}", cell(&s["name"]), cell(&s["error"]));
         }
     }
 }

@@ -10,7 +10,7 @@
 use serde_json::Value;
 
 use super::http::{Client, enc};
-use super::output::cell;
+use super::output::{cell, items};
 use super::{Failure, Outcome, done};
 use crate::cli::term::{Layout, safe};
 use crate::task::{self, TaskSpec};
@@ -52,8 +52,21 @@ fn plugins_uploaded(client: &Client, spec: &TaskSpec, origin: &str) -> Result<bo
             }
             Err(f) if f.code == "connection" => return Ok(false),
             Err(f) if f.code == "not_found" => {
+                // For an exact version, the versions that are uploaded.
+                let uploaded = match client.get(&format!("/v1/plugins/{name}")) {
+                    Ok(v) => items(&v["versions"])
+                        .filter_map(|v| v["version"].as_str())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    Err(_) => String::new(),
+                };
+                let also = if uploaded.is_empty() {
+                    format!("no version of `{}` is uploaded", step.plugin.name)
+                } else {
+                    format!("uploaded versions of `{}`: {uploaded}", step.plugin.name)
+                };
                 return Err(missing(format!(
-                    "plugin {} is not uploaded for this tenant",
+                    "plugin {} is not uploaded for this tenant; {also}",
                     step.plugin
                 )));
             }

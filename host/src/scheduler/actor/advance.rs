@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 
 use super::{Actor, Timer};
 use crate::model::ids::TaskKey;
-use crate::model::{Event, Millis, Outcome, RunStatus, StepStatus};
+use crate::model::{Event, Millis, Outcome, RunRecord, RunStatus, StepStatus};
 use crate::scheduler::cond_pool::{CondDone, CondJob, Request as CondRequest};
 use crate::scheduler::core::{Ctx, Effect};
 use crate::scheduler::queue::Entry;
@@ -218,6 +218,7 @@ impl Actor {
             tracing::info!(run = %r.id, tenant = %r.tenant, task = %r.task, status = r.status.as_str(),
                 reason = r.reason.as_deref().unwrap_or(""), "run ended without success");
         }
+        self.resolve_retried_letters(r, now);
         self.fire_after(&run.rec, now);
         let was_held = run.held;
         self.finished.insert(id.to_string(), run.state.rec);
@@ -236,5 +237,23 @@ impl Actor {
             self.advance(&next, now, "scheduler", &mut events)?;
         }
         Ok(())
+    }
+
+    /// A retried run that succeeded settles the dead letters it had
+    /// (`retried_letters`): the steps they were for ran to success.
+    fn resolve_retried_letters(&mut self, rec: &RunRecord, now: Millis) {
+        let Some(letters) = self.retried_letters.remove(&rec.id) else {
+            return;
+        };
+        if rec.status != RunStatus::Succeeded {
+            return;
+        }
+        for mut dead in letters {
+            dead.resolution = Some("retried: the run succeeded".into());
+            dead.resolved_at = Some(now);
+            if let Err(e) = self.store.put_dead_letter(&dead) {
+                tracing::error!(error = %e, dead_letter = %dead.id, "resolving a dead letter failed");
+            }
+        }
     }
 }

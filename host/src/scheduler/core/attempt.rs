@@ -218,10 +218,7 @@ pub(crate) fn failed<R: rand::Rng>(
             i,
             StepStatus::RetryWait,
             now,
-            format!(
-                "{outcome}; retrying in {}",
-                humantime::format_duration(delay)
-            ),
+            format!("{outcome}; retrying in {}", rounded(delay)),
             ctx.actor,
             events,
         );
@@ -353,4 +350,25 @@ pub(crate) fn recover<R: rand::Rng>(
         }
     }
     effects.extend(queued.into_iter().map(Effect::Enqueue));
+}
+
+/// A wait as people read it in an event reason: whole milliseconds
+/// (`937ms`, `1m 30s 250ms`), not the jittered nanoseconds.
+fn rounded(d: std::time::Duration) -> humantime::FormattedDuration {
+    humantime::format_duration(std::time::Duration::from_millis(
+        u64::try_from(d.as_millis()).unwrap_or(u64::MAX),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    #[test]
+    fn a_wait_prints_in_whole_milliseconds() {
+        let jittered = Duration::from_nanos(937_437_231);
+        assert_eq!(super::rounded(jittered).to_string(), "937ms");
+        let long = Duration::from_millis(90_250) + Duration::from_nanos(1);
+        assert_eq!(super::rounded(long).to_string(), "1m 30s 250ms");
+    }
 }

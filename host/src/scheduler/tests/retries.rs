@@ -97,3 +97,51 @@ async fn a_dead_letter_of_a_run_retried_to_success_is_not_requeued() {
         "no attempt after the success"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_run_retried_to_success_resolves_its_dead_letter() {
+    // `ax run retry` on a run whose step died: once the retry succeeds the
+    // letter is settled, so `ax status` and `ax dead-letters` stop counting it.
+    let h = Harness::start().await;
+    let flip = |digest: &str| PluginRecord {
+        tenant: "t".into(),
+        name: "flip".into(),
+        version: "1.0.0".into(),
+        digest: digest.into(),
+        size: 1,
+        created_at: 0,
+        status: crate::model::PluginStatus::Ready,
+        error: None,
+    };
+    h.store.put_plugin(&flip("fail")).unwrap();
+    h.put_task("name: f\nplugin: flip@1.0.0\nretry: { max_attempts: 2, backoff: [1s] }\n")
+        .await;
+    let run = h.trigger("f", serde_json::json!({})).await;
+    h.wait_terminal(&run.id).await;
+    let dead = h.store.list_dead_letters("t", true).unwrap().remove(0);
+
+    // A retry that fails again leaves it open.
+    h.scheduler.retry(&run_id(&run), "test").await.unwrap();
+    assert_eq!(h.wait_terminal(&run.id).await.status, RunStatus::Failed);
+    let still = h.store.get_dead_letter(&dead.id).unwrap().unwrap();
+    assert_eq!(still.resolution, None);
+
+    h.store.put_plugin(&flip("ok")).unwrap();
+    h.scheduler.plugin_deleted("t", "flip", "1.0.0");
+    h.scheduler.retry(&run_id(&run), "test").await.unwrap();
+    assert_eq!(h.wait_terminal(&run.id).await.status, RunStatus::Succeeded);
+    let resolved = h.store.get_dead_letter(&dead.id).unwrap().unwrap();
+    assert_eq!(
+        resolved.resolution.as_deref(),
+        Some("retried: the run succeeded")
+    );
+    assert!(resolved.resolved_at.is_some());
+    let open: Vec<_> = h
+        .store
+        .list_dead_letters("t", true)
+        .unwrap()
+        .into_iter()
+        .map(|d| d.run_id)
+        .collect();
+    assert!(!open.contains(&run.id.to_string()), "{open:?}");
+}

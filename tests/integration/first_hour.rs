@@ -1,0 +1,246 @@
+//! A plugin author's first hour (issue 34), on the real binary: the
+//! scaffold's task passes trigger input through, the CLI's hints.
+
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+use crate::common::plugin_path;
+use crate::crash::{AxProcess, TOKEN, listening_url};
+
+fn ax(url: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ax"))
+        .args(args)
+        .env("AX_URL", url)
+        .env("AX_TOKEN", TOKEN)
+        .env_remove("COLUMNS")
+        .output()
+        .expect("running ax")
+}
+
+fn ok(out: &Output) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "exit {:?}\n{stdout}\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// `ax plugin new NAME --lang LANG` into `dir`; its stdout.
+fn plugin_new(name: &str, lang: &str, dir: &std::path::Path) -> String {
+    let dir = dir.display().to_string();
+    ok(&ax(
+        "http://unused.invalid",
+        &["plugin", "new", name, "--lang", lang, "--dir", &dir],
+    ))
+}
+
+/// The greeting of a `--json` run of the one-step sample task.
+fn greeting(out: &Output) -> String {
+    let run: Value = serde_json::from_str(&ok(out)).unwrap();
+    assert_eq!(run["status"], "succeeded", "{run}");
+    run["steps"][0]["output"]["greeting"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[test]
+fn the_scaffold_task_passes_trigger_input_to_the_plugin_in_every_language() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = AxProcess::start(&tmp.path().join("data"));
+    let url = server.url.as_str();
+    let hello = plugin_path("hello").display().to_string();
+    for lang in ["rust", "python", "js"] {
+        let name = format!("greet-{lang}");
+        let project = tmp.path().join(&name);
+        plugin_new(&name, lang, &project);
+        // `hello` greets `input.name` as the sample plugins do.
+        ok(&ax(
+            url,
+            &[
+                "plugin",
+                "push",
+                &hello,
+                "--name",
+                &name,
+                "--version",
+                "0.1.0",
+            ],
+        ));
+        let task = project.join("task.yaml").display().to_string();
+        ok(&ax(url, &["task", "apply", "-f", &task]));
+        let wait = ["--wait", "--json", "--timeout", "60s"];
+        let trigger = |extra: &[&str]| {
+            let mut args = vec!["trigger", name.as_str()];
+            args.extend_from_slice(extra);
+            args.extend_from_slice(&wait);
+            ax(url, &args)
+        };
+        assert_eq!(greeting(&trigger(&[])), "hello, ax", "{lang}: the default");
+        assert_eq!(
+            greeting(&trigger(&["--input", r#"{"name":"boom"}"#])),
+            "hello, boom",
+            "{lang}: --input"
+        );
+        assert_eq!(
+            greeting(&trigger(&["-p", "name=you"])),
+            "hello, you",
+            "{lang}: -p"
+        );
+    }
+}
+
+#[test]
+fn plugin_new_ends_its_next_steps_with_the_trigger() {
+    let tmp = tempfile::tempdir().unwrap();
+    let shown = plugin_new("order-export", "js", &tmp.path().join("p"));
+    let next = shown.split("next:").nth(1).expect("a next: section");
+    assert!(
+        next.trim_end().ends_with("ax trigger order-export --wait"),
+        "{shown}"
+    );
+}
+
+#[test]
+fn a_refused_connection_names_the_url_and_suggests_ax_serve() {
+    // A port nothing listens on: bound, then freed.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("http://127.0.0.1:{port}");
+    let out = ax(&url, &["task", "list"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(&url), "{stderr}");
+    assert!(stderr.contains("`ax serve`"), "{stderr}");
+}
+
+#[test]
+fn the_server_log_has_no_colours_when_stderr_is_a_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("serve.log");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ax"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(tmp.path().join("data"))
+        .env("AX_ADMIN_TOKEN", TOKEN)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let url = listening_url(&mut child).expect("ax serve listens");
+    // A request the server logs about is not needed: startup logs at info.
+    let _ = ax(&url, &["task", "list"]);
+    let _ = child.kill();
+    let _ = child.wait();
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(!text.trim().is_empty(), "the server logged nothing");
+    assert!(!text.contains('\u{1b}'), "ANSI escapes in a file:\n{text}");
+}
+
+#[test]
+fn run_show_prints_a_skipped_step_as_skipped_with_its_condition() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = AxProcess::start(&tmp.path().join("data"));
+    let url = server.url.as_str();
+    let hello = plugin_path("hello").display().to_string();
+    ok(&ax(
+        url,
+        &[
+            "plugin",
+            "push",
+            &hello,
+            "--name",
+            "hello",
+            "--version",
+            "1.0.0",
+        ],
+    ));
+    let task = tmp.path().join("skip.yaml");
+    std::fs::write(
+        &task,
+        "name: skip\nsteps:\n  - name: quiet\n    plugin: hello@1.0.0\n    \
+         input: { name: x }\n    when: \"input.n < 1\"\n",
+    )
+    .unwrap();
+    ok(&ax(
+        url,
+        &["task", "apply", "-f", &task.display().to_string()],
+    ));
+    let out = ax(
+        url,
+        &[
+            "trigger",
+            "skip",
+            "--input",
+            r#"{"n": 5}"#,
+            "--wait",
+            "--json",
+            "--timeout",
+            "60s",
+        ],
+    );
+    let run: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(run["steps"][0]["status"], "skipped", "{run}");
+    let shown = ok(&ax(url, &["run", "show", run["id"].as_str().unwrap()]));
+    assert!(
+        shown.contains("quiet skipped: condition is false: input.n < 1"),
+        "{shown}"
+    );
+    assert!(!shown.contains("quiet error"), "{shown}");
+}
+
+#[test]
+fn a_missing_plugin_version_lists_the_versions_that_are_uploaded() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = AxProcess::start(&tmp.path().join("data"));
+    let url = server.url.as_str();
+    let hello = plugin_path("hello").display().to_string();
+    for version in ["0.2.0", "0.1.0"] {
+        ok(&ax(
+            url,
+            &[
+                "plugin",
+                "push",
+                &hello,
+                "--name",
+                "greet",
+                "--version",
+                version,
+            ],
+        ));
+    }
+    let task = tmp.path().join("greet.yaml");
+    std::fs::write(&task, "name: greet\nplugin: greet@1.0.0\n").unwrap();
+    let task = task.display().to_string();
+    for args in [
+        &["task", "apply", "-f", &task][..],
+        &["task", "validate", &task],
+    ] {
+        let out = ax(url, args);
+        assert!(!out.status.success(), "{args:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("greet@1.0.0 is not uploaded"),
+            "{args:?}: {stderr}"
+        );
+        assert!(
+            stderr.contains("uploaded versions of `greet`: 0.1.0, 0.2.0"),
+            "{args:?}: {stderr}"
+        );
+    }
+    let task = tmp.path().join("other.yaml");
+    std::fs::write(&task, "name: other\nplugin: nothing@1.0.0\n").unwrap();
+    let out = ax(url, &["task", "apply", "-f", &task.display().to_string()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("no version of `nothing` is uploaded"),
+        "{stderr}"
+    );
+}
