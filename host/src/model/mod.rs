@@ -571,6 +571,9 @@ pub struct RunRecord {
     pub input: serde_json::Value,
     /// A client's idempotency key, if given.
     pub idempotency_key: Option<String>,
+    /// The run whose end started this one (`trigger: after`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream_run: Option<String>,
     /// Step runs, in the task's step order.
     pub steps: Vec<StepRunRecord>,
 }

@@ -62,6 +62,7 @@ impl Actor {
             scheduled_for,
             input,
             idempotency_key: key,
+            upstream_run,
             priority,
         } = origin;
         // A task saved before its tenant's ceiling was lowered runs at the
@@ -87,6 +88,7 @@ impl Actor {
             finished_at: None,
             input,
             idempotency_key: key,
+            upstream_run,
             steps: spec
                 .steps
                 .iter()
@@ -210,6 +212,7 @@ impl Actor {
             scheduled_for: now,
             input,
             idempotency_key: req.idempotency_key.clone(),
+            upstream_run: None,
             priority,
         };
         let rec = self.new_run(task, &spec, origin, now);
@@ -519,6 +522,7 @@ impl Actor {
                 scheduled_for: now,
                 input,
                 idempotency_key: Some(format!("after:{}", rec.id)),
+                upstream_run: Some(rec.id.clone()),
                 priority: loaded.spec.priority,
             };
             let new = self.new_run(&loaded.record, &loaded.spec, origin, now);
@@ -536,11 +540,7 @@ impl Actor {
     /// once all its `after` runs are stored; one the store refused for now is
     /// started again when it writes.
     fn after_stored(&mut self, rec: &RunRecord, refused: bool) {
-        let Some(upstream) = (rec.trigger == TriggerKind::After)
-            .then_some(rec.idempotency_key.as_deref())
-            .flatten()
-            .and_then(|key| key.strip_prefix("after:"))
-        else {
+        let Some(upstream) = rec.upstream_run.as_deref() else {
             return;
         };
         if let Some(n) = self.after_holds.get_mut(upstream) {

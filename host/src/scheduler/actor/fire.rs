@@ -368,6 +368,7 @@ impl Actor {
                 scheduled_for: instant,
                 input: spec.fire_input(),
                 idempotency_key: None,
+                upstream_run: None,
                 priority: spec.priority,
             };
             let rec = self.new_run(&task, &spec, origin, now);

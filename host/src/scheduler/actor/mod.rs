@@ -109,6 +109,8 @@ struct Origin {
     scheduled_for: Millis,
     input: serde_json::Value,
     idempotency_key: Option<String>,
+    /// The run whose end started this one (`after`).
+    upstream_run: Option<String>,
     priority: u8,
 }
 

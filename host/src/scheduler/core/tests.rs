@@ -49,6 +49,7 @@ fn state(yaml: &str) -> RunState {
         finished_at: None,
         input: serde_json::json!({}),
         idempotency_key: None,
+        upstream_run: None,
         steps: spec
             .steps
             .iter()

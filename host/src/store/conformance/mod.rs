@@ -149,6 +149,7 @@ fn run(id: &str, tenant: &str, task: &str, status: RunStatus) -> RunRecord {
         finished_at: None,
         input: json!({"n": 1}),
         idempotency_key: None,
+        upstream_run: None,
         steps: vec![StepRunRecord {
             name: "s1".to_owned(),
             status: StepStatus::Pending,

@@ -218,6 +218,7 @@ pub(super) fn encode_run(run: &RunRecord, def: &str) -> Result<Vec<u8>> {
         finished_at,
         input,
         idempotency_key,
+        upstream_run,
         steps,
     } = run;
     encode(&StoredRun {
@@ -237,6 +238,7 @@ pub(super) fn encode_run(run: &RunRecord, def: &str) -> Result<Vec<u8>> {
         finished_at: *finished_at,
         input,
         idempotency_key,
+        upstream_run,
         steps,
     })
 }
@@ -261,6 +263,8 @@ struct StoredRun<'a> {
     finished_at: Option<Millis>,
     input: &'a Value,
     idempotency_key: &'a Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    upstream_run: &'a Option<String>,
     steps: &'a [StepRunRecord],
 }
 

@@ -28,6 +28,7 @@ pub(super) fn run(id: &str, status: RunStatus) -> RunRecord {
         finished_at: None,
         input: json!({}),
         idempotency_key: None,
+        upstream_run: None,
         steps: vec![StepRunRecord {
             name: "s1".to_owned(),
             status: StepStatus::Queued,
