@@ -244,3 +244,37 @@ fn a_missing_plugin_version_lists_the_versions_that_are_uploaded() {
         "{stderr}"
     );
 }
+
+#[test]
+fn usage_lines_do_not_show_url_and_token_as_required() {
+    // With AX_URL and AX_TOKEN set (as `ax()` sets them), a usage error
+    // shows only what the command needs.
+    let out = ax("http://unused.invalid", &["trigger"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("Usage: ax trigger <TASK>"), "{stderr}");
+    assert!(!stderr.contains("--url <URL>"), "{stderr}");
+    assert!(!stderr.contains("--token <TOKEN>"), "{stderr}");
+    // The help lists them as options with their environment fallbacks.
+    let help = ok(&ax("http://unused.invalid", &["trigger", "--help"]));
+    assert!(
+        help.contains("Usage: ax trigger [OPTIONS] <TASK>"),
+        "{help}"
+    );
+    assert!(help.contains("[env: AX_URL]"), "{help}");
+    assert!(help.contains("[env: AX_TOKEN]"), "{help}");
+}
+
+#[test]
+fn plugin_new_reads_an_underscore_name_as_the_readme_file_name_does() {
+    let tmp = tempfile::tempdir().unwrap();
+    let shown = plugin_new("my_plugin", "js", &tmp.path().join("p"));
+    assert!(
+        shown.contains("`my_plugin` is named `my-plugin`"),
+        "{shown}"
+    );
+    assert!(shown.contains("ax plugin push my_plugin.wasm"), "{shown}");
+    assert!(shown.contains("ax trigger my-plugin --wait"), "{shown}");
+    let task = std::fs::read_to_string(tmp.path().join("p/task.yaml")).unwrap();
+    assert!(task.contains("plugin: my-plugin@"), "{task}");
+}
