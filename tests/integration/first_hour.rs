@@ -278,3 +278,85 @@ fn plugin_new_reads_an_underscore_name_as_the_readme_file_name_does() {
     let task = std::fs::read_to_string(tmp.path().join("p/task.yaml")).unwrap();
     assert!(task.contains("plugin: my-plugin@"), "{task}");
 }
+
+/// `ax` run in `dir`, with the server's URL and token.
+fn ax_in(url: &str, dir: &std::path::Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ax"))
+        .args(args)
+        .current_dir(dir)
+        .env("AX_URL", url)
+        .env("AX_TOKEN", TOKEN)
+        .env_remove("COLUMNS")
+        .output()
+        .expect("running ax")
+}
+
+#[test]
+fn plugin_push_takes_the_version_from_the_project_manifest() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = AxProcess::start(&tmp.path().join("data"));
+    let url = server.url.as_str();
+    let hello = std::fs::read(plugin_path("hello")).unwrap();
+    let pushed = |out: &Output| -> String {
+        let v: Value = serde_json::from_str(&ok(out)).unwrap();
+        format!(
+            "{}@{}",
+            v["name"].as_str().unwrap(),
+            v["version"].as_str().unwrap()
+        )
+    };
+
+    // In the project folder, as the scaffolds' READMEs say: each language's manifest.
+    for (lang, name, manifest) in [
+        ("js", "greet-js", "package.json"),
+        ("python", "greet-py", "pyproject.toml"),
+    ] {
+        let project = tmp.path().join(name);
+        plugin_new(name, lang, &project);
+        let file = format!("{}.wasm", name.replace('-', "_"));
+        std::fs::write(project.join(&file), &hello).unwrap();
+        let out = ax_in(url, &project, &["plugin", "push", &file, "--json"]);
+        assert_eq!(pushed(&out), format!("{name}@0.1.0"), "{lang}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains(&format!("version 0.1.0 from {manifest}")),
+            "{stderr}"
+        );
+    }
+
+    // A Rust project: the file under target/, pushed from elsewhere.
+    let crate_dir = tmp.path().join("greet-rs");
+    let release = crate_dir.join("target/wasm32-wasip2/release");
+    std::fs::create_dir_all(&release).unwrap();
+    std::fs::write(
+        crate_dir.join("Cargo.toml"),
+        "[package]\nname = \"greet-rs\"\nversion = \"0.4.2\"\n",
+    )
+    .unwrap();
+    std::fs::write(release.join("greet_rs.wasm"), &hello).unwrap();
+    let elsewhere = tmp.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    let wasm = release.join("greet_rs.wasm").display().to_string();
+    let out = ax_in(url, &elsewhere, &["plugin", "push", &wasm, "--json"]);
+    assert_eq!(pushed(&out), "greet-rs@0.4.2");
+
+    // An explicit --version wins.
+    let out = ax_in(
+        url,
+        &elsewhere,
+        &["plugin", "push", &wasm, "--version", "9.0.0", "--json"],
+    );
+    assert_eq!(pushed(&out), "greet-rs@9.0.0");
+
+    // No version anywhere: an error naming the files looked at.
+    let bare = tmp.path().join("bare");
+    std::fs::create_dir(&bare).unwrap();
+    std::fs::write(bare.join("x.wasm"), &hello).unwrap();
+    let out = ax_in(url, &bare, &["plugin", "push", "x.wasm"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for file in ["Cargo.toml", "package.json", "pyproject.toml"] {
+        assert!(stderr.contains(&format!("{file} (absent)")), "{stderr}");
+    }
+    assert!(stderr.contains("pass --version"), "{stderr}");
+}

@@ -12,8 +12,10 @@
 //!   `plugin-sdk/` of the source tree this `ax` was built from, when it is
 //!   still there) or by git (`--sdk-git URL`); `rust-toolchain.toml` pins the
 //!   toolchain and the `wasm32-wasip2` target.
-//! - `python`: `app.py` and `build.sh`, which installs the pinned
-//!   componentize-py into `.venv` on first use.
+//! - `python`: `app.py`, `build.sh`, which installs the pinned
+//!   componentize-py into `.venv` on first use, and `pyproject.toml` with the
+//!   version `ax plugin push` reads (Cargo.toml and package.json hold it for
+//!   the other two).
 //! - `js`: `app.js` and `package.json` with the pinned componentize-js and
 //!   `npm run build`.
 //!
@@ -56,6 +58,11 @@ const RUST: &[(&str, &str)] = &[
 ];
 const PYTHON: &[(&str, &str)] = &[
     ("app.py", include_str!("scaffold/python/app.py")),
+    // Holds the version `ax plugin push` reads.
+    (
+        "pyproject.toml",
+        include_str!("scaffold/python/pyproject.toml"),
+    ),
     (
         "requirements.txt",
         include_str!("scaffold/python/requirements.txt"),
@@ -379,7 +386,7 @@ pub(super) fn summary(created: &Created) -> String {
     }
     out.push_str(&format!(
         "\nnext:\n  cd {dir}\n  {build}\n  ax exec {wasm} --input '{{\"name\": \"ax\"}}'\n  \
-         ax plugin push {wasm} --version 0.1.0 && ax task apply -f task.yaml\n  \
+         ax plugin push {wasm} && ax task apply -f task.yaml\n  \
          ax trigger {name} --wait\n",
         name = created.name,
     ));

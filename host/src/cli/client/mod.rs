@@ -25,6 +25,7 @@ mod cron;
 mod dead_letters;
 mod graph;
 mod http;
+mod manifest;
 mod output;
 mod plugins;
 mod replay;
