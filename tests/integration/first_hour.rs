@@ -360,3 +360,85 @@ fn plugin_push_takes_the_version_from_the_project_manifest() {
     }
     assert!(stderr.contains("pass --version"), "{stderr}");
 }
+
+#[test]
+fn replay_prints_stderr_and_a_fixed_build_exits_zero() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = AxProcess::start(&tmp.path().join("data"));
+    let url = server.url.as_str();
+    let probe = plugin_path("probe").display().to_string();
+    ok(&ax(
+        url,
+        &[
+            "plugin",
+            "push",
+            &probe,
+            "--name",
+            "probe",
+            "--version",
+            "1.0.0",
+        ],
+    ));
+    // Writes a "traceback" to stderr, then fails (fatal: no retry).
+    let task = tmp.path().join("buggy.yaml");
+    std::fs::write(
+        &task,
+        "name: buggy\nrecord: on_failure\nsteps:\n  - name: s\n    plugin: probe@1.0.0\n    \
+         input: { ops: [ { say: \"Traceback: app.py line 7\" }, { fail: \"IndexError: boom\" } ] }\n",
+    )
+    .unwrap();
+    ok(&ax(
+        url,
+        &["task", "apply", "-f", &task.display().to_string()],
+    ));
+    let out = ax(
+        url,
+        &["trigger", "buggy", "--wait", "--json", "--timeout", "60s"],
+    );
+    let run: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(run["status"], "failed", "{run}");
+    let id = run["id"].as_str().unwrap();
+    let cache = tmp.path().join("cache").display().to_string();
+    let replay = |extra: &[&str]| {
+        let mut args = vec!["run", "replay", id, "--step", "s", "--cache-dir", &cache];
+        args.extend_from_slice(extra);
+        ax(url, &args)
+    };
+
+    // The recorded component: the failure reproduced (exit 0), its stderr shown.
+    let out = replay(&[]);
+    let shown = ok(&out);
+    assert!(
+        shown.contains("outcome   failed (recorded: failed)"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("--- stderr\nTraceback: app.py line 7"),
+        "{shown}"
+    );
+
+    // A fixed build that succeeds: exit 0, and the difference said apart.
+    let fixed = plugin_path("echo").display().to_string();
+    let out = replay(&["--plugin", &fixed]);
+    let shown = ok(&out);
+    assert!(
+        shown.contains("outcome   succeeded (recorded: failed)"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("result    different from the recorded attempt"),
+        "{shown}"
+    );
+    assert!(shown.contains("verdict   passed"), "{shown}");
+
+    // A build that still fails: exit 1.
+    let still = plugin_path("fail").display().to_string();
+    let out = replay(&["--plugin", &still]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("verdict   failed"));
+}
