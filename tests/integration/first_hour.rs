@@ -442,3 +442,69 @@ fn replay_prints_stderr_and_a_fixed_build_exits_zero() {
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("verdict   failed"));
 }
+
+#[test]
+fn trigger_input_the_task_never_reads_is_warned_about() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = AxProcess::start(&tmp.path().join("data"));
+    let url = server.url.as_str();
+    let hello = plugin_path("hello").display().to_string();
+    ok(&ax(
+        url,
+        &[
+            "plugin",
+            "push",
+            &hello,
+            "--name",
+            "hello",
+            "--version",
+            "1.0.0",
+        ],
+    ));
+    // The issue's task: a hard-coded input, no params.
+    let apply = |name: &str, input: &str| {
+        let task = tmp.path().join(format!("{name}.yaml"));
+        std::fs::write(
+            &task,
+            format!("name: {name}\nplugin: hello@1.0.0\ninput: {input}\n"),
+        )
+        .unwrap();
+        ok(&ax(
+            url,
+            &["task", "apply", "-f", &task.display().to_string()],
+        ));
+    };
+    apply("fixed", "{ name: ax }");
+    apply("reads", "{ name: \"${input.name}\" }");
+    apply("whole", "\"${input}\"");
+    let trigger = |task: &str, input: &str| ax(url, &["trigger", task, "--input", input, "--json"]);
+
+    let out = trigger("fixed", r#"{"name": "boom"}"#);
+    let run: Value = serde_json::from_str(&ok(&out)).unwrap();
+    assert_eq!(run["warnings"][0]["code"], "input_not_read", "{run}");
+    assert_eq!(run["warnings"][0]["fields"], serde_json::json!(["name"]));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("warning: task `fixed` never reads input field `name`"),
+        "{stderr}"
+    );
+
+    // A typo beside a field that is read: named, with the likely one.
+    let out = trigger("reads", r#"{"name": "a", "nmae": "b"}"#);
+    let run: Value = serde_json::from_str(&ok(&out)).unwrap();
+    assert_eq!(run["warnings"][0]["fields"], serde_json::json!(["nmae"]));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("`nmae` (did you mean `name`?)"), "{stderr}");
+
+    // Read by name, or the input passed whole: no warning.
+    for (task, input) in [("reads", r#"{"name": "a"}"#), ("whole", r#"{"x": 1}"#)] {
+        let out = trigger(task, input);
+        let run: Value = serde_json::from_str(&ok(&out)).unwrap();
+        assert!(run.get("warnings").is_none(), "{task}: {run}");
+        assert!(
+            out.stderr.is_empty(),
+            "{task}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
