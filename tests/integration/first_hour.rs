@@ -244,3 +244,267 @@ fn a_missing_plugin_version_lists_the_versions_that_are_uploaded() {
         "{stderr}"
     );
 }
+
+#[test]
+fn usage_lines_do_not_show_url_and_token_as_required() {
+    // With AX_URL and AX_TOKEN set (as `ax()` sets them), a usage error
+    // shows only what the command needs.
+    let out = ax("http://unused.invalid", &["trigger"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("Usage: ax trigger <TASK>"), "{stderr}");
+    assert!(!stderr.contains("--url <URL>"), "{stderr}");
+    assert!(!stderr.contains("--token <TOKEN>"), "{stderr}");
+    // The help lists them as options with their environment fallbacks.
+    let help = ok(&ax("http://unused.invalid", &["trigger", "--help"]));
+    assert!(
+        help.contains("Usage: ax trigger [OPTIONS] <TASK>"),
+        "{help}"
+    );
+    assert!(help.contains("[env: AX_URL]"), "{help}");
+    assert!(help.contains("[env: AX_TOKEN]"), "{help}");
+}
+
+#[test]
+fn plugin_new_reads_an_underscore_name_as_the_readme_file_name_does() {
+    let tmp = tempfile::tempdir().unwrap();
+    let shown = plugin_new("my_plugin", "js", &tmp.path().join("p"));
+    assert!(
+        shown.contains("`my_plugin` is named `my-plugin`"),
+        "{shown}"
+    );
+    assert!(shown.contains("ax plugin push my_plugin.wasm"), "{shown}");
+    assert!(shown.contains("ax trigger my-plugin --wait"), "{shown}");
+    let task = std::fs::read_to_string(tmp.path().join("p/task.yaml")).unwrap();
+    assert!(task.contains("plugin: my-plugin@"), "{task}");
+}
+
+/// `ax` run in `dir`, with the server's URL and token.
+fn ax_in(url: &str, dir: &std::path::Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ax"))
+        .args(args)
+        .current_dir(dir)
+        .env("AX_URL", url)
+        .env("AX_TOKEN", TOKEN)
+        .env_remove("COLUMNS")
+        .output()
+        .expect("running ax")
+}
+
+#[test]
+fn plugin_push_takes_the_version_from_the_project_manifest() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = AxProcess::start(&tmp.path().join("data"));
+    let url = server.url.as_str();
+    let hello = std::fs::read(plugin_path("hello")).unwrap();
+    let pushed = |out: &Output| -> String {
+        let v: Value = serde_json::from_str(&ok(out)).unwrap();
+        format!(
+            "{}@{}",
+            v["name"].as_str().unwrap(),
+            v["version"].as_str().unwrap()
+        )
+    };
+
+    // In the project folder, as the scaffolds' READMEs say: each language's manifest.
+    for (lang, name, manifest) in [
+        ("js", "greet-js", "package.json"),
+        ("python", "greet-py", "pyproject.toml"),
+    ] {
+        let project = tmp.path().join(name);
+        plugin_new(name, lang, &project);
+        let file = format!("{}.wasm", name.replace('-', "_"));
+        std::fs::write(project.join(&file), &hello).unwrap();
+        let out = ax_in(url, &project, &["plugin", "push", &file, "--json"]);
+        assert_eq!(pushed(&out), format!("{name}@0.1.0"), "{lang}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains(&format!("version 0.1.0 from {manifest}")),
+            "{stderr}"
+        );
+    }
+
+    // A Rust project: the file under target/, pushed from elsewhere.
+    let crate_dir = tmp.path().join("greet-rs");
+    let release = crate_dir.join("target/wasm32-wasip2/release");
+    std::fs::create_dir_all(&release).unwrap();
+    std::fs::write(
+        crate_dir.join("Cargo.toml"),
+        "[package]\nname = \"greet-rs\"\nversion = \"0.4.2\"\n",
+    )
+    .unwrap();
+    std::fs::write(release.join("greet_rs.wasm"), &hello).unwrap();
+    let elsewhere = tmp.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    let wasm = release.join("greet_rs.wasm").display().to_string();
+    let out = ax_in(url, &elsewhere, &["plugin", "push", &wasm, "--json"]);
+    assert_eq!(pushed(&out), "greet-rs@0.4.2");
+
+    // An explicit --version wins.
+    let out = ax_in(
+        url,
+        &elsewhere,
+        &["plugin", "push", &wasm, "--version", "9.0.0", "--json"],
+    );
+    assert_eq!(pushed(&out), "greet-rs@9.0.0");
+
+    // No version anywhere: an error naming the files looked at.
+    let bare = tmp.path().join("bare");
+    std::fs::create_dir(&bare).unwrap();
+    std::fs::write(bare.join("x.wasm"), &hello).unwrap();
+    let out = ax_in(url, &bare, &["plugin", "push", "x.wasm"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for file in ["Cargo.toml", "package.json", "pyproject.toml"] {
+        assert!(stderr.contains(&format!("{file} (absent)")), "{stderr}");
+    }
+    assert!(stderr.contains("pass --version"), "{stderr}");
+}
+
+#[test]
+fn replay_prints_stderr_and_a_fixed_build_exits_zero() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = AxProcess::start(&tmp.path().join("data"));
+    let url = server.url.as_str();
+    let probe = plugin_path("probe").display().to_string();
+    ok(&ax(
+        url,
+        &[
+            "plugin",
+            "push",
+            &probe,
+            "--name",
+            "probe",
+            "--version",
+            "1.0.0",
+        ],
+    ));
+    // Writes a "traceback" to stderr, then fails (fatal: no retry).
+    let task = tmp.path().join("buggy.yaml");
+    std::fs::write(
+        &task,
+        "name: buggy\nrecord: on_failure\nsteps:\n  - name: s\n    plugin: probe@1.0.0\n    \
+         input: { ops: [ { say: \"Traceback: app.py line 7\" }, { fail: \"IndexError: boom\" } ] }\n",
+    )
+    .unwrap();
+    ok(&ax(
+        url,
+        &["task", "apply", "-f", &task.display().to_string()],
+    ));
+    let out = ax(
+        url,
+        &["trigger", "buggy", "--wait", "--json", "--timeout", "60s"],
+    );
+    let run: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(run["status"], "failed", "{run}");
+    let id = run["id"].as_str().unwrap();
+    let cache = tmp.path().join("cache").display().to_string();
+    let replay = |extra: &[&str]| {
+        let mut args = vec!["run", "replay", id, "--step", "s", "--cache-dir", &cache];
+        args.extend_from_slice(extra);
+        ax(url, &args)
+    };
+
+    // The recorded component: the failure reproduced (exit 0), its stderr shown.
+    let out = replay(&[]);
+    let shown = ok(&out);
+    assert!(
+        shown.contains("outcome   failed (recorded: failed)"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("--- stderr\nTraceback: app.py line 7"),
+        "{shown}"
+    );
+
+    // A fixed build that succeeds: exit 0, and the difference said apart.
+    let fixed = plugin_path("echo").display().to_string();
+    let out = replay(&["--plugin", &fixed]);
+    let shown = ok(&out);
+    assert!(
+        shown.contains("outcome   succeeded (recorded: failed)"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("result    different from the recorded attempt"),
+        "{shown}"
+    );
+    assert!(shown.contains("verdict   passed"), "{shown}");
+
+    // A build that still fails: exit 1.
+    let still = plugin_path("fail").display().to_string();
+    let out = replay(&["--plugin", &still]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("verdict   failed"));
+}
+
+#[test]
+fn trigger_input_the_task_never_reads_is_warned_about() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = AxProcess::start(&tmp.path().join("data"));
+    let url = server.url.as_str();
+    let hello = plugin_path("hello").display().to_string();
+    ok(&ax(
+        url,
+        &[
+            "plugin",
+            "push",
+            &hello,
+            "--name",
+            "hello",
+            "--version",
+            "1.0.0",
+        ],
+    ));
+    // The issue's task: a hard-coded input, no params.
+    let apply = |name: &str, input: &str| {
+        let task = tmp.path().join(format!("{name}.yaml"));
+        std::fs::write(
+            &task,
+            format!("name: {name}\nplugin: hello@1.0.0\ninput: {input}\n"),
+        )
+        .unwrap();
+        ok(&ax(
+            url,
+            &["task", "apply", "-f", &task.display().to_string()],
+        ));
+    };
+    apply("fixed", "{ name: ax }");
+    apply("reads", "{ name: \"${input.name}\" }");
+    apply("whole", "\"${input}\"");
+    let trigger = |task: &str, input: &str| ax(url, &["trigger", task, "--input", input, "--json"]);
+
+    let out = trigger("fixed", r#"{"name": "boom"}"#);
+    let run: Value = serde_json::from_str(&ok(&out)).unwrap();
+    assert_eq!(run["warnings"][0]["code"], "input_not_read", "{run}");
+    assert_eq!(run["warnings"][0]["fields"], serde_json::json!(["name"]));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("warning: task `fixed` never reads input field `name`"),
+        "{stderr}"
+    );
+
+    // A typo beside a field that is read: named, with the likely one.
+    let out = trigger("reads", r#"{"name": "a", "nmae": "b"}"#);
+    let run: Value = serde_json::from_str(&ok(&out)).unwrap();
+    assert_eq!(run["warnings"][0]["fields"], serde_json::json!(["nmae"]));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("`nmae` (did you mean `name`?)"), "{stderr}");
+
+    // Read by name, or the input passed whole: no warning.
+    for (task, input) in [("reads", r#"{"name": "a"}"#), ("whole", r#"{"x": 1}"#)] {
+        let out = trigger(task, input);
+        let run: Value = serde_json::from_str(&ok(&out)).unwrap();
+        assert!(run.get("warnings").is_none(), "{task}: {run}");
+        assert!(
+            out.stderr.is_empty(),
+            "{task}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

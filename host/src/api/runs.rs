@@ -15,7 +15,7 @@ use super::auth::Caller;
 use super::error::{ApiError, ApiResult, parse_json};
 use super::extract::{ApiBody, ApiPath, ApiQuery, PAGE_LIMITS, bounded};
 use super::views::{
-    DeadLetterList, DeadLetterView, EventList, EventView, LogList, RunList, RunView,
+    DeadLetterList, DeadLetterView, EventList, EventView, LogList, RunList, RunView, Warning,
 };
 use crate::model::RunStatus;
 use crate::model::ids::RunId;
@@ -94,7 +94,12 @@ pub(super) async fn trigger(
     } else {
         StatusCode::OK
     };
-    Ok((status, Json(RunView::from(run))).into_response())
+    let warnings = Warning::of_trigger(&run);
+    let view = RunView {
+        warnings,
+        ..RunView::from(run)
+    };
+    Ok((status, Json(view)).into_response())
 }
 
 /// The body of a bulk trigger.

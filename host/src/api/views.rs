@@ -301,6 +301,45 @@ pub struct RunView {
     /// Absent when none (a cancel waits up to 2 s for them first).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub attempts_stopping: Option<u32>,
+    /// In a trigger's answer only: what the request sent that the task
+    /// ignores, the run being created all the same (docs/API.md,
+    /// "Warnings"). Absent when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<Warning>,
+}
+
+/// Something a request sent that did not stop it but is likely a mistake.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Warning {
+    /// Stable: `input_not_read` (input fields that no step's `input:` or
+    /// `when:` and no param reads).
+    pub code: String,
+    /// For people: what was ignored and what the task reads.
+    pub message: String,
+    /// The fields concerned, in name order.
+    pub fields: Vec<String>,
+}
+
+impl Warning {
+    /// The warnings of a trigger's answer for `run`: the top-level input
+    /// fields its task never reads ([`crate::task::TaskSpec::unread_input`]).
+    pub fn of_trigger(run: &RunRecord) -> Vec<Self> {
+        // Most triggers send no input: nothing to read the task for.
+        if run.input.as_object().is_none_or(serde_json::Map::is_empty) {
+            return Vec::new();
+        }
+        let Ok(spec) = serde_json::from_value::<crate::task::TaskSpec>((*run.spec).clone()) else {
+            return Vec::new();
+        };
+        spec.unread_input_warning(&run.input)
+            .map(|(message, fields)| Self {
+                code: "input_not_read".to_owned(),
+                message,
+                fields,
+            })
+            .into_iter()
+            .collect()
+    }
 }
 
 impl RunView {
@@ -321,6 +360,7 @@ impl From<RunRecord> for RunView {
         let stopping = r.attempts_stopping();
         Self {
             attempts_stopping: (stopping > 0).then_some(stopping as u32),
+            warnings: Vec::new(),
             id: r.id,
             tenant: r.tenant,
             task: r.task,

@@ -12,15 +12,19 @@
 //!   `plugin-sdk/` of the source tree this `ax` was built from, when it is
 //!   still there) or by git (`--sdk-git URL`); `rust-toolchain.toml` pins the
 //!   toolchain and the `wasm32-wasip2` target.
-//! - `python`: `app.py` and `build.sh`, which installs the pinned
-//!   componentize-py into `.venv` on first use.
+//! - `python`: `app.py`, `build.sh`, which installs the pinned
+//!   componentize-py into `.venv` on first use, and `pyproject.toml` with the
+//!   version `ax plugin push` reads (Cargo.toml and package.json hold it for
+//!   the other two).
 //! - `js`: `app.js` and `package.json` with the pinned componentize-js and
 //!   `npm run build`.
 //!
 //! Decisions: NAME is `[a-z][a-z0-9-]*` (at most 64), so one name is at once a
 //! valid plugin, task, crate and npm package name, and the built file
 //! (`NAME` with `_` for `-`, as cargo names a cdylib) gives NAME back when
-//! `ax plugin push` derives the plugin name from it. The target folder must
+//! `ax plugin push` derives the plugin name from it. A NAME typed with `_`
+//! (`my_plugin`, as the built file is called) is read with `-` for `_`, the
+//! same way `ax plugin push` reads the file name, and the summary says so. The target folder must
 //! not exist or be empty; nothing is written if any check fails, and a
 //! failed write removes what this command created.
 
@@ -54,6 +58,11 @@ const RUST: &[(&str, &str)] = &[
 ];
 const PYTHON: &[(&str, &str)] = &[
     ("app.py", include_str!("scaffold/python/app.py")),
+    // Holds the version `ax plugin push` reads.
+    (
+        "pyproject.toml",
+        include_str!("scaffold/python/pyproject.toml"),
+    ),
     (
         "requirements.txt",
         include_str!("scaffold/python/requirements.txt"),
@@ -85,7 +94,8 @@ pub(super) enum Lang {
 #[derive(Debug, Args)]
 pub(super) struct NewArgs {
     /// The plugin's name: lowercase letters, digits and `-`, starting with a
-    /// letter (it names the plugin, the sample task and the package).
+    /// letter (it names the plugin, the sample task and the package); `_` is
+    /// read as `-` (`my_plugin` makes `my-plugin`, built as `my_plugin.wasm`).
     name: String,
     /// The language.
     #[arg(long, value_enum)]
@@ -106,8 +116,8 @@ pub(super) struct NewArgs {
 pub(super) enum Error {
     /// The name does not fit the rule.
     #[error(
-        "`{0}` is not a scaffold name: use lowercase letters, digits and `-`, starting \
-         with a letter, at most 64 (e.g. `order-export`)"
+        "`{0}` is not a scaffold name: use lowercase letters, digits and `-` (`_` is \
+         read as `-`), starting with a letter, at most 64 (e.g. `order-export`)"
     )]
     Name(String),
     /// A flag does not fit the language, or a value is unusable.
@@ -139,6 +149,13 @@ pub(super) struct Created {
     pub(super) lang: Lang,
     /// The built component, relative to `dir`.
     pub(super) wasm: String,
+    /// The NAME as typed, when it was read with `-` for `_`.
+    pub(super) typed: Option<String>,
+}
+
+/// The scaffold name NAME stands for: `_` read as `-` (see the module docs).
+pub(super) fn scaffold_name(typed: &str) -> String {
+    typed.replace('_', "-")
 }
 
 /// Whether `name` can name a scaffold (see the module docs).
@@ -151,7 +168,8 @@ pub(super) fn valid_name(name: &str) -> bool {
 
 /// Writes the project `args` describes; see the module docs.
 pub(super) fn new(args: &NewArgs) -> Result<Created, Error> {
-    if !valid_name(&args.name) {
+    let name = scaffold_name(&args.name);
+    if !valid_name(&name) {
         return Err(Error::Name(args.name.clone()));
     }
     if args.lang != Lang::Rust && (args.sdk_path.is_some() || args.sdk_git.is_some()) {
@@ -159,7 +177,7 @@ pub(super) fn new(args: &NewArgs) -> Result<Created, Error> {
             "--sdk-path and --sdk-git are for --lang rust".into(),
         ));
     }
-    let name = args.name.as_str();
+    let name = name.as_str();
     let file = name.replace('-', "_");
     let sdk = match args.lang {
         Lang::Rust => sdk_dependency(args)?,
@@ -214,6 +232,7 @@ pub(super) fn new(args: &NewArgs) -> Result<Created, Error> {
         files: files.iter().map(|(p, _, _)| *p).collect(),
         lang: args.lang,
         wasm,
+        typed: (args.name != name).then(|| args.name.clone()),
     })
 }
 
@@ -353,13 +372,21 @@ pub(super) fn summary(created: &Created) -> String {
         Lang::Js => "npm install && npm run build",
     };
     let wasm = &created.wasm;
-    let mut out = format!("created {dir}:");
+    let mut out = String::new();
+    if let Some(typed) = &created.typed {
+        out.push_str(&format!(
+            "`{typed}` is named `{name}` (plugin and task names use `-`; the built file keeps `_`, \
+             and `ax plugin push` reads it back as `{name}`)\n",
+            name = created.name
+        ));
+    }
+    out.push_str(&format!("created {dir}:"));
     for f in &created.files {
         out.push_str(&format!(" {f}"));
     }
     out.push_str(&format!(
         "\nnext:\n  cd {dir}\n  {build}\n  ax exec {wasm} --input '{{\"name\": \"ax\"}}'\n  \
-         ax plugin push {wasm} --version 0.1.0 && ax task apply -f task.yaml\n  \
+         ax plugin push {wasm} && ax task apply -f task.yaml\n  \
          ax trigger {name} --wait\n",
         name = created.name,
     ));
@@ -397,6 +424,31 @@ mod tests {
         ] {
             assert!(!valid_name(bad), "{bad}");
         }
+    }
+
+    #[test]
+    fn an_underscore_name_is_read_with_dashes_as_push_reads_the_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("p");
+        let created = new(&args("my_plugin", Lang::Rust, &dir)).unwrap();
+        assert_eq!(created.name, "my-plugin");
+        assert!(
+            created.wasm.ends_with("/my_plugin.wasm"),
+            "{}",
+            created.wasm
+        );
+        let task = std::fs::read_to_string(dir.join("task.yaml")).unwrap();
+        assert!(task.contains("plugin: my-plugin@0.1.0"), "{task}");
+        let shown = summary(&created);
+        assert!(
+            shown.starts_with("`my_plugin` is named `my-plugin`"),
+            "{shown}"
+        );
+        assert!(shown.contains("ax trigger my-plugin --wait"), "{shown}");
+        assert!(matches!(
+            new(&args("_x", Lang::Js, &tmp.path().join("q"))),
+            Err(Error::Name(n)) if n == "_x"
+        ));
     }
 
     #[test]

@@ -389,6 +389,13 @@ impl Condition {
             .map(|(name, below)| (name.clone(), !below.full))
             .collect()
     }
+
+    /// Whether the expression reads `input` whole: names it other than
+    /// through `.NAME` (`input == {}`, `size(input)`, `input["a-b"]`), so
+    /// every field of it may matter.
+    pub fn reads_whole_input(&self) -> bool {
+        self.reads.input.full
+    }
 }
 
 /// Runs `f` on a new thread with [`EVAL_STACK`] of stack and waits for it.

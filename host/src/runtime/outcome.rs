@@ -66,7 +66,7 @@ pub(super) fn classify_trap(
             Outcome::Trapped,
             "stack overflow: call stack exhausted".to_string(),
         ),
-        Some(trap) => (Outcome::Trapped, format!("wasm trap: {trap}")),
+        Some(trap) => (Outcome::Trapped, trap_message(trap)),
         None => (Outcome::Trapped, format!("{err:#}")),
     };
     report.outcome = outcome;
@@ -77,6 +77,21 @@ pub(super) fn classify_trap(
         message = format!("{message}; {panic}");
     }
     report.error = Some(message);
+}
+
+/// The prefix every trap's message carries, once.
+const TRAP_PREFIX: &str = "wasm trap: ";
+
+/// A trap's description behind one [`TRAP_PREFIX`]. wasmtime's `Display` for
+/// [`Trap`] already writes that prefix, so adding it here again gave
+/// `wasm trap: wasm trap: …` (issue 34); it is added only when missing.
+fn trap_message(trap: Trap) -> String {
+    let shown = trap.to_string();
+    if shown.starts_with(TRAP_PREFIX) {
+        shown
+    } else {
+        format!("{TRAP_PREFIX}{shown}")
+    }
 }
 
 /// The panic line (and message) Rust guests print to stderr before aborting.
@@ -96,6 +111,38 @@ fn panic_message(stderr: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn report() -> AttemptReport {
+        AttemptReport {
+            outcome: Outcome::Succeeded,
+            output: None,
+            error: None,
+            error_kind: None,
+            fuel_consumed: 0,
+            memory_peak_bytes: 0,
+            duration_ms: 0.0,
+            stdout: String::new(),
+            stderr: String::new(),
+            logs: Vec::new(),
+            progress: None,
+        }
+    }
+
+    #[test]
+    fn a_trap_message_has_one_clean_prefix() {
+        let mut report = report();
+        let err = wasmtime::Error::from(Trap::UnreachableCodeReached);
+        classify_trap(
+            &mut report,
+            &err,
+            &MemoryLimiter::new(1 << 20),
+            &Limits::default(),
+        );
+        assert_eq!(report.outcome, Outcome::Trapped);
+        let error = report.error.unwrap();
+        assert_eq!(error, "wasm trap: wasm `unreachable` instruction executed");
+        assert_eq!(error.matches("wasm trap:").count(), 1, "{error}");
+    }
 
     #[test]
     fn panic_message_takes_the_line_and_its_message() {

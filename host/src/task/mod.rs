@@ -23,6 +23,8 @@
 //! - `rules`: [`TriggerRule`], [`RuleVerdict`]: how upstream results decide a step.
 //! - `params`: [`ParamSpec`], [`ParamType`]: the `params:` a run's input is
 //!   made of, and resolving a run's input from them ([`TaskSpec::manual_input`]).
+//! - `reads`: [`InputReads`], which fields of a run's input a task reads
+//!   (a trigger sending others is warned).
 //! - `error`: [`SpecError`], located by the path of its field.
 //! - `read`: text → JSON tree (YAML or JSON; duplicate keys refused, values counted).
 //! - `value`: one value of the tree read with its path; mappings that refuse
@@ -42,6 +44,7 @@ mod convert;
 mod error;
 mod params;
 mod read;
+mod reads;
 mod retry;
 mod rules;
 #[cfg(test)]
@@ -59,6 +62,7 @@ use convert::task_from_value;
 pub use error::SpecError;
 pub use params::{PARAM_TYPES, ParamError, ParamSpec, ParamType, UPSTREAM};
 use read::read_tree;
+pub use reads::InputReads;
 pub use retry::{Backoff, Exponential, RetryOn, RetryPolicy};
 pub use rules::{RuleVerdict, TriggerRule};
 pub use types::{

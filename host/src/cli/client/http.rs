@@ -50,9 +50,9 @@ impl Client {
             .build();
         Self {
             agent: ureq::Agent::new_with_config(config),
-            base: conn.url.trim_end_matches('/').to_string(),
-            token: conn.token.clone().filter(|t| !t.is_empty()),
-            tenant: conn.tenant.clone().filter(|t| !t.is_empty()),
+            base: conn.url().trim_end_matches('/').to_string(),
+            token: conn.token(),
+            tenant: conn.tenant(),
         }
     }
 

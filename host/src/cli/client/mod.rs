@@ -25,6 +25,7 @@ mod cron;
 mod dead_letters;
 mod graph;
 mod http;
+mod manifest;
 mod output;
 mod plugins;
 mod replay;
@@ -42,26 +43,56 @@ use clap::{Args, Subcommand};
 
 use crate::cli::term::{Layout, safe};
 
-/// Where the server is and who we are (flags or environment).
+/// Where the server is and who we are: a flag, else its environment variable
+/// (`AX_URL`, `AX_TOKEN`, `AX_TENANT`), else the default.
+///
+/// The variables are read here, not through clap's `env`: clap counts a value
+/// taken from the environment as typed, and its error usage then showed
+/// `ax trigger --url <URL> --token <TOKEN> <TASK>` as if both were required
+/// (issue 34). The help still names each variable.
 #[derive(Debug, Clone, Args)]
 pub(super) struct Conn {
-    /// Base URL of the ax server.
-    #[arg(
-        long,
-        env = "AX_URL",
-        default_value = "http://127.0.0.1:8641",
-        global = true
-    )]
-    url: String,
-    /// Bearer token (the admin token printed by `ax serve`).
-    #[arg(long, env = "AX_TOKEN", hide_env_values = true, global = true)]
+    /// Base URL of the ax server [env: AX_URL] [default: http://127.0.0.1:8641].
+    #[arg(long, global = true)]
+    url: Option<String>,
+    /// Bearer token (the admin token printed by `ax serve`) [env: AX_TOKEN].
+    #[arg(long, global = true)]
     token: Option<String>,
-    /// Tenant to act on (sent as `X-Ax-Tenant`; the server defaults to `default`).
-    #[arg(long, env = "AX_TENANT", global = true)]
+    /// Tenant to act on (sent as `X-Ax-Tenant`; the server defaults to
+    /// `default`) [env: AX_TENANT].
+    #[arg(long, global = true)]
     tenant: Option<String>,
     /// Print the server's JSON instead of a table.
     #[arg(long, global = true)]
     json: bool,
+}
+
+/// The server a client talks to when neither `--url` nor `AX_URL` says.
+const DEFAULT_URL: &str = "http://127.0.0.1:8641";
+
+impl Conn {
+    /// `--url`, else `AX_URL`, else [`DEFAULT_URL`].
+    fn url(&self) -> String {
+        flag_or_env(&self.url, "AX_URL").unwrap_or_else(|| DEFAULT_URL.to_string())
+    }
+
+    /// `--token`, else `AX_TOKEN`; none when both are unset or empty.
+    fn token(&self) -> Option<String> {
+        flag_or_env(&self.token, "AX_TOKEN")
+    }
+
+    /// `--tenant`, else `AX_TENANT`; none when both are unset or empty.
+    fn tenant(&self) -> Option<String> {
+        flag_or_env(&self.tenant, "AX_TENANT")
+    }
+}
+
+/// A flag's value, else the environment variable's; an empty value is none
+/// (as clap's `env` treated it).
+fn flag_or_env(flag: &Option<String>, var: &str) -> Option<String> {
+    flag.clone()
+        .or_else(|| std::env::var(var).ok())
+        .filter(|v| !v.is_empty())
 }
 
 /// Client subcommands, flattened into the top-level `ax` command.

@@ -38,9 +38,11 @@ enum PluginCommand {
         /// Plugin name (default: the file name without `.wasm`, `_` read as `-`).
         #[arg(long)]
         name: Option<String>,
-        /// Semver version, e.g. 1.0.0.
+        /// Semver version, e.g. 1.0.0 (default: the project's version, from
+        /// `Cargo.toml` `[package]`, `package.json` or `pyproject.toml`
+        /// `[project]` in the current directory, else beside the file).
         #[arg(long = "version", id = "plugin_version", value_name = "VERSION")]
-        version: String,
+        version: Option<String>,
         /// Point this tag at the version once uploaded (created or moved; repeatable).
         #[arg(long = "tag", value_name = "TAG")]
         tags: Vec<String>,
@@ -141,6 +143,24 @@ pub(super) fn plugin(args: PluginArgs) -> Outcome {
         } => {
             let bytes = std::fs::read(&file)
                 .map_err(|e| Failure::new("io", format!("reading {}: {e}", file.display())))?;
+            let version = match version {
+                Some(v) => v,
+                None => {
+                    let cwd = std::env::current_dir().unwrap_or_default();
+                    let found = super::manifest::find_version(&file, &cwd)
+                        .map_err(|e| Failure::new("usage", e))?;
+                    eprintln!(
+                        "version {} from {}",
+                        found.version,
+                        found
+                            .file
+                            .strip_prefix(&cwd)
+                            .unwrap_or(&found.file)
+                            .display()
+                    );
+                    found.version
+                }
+            };
             let name = match name {
                 Some(n) => n,
                 None => file

@@ -6,9 +6,19 @@
 //! random, KV and HTTP answers, config and secret names come from the
 //! record; nothing is sent anywhere.
 //!
-//! It prints how the replay ended, whether that is what the attempt did,
-//! and the first request the record could not answer, if any. Exit codes:
-//! 0 the replay ended as recorded, 1 it did not (or diverged), 2 an error.
+//! It prints how the replay ended (with what the plugin wrote to stdout and
+//! stderr, a traceback included), whether that is what the attempt did, and
+//! the first request the record could not answer, if any.
+//!
+//! Exit codes ([`exit_code`]) answer the question each form asks:
+//! - without `--plugin` (reproduce the attempt): 0 the replay ended as
+//!   recorded, 1 it did not (or diverged);
+//! - with `--plugin FILE` (does the new build work?): 0 the new build's
+//!   attempt succeeded without leaving the record, 1 it did not, whatever the
+//!   recorded attempt did. Whether it ended differently from the recorded
+//!   attempt is the `result` line (`matches` in `--json`), not the exit code:
+//!   a fix ends differently from the failure it fixes;
+//! - 2 an error (nothing replayed).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -20,6 +30,7 @@ use serde_json::Value;
 use super::http::{Client, enc};
 use super::output::{cell, items};
 use super::{Conn, Failure, Outcome};
+use crate::cli::term::{Layout, safe};
 use crate::model::record::AttemptRecord;
 use crate::runtime::ReplayReport;
 
@@ -33,7 +44,8 @@ pub(in crate::cli) struct ReplayArgs {
     /// The attempt number (default: the step's last attempt).
     #[arg(long)]
     attempt: Option<u32>,
-    /// Replay against this component (a new build) instead of the one that ran.
+    /// Replay against this component (a new build) instead of the one that
+    /// ran; the exit code then says whether the new build succeeded.
     #[arg(long, value_name = "FILE")]
     plugin: Option<PathBuf>,
     /// The value a listed secret reads as in the replay (repeatable; records
@@ -104,11 +116,19 @@ pub(super) fn replay(conn: &Conn, args: ReplayArgs) -> Outcome {
     } else {
         print_replay(&args, attempt, &against, &record, &replayed);
     }
-    Ok(if replayed.matches {
-        ExitCode::SUCCESS
+    Ok(ExitCode::from(exit_code(&replayed, args.plugin.is_some())))
+}
+
+/// The exit code of a finished replay (see the module docs): a new build
+/// passes when its attempt succeeded without diverging from the record; a
+/// replay of the recorded component passes when it ended as recorded.
+fn exit_code(replayed: &ReplayReport, new_build: bool) -> u8 {
+    let passed = if new_build {
+        replayed.report.outcome == crate::model::Outcome::Succeeded && replayed.divergence.is_none()
     } else {
-        ExitCode::from(1)
-    })
+        replayed.matches
+    };
+    if passed { 0 } else { 1 }
 }
 
 /// The number of the step's last attempt in a run.
@@ -179,5 +199,68 @@ fn print_replay(
     }
     if replayed.truncated {
         println!("note      the record was truncated at its size cap");
+    }
+    if args.plugin.is_some() {
+        let verdict = if exit_code(replayed, true) == 0 {
+            "passed: the new build succeeded (exit 0)"
+        } else {
+            "failed: the new build did not succeed (exit 1)"
+        };
+        println!("verdict   {verdict}");
+    }
+    // What the plugin printed: a Python traceback or a Rust panic is here.
+    for (name, text) in [("stdout", &r.stdout), ("stderr", &r.stderr)] {
+        if !text.is_empty() {
+            println!("--- {name}");
+            print!("{}", safe(text, Layout::Block));
+            if !text.ends_with('\n') {
+                println!();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{AttemptReport, Outcome as Ended};
+
+    fn replayed(outcome: Ended, matches: bool, divergence: Option<&str>) -> ReplayReport {
+        ReplayReport {
+            report: AttemptReport {
+                outcome,
+                output: None,
+                error: None,
+                error_kind: None,
+                fuel_consumed: 0,
+                memory_peak_bytes: 0,
+                duration_ms: 0.0,
+                stdout: String::new(),
+                stderr: String::new(),
+                logs: Vec::new(),
+                progress: None,
+            },
+            divergence: divergence.map(str::to_owned),
+            calls_left: 0,
+            matches,
+            truncated: false,
+        }
+    }
+
+    #[test]
+    fn a_new_build_passes_when_it_succeeds_and_a_reproduction_when_it_matches() {
+        // The fix: the recorded attempt failed, the new build succeeds.
+        assert_eq!(exit_code(&replayed(Ended::Succeeded, false, None), true), 0);
+        assert_eq!(exit_code(&replayed(Ended::Failed, true, None), true), 1);
+        assert_eq!(
+            exit_code(&replayed(Ended::Succeeded, false, Some("call 1")), true),
+            1
+        );
+        // A reproduction: ending as recorded passes, a failure included.
+        assert_eq!(exit_code(&replayed(Ended::Failed, true, None), false), 0);
+        assert_eq!(
+            exit_code(&replayed(Ended::Succeeded, false, None), false),
+            1
+        );
     }
 }

@@ -62,6 +62,12 @@ enum RunCommand {
     },
     /// Re-execute a recorded attempt here, from its record (`record:` on the
     /// task or step), optionally against a new build (`--plugin FILE`).
+    ///
+    /// Exit status: without `--plugin`, 0 when the replay ended as recorded
+    /// (the attempt is reproduced), 1 when it did not; with `--plugin`, 0 when
+    /// the new build's attempt succeeded without leaving the record, 1 when it
+    /// did not (the `result` line says separately whether it ended as the
+    /// recorded attempt did); 2 on an error.
     Replay(super::replay::ReplayArgs),
 }
 

@@ -2,6 +2,8 @@
 //! a value of the task's `params:`, typed by its declaration) and, with `--wait`, poll it
 //! to its end behind a progress bar; the exit code says whether it
 //! succeeded (0), did not (1), or was still going at `--timeout` (124).
+//! The answer's `warnings` (input fields the task never reads) are printed
+//! on stderr as `warning: …`, the run being created all the same.
 //! `ax trigger TASK --from-file runs.jsonl`: one run per line, sent in
 //! batches of [`BATCH`] (`POST /v1/tasks/{name}/runs:batch`), one result
 //! printed per line.
@@ -82,6 +84,10 @@ pub(super) fn trigger(args: TriggerArgs) -> Outcome {
         &format!("/v1/tasks/{}/runs", enc(&args.task)),
         Body::Json(Value::Object(body)),
     )?;
+    // On stderr, so `--json` output stays the server's answer alone.
+    for w in items(&run["warnings"]) {
+        eprintln!("warning: {}", cell(&w["message"]));
+    }
     if !args.wait {
         if args.conn.json {
             print_json(&run);
