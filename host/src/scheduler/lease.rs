@@ -43,14 +43,20 @@ pub(crate) fn hold(
 }
 
 /// Whether `holder` ([`rules::holder`]: `host/pid/tag`) names a process of
-/// this host that is not running any more.
+/// this host that is not running any more: its pid runs nothing, or runs
+/// this process, which is not it (a restart given the same pid, as pid 1 in
+/// a container). Hosts are told apart by host name: containers that share
+/// one host name but not their process ids must not share a store.
 fn abandoned(holder: &str) -> bool {
     let mine = rules::holder();
     let (Some((host, pid)), Some((my_host, my_pid))) = (host_and_pid(holder), host_and_pid(&mine))
     else {
         return false;
     };
-    cfg!(target_os = "linux") && host == my_host && pid != my_pid && !running(pid)
+    if holder == mine || host != my_host || !cfg!(target_os = "linux") {
+        return false;
+    }
+    pid == my_pid || !running(pid)
 }
 
 /// Whether process `pid` runs (exists and has not exited: a zombie waiting
@@ -103,10 +109,16 @@ mod tests {
         let taken = store.take_lease("work", "probe", 2_000, 2_001).unwrap();
         assert_eq!((taken.holder, taken.token), (rules::holder(), 2));
 
-        let alive = format!("{host}/{}/0000beef", std::process::id());
+        // This test's parent (cargo, a shell) runs.
+        let alive = format!("{host}/{}/0000beef", std::os::unix::process::parent_id());
         let other = MemoryStore::new();
         other.take_lease("work", &alive, 1_000, 600_000).unwrap();
         assert!(!hold(&other, "work", 2_000, Duration::from_secs(10)).unwrap());
+        // A restart that got this process's pid: the holder is not us.
+        let restarted = MemoryStore::new();
+        let me = format!("{host}/{}/0000beef", std::process::id());
+        restarted.take_lease("work", &me, 1_000, 600_000).unwrap();
+        assert!(hold(&restarted, "work", 2_000, Duration::from_secs(10)).unwrap());
         let remote = MemoryStore::new();
         remote
             .take_lease("work", "elsewhere/1/0000beef", 1_000, 600_000)

@@ -327,7 +327,10 @@ pub fn spawn_sweeper(
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // Held from one tick to well past the next, so a sweep longer than
         // a tick keeps it (another process takes over after a crash).
-        let hold = (defaults.sweep_every * 3).max(Duration::from_secs(60));
+        let hold = defaults
+            .sweep_every
+            .saturating_mul(3)
+            .max(Duration::from_secs(60));
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => break,

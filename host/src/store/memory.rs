@@ -69,11 +69,9 @@ struct State {
 }
 
 impl State {
-    fn write_runs(
-        &mut self,
-        runs: &[(RunRecord, Vec<Event>)],
-        usage: &[UsageBucket],
-    ) -> Result<()> {
+    /// What refuses a write of `runs` as a whole, before anything changes:
+    /// a stale revision, a changed definition.
+    fn check_writes(&self, runs: &[(RunRecord, Vec<Event>)]) -> Result<()> {
         check_revisions(runs.iter().map(|(run, _)| run), |id| {
             Ok(self.runs.get(id).map(|r| r.revision))
         })?;
@@ -85,6 +83,15 @@ impl State {
                 return Err(definition_changed(&run.id));
             }
         }
+        Ok(())
+    }
+
+    fn write_runs(
+        &mut self,
+        runs: &[(RunRecord, Vec<Event>)],
+        usage: &[UsageBucket],
+    ) -> Result<()> {
+        self.check_writes(runs)?;
         let mut missing = None;
         for (run, events) in runs {
             let Some(slot) = self.runs.get_mut(&run.id) else {
@@ -463,6 +470,8 @@ impl Runs for MemoryStore {
             std::thread::sleep(self.write_delay);
         }
         let mut state = self.state();
+        // A refused write stores none of it, its alerts neither.
+        state.check_writes(runs)?;
         state.put_alerts(alerts);
         state.write_runs(runs, usage)
     }

@@ -135,6 +135,7 @@ pub(super) fn spawn_writer(
             let mut logs = Some(logs);
             let raised_alerts = !alerts.is_empty();
             let mut wait = WRITE_RETRY_FIRST;
+            let mut rebased = false;
             let result = loop {
                 if runs.is_empty() && usage.is_empty() && alerts.is_empty() {
                     if let Some(logs) = logs.take() {
@@ -149,11 +150,11 @@ pub(super) fn spawn_writer(
                             .into(),
                     )));
                 }
-                let store = store.clone();
+                let job_store = store.clone();
                 let logs = logs.take();
                 let written = off_actor(inline, move || {
-                    put_logs(store.as_ref(), logs.unwrap_or_default());
-                    let result = store
+                    put_logs(job_store.as_ref(), logs.unwrap_or_default());
+                    let result = job_store
                         .write_runs_with_alerts(&runs, &usage, &alerts)
                         .map_err(Error::from);
                     (result, runs, usage, alerts)
@@ -170,6 +171,30 @@ pub(super) fn spawn_writer(
                 let Err(Error::Store(e)) = &result else {
                     break result;
                 };
+                if matches!(e, crate::store::Error::Conflict { .. }) && !rebased {
+                    // This host owns the runs it holds: memory is their
+                    // truth. A conflict means an earlier job of theirs was
+                    // lost (refused for good, not for now), so memory is
+                    // ahead of the store: the records are written over the
+                    // stored revisions, once, instead of being lost too.
+                    // (Several hosts: only a run's lease holder may.)
+                    tracing::warn!(error = %e, "a run's stored revision is behind this host's; writing its records over it");
+                    rebased = true;
+                    let job_store = store.clone();
+                    let back = off_actor(inline, move || {
+                        let result = rebase(job_store.as_ref(), &mut runs);
+                        (result, runs)
+                    })
+                    .await;
+                    let Ok((rebase_result, back_runs)) = back else {
+                        break Err(Error::Stopped);
+                    };
+                    runs = back_runs;
+                    if let Err(e) = rebase_result {
+                        break Err(Error::from(e));
+                    }
+                    continue;
+                }
                 if !e.is_unavailable() {
                     break result;
                 }
@@ -195,6 +220,26 @@ pub(super) fn spawn_writer(
         }
     });
     tx
+}
+
+/// Gives `runs` the revisions that follow the stored ones (a run given
+/// twice: the one after the other), for a write over a store that missed
+/// some of this host's writes (see the writer).
+fn rebase(store: &dyn Store, runs: &mut [(RunRecord, Vec<Event>)]) -> crate::store::Result<()> {
+    let mut last: HashMap<String, u64> = HashMap::new();
+    for (rec, _) in runs.iter_mut() {
+        let before = match last.get(&rec.id) {
+            Some(&revision) => revision,
+            None => match store.get_run(&rec.id)? {
+                Some(stored) => stored.revision,
+                // Not stored: the write says so itself.
+                None => continue,
+            },
+        };
+        rec.revision = before + 1;
+        last.insert(rec.id.clone(), rec.revision);
+    }
+    Ok(())
 }
 
 /// Stores attempt logs. They are kept apart from the run: a store that

@@ -842,7 +842,11 @@ impl Inner {
             let now = self.clock.now_ms();
             // Delivered under the outbox's lease, renewed at every batch:
             // one process delivers (docs/ARCHITECTURE.md, *Several writers*).
-            let hold = self.config.timeout * BATCH as u32 + Duration::from_secs(60);
+            let hold = self
+                .config
+                .timeout
+                .saturating_mul(BATCH as u32)
+                .saturating_add(Duration::from_secs(60));
             if !super::lease::hold(store.as_ref(), ALERTS_LEASE, now, hold)? {
                 return Ok(Some(now.saturating_add(IDLE_POLL.as_millis() as Millis)));
             }

@@ -223,3 +223,30 @@ async fn an_after_run_refused_while_writes_fail_is_started_once_they_succeed() {
     let down = f.wait_terminal(&downs[0].id).await;
     assert_eq!(down.status, RunStatus::Succeeded, "{down:?}");
 }
+
+/// A run whose stored revision moved under this host (as when one of its
+/// jobs was lost: memory is then ahead of the store) is written over the
+/// stored revision, once the write is refused as stale, and finishes.
+#[tokio::test(start_paused = true)]
+async fn a_run_whose_stored_revision_moved_is_written_over_and_finishes() {
+    let f = Faulted::start().await;
+    f.put_task(
+        "name: d\nsteps:\n  - name: one\n    plugin: slow@1.0.0\n    input: { ms: 1000 }\n  - name: two\n    needs: [one]\n    plugin: ok@1.0.0\n",
+    )
+    .await;
+    let (run, _) = f.trigger("d").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut moved = f.memory.get_run(&run.id).unwrap().unwrap();
+    let before = moved.revision;
+    // Two writes ahead: this host's next writes are all stale.
+    f.memory.update_run(&mut moved, &[]).unwrap();
+    f.memory.update_run(&mut moved, &[]).unwrap();
+    let done = f.wait_terminal(&run.id).await;
+    assert_eq!(done.status, RunStatus::Succeeded, "{done:?}");
+    assert!(done.steps.iter().all(|s| s.status == StepStatus::Succeeded));
+    assert!(
+        done.revision > before + 2,
+        "{} after {before}",
+        done.revision
+    );
+}

@@ -8,7 +8,7 @@ use crate::model::{Event, RunStatus};
 use crate::store::prelude::*;
 use crate::store::{AlertQuery, AlertStatus, OutboxAlert};
 
-fn alert(id: &str, tenant: &str, next_try: i64) -> OutboxAlert {
+pub(super) fn alert(id: &str, tenant: &str, next_try: i64) -> OutboxAlert {
     OutboxAlert {
         id: id.into(),
         tenant: tenant.into(),

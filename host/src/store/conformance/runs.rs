@@ -583,12 +583,19 @@ pub fn a_write_over_a_stale_revision_is_refused_and_changes_nothing<S: Store>(ma
     fresh.reason = Some("fresh".to_owned());
     fresh.next_revision();
     second.next_revision();
-    let refused = store.write_runs(&[(fresh, vec![]), (second.clone(), vec![])], &[]);
+    // (with the alerts it raised: none is stored either).
+    let raised = super::outbox::alert("al-stale", "t1", 1);
+    let refused = store.write_runs_with_alerts(
+        &[(fresh, vec![]), (second.clone(), vec![])],
+        &[],
+        std::slice::from_ref(&raised),
+    );
     assert!(
         matches!(refused, Err(Error::Conflict { .. })),
         "{refused:?}"
     );
     assert_eq!(store.get_run(&other.id).unwrap(), Some(other.clone()));
+    assert_eq!(store.get_alert("al-stale").unwrap(), None);
 
     // A revision skipped is refused too; so is a run given twice whose
     // revisions do not follow each other.

@@ -115,17 +115,22 @@ impl SledStore {
         })
     }
 
-    /// The stored definition `digest` (of the run at `run_key`), shared.
-    fn load_definition(&self, run_key: &[u8], digest: &str) -> Result<Arc<Value>> {
+    /// The stored definition `digest` (of the run at `run_key`), shared;
+    /// `None` when the run was deleted since its record was read (and its
+    /// definition with it, if it was the last to name it).
+    fn load_definition(&self, run_key: &[u8], digest: &str) -> Result<Option<Arc<Value>>> {
         if let Some(held) = lock(&self.definitions)
             .by_digest
             .get(digest)
             .and_then(Weak::upgrade)
         {
-            return Ok(held);
+            return Ok(Some(held));
         }
         let def_key = key("def", &[digest]);
         let Some(bytes) = self.db.get(&def_key).map_err(sled_error)? else {
+            if !self.db.contains_key(run_key).map_err(sled_error)? {
+                return Ok(None);
+            }
             return Err(Error::Corrupt {
                 key: super::keys::show_key(run_key),
                 reason: format!("its task definition {digest} is not stored"),
@@ -146,16 +151,20 @@ impl SledStore {
             Arc::as_ptr(&shared) as usize,
             (Arc::downgrade(&shared), digest.to_owned()),
         );
-        Ok(shared)
+        Ok(Some(shared))
     }
 
-    /// Decodes the stored run `bytes` (at `run_key`), its definition joined.
-    pub(super) fn decode_run(&self, run_key: &[u8], bytes: &[u8]) -> Result<RunRecord> {
+    /// Decodes the stored run `bytes` (at `run_key`), its definition joined;
+    /// `None` when the run was deleted since `bytes` were read.
+    pub(super) fn decode_run(&self, run_key: &[u8], bytes: &[u8]) -> Result<Option<RunRecord>> {
         let mut run: RunRecord = decode(run_key, bytes)?;
         if let Some(digest) = head(bytes).and_then(|h| h.def) {
-            run.spec = self.load_definition(run_key, digest)?;
+            match self.load_definition(run_key, digest)? {
+                Some(spec) => run.spec = spec,
+                None => return Ok(None),
+            }
         }
-        Ok(run)
+        Ok(Some(run))
     }
 
     /// Adds a reference to `def` (a run inserted) to `batch`, and the
@@ -334,7 +343,16 @@ pub(super) fn upgrade(store: &SledStore) -> Result<()> {
             if head(&v).is_some_and(|h| h.def.is_some()) {
                 continue;
             }
-            let run = store.decode_run(&k, &v)?;
+            // A record this cannot read stays as it is: it was unreadable
+            // before too, and refusing to open would hide every other run.
+            let run = match store.decode_run(&k, &v) {
+                Ok(Some(run)) => run,
+                Ok(None) => continue,
+                Err(e) => {
+                    tracing::error!(error = %e, "a run record is unreadable; left as it is by the upgrade");
+                    continue;
+                }
+            };
             let def = store.definition_of(&run)?;
             store.refer(&mut batch, &def, &mut counts)?;
             let record = encode_run(&run, &def.digest)?;
@@ -489,7 +507,7 @@ mod tests {
         let mut batch = sled::Batch::default();
         for item in store.scan(&key("run", &[])) {
             let (k, v) = item.unwrap();
-            let full = store.decode_run(&k, &v).unwrap();
+            let full = store.decode_run(&k, &v).unwrap().unwrap();
             batch.insert(k.to_vec(), encode(&full).unwrap());
         }
         for kind in ["def", "dref"] {

@@ -194,7 +194,9 @@ impl SledStore {
         let Some(bytes) = self.db.get(key).map_err(sled_error)? else {
             return Ok(None);
         };
-        let run = self.decode_run(key, &bytes)?;
+        let Some(run) = self.decode_run(key, &bytes)? else {
+            return Ok(None);
+        };
         if run.format > RECORD_FORMAT {
             return Err(newer_record(key, run.format));
         }
