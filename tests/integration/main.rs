@@ -35,6 +35,7 @@ mod scaffold;
 mod scale;
 mod serve_cli;
 mod storage_quota;
+mod store_check;
 mod tenants;
 mod terminal;
 mod validation;

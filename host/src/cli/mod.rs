@@ -82,10 +82,29 @@ enum Command {
     /// Client commands talking to a server (`AX_URL`, `AX_TOKEN`).
     #[command(flatten)]
     Client(client::ClientCommand),
+    /// The data directory, offline.
+    #[command(subcommand)]
+    Store(StoreCommand),
     /// Print a shell completion script (e.g. `ax completions bash > /etc/bash_completion.d/ax`).
     Completions {
         /// The shell.
         shell: clap_complete::Shell,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum StoreCommand {
+    /// Check a data directory that no `ax serve` is using: its store format
+    /// (a newer one is refused, an older one reported: the next `ax serve`
+    /// upgrades it) and, for a current one, every entry read. Exit 1 when it
+    /// is unusable.
+    Check {
+        /// The data directory.
+        #[arg(long, default_value = crate::config::DEFAULT_DATA_DIR)]
+        data_dir: std::path::PathBuf,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -442,6 +461,29 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 dir: args.dir,
             };
             print_stats(&crate::bench::scale(config)?, args.json)
+        }
+        Command::Store(StoreCommand::Check { data_dir, json }) => {
+            let checked = crate::store::SledStore::check(&data_dir)?;
+            if json {
+                println!("{}", serde_json::to_string(&checked)?);
+            } else if checked.format < checked.current {
+                println!(
+                    "{}: store format {} (this ax writes {}): the next `ax serve` upgrades it (docs/OPERATIONS.md); not opened",
+                    data_dir.display(),
+                    checked.format,
+                    checked.current
+                );
+            } else {
+                println!(
+                    "{}: store format {}, {} entries read, no damage; {} runs, {} task definitions",
+                    data_dir.display(),
+                    checked.format,
+                    checked.entries,
+                    checked.runs,
+                    checked.definitions
+                );
+            }
+            Ok(ExitCode::SUCCESS)
         }
         Command::Exec(args) => block_on(exec::exec(args)),
         Command::Bench(BenchCommand::Exec(args)) => block_on(exec::bench_exec(args)),

@@ -194,6 +194,62 @@ impl SledStore {
     }
 }
 
+/// What [`SledStore::check`] found (`ax store check`).
+#[derive(Debug, serde::Serialize)]
+pub struct Checked {
+    /// The directory's store format.
+    pub format: u32,
+    /// This build's ([`STORE_FORMAT`]).
+    pub current: u32,
+    /// Entries read (every one, when the format is current; none when it
+    /// is older: the directory is then not opened, since opening upgrades
+    /// it).
+    pub entries: usize,
+    /// Runs stored.
+    pub runs: usize,
+    /// Task definitions stored apart (format 4).
+    pub definitions: usize,
+}
+
+impl SledStore {
+    /// Checks the data directory `data_dir` without serving it: its format
+    /// (a newer one is refused; an older one is reported, not upgraded), and
+    /// for a current one every entry read, as the read after opening does
+    /// (damage is [`Error::Unusable`], with the restore hint). Refused while
+    /// another process holds the store.
+    pub fn check(data_dir: &Path) -> Result<Checked> {
+        let unusable = |reason: String| Error::Unusable {
+            path: data_dir.display().to_string(),
+            reason,
+            hint: RESTORE_HINT.to_owned(),
+        };
+        let format_file = data_dir.join(FORMAT_FILE);
+        let text = fs::read_to_string(&format_file).map_err(|e| {
+            unusable(format!(
+                "{}: {e} (not an ax data directory?)",
+                format_file.display()
+            ))
+        })?;
+        let format = parse_format(text.trim()).map_err(unusable)?;
+        check_format(format).map_err(unusable)?;
+        let mut checked = Checked {
+            format,
+            current: STORE_FORMAT,
+            entries: 0,
+            runs: 0,
+            definitions: 0,
+        };
+        if format < STORE_FORMAT {
+            return Ok(checked);
+        }
+        let store = Self::open_unchecked(data_dir, Self::DEFAULT_CACHE_BYTES)?;
+        checked.entries = read_every_entry(&store.db, &AtomicBool::new(false)).map_err(unusable)?;
+        checked.runs = store.scan(&key("run", &[])).count();
+        checked.definitions = store.scan(&key("def", &[])).count();
+        Ok(checked)
+    }
+}
+
 /// Writes [`STORE_FORMAT`] to `format_file` (in `data_dir`), atomically.
 fn write_format_file(format_file: &Path, data_dir: &Path) -> Result<(), String> {
     write_atomically(
