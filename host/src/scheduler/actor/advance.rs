@@ -218,7 +218,7 @@ impl Actor {
             tracing::info!(run = %r.id, tenant = %r.tenant, task = %r.task, status = r.status.as_str(),
                 reason = r.reason.as_deref().unwrap_or(""), "run ended without success");
         }
-        self.resolve_retried_letters(r, now);
+        self.resolve_letters(r, now);
         self.fire_after(&run.rec, now);
         let was_held = run.held;
         self.finished.insert(id.to_string(), run.state.rec);
@@ -239,16 +239,23 @@ impl Actor {
         Ok(())
     }
 
-    /// A retried run that succeeded settles the dead letters it had
-    /// (`retried_letters`): the steps they were for ran to success.
-    fn resolve_retried_letters(&mut self, rec: &RunRecord, now: Millis) {
-        let Some(letters) = self.retried_letters.remove(&rec.id) else {
-            return;
-        };
-        if rec.status != RunStatus::Succeeded {
+    /// A run put back to work (retried, requeued, a step rerun) that
+    /// succeeded settles the dead letters still open for it: the steps they
+    /// were for ran to success. Such a run is known from its record (a step
+    /// with attempts of an earlier round), so this holds across a restart;
+    /// only such runs read their tenant's open letters.
+    fn resolve_letters(&mut self, rec: &RunRecord, now: Millis) {
+        if rec.status != RunStatus::Succeeded || rec.steps.iter().all(|s| s.round_start == 0) {
             return;
         }
-        for mut dead in letters {
+        let letters = match self.store.list_dead_letters(&rec.tenant, true) {
+            Ok(letters) => letters,
+            Err(e) => {
+                tracing::error!(error = %e, run = %rec.id, "cannot read the run's dead letters to resolve them");
+                return;
+            }
+        };
+        for mut dead in letters.into_iter().filter(|d| d.run_id == rec.id) {
             dead.resolution = Some("retried: the run succeeded".into());
             dead.resolved_at = Some(now);
             if let Err(e) = self.store.put_dead_letter(&dead) {

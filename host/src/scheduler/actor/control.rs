@@ -72,27 +72,15 @@ impl Actor {
                 "run `{run_id}` succeeded; nothing to retry"
             )));
         }
-        // Its open dead letters are settled if the retry succeeds.
-        let letters: Vec<_> = self
-            .store
-            .list_dead_letters(&rec.tenant, true)?
-            .into_iter()
-            .filter(|d| d.run_id == run_id)
-            .collect();
-        if !letters.is_empty() {
-            self.retried_letters.insert(run_id.to_string(), letters);
-        }
-        let reopened = self.reopen(
+        // Its open dead letters are settled if the retry succeeds
+        // (`advance.rs`, `resolve_letters`).
+        self.reopen(
             rec,
             decide::control::retry_resets,
             actor,
             now,
             "retry requested",
-        );
-        if reopened.is_err() {
-            self.retried_letters.remove(run_id);
-        }
-        reopened
+        )
     }
 
     pub(super) fn on_requeue(&mut self, dead_id: &str, actor: &str) -> Result<RunRecord> {

@@ -52,9 +52,7 @@ use super::quota::{Grant, TenantQuota};
 use super::runner::Runner;
 use super::{Command, Error, Result, SchedulerConfig, Stats};
 use crate::model::ids::TaskKey;
-use crate::model::{
-    AttemptReport, DeadLetter, Millis, RunRecord, RunStatus, ScheduleState, TriggerKind,
-};
+use crate::model::{AttemptReport, Millis, RunRecord, RunStatus, ScheduleState, TriggerKind};
 use crate::schedule::Trigger;
 use crate::store::{Store, new_id};
 use crate::task::TaskSpec;
@@ -174,11 +172,6 @@ pub(super) struct Actor {
     dirty: Dirty,
     /// Terminal runs already dropped from `runs`, kept until flushed.
     finished: HashMap<String, RunRecord>,
-    /// The open dead letters of runs a person retried (`ax run retry`), by
-    /// run: resolved when the run succeeds (`finish_run`), forgotten when it
-    /// ends otherwise. Not kept across a restart: a run retried just before
-    /// one leaves its letters open, for a person to resolve.
-    retried_letters: HashMap<String, Vec<DeadLetter>>,
     /// Runs handed to the writer, not yet stored.
     in_flight: InFlight,
     /// The run writer (from the start of the main loop; before it, during
@@ -281,7 +274,6 @@ impl Actor {
             heads_refilled_at: Millis::MIN,
             dirty: Dirty::default(),
             finished: HashMap::new(),
-            retried_letters: HashMap::new(),
             in_flight: InFlight::default(),
             writer: None,
             mailbox: None,
