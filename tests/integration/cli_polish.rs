@@ -5,7 +5,7 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
-use crate::common::plugin_path;
+use crate::common::{ok, plugin_path};
 use crate::crash::{AxProcess, TOKEN};
 
 fn ax(url: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
@@ -18,17 +18,6 @@ fn ax(url: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
         cmd.env(k, v);
     }
     cmd.output().expect("running ax")
-}
-
-fn ok(out: &Output) -> String {
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "exit {:?}\n{stdout}\n{}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
 }
 
 /// Two plugins and three tasks: `greet` (succeeds), `flaky` (two retryable

@@ -52,3 +52,26 @@ pub(crate) async fn run(name: &str, input: &str, limits: &Limits) -> AttemptRepo
         .await
         .expect("no host fault")
 }
+
+/// `ax ARGS` against the server at `url` with the admin token.
+pub(crate) fn ax_at(url: &str, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_ax"))
+        .args(args)
+        .env("AX_URL", url)
+        .env("AX_TOKEN", crate::crash::TOKEN)
+        .env_remove("COLUMNS")
+        .output()
+        .expect("running ax")
+}
+
+/// The command succeeded; its stdout.
+pub(crate) fn ok(out: &std::process::Output) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "exit {:?}\n{stdout}\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}

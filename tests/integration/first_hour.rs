@@ -5,28 +5,15 @@ use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
 
-use crate::common::plugin_path;
+use crate::common::{ax_at as ax, ok, plugin_path};
 use crate::crash::{AxProcess, TOKEN, listening_url};
 
-fn ax(url: &str, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ax"))
-        .args(args)
-        .env("AX_URL", url)
-        .env("AX_TOKEN", TOKEN)
-        .env_remove("COLUMNS")
-        .output()
-        .expect("running ax")
-}
-
-fn ok(out: &Output) -> String {
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "exit {:?}\n{stdout}\n{}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
+/// `ax plugin push FILE --name NAME --version VERSION`, which must succeed.
+fn push(url: &str, file: &str, name: &str, version: &str) {
+    ok(&ax(
+        url,
+        &["plugin", "push", file, "--name", name, "--version", version],
+    ));
 }
 
 /// `ax plugin new NAME --lang LANG` into `dir`; its stdout.
@@ -59,18 +46,7 @@ fn the_scaffold_task_passes_trigger_input_to_the_plugin_in_every_language() {
         let project = tmp.path().join(&name);
         plugin_new(&name, lang, &project);
         // `hello` greets `input.name` as the sample plugins do.
-        ok(&ax(
-            url,
-            &[
-                "plugin",
-                "push",
-                &hello,
-                "--name",
-                &name,
-                "--version",
-                "0.1.0",
-            ],
-        ));
+        push(url, &hello, &name, "0.1.0");
         let task = project.join("task.yaml").display().to_string();
         ok(&ax(url, &["task", "apply", "-f", &task]));
         let wait = ["--wait", "--json", "--timeout", "60s"];
@@ -150,18 +126,7 @@ fn run_show_prints_a_skipped_step_as_skipped_with_its_condition() {
     let server = AxProcess::start(&tmp.path().join("data"));
     let url = server.url.as_str();
     let hello = plugin_path("hello").display().to_string();
-    ok(&ax(
-        url,
-        &[
-            "plugin",
-            "push",
-            &hello,
-            "--name",
-            "hello",
-            "--version",
-            "1.0.0",
-        ],
-    ));
+    push(url, &hello, "hello", "1.0.0");
     let task = tmp.path().join("skip.yaml");
     std::fs::write(
         &task,
@@ -203,18 +168,7 @@ fn a_missing_plugin_version_lists_the_versions_that_are_uploaded() {
     let url = server.url.as_str();
     let hello = plugin_path("hello").display().to_string();
     for version in ["0.2.0", "0.1.0"] {
-        ok(&ax(
-            url,
-            &[
-                "plugin",
-                "push",
-                &hello,
-                "--name",
-                "greet",
-                "--version",
-                version,
-            ],
-        ));
+        push(url, &hello, "greet", version);
     }
     let task = tmp.path().join("greet.yaml");
     std::fs::write(&task, "name: greet\nplugin: greet@1.0.0\n").unwrap();
@@ -367,18 +321,7 @@ fn replay_prints_stderr_and_a_fixed_build_exits_zero() {
     let server = AxProcess::start(&tmp.path().join("data"));
     let url = server.url.as_str();
     let probe = plugin_path("probe").display().to_string();
-    ok(&ax(
-        url,
-        &[
-            "plugin",
-            "push",
-            &probe,
-            "--name",
-            "probe",
-            "--version",
-            "1.0.0",
-        ],
-    ));
+    push(url, &probe, "probe", "1.0.0");
     // Writes a "traceback" to stderr, then fails (fatal: no retry).
     let task = tmp.path().join("buggy.yaml");
     std::fs::write(
@@ -449,18 +392,7 @@ fn trigger_input_the_task_never_reads_is_warned_about() {
     let server = AxProcess::start(&tmp.path().join("data"));
     let url = server.url.as_str();
     let hello = plugin_path("hello").display().to_string();
-    ok(&ax(
-        url,
-        &[
-            "plugin",
-            "push",
-            &hello,
-            "--name",
-            "hello",
-            "--version",
-            "1.0.0",
-        ],
-    ));
+    push(url, &hello, "hello", "1.0.0");
     // The task: a hard-coded input, no params.
     let apply = |name: &str, input: &str| {
         let task = tmp.path().join(format!("{name}.yaml"));

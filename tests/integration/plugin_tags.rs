@@ -8,33 +8,12 @@
 //! `greet@1.0.0` is the `hello` plugin and `greet@1.1.0` the `echo` one, so
 //! a run's output says which component ran, not only its record.
 
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::Value;
 
-use crate::common::plugin_path;
-use crate::crash::{AxProcess, TOKEN};
-
-fn ax(url: &str, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ax"))
-        .args(args)
-        .env("AX_URL", url)
-        .env("AX_TOKEN", TOKEN)
-        .env_remove("COLUMNS")
-        .output()
-        .expect("running ax")
-}
-
-fn ok(out: &Output) -> String {
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "exit {:?}\n{stdout}\n{}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
-}
+use crate::common::{ax_at as ax, ok, plugin_path};
+use crate::crash::AxProcess;
 
 /// The command failed; its stderr.
 fn refused(out: &Output) -> String {

@@ -58,13 +58,10 @@ async fn a_requeued_dead_letter_runs_again() {
     assert!(resolved.resolution.unwrap().contains("requeued"));
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_dead_letter_of_a_run_retried_to_success_is_not_requeued() {
-    // Found by the simulator (seed 46 before the fix): the run was retried,
-    // its dead step succeeded, then the stale dead letter was requeued and
-    // ran the succeeded step again.
-    let h = Harness::start().await;
-    let flip = |digest: &str| PluginRecord {
+/// Plugin `flip@1.0.0` whose digest says how it ends (`fail`, `ok`: see the
+/// fake runner).
+fn flip(digest: &str) -> PluginRecord {
+    PluginRecord {
         tenant: "t".into(),
         name: "flip".into(),
         version: "1.0.0".into(),
@@ -73,13 +70,28 @@ async fn a_dead_letter_of_a_run_retried_to_success_is_not_requeued() {
         created_at: 0,
         status: crate::model::PluginStatus::Ready,
         error: None,
-    };
+    }
+}
+
+/// A run of task `f` whose only step (`flip`, failing) died, and its dead
+/// letter.
+async fn dead_flip() -> (Harness, RunRecord, crate::model::DeadLetter) {
+    let h = Harness::start().await;
     h.store.put_plugin(&flip("fail")).unwrap();
     h.put_task("name: f\nplugin: flip@1.0.0\nretry: { max_attempts: 2, backoff: [1s] }\n")
         .await;
     let run = h.trigger("f", serde_json::json!({})).await;
     h.wait_terminal(&run.id).await;
     let dead = h.store.list_dead_letters("t", true).unwrap().remove(0);
+    (h, run, dead)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dead_letter_of_a_run_retried_to_success_is_not_requeued() {
+    // Found by the simulator (seed 46 before the fix): the run was retried,
+    // its dead step succeeded, then the stale dead letter was requeued and
+    // ran the succeeded step again.
+    let (h, run, dead) = dead_flip().await;
     h.store.put_plugin(&flip("ok")).unwrap();
     // The actor keeps plugin records it has read; make it read this one again.
     h.scheduler.plugin_deleted("t", "flip", "1.0.0");
@@ -102,23 +114,7 @@ async fn a_dead_letter_of_a_run_retried_to_success_is_not_requeued() {
 async fn a_run_retried_to_success_resolves_its_dead_letter() {
     // `ax run retry` on a run whose step died: once the retry succeeds the
     // letter is settled, so `ax status` and `ax dead-letters` stop counting it.
-    let h = Harness::start().await;
-    let flip = |digest: &str| PluginRecord {
-        tenant: "t".into(),
-        name: "flip".into(),
-        version: "1.0.0".into(),
-        digest: digest.into(),
-        size: 1,
-        created_at: 0,
-        status: crate::model::PluginStatus::Ready,
-        error: None,
-    };
-    h.store.put_plugin(&flip("fail")).unwrap();
-    h.put_task("name: f\nplugin: flip@1.0.0\nretry: { max_attempts: 2, backoff: [1s] }\n")
-        .await;
-    let run = h.trigger("f", serde_json::json!({})).await;
-    h.wait_terminal(&run.id).await;
-    let dead = h.store.list_dead_letters("t", true).unwrap().remove(0);
+    let (h, run, dead) = dead_flip().await;
 
     // A retry that fails again leaves it open.
     h.scheduler.retry(&run_id(&run), "test").await.unwrap();
