@@ -4,6 +4,8 @@
 
 use std::process::Command;
 
+use ax::store::sled::STORE_FORMAT;
+
 use crate::crash::AxProcess;
 
 fn check(dir: &std::path::Path, json: bool) -> (bool, String) {
@@ -34,7 +36,7 @@ fn store_check_reports_the_format_and_refuses_what_it_cannot_check() {
     let (ok, out) = check(&data, false);
     assert!(ok, "{out}");
     assert!(
-        out.contains("store format 4") && out.contains("no damage"),
+        out.contains(&format!("store format {STORE_FORMAT}")) && out.contains("no damage"),
         "{out}"
     );
     let (ok, out) = check(&data, true);
@@ -42,7 +44,7 @@ fn store_check_reports_the_format_and_refuses_what_it_cannot_check() {
     let json: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(
         (json["format"].as_u64(), json["current"].as_u64()),
-        (Some(4), Some(4))
+        (Some(STORE_FORMAT.into()), Some(STORE_FORMAT.into()))
     );
     assert!(json["entries"].as_u64().unwrap() > 0, "{json}");
 

@@ -574,7 +574,10 @@ pub struct RunRecord {
     /// The run whose end started this one (`trigger: after`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upstream_run: Option<String>,
-    /// Step runs, in the task's step order.
+    /// Step runs, in the task's step order. Absent where a store keeps
+    /// them apart and joins them back when reading (sled's large runs,
+    /// `store/sled/steps.rs`).
+    #[serde(default)]
     pub steps: Vec<StepRunRecord>,
 }
 

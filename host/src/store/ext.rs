@@ -3,7 +3,7 @@
 //! task stored, and the whole-store listings tests, benchmarks and
 //! operations use (the scheduler reads the bounded ones of the seam).
 
-use super::{Insert, NewRun, Result, RunSummary, Store};
+use super::{Insert, NewRun, Result, RunSummary, RunWrite, Store};
 use crate::model::{Event, Millis, RunRecord, ScheduleState, TaskRecord};
 use crate::tenant::UsageBucket;
 
@@ -35,8 +35,13 @@ pub trait StoreExt: Store {
 
     /// Replaces runs, appends their events and adds `usage`, as one atomic
     /// write ([`super::Runs::write_runs_with_alerts`] without alerts).
+    /// Each run is written whole ([`super::Changed::All`]).
     fn write_runs(&self, runs: &[(RunRecord, Vec<Event>)], usage: &[UsageBucket]) -> Result<()> {
-        self.write_runs_with_alerts(runs, usage, &[])
+        let runs: Vec<RunWrite> = runs
+            .iter()
+            .map(|(run, events)| RunWrite::whole(run.clone(), events.clone()))
+            .collect();
+        self.write_runs_with_alerts(&runs, usage, &[])
     }
 
     /// Writes `run` as its next revision, with `events`, atomically: the

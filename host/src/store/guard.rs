@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use super::secrets::{SecretInfo, SecretStore};
 use super::{
     AlertQuery, AlertStatus, AttemptLogs, Catalog, Error, Insert, Lease, Leases, NewRun,
-    Operations, Outbox, OutboxAlert, Result, RunPage, RunQuery, RunSummary, Runs, Store,
+    Operations, Outbox, OutboxAlert, Result, RunPage, RunQuery, RunSummary, RunWrite, Runs, Store,
     SyncTicket, Tenancy,
 };
 use crate::capability::kv::{KvNamespace, KvResult, KvStore, SetOutcome};
@@ -304,7 +304,7 @@ impl<L: Layer> Runs for Layered<L> {
 
     fn write_runs_with_alerts(
         &self,
-        runs: &[(RunRecord, Vec<Event>)],
+        runs: &[RunWrite],
         usage: &[UsageBucket],
         alerts: &[OutboxAlert],
     ) -> Result<()> {

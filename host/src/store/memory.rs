@@ -11,7 +11,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use super::{
     AlertQuery, AlertStatus, AttemptLogs, Catalog, Insert, Lease, Leases, NewRun, Operations,
-    Outbox, OutboxAlert, Result, RunPage, RunQuery, Runs, SyncTicket, Tenancy,
+    Outbox, OutboxAlert, Result, RunPage, RunQuery, RunWrite, Runs, SyncTicket, Tenancy,
     rules::{
         MAX_SCAN, check_revisions, definition_changed, digest_of, missing_run, queue_position,
         select_page, take_lease,
@@ -71,11 +71,11 @@ struct State {
 impl State {
     /// What refuses a write of `runs` as a whole, before anything changes:
     /// a stale revision, a changed definition.
-    fn check_writes(&self, runs: &[(RunRecord, Vec<Event>)]) -> Result<()> {
-        check_revisions(runs.iter().map(|(run, _)| run), |id| {
+    fn check_writes(&self, runs: &[RunWrite]) -> Result<()> {
+        check_revisions(runs.iter().map(|w| &w.run), |id| {
             Ok(self.runs.get(id).map(|r| r.revision))
         })?;
-        for (run, _) in runs {
+        for RunWrite { run, .. } in runs {
             if let Some(old) = self.runs.get(&run.id)
                 && !std::sync::Arc::ptr_eq(&old.spec, &run.spec)
                 && old.spec != run.spec
@@ -86,14 +86,12 @@ impl State {
         Ok(())
     }
 
-    fn write_runs(
-        &mut self,
-        runs: &[(RunRecord, Vec<Event>)],
-        usage: &[UsageBucket],
-    ) -> Result<()> {
+    /// Memory holds each run whole: a write replaces it, whatever
+    /// [`RunWrite::changed`] says.
+    fn write_runs(&mut self, runs: &[RunWrite], usage: &[UsageBucket]) -> Result<()> {
         self.check_writes(runs)?;
         let mut missing = None;
-        for (run, events) in runs {
+        for RunWrite { run, events, .. } in runs {
             let Some(slot) = self.runs.get_mut(&run.id) else {
                 missing.get_or_insert_with(|| run.id.clone());
                 continue;
@@ -462,7 +460,7 @@ impl Runs for MemoryStore {
 
     fn write_runs_with_alerts(
         &self,
-        runs: &[(RunRecord, Vec<Event>)],
+        runs: &[RunWrite],
         usage: &[UsageBucket],
         alerts: &[OutboxAlert],
     ) -> Result<()> {

@@ -54,7 +54,9 @@ pub use self::operations::{Operations, SyncTicket};
 pub use self::outbox::{AlertQuery, AlertStatus, Outbox, OutboxAlert};
 pub use self::resolve::{Unresolved, resolve_plugin};
 pub use self::rules::{id_millis, new_id};
-pub use self::runs::{AttemptLogs, Insert, NewRun, RunPage, RunQuery, RunSummary, Runs};
+pub use self::runs::{
+    AttemptLogs, Changed, Insert, NewRun, RunPage, RunQuery, RunSummary, RunWrite, Runs,
+};
 pub use self::sled::SledStore;
 pub use self::tenancy::Tenancy;
 

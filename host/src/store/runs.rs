@@ -34,6 +34,67 @@ pub struct NewRun {
     pub key_expires_at: Millis,
 }
 
+/// A run to write ([`Runs::write_runs_with_alerts`]): its new record, the
+/// events the change made, and which of its step runs changed.
+#[derive(Clone, Debug)]
+pub struct RunWrite {
+    /// The run as it is now, carrying the revision the write makes.
+    pub run: RunRecord,
+    /// Its events since the last write.
+    pub events: Vec<Event>,
+    /// Which of `run.steps` differ from the stored revision's.
+    pub changed: Changed,
+}
+
+impl RunWrite {
+    /// A write of `run` with `events` that does not say which steps changed.
+    pub fn whole(run: RunRecord, events: Vec<Event>) -> Self {
+        RunWrite {
+            run,
+            events,
+            changed: Changed::All,
+        }
+    }
+}
+
+/// Which step runs of a [`RunWrite`] changed since the stored revision (the
+/// one before the write's): a store that keeps step runs apart writes only
+/// those (sled's large runs, `sled/definitions.rs`). What a writer says is
+/// trusted: it must know the stored revision's steps, as the scheduler's
+/// run writer does for the runs it wrote last (`scheduler/actor/write.rs`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Changed {
+    /// Any of them (or not known): every step is written.
+    #[default]
+    All,
+    /// Only these, by index into [`RunRecord::steps`]; a step past the
+    /// stored revision's last is written whether it is named or not.
+    Steps(Vec<usize>),
+}
+
+impl Changed {
+    /// What two writes of one run in one call changed together.
+    pub fn union(self, other: Changed) -> Changed {
+        match (self, other) {
+            (Changed::Steps(mut a), Changed::Steps(b)) => {
+                a.extend(b);
+                a.sort_unstable();
+                a.dedup();
+                Changed::Steps(a)
+            }
+            _ => Changed::All,
+        }
+    }
+
+    /// Whether step `index` is to be written.
+    pub fn has(&self, index: usize) -> bool {
+        match self {
+            Changed::All => true,
+            Changed::Steps(steps) => steps.binary_search(&index).is_ok(),
+        }
+    }
+}
+
 /// What inserting a run did ([`Runs::insert_runs`]).
 #[derive(Clone, Debug, PartialEq)]
 pub enum Insert {
@@ -127,10 +188,11 @@ pub trait Runs {
     /// runs themselves. A run given twice is written as its last record with
     /// both lists of events. A run that is not stored is left out (writing
     /// it would resurrect half a run) and reported as an error once the
-    /// others are written.
+    /// others are written. Each run says which of its steps changed
+    /// ([`Changed`]); a store may write only those.
     fn write_runs_with_alerts(
         &self,
-        runs: &[(RunRecord, Vec<Event>)],
+        runs: &[RunWrite],
         usage: &[UsageBucket],
         alerts: &[OutboxAlert],
     ) -> Result<()>;

@@ -25,6 +25,7 @@ mod active;
 mod advance;
 mod apply;
 mod attempts;
+mod changed;
 mod control;
 mod create;
 mod faults;

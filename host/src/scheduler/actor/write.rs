@@ -2,15 +2,16 @@
 //! (batches applied in order off the actor) and commands ordered after writes.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError};
 
 use tokio::sync::mpsc;
 
 use super::Actor;
-use crate::model::{Event, RunRecord};
+use super::changed::StoredSteps;
+use crate::model::Event;
 use crate::scheduler::{Command, Error, Result};
-use crate::store::{AttemptLogs, OutboxAlert, Store};
+use crate::store::{AttemptLogs, OutboxAlert, RunWrite, Store};
 use crate::tenant::UsageBucket;
 
 /// How often changed runs are written when nobody waits for them: a run's
@@ -30,7 +31,7 @@ pub(super) const WRITE_RETRY_MAX: std::time::Duration = std::time::Duration::fro
 
 /// Runs to write, in order, and what to do once they are written.
 pub(super) struct WriteJob {
-    pub(super) runs: Vec<(RunRecord, Vec<Event>)>,
+    pub(super) runs: Vec<RunWrite>,
     pub(super) usage: Vec<UsageBucket>,
     /// Outbox alerts the changes raised, stored in the same write.
     pub(super) alerts: Vec<OutboxAlert>,
@@ -122,6 +123,7 @@ pub(super) fn spawn_writer(
     // (`Operations::generation`) memory is rebuilt from the store and they are
     // stale: writing them would undo the rebuild.
     let generation = store.generation();
+    let stored_steps = Arc::new(std::sync::Mutex::new(StoredSteps::default()));
     tokio::spawn(async move {
         while let Some(WriteJob {
             mut runs,
@@ -152,11 +154,20 @@ pub(super) fn spawn_writer(
                 }
                 let job_store = store.clone();
                 let logs = logs.take();
+                let steps = stored_steps.clone();
                 let written = off_actor(inline, move || {
                     put_logs(job_store.as_ref(), logs.unwrap_or_default());
+                    let mut steps = steps.lock().unwrap_or_else(PoisonError::into_inner);
+                    steps.mark(&mut runs);
                     let result = job_store
                         .write_runs_with_alerts(&runs, &usage, &alerts)
                         .map_err(Error::from);
+                    match &result {
+                        // The records are not needed after: their steps are
+                        // what the next write of each run compares with.
+                        Ok(()) => steps.stored(std::mem::take(&mut runs)),
+                        Err(_) => steps.forget(),
+                    }
                     (result, runs, usage, alerts)
                 })
                 .await;
@@ -225,9 +236,9 @@ pub(super) fn spawn_writer(
 /// Gives `runs` the revisions that follow the stored ones (a run given
 /// twice: the one after the other), for a write over a store that missed
 /// some of this host's writes (see the writer).
-fn rebase(store: &dyn Store, runs: &mut [(RunRecord, Vec<Event>)]) -> crate::store::Result<()> {
+fn rebase(store: &dyn Store, runs: &mut [RunWrite]) -> crate::store::Result<()> {
     let mut last: HashMap<String, u64> = HashMap::new();
-    for (rec, _) in runs.iter_mut() {
+    for RunWrite { run: rec, .. } in runs.iter_mut() {
         let before = match last.get(&rec.id) {
             Some(&revision) => revision,
             None => match store.get_run(&rec.id)? {
@@ -356,7 +367,7 @@ impl Actor {
             };
             if let Some(rec) = rec {
                 rec.next_revision();
-                runs.push((rec.clone(), events));
+                runs.push(RunWrite::whole(rec.clone(), events));
             }
         }
         if self.after_holds.is_empty() && self.after_refire.is_empty() {
@@ -369,8 +380,8 @@ impl Actor {
         // Queued runs are stored whole by this write: their inputs can go.
         let queued: Vec<String> = runs
             .iter()
-            .filter(|(rec, _)| rec.status == crate::model::RunStatus::Queued)
-            .map(|(rec, _)| rec.id.clone())
+            .filter(|w| w.run.status == crate::model::RunStatus::Queued)
+            .map(|w| w.run.id.clone())
             .collect();
         for id in queued {
             self.spill(&id);
@@ -388,7 +399,7 @@ impl Actor {
                 }
                 let seq = self
                     .in_flight
-                    .send(runs.iter().map(|(rec, _)| rec.id.clone()).collect());
+                    .send(runs.iter().map(|w| w.run.id.clone()).collect());
                 if let Err(mpsc::error::SendError(job)) = writer.send(WriteJob {
                     runs,
                     usage,

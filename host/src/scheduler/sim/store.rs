@@ -20,8 +20,8 @@ use crate::model::{
 use crate::store::memory::MemoryStore;
 use crate::store::{
     AlertQuery, AlertStatus, AttemptLogs, Catalog, Error, Insert, Lease, Leases, NewRun,
-    Operations, Outbox, OutboxAlert, Result, RunPage, RunQuery, RunSummary, Runs, SyncTicket,
-    Tenancy, kv, secrets,
+    Operations, Outbox, OutboxAlert, Result, RunPage, RunQuery, RunSummary, RunWrite, Runs,
+    SyncTicket, Tenancy, kv, secrets,
 };
 use crate::tenant::{TenantRecord, TokenRecord, UsageBucket};
 
@@ -39,11 +39,7 @@ enum Write {
     DeleteTask(String, String),
     Schedule(ScheduleState),
     InsertRuns(Vec<NewRun>),
-    Runs(
-        Vec<(RunRecord, Vec<Event>)>,
-        Vec<UsageBucket>,
-        Vec<OutboxAlert>,
-    ),
+    Runs(Vec<RunWrite>, Vec<UsageBucket>, Vec<OutboxAlert>),
     Alerts(Vec<OutboxAlert>),
     TrimAlerts(String, AlertStatus, usize),
     DeleteRun(String),
@@ -373,7 +369,7 @@ impl Runs for SimStore {
 
     fn write_runs_with_alerts(
         &self,
-        runs: &[(RunRecord, Vec<Event>)],
+        runs: &[RunWrite],
         usage: &[UsageBucket],
         alerts: &[OutboxAlert],
     ) -> Result<()> {

@@ -84,6 +84,7 @@ macro_rules! store_conformance_suite {
                 runs::update_of_an_unknown_run_fails,
                 runs::a_write_over_a_stale_revision_is_refused_and_changes_nothing,
                 runs::two_writers_on_one_store_never_undo_each_other,
+                runs::a_run_of_many_steps_written_by_its_changed_steps_reads_back_whole,
                 runs::write_runs_writes_many_runs_and_usage_at_once,
                 runs::delete_run_refuses_an_active_run,
                 runs::delete_run_removes_everything_and_frees_its_fire,
@@ -131,7 +132,8 @@ macro_rules! store_conformance_suite {
 
 // --- builders -------------------------------------------------------------
 
-fn run(id: &str, tenant: &str, task: &str, status: RunStatus) -> RunRecord {
+/// A run of one step, as the suite writes them.
+pub(crate) fn run(id: &str, tenant: &str, task: &str, status: RunStatus) -> RunRecord {
     RunRecord {
         format: RECORD_FORMAT,
         revision: 1,

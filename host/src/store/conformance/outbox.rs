@@ -6,7 +6,7 @@ use serde_json::json;
 use super::{Make, SCAN, run};
 use crate::model::{Event, RunStatus};
 use crate::store::prelude::*;
-use crate::store::{AlertQuery, AlertStatus, OutboxAlert};
+use crate::store::{AlertQuery, AlertStatus, OutboxAlert, RunWrite};
 
 pub(super) fn alert(id: &str, tenant: &str, next_try: i64) -> OutboxAlert {
     OutboxAlert {
@@ -48,7 +48,7 @@ pub fn alerts_are_written_with_their_run<S: Store>(make: Make<S>) {
     let a = alert("a1", "acme", 5_000);
     store
         .write_runs_with_alerts(
-            &[(r.clone(), Vec::<Event>::new())],
+            &[RunWrite::whole(r.clone(), Vec::<Event>::new())],
             &[],
             std::slice::from_ref(&a),
         )

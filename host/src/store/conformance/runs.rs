@@ -8,7 +8,7 @@ use super::{Make, SCAN, attempt_logs, block_on, created, event, ids, run, run_id
 use crate::model::record::{AttemptRecord, Call, KvOp, KvResult};
 use crate::model::{Millis, RunStatus, StepStatus, TriggerKind};
 use crate::store::prelude::*;
-use crate::store::{Error, Insert, NewRun, RunQuery};
+use crate::store::{Changed, Error, Insert, NewRun, RunQuery, RunWrite};
 
 pub fn inserted_run_is_readable_with_its_events<S: Store>(make: Make<S>) {
     let (store, _dir) = make(SCAN);
@@ -586,7 +586,10 @@ pub fn a_write_over_a_stale_revision_is_refused_and_changes_nothing<S: Store>(ma
     // (with the alerts it raised: none is stored either).
     let raised = super::outbox::alert("al-stale", "t1", 1);
     let refused = store.write_runs_with_alerts(
-        &[(fresh, vec![]), (second.clone(), vec![])],
+        &[
+            RunWrite::whole(fresh, vec![]),
+            RunWrite::whole(second.clone(), vec![]),
+        ],
         &[],
         std::slice::from_ref(&raised),
     );
@@ -666,4 +669,75 @@ pub fn two_writers_on_one_store_never_undo_each_other<S: Store>(make: Make<S>) {
     // Every write that went in appended its event, and only those.
     assert_eq!(store.events(&r.id).unwrap().len() as u64, 2 * EACH);
     eprintln!("{refusals} stale writes refused and retried");
+}
+
+/// A run of many steps written a few steps at a time (each write naming
+/// the steps it changed, [`Changed::Steps`]) reads back as written, and a
+/// reader beside the writer never sees a torn run: every step's `output`
+/// holds the revision that last wrote it, so the newest is the run's.
+pub fn a_run_of_many_steps_written_by_its_changed_steps_reads_back_whole<S: Store>(make: Make<S>) {
+    const STEPS: usize = 40;
+    const WRITES: u64 = 120;
+    let (store, _dir) = make(SCAN);
+    let mut r = run(&run_id(1, 1), "t1", "a", RunStatus::Running);
+    let template = r.steps[0].clone();
+    r.steps = (0..STEPS)
+        .map(|i| {
+            let mut step = template.clone();
+            step.name = format!("s{i}");
+            step.output = Some(json!(1));
+            step
+        })
+        .collect();
+    created(store.insert_run(&r, false, None, &[]).unwrap());
+    let newest = |rec: &crate::model::RunRecord| {
+        rec.steps
+            .iter()
+            .map(|s| s.output.as_ref().and_then(|o| o.as_u64()).unwrap_or(0))
+            .max()
+            .unwrap_or(0)
+    };
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let last = std::thread::scope(|scope| {
+        let reader = scope.spawn(|| {
+            let mut reads = 0;
+            while !done.load(std::sync::atomic::Ordering::Acquire) {
+                let rec = store.get_run(&r.id).unwrap().unwrap();
+                assert_eq!(rec.steps.len(), STEPS);
+                assert_eq!(newest(&rec), rec.revision, "a torn read");
+                reads += 1;
+            }
+            reads
+        });
+        let mut rec = r.clone();
+        for n in 0..WRITES {
+            rec.next_revision();
+            let changed: Vec<usize> = (0..STEPS)
+                .filter(|i| (*i as u64 + n).is_multiple_of(7))
+                .collect();
+            for &i in &changed {
+                rec.steps[i].output = Some(json!(rec.revision));
+                rec.steps[i].attempts[0].fuel_consumed += 1;
+            }
+            let write = RunWrite {
+                run: rec.clone(),
+                events: vec![event(&rec.id, &format!("w{n}"), 2)],
+                changed: Changed::Steps(changed),
+            };
+            store.write_runs_with_alerts(&[write], &[], &[]).unwrap();
+        }
+        done.store(true, std::sync::atomic::Ordering::Release);
+        eprintln!("{} reads beside the writes", reader.join().unwrap());
+        rec
+    });
+    assert_eq!(store.get_run(&r.id).unwrap(), Some(last.clone()));
+    assert_eq!(store.events(&r.id).unwrap().len() as u64, WRITES);
+    // Written whole again (`Changed::All`), then deleted with its steps.
+    let mut whole = last;
+    whole.status = RunStatus::Succeeded;
+    store.update_run(&mut whole, &[]).unwrap();
+    assert_eq!(store.get_run(&r.id).unwrap(), Some(whole));
+    assert!(store.delete_run(&r.id).unwrap());
+    assert_eq!(store.get_run(&r.id).unwrap(), None);
+    assert_eq!(store.run_bytes("t1").unwrap(), 0);
 }

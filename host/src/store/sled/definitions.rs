@@ -34,7 +34,6 @@ use std::sync::{Arc, Weak};
 use serde::Serialize;
 use serde_json::Value;
 
-use super::footprint::{self, Weight, signed};
 use super::keys::{VALUE_FORMAT, decode, encode, key};
 use super::{SledStore, lock, sled_error};
 use crate::model::{Millis, RunRecord, RunStatus, StepRunRecord, TriggerKind};
@@ -44,9 +43,6 @@ use crate::store::{Error, Result};
 /// Entries either map of [`Definitions`] keeps before it drops those no
 /// record holds any more.
 const CACHE_BOUND: usize = 4096;
-
-/// Runs upgraded per batch by [`upgrade`].
-const UPGRADE_BATCH: usize = 512;
 
 /// The definitions records in memory hold, by digest and by address: a
 /// write finds the digest of its run's definition without encoding it again
@@ -118,7 +114,11 @@ impl SledStore {
     /// The stored definition `digest` (of the run at `run_key`), shared;
     /// `None` when the run was deleted since its record was read (and its
     /// definition with it, if it was the last to name it).
-    fn load_definition(&self, run_key: &[u8], digest: &str) -> Result<Option<Arc<Value>>> {
+    pub(super) fn load_definition(
+        &self,
+        run_key: &[u8],
+        digest: &str,
+    ) -> Result<Option<Arc<Value>>> {
         if let Some(held) = lock(&self.definitions)
             .by_digest
             .get(digest)
@@ -154,9 +154,19 @@ impl SledStore {
         Ok(Some(shared))
     }
 
-    /// Decodes the stored run `bytes` (at `run_key`), its definition joined;
-    /// `None` when the run was deleted since `bytes` were read.
+    /// Decodes the stored run `bytes` (at `run_key`), its definition and
+    /// (when stored apart) its steps joined; `None` when the run was deleted
+    /// since `bytes` were read.
     pub(super) fn decode_run(&self, run_key: &[u8], bytes: &[u8]) -> Result<Option<RunRecord>> {
+        match head(bytes).and_then(|h| h.step_count) {
+            Some(count) => self.decode_apart(run_key, bytes, count),
+            None => self.decode_record(run_key, bytes),
+        }
+    }
+
+    /// Decodes the stored run `bytes` (at `run_key`) as they are, its
+    /// definition joined (its steps, when stored apart, not).
+    pub(super) fn decode_record(&self, run_key: &[u8], bytes: &[u8]) -> Result<Option<RunRecord>> {
         let mut run: RunRecord = decode(run_key, bytes)?;
         if let Some(digest) = head(bytes).and_then(|h| h.def) {
             match self.load_definition(run_key, digest)? {
@@ -206,8 +216,10 @@ impl SledStore {
     }
 }
 
-/// `run` as stored: its definition named by `def`, not held.
-pub(super) fn encode_run(run: &RunRecord, def: &str) -> Result<Vec<u8>> {
+/// `run` as stored: its definition named by `def`, not held; its steps
+/// held, or only counted when they are stored apart (`apart`,
+/// [`super::steps`]).
+pub(super) fn encode_run(run: &RunRecord, def: &str, apart: bool) -> Result<Vec<u8>> {
     // Every field named, so that a field added to `RunRecord` is a compile
     // error here until it is stored.
     let RunRecord {
@@ -234,6 +246,7 @@ pub(super) fn encode_run(run: &RunRecord, def: &str) -> Result<Vec<u8>> {
         format: *format,
         revision: *revision,
         def,
+        step_count: apart.then_some(steps.len()),
         id,
         tenant,
         task,
@@ -248,17 +261,20 @@ pub(super) fn encode_run(run: &RunRecord, def: &str) -> Result<Vec<u8>> {
         input,
         idempotency_key,
         upstream_run,
-        steps,
+        steps: (!apart).then_some(steps.as_slice()),
     })
 }
 
 /// A run record as stored (see the module docs): `RunRecord`'s fields in
-/// its order, `def` in place of `spec`, after the revision.
+/// its order, `def` in place of `spec`, after the revision; a run whose
+/// steps are stored apart has `step_count` after `def` and no `steps`.
 #[derive(Serialize)]
 struct StoredRun<'a> {
     format: u32,
     revision: u64,
     def: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    step_count: Option<usize>,
     id: &'a str,
     tenant: &'a str,
     task: &'a str,
@@ -274,14 +290,17 @@ struct StoredRun<'a> {
     idempotency_key: &'a Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     upstream_run: &'a Option<String>,
-    steps: &'a [StepRunRecord],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    steps: Option<&'a [StepRunRecord]>,
 }
 
-/// What a stored run record says first: its revision and the digest of its
-/// definition (`None` in a record of format 3, which holds the definition).
+/// What a stored run record says first: its revision, the digest of its
+/// definition (`None` in a record of format 3, which holds the definition)
+/// and, when its steps are stored apart, how many there are.
 pub(super) struct Head<'a> {
     pub(super) revision: u64,
     pub(super) def: Option<&'a str>,
+    pub(super) step_count: Option<usize>,
 }
 
 /// The [`Head`] of stored run `bytes`, read from the first bytes without
@@ -297,14 +316,25 @@ pub(super) fn head(bytes: &[u8]) -> Option<Head<'_>> {
     let rest = rest.strip_prefix(b",\"revision\":")?;
     let (revision, rest) = digits(rest)?;
     let revision = std::str::from_utf8(revision).ok()?.parse().ok()?;
-    let def = match rest.strip_prefix(b",\"def\":\"") {
+    let (def, rest) = match rest.strip_prefix(b",\"def\":\"") {
         Some(rest) => {
             let end = rest.iter().position(|b| *b == b'"')?;
-            Some(std::str::from_utf8(&rest[..end]).ok()?)
+            (
+                Some(std::str::from_utf8(&rest[..end]).ok()?),
+                &rest[end + 1..],
+            )
         }
+        None => (None, rest),
+    };
+    let step_count = match rest.strip_prefix(b",\"step_count\":") {
+        Some(rest) => Some(std::str::from_utf8(digits(rest)?.0).ok()?.parse().ok()?),
         None => None,
     };
-    Some(Head { revision, def })
+    Some(Head {
+        revision,
+        def,
+        step_count,
+    })
 }
 
 /// The leading ASCII digits of `bytes` (at least one), and the rest.
@@ -313,127 +343,13 @@ fn digits(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
     (n > 0).then(|| bytes.split_at(n))
 }
 
-/// At open: stores the definitions of a format-3 store apart, rewriting
-/// each run that holds its definition; a batch of runs at a time, each one
-/// atomic (records, references, definitions and the tenants' byte counters
-/// together), so a crash leaves upgraded and unupgraded runs, both readable,
-/// and the next open goes on. Done once: the marker `sys/definitions`.
-pub(super) fn upgrade(store: &SledStore) -> Result<()> {
-    let marker = key("sys", &["definitions"]);
-    if store.db.contains_key(&marker).map_err(sled_error)? {
-        return Ok(());
-    }
-    let _claims = lock(&store.claim_lock);
-    let _serial = lock(&store.run_lock);
-    let prefix = key("run", &[]);
-    let mut from = prefix.clone();
-    loop {
-        let mut batch = sled::Batch::default();
-        let mut counts = HashMap::new();
-        let mut weight = Weight::default();
-        let mut last = None;
-        let mut seen = 0;
-        for item in store.db.range(from.clone()..).take(UPGRADE_BATCH) {
-            let (k, v) = item.map_err(sled_error)?;
-            if !k.starts_with(&prefix) {
-                break;
-            }
-            seen += 1;
-            last = Some(k.to_vec());
-            if head(&v).is_some_and(|h| h.def.is_some()) {
-                continue;
-            }
-            // A record this cannot read stays as it is: it was unreadable
-            // before too, and refusing to open would hide every other run.
-            let run = match store.decode_run(&k, &v) {
-                Ok(Some(run)) => run,
-                Ok(None) => continue,
-                Err(e) => {
-                    tracing::error!(error = %e, "a run record is unreadable; left as it is by the upgrade");
-                    continue;
-                }
-            };
-            let def = store.definition_of(&run)?;
-            store.refer(&mut batch, &def, &mut counts)?;
-            let record = encode_run(&run, &def.digest)?;
-            weight.add(&run.tenant, signed(record.len()) - signed(v.len()));
-            batch.insert(k.to_vec(), record);
-        }
-        store.weigh(&mut batch, &weight, footprint::Side::Runs)?;
-        store.apply(batch)?;
-        match last {
-            Some(mut k) if seen == UPGRADE_BATCH => {
-                k.push(0);
-                from = k;
-            }
-            _ => break,
-        }
-    }
-    store.db.insert(marker, encode("1")?).map_err(sled_error)?;
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
-    use std::path::Path;
-    use std::time::Duration;
-
     use serde_json::json;
 
-    use super::super::fixtures::run;
+    use super::super::fixtures::{check_references, new_run, run};
     use super::*;
-    use crate::store::NewRun;
     use crate::store::prelude::*;
-
-    fn new_run(run: RunRecord) -> NewRun {
-        NewRun {
-            run,
-            unique_fire: false,
-            schedule: None,
-            events: Vec::new(),
-            key_expires_at: Millis::MAX,
-        }
-    }
-
-    /// The `def/…` and `dref/…` entries: digest → (stored, references).
-    fn stored_definitions(store: &SledStore) -> HashMap<String, (bool, u64)> {
-        let mut out: HashMap<String, (bool, u64)> = HashMap::new();
-        for (kind, is_def) in [("def", true), ("dref", false)] {
-            let prefix = key(kind, &[]);
-            for item in store.scan(&prefix) {
-                let (k, v) = item.unwrap();
-                let digest = super::super::keys::decode_part(&k[prefix.len()..]).unwrap();
-                let entry = out.entry(digest).or_default();
-                if is_def {
-                    entry.0 = true;
-                } else {
-                    entry.1 = decode(&k, &v).unwrap();
-                }
-            }
-        }
-        out
-    }
-
-    /// Every stored run names a stored definition, and each definition is
-    /// referenced exactly as often as runs name it.
-    fn check_references(store: &SledStore) -> usize {
-        let mut named: HashMap<String, u64> = HashMap::new();
-        for item in store.scan(&key("run", &[])) {
-            let (k, v) = item.unwrap();
-            let def = head(&v).and_then(|h| h.def);
-            let def = def.unwrap_or_else(|| panic!("{} holds no digest", keys_show(&k)));
-            *named.entry(def.to_owned()).or_default() += 1;
-        }
-        let stored = stored_definitions(store);
-        let expected: HashMap<String, (bool, u64)> =
-            named.iter().map(|(d, n)| (d.clone(), (true, *n))).collect();
-        assert_eq!(stored, expected);
-        named.len()
-    }
-
-    fn keys_show(k: &[u8]) -> String {
-        super::super::keys::show_key(k)
-    }
 
     /// Runs of one definition store it once, read it back shared, and the
     /// last one deleted takes it along; a write may not change it.
@@ -479,156 +395,5 @@ mod tests {
         assert_eq!(check_references(&store), 1);
         assert!(store.delete_run("r2").unwrap());
         assert_eq!(check_references(&store), 0);
-    }
-
-    /// Specs of the runs of [`old_store`]: run `i` has spec `i % 5`.
-    fn spec(i: usize) -> Value {
-        json!({"steps": [{"name": "s1", "plugin": format!("p{}@1.0.0", i % 5)}],
-               "description": "x".repeat(500)})
-    }
-
-    /// A store of format 3 with `n` runs (their definitions inside them),
-    /// made by writing runs and then rewriting them as format 3 did.
-    fn old_store(dir: &Path, n: usize) {
-        let store = SledStore::open(dir).unwrap();
-        let specs: Vec<Arc<Value>> = (0..5).map(|i| Arc::new(spec(i))).collect();
-        for chunk in (0..n).collect::<Vec<_>>().chunks(500) {
-            let batch: Vec<NewRun> = chunk
-                .iter()
-                .map(|&i| {
-                    let mut r = run(&format!("r{i:06}"), RunStatus::Succeeded);
-                    r.tenant = format!("t{}", i % 3);
-                    r.spec = Arc::clone(&specs[i % 5]);
-                    new_run(r)
-                })
-                .collect();
-            store.insert_runs(&batch).unwrap();
-        }
-        let mut batch = sled::Batch::default();
-        for item in store.scan(&key("run", &[])) {
-            let (k, v) = item.unwrap();
-            let full = store.decode_run(&k, &v).unwrap().unwrap();
-            batch.insert(k.to_vec(), encode(&full).unwrap());
-        }
-        for kind in ["def", "dref"] {
-            for item in store.scan(&key(kind, &[])) {
-                batch.remove(item.unwrap().0);
-            }
-        }
-        // Counted again at open, from the records as they are now.
-        batch.remove(key("sys", &["run-bytes"]));
-        batch.remove(key("sys", &["definitions"]));
-        batch.insert(key("sys", &["format"]), encode("3").unwrap());
-        store.db.apply_batch(batch).unwrap();
-        store.db.flush().unwrap();
-        drop(store);
-        std::fs::write(dir.join("store-format"), "3\n").unwrap();
-    }
-
-    /// Checks an upgraded store of `n` runs made by [`old_store`].
-    fn check_upgraded(dir: &Path, n: usize) {
-        let store = SledStore::open(dir).unwrap();
-        assert_eq!(check_references(&store), 5);
-        for i in (0..n).step_by(97) {
-            let r = store.get_run(&format!("r{i:06}")).unwrap().unwrap();
-            assert_eq!(*r.spec, spec(i), "run {i}");
-        }
-        let weighed = super::super::footprint::weigh_all(&store).unwrap();
-        for t in 0..3 {
-            let tenant = format!("t{t}");
-            let counted = store.run_bytes(&tenant).unwrap();
-            assert_eq!(counted as i64, weighed.of(&tenant), "tenant {tenant}");
-        }
-        let marker: String = store.get(&key("sys", &["format"])).unwrap().unwrap();
-        assert_eq!(marker, super::super::STORE_FORMAT.to_string());
-    }
-
-    /// A store of format 3 opens upgraded: definitions apart, counted, the
-    /// tenants' byte counters following the smaller records.
-    #[test]
-    fn a_format_3_store_is_upgraded_at_open() {
-        let dir = tempfile::tempdir().unwrap();
-        old_store(dir.path(), 1_200);
-        check_upgraded(dir.path(), 1_200);
-    }
-
-    /// The upgrade killed (SIGKILL) at random points, again and again,
-    /// loses nothing: the next open finishes it. The child is this test
-    /// binary running [`upgrade_child`].
-    #[test]
-    fn an_upgrade_killed_at_random_points_is_finished_by_the_next_open() {
-        let n = 6_000;
-        let template = tempfile::tempdir().unwrap();
-        old_store(template.path(), n);
-        let mut seed: u64 = 0x5eed;
-        let mut next = |bound: u64| {
-            seed = seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (seed >> 33) % bound
-        };
-        // How long an uninterrupted upgrade takes, to spread the kills over.
-        let timed = tempfile::tempdir().unwrap();
-        copy_dir(template.path(), timed.path());
-        let started = std::time::Instant::now();
-        run_child(timed.path(), None);
-        let whole = started.elapsed().as_millis() as u64 + 1;
-        for round in 0..4 {
-            let dir = tempfile::tempdir().unwrap();
-            copy_dir(template.path(), dir.path());
-            for _ in 0..3 {
-                run_child(dir.path(), Some(Duration::from_millis(next(whole))));
-            }
-            check_upgraded(dir.path(), n);
-            eprintln!("round {round}: upgraded after kills (whole upgrade {whole} ms)");
-        }
-    }
-
-    fn copy_dir(from: &Path, to: &Path) {
-        for entry in std::fs::read_dir(from).unwrap() {
-            let entry = entry.unwrap();
-            let target = to.join(entry.file_name());
-            if entry.file_type().unwrap().is_dir() {
-                std::fs::create_dir_all(&target).unwrap();
-                copy_dir(&entry.path(), &target);
-            } else {
-                std::fs::copy(entry.path(), target).unwrap();
-            }
-        }
-    }
-
-    /// Opens the store in `dir` in a child process, killed after `kill_after`
-    /// (or waited for).
-    fn run_child(dir: &Path, kill_after: Option<Duration>) {
-        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-            .args([
-                "store::sled::definitions::tests::upgrade_child",
-                "--exact",
-                "--ignored",
-                "--nocapture",
-            ])
-            .env("AX_UPGRADE_CHILD_DIR", dir)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        match kill_after {
-            Some(after) => {
-                std::thread::sleep(after);
-                let _ = child.kill();
-                child.wait().unwrap();
-            }
-            None => assert!(child.wait().unwrap().success()),
-        }
-    }
-
-    /// The child of the crash test: opens (upgrades) the store it is given.
-    #[test]
-    #[ignore = "run by an_upgrade_killed_at_random_points_is_finished_by_the_next_open"]
-    fn upgrade_child() {
-        if let Some(dir) = std::env::var_os("AX_UPGRADE_CHILD_DIR") {
-            let store = SledStore::open(Path::new(&dir)).unwrap();
-            drop(store);
-        }
     }
 }

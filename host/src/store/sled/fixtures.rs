@@ -8,7 +8,13 @@ use serde_json::json;
 use crate::model::{
     Event, RECORD_FORMAT, RunRecord, RunStatus, StepRunRecord, StepStatus, TriggerKind,
 };
-use crate::store::AttemptLogs;
+use std::collections::HashMap;
+
+use super::SledStore;
+use super::definitions::head;
+use super::keys::{decode, key};
+use crate::model::Millis;
+use crate::store::{AttemptLogs, NewRun};
 
 pub(super) fn run(id: &str, status: RunStatus) -> RunRecord {
     RunRecord {
@@ -76,4 +82,50 @@ pub(super) fn files_under(dir: &Path) -> Vec<PathBuf> {
         }
     }
     out
+}
+
+pub(super) fn new_run(run: RunRecord) -> NewRun {
+    NewRun {
+        run,
+        unique_fire: false,
+        schedule: None,
+        events: Vec::new(),
+        key_expires_at: Millis::MAX,
+    }
+}
+
+/// The `def/…` and `dref/…` entries: digest → (stored, references).
+pub(super) fn stored_definitions(store: &SledStore) -> HashMap<String, (bool, u64)> {
+    let mut out: HashMap<String, (bool, u64)> = HashMap::new();
+    for (kind, is_def) in [("def", true), ("dref", false)] {
+        let prefix = key(kind, &[]);
+        for item in store.scan(&prefix) {
+            let (k, v) = item.unwrap();
+            let digest = super::keys::decode_part(&k[prefix.len()..]).unwrap();
+            let entry = out.entry(digest).or_default();
+            if is_def {
+                entry.0 = true;
+            } else {
+                entry.1 = decode(&k, &v).unwrap();
+            }
+        }
+    }
+    out
+}
+
+/// Every stored run names a stored definition, and each definition is
+/// referenced exactly as often as runs name it.
+pub(super) fn check_references(store: &SledStore) -> usize {
+    let mut named: HashMap<String, u64> = HashMap::new();
+    for item in store.scan(&key("run", &[])) {
+        let (k, v) = item.unwrap();
+        let def = head(&v).and_then(|h| h.def);
+        let def = def.unwrap_or_else(|| panic!("{} holds no digest", super::keys::show_key(&k)));
+        *named.entry(def.to_owned()).or_default() += 1;
+    }
+    let stored = stored_definitions(store);
+    let expected: HashMap<String, (bool, u64)> =
+        named.iter().map(|(d, n)| (d.clone(), (true, *n))).collect();
+    assert_eq!(stored, expected);
+    named.len()
 }

@@ -26,7 +26,8 @@
 //! | `sched/{tenant}/{task}` | [`ScheduleState`] |
 //! | `nf/{next_fire:020}/{tenant}/{task}` | `[tenant, task]`: the next-fire index (unpaused schedules) |
 //! | `aft/{tenant}/{upstream}/{downstream}` | downstream task name: the `after` index |
-//! | `run/{id}` | [`RunRecord`], its task definition named by digest (`definitions.rs`) |
+//! | `run/{id}` | [`RunRecord`], its task definition named by digest (`definitions.rs`); a run of many steps without them (`steps.rs`) |
+//! | `step/{run}/{index:05}` | a step run of a run of many steps (`steps.rs`) |
 //! | `def/{digest}`, `dref/{digest}` | a task definition runs name, and how many do |
 //! | `ra/{id}`, `rt/{tenant}/{id}`, `rk/{tenant}/{task}/{id}` | run indexes: status and task |
 //! | `act/{id}` | present while the run is `running` |
@@ -95,6 +96,8 @@ mod open;
 mod outbox;
 mod runs;
 mod schedules;
+mod steps;
+mod upgrade;
 mod usage;
 
 use std::fs;
@@ -112,7 +115,7 @@ use self::keys::{corrupt_key, decode, decode_part, encode, key, newer_record};
 use super::rules::digest_of;
 use super::{
     AttemptLogs, Catalog, Error, Insert, Lease, Leases, NewRun, Operations, Outbox, Result,
-    RunPage, RunQuery, RunSummary, Runs, SyncTicket, Tenancy, rules,
+    RunPage, RunQuery, RunSummary, RunWrite, Runs, SyncTicket, Tenancy, rules,
 };
 use crate::model::record::AttemptRecord;
 use crate::model::{
@@ -413,7 +416,7 @@ impl Runs for SledStore {
 
     fn write_runs_with_alerts(
         &self,
-        runs: &[(RunRecord, Vec<Event>)],
+        runs: &[RunWrite],
         usage: &[UsageBucket],
         alerts: &[super::OutboxAlert],
     ) -> Result<()> {

@@ -36,7 +36,10 @@ use crate::store::{Error, Result, kv, secrets};
 /// refuses format 3.
 /// 4: task definitions stored once, runs naming them (`def`, `dref`,
 /// `definitions.rs`); a store of format 3 is upgraded at open, resumably.
-pub const STORE_FORMAT: u32 = 4;
+/// 5: the step runs of a run of many steps under their own keys (`step`,
+/// `steps.rs`); a store of format 3 or 4 is upgraded at open, resumably
+/// (`upgrade.rs`).
+pub const STORE_FORMAT: u32 = 5;
 
 /// Name of the file, beside `db/`, holding the store format.
 const FORMAT_FILE: &str = "store-format";
@@ -173,7 +176,7 @@ impl SledStore {
         super::runs::build_queue_index(&store)?;
         super::counts::build_counts(&store)?;
         super::footprint::build_run_bytes(&store)?;
-        super::definitions::upgrade(&store)?;
+        super::upgrade::upgrade(&store)?;
         super::runs::build_key_expiry(
             &store,
             crate::task::retention::DEFAULT_IDEMPOTENCY_TTL.as_millis() as crate::model::Millis,

@@ -16,11 +16,14 @@ use super::keys::{
     key, push_part, run_indexes,
 };
 use super::logs::StoredLogs;
+use super::steps::{apart, encode_changed};
 use super::{SledStore, lock, sled_error};
 use crate::model::{Event, Millis, RunRecord};
 use crate::store::prelude::*;
 use crate::store::rules::{definition_changed, missing_run, select_page};
-use crate::store::{Error, Insert, NewRun, Result, RunPage, RunQuery, RunSummary};
+use crate::store::{
+    Changed, Error, Insert, NewRun, Result, RunPage, RunQuery, RunSummary, RunWrite,
+};
 use crate::tenant::UsageBucket;
 
 /// [`Runs::insert_runs`](crate::store::Runs::insert_runs).
@@ -53,9 +56,10 @@ pub(super) fn insert(store: &SledStore, runs: &[NewRun]) -> Result<Vec<Insert>> 
         }
         let def = store.definition_of(run)?;
         store.refer(&mut batch, &def, &mut references)?;
-        let record = encode_run(run, &def.digest)?;
+        let record = encode_run(run, &def.digest, apart(run.steps.len()))?;
         weight.add(&run.tenant, signed(record.len()));
         batch.insert(run_key.clone(), record);
+        store.step_changes(&mut batch, &mut weight, run, Vec::new(), None)?;
         for (index_key, value) in run_indexes(run) {
             batch.insert(index_key, value);
         }
@@ -87,19 +91,24 @@ pub(super) fn insert(store: &SledStore, runs: &[NewRun]) -> Result<Vec<Insert>> 
 /// [`StoreExt::write_runs`](crate::store::StoreExt::write_runs).
 pub(super) fn write(
     store: &SledStore,
-    runs: &[(RunRecord, Vec<Event>)],
+    runs: &[RunWrite],
     usage: &[UsageBucket],
     alerts: &[crate::store::OutboxAlert],
 ) -> Result<()> {
     if runs.is_empty() && usage.is_empty() && alerts.is_empty() {
         return Ok(());
     }
-    // A run given twice: its last record, with the events of both; the
-    // first record's revision is the one checked against the store, and
-    // each later one must follow the one before.
-    let mut order: Vec<(&RunRecord, Vec<&Event>, u64)> = Vec::with_capacity(runs.len());
+    // A run given twice: its last record, with the events of both and the
+    // steps either changed; the first record's revision is the one checked
+    // against the store, and each later one must follow the one before.
+    let mut order: Vec<(&RunRecord, Vec<&Event>, u64, Changed)> = Vec::with_capacity(runs.len());
     let mut at: std::collections::HashMap<&str, usize> = Default::default();
-    for (run, events) in runs {
+    for RunWrite {
+        run,
+        events,
+        changed,
+    } in runs
+    {
         match at.get(run.id.as_str()) {
             Some(&i) => {
                 let before = order[i].0.revision;
@@ -112,25 +121,33 @@ pub(super) fn write(
                 }
                 order[i].0 = run;
                 order[i].1.extend(events);
+                order[i].3 = std::mem::take(&mut order[i].3).union(changed.clone());
             }
             None => {
                 at.insert(&run.id, order.len());
-                order.push((run, events.iter().collect(), run.revision));
+                order.push((run, events.iter().collect(), run.revision, changed.clone()));
             }
         }
     }
     // Encoded before taking the lock: most of a write's time.
     let encoded = order
         .into_iter()
-        .map(|(run, events, first)| {
+        .map(|(run, events, first, changed)| {
             let events = (!events.is_empty()).then(|| encode(&events)).transpose()?;
             let def = store.definition_of(run)?;
-            let record = encode_run(run, &def.digest)?;
+            let apart = apart(run.steps.len());
+            let record = encode_run(run, &def.digest, apart)?;
+            let steps = if apart {
+                encode_changed(run, &changed)?
+            } else {
+                Vec::new()
+            };
             Ok((
                 run,
                 RunChange {
                     run,
                     record,
+                    steps,
                     first,
                     def: def.digest,
                 },
@@ -327,7 +344,7 @@ pub(super) fn delete(store: &SledStore, id: &str) -> Result<bool> {
     if owner.as_deref() == Some(id) {
         batch.remove(claim);
     }
-    for kind in ["ev", "rec"] {
+    for kind in ["ev", "rec", "step"] {
         for item in store.scan(&key(kind, &[id])) {
             let (k, v) = item?;
             bytes += signed(v.len());
@@ -422,6 +439,7 @@ impl SledStore {
         let RunChange {
             run,
             record,
+            steps,
             first,
             def,
         } = change;
@@ -441,12 +459,12 @@ impl SledStore {
         let run_key = key("run", &[&run.id]);
         let old = self.db.get(&run_key).map_err(sled_error)?;
         let old_len = old.as_ref().map_or(0, |v| signed(v.len()));
-        let (stored, stored_def) = match &old {
+        let (stored, stored_def, stored_steps) = match &old {
             Some(bytes) => match head(bytes) {
-                Some(head) => (head.revision, head.def.map(str::to_owned)),
-                None => (decode::<Revision>(&run_key, bytes)?.revision, None),
+                Some(head) => (head.revision, head.def.map(str::to_owned), head.step_count),
+                None => (decode::<Revision>(&run_key, bytes)?.revision, None, None),
             },
-            None => (0, None),
+            None => (0, None, None),
         };
         if old.is_some() && stored_def.as_deref() != Some(def.as_str()) {
             return Err(definition_changed(&run.id));
@@ -463,6 +481,7 @@ impl SledStore {
             weight.add(&run.tenant, -old_len);
         }
         batch.insert(run_key, record);
+        self.step_changes(batch, weight, run, steps, stored_steps)?;
         if !unchanged {
             // Same tenant: the old entries follow from the index entry alone;
             // otherwise read the old record to find them.
@@ -493,6 +512,8 @@ struct RunChange<'a> {
     run: &'a RunRecord,
     /// Its encoded record.
     record: Vec<u8>,
+    /// Its changed steps, encoded, when it keeps them apart.
+    steps: Vec<(usize, Vec<u8>)>,
     /// The revision of its first record in the write: the stored one + 1.
     first: u64,
     /// The digest of its definition, which must be the stored one.
