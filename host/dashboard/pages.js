@@ -158,7 +158,7 @@ export async function taskPage(ctx, name) {
         } catch (e) {
           flash(ctx, e);
         }
-      }, { class: "primary" }),
+      }, { class: "primary", "data-action": "run", "data-task": task.name }),
       button(task.paused ? "Resume" : "Pause", async () => {
         try {
           await post(`/v1/tasks/${enc}/${task.paused ? "resume" : "pause"}`);

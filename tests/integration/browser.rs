@@ -174,6 +174,17 @@ steps:
     )
     .unwrap();
     assert_eq!(status, 201, "{body}");
+    // A second task with params: its "Run now" dialog must never stand in for report's.
+    let export = "name: export\nparams:\n  - { name: day, type: string, default: today }\nplugin: echo@1.0.0\ninput: \"${input}\"\n";
+    let (status, body) = call(
+        &agent,
+        "PUT",
+        &format!("{url}/v1/tasks/export"),
+        Some(export.as_bytes()),
+        "application/yaml",
+    )
+    .unwrap();
+    assert_eq!(status, 201, "{body}");
     let flaky = "name: flaky\nplugin: fail@1.0.0\ninput: { message: \"upstream <i>down</i>\" }\nretry: { max_attempts: 3, backoff: [100ms] }\n";
     let (status, body) = call(
         &agent,
@@ -556,6 +567,56 @@ fn dashboard_signs_in_runs_a_task_and_shows_its_logs() {
                     json!({"day": "2026-12-24", "limit": 42, "mode": "incremental", "dry_run": true}),
                     "the form's values, typed"
                 );
+
+                // A dialog belongs to the page it was opened from: leaving the
+                // page (a new URL, Back) closes it, and the next page's dialog
+                // names the next page's task.
+                b.goto(&format!("{}/#/tasks/export", url)).await;
+                b.click("button[data-action=run][data-task=export]").await;
+                b.wait_for(
+                    "export's params form",
+                    "document.querySelector('dialog[open] #params-form[data-task=export]')",
+                    long,
+                )
+                .await;
+                b.client
+                    .execute("location.hash = '#/tasks/report';", vec![])
+                    .await
+                    .unwrap();
+                b.wait_for(
+                    "report's task page",
+                    "document.querySelector('button[data-action=run][data-task=report]')",
+                    long,
+                )
+                .await;
+                let dialogs = b
+                    .client
+                    .execute("return document.querySelectorAll('dialog').length;", vec![])
+                    .await
+                    .unwrap();
+                assert_eq!(dialogs, json!(0), "export's dialog outlived its page");
+                b.click("button[data-action=run][data-task=report]").await;
+                let title = b
+                    .wait_for(
+                        "report's params form",
+                        "document.querySelector('dialog[open] #params-form[data-task=report]') && document.querySelector('dialog[open] h2').textContent",
+                        long,
+                    )
+                    .await;
+                assert_eq!(title, json!("Run report"));
+                b.client.back().await.unwrap();
+                b.wait_for(
+                    "export's task page again",
+                    "location.hash === '#/tasks/export' && document.querySelector('button[data-action=run][data-task=export]')",
+                    long,
+                )
+                .await;
+                let dialogs = b
+                    .client
+                    .execute("return document.querySelectorAll('dialog').length;", vec![])
+                    .await
+                    .unwrap();
+                assert_eq!(dialogs, json!(0), "report's dialog outlived Back");
 
                 // The admin's tenant pages; acting as another tenant.
                 b.goto(&format!("{}/#/tenants/default", url)).await;
