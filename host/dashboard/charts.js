@@ -147,7 +147,9 @@ export function histogram(durations) {
 export function outcomeStrip(runs) {
   const size = 10;
   const list = [...runs].reverse();
-  const svg = s("svg", { class: "strip", width: Math.max(size, list.length * (size + 2)), height: size, role: "img", "aria-label": "recent outcomes" });
+  const width = Math.max(size, list.length * (size + 2));
+  // A viewBox, so a narrow card scales the strip down instead of cutting it.
+  const svg = s("svg", { class: "strip", viewBox: `0 0 ${width} ${size}`, width, height: size, role: "img", "aria-label": "recent outcomes" });
   list.forEach((r, i) => {
     svg.append(
       s(

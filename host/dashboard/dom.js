@@ -72,18 +72,27 @@ export function badge(state) {
   return h("span", { class: ["badge", "st-" + String(text).replace(/[^a-z_]/g, "")] }, text);
 }
 
-/** A table from headers and rows of cells (nodes or text). */
+/**
+ * A table from headers and rows of cells (nodes or text), in a box that
+ * scrolls sideways on its own when the table is wider than the page (a phone).
+ * Each cell carries its column's header as `data-label`, which a `stack`
+ * table shows beside the cell when narrow screens lay its rows out as cards.
+ */
 export function table(headers, rows, attrs = {}) {
   return h(
-    "table",
-    attrs,
-    h("thead", {}, h("tr", {}, headers.map((x) => h("th", {}, x)))),
+    "div",
+    { class: "table-wrap" },
     h(
-      "tbody",
-      {},
-      rows.length
-        ? rows.map((r) => h("tr", {}, r.map((c) => h("td", {}, c))))
-        : h("tr", {}, h("td", { colspan: headers.length, class: "empty" }, "nothing yet")),
+      "table",
+      attrs,
+      h("thead", {}, h("tr", {}, headers.map((x) => h("th", {}, x)))),
+      h(
+        "tbody",
+        {},
+        rows.length
+          ? rows.map((r) => h("tr", {}, r.map((c, i) => h("td", { "data-label": headers[i] }, c))))
+          : h("tr", {}, h("td", { colspan: headers.length, class: "empty" }, "nothing yet")),
+      ),
     ),
   );
 }

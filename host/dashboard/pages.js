@@ -123,7 +123,8 @@ export async function tasksPage(ctx) {
     ctx.main,
     strip,
     h("h1", {}, "Tasks"),
-    table(["task", "trigger", "next fire", "last run", ""], rows, { id: "tasks" }),
+    // On a phone each task is a card, so Run now and Pause stay on screen.
+    table(["task", "trigger", "next fire", "last run", ""], rows, { id: "tasks", class: "stack" }),
   );
   // Watch runs in flight (a "Run now" just clicked, a cron firing).
   const active = last.some((r) => r && !TERMINAL.has(r.status));

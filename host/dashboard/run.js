@@ -178,7 +178,8 @@ export async function runPage(ctx, id) {
         String((st.attempts || []).length),
         stepResult(st),
       ]),
-      { id: "steps" },
+      // On a phone each step is a card, its output or error the card's full width.
+      { id: "steps", class: "stack" },
     ),
     h("h2", {}, "Attempts"),
     rows.length ? attemptTimeline(rows, t0, t1) : null,

@@ -275,6 +275,41 @@ impl Browser {
     async fn goto(&self, url: &str) {
         self.client.goto(url).await.expect("navigation");
     }
+
+    /// Opens `page` (a URL), waits for `ready`, and checks that the page does
+    /// not scroll sideways at the window's width (wide content scrolls in its
+    /// own box).
+    async fn fits_width(&self, page: &str, ready: &str) {
+        self.goto(page).await;
+        self.wait_for(
+            page,
+            &format!("!document.querySelector('main').hasAttribute('aria-busy') && ({ready})"),
+            Duration::from_secs(60),
+        )
+        .await;
+        let widths = self
+            .client
+            .execute(
+                "return [document.documentElement.scrollWidth, window.innerWidth];",
+                vec![],
+            )
+            .await
+            .unwrap();
+        assert!(
+            widths[0].as_i64() <= widths[1].as_i64(),
+            "{page} scrolls sideways: [scrollWidth, innerWidth] = {widths}"
+        );
+    }
+
+    /// Whether the element `css` (scrolled to) lies wholly inside the viewport.
+    async fn in_viewport(&self, css: &str) -> bool {
+        let script = format!(
+            "const e = document.querySelector({css:?}); e.scrollIntoView({{block: 'center'}}); \
+             const r = e.getBoundingClientRect(); \
+             return r.width > 0 && r.left >= 0 && r.top >= 0 && r.right <= window.innerWidth && r.bottom <= window.innerHeight;"
+        );
+        self.client.execute(&script, vec![]).await.unwrap() == json!(true)
+    }
 }
 
 #[test]
@@ -617,6 +652,52 @@ fn dashboard_signs_in_runs_a_task_and_shows_its_logs() {
                     .await
                     .unwrap();
                 assert_eq!(dialogs, json!(0), "report's dialog outlived Back");
+
+                // A phone (390×844): no page scrolls sideways, the header
+                // wraps, and Run now and Pause are on screen.
+                b.client.set_window_size(390, 844).await.unwrap();
+                let inner = b.client.execute("return window.innerWidth;", vec![]).await.unwrap();
+                assert!(inner.as_i64().is_some_and(|w| w <= 400), "not a phone's width: {inner}");
+                b.fits_width(&format!("{}/#/tasks", url), "document.querySelector('button[data-action=run][data-task=greet]')").await;
+                for css in ["button[data-action=run][data-task=greet]", "button[data-action=pause][data-task=greet]"] {
+                    assert!(b.in_viewport(css).await, "{css} is off screen on a phone's task list");
+                }
+                let who = b
+                    .client
+                    .execute("const r = document.querySelector('#signout').getBoundingClientRect(); return r.right <= window.innerWidth && r.bottom <= document.querySelector('.top').getBoundingClientRect().bottom;", vec![])
+                    .await
+                    .unwrap();
+                assert_eq!(who, json!(true), "the header's sign-out runs off the bar");
+                b.shot("12-phone-tasks").await;
+                b.fits_width(&format!("{}/#/tasks/greet", url), "document.querySelector('svg.chart')").await;
+                assert!(
+                    b.in_viewport("button[data-action=run][data-task=greet]").await,
+                    "Run now is off screen on a phone's task page"
+                );
+                b.fits_width(&format!("{}/#/runs", url), "document.querySelector('table.runs tbody a')").await;
+                b.fits_width(&format!("{}/#/runs?task=flaky", url), "document.querySelector('table.runs tbody a')").await;
+                b.click("table.runs tbody a").await;
+                b.wait_for(
+                    "flaky's run page on a phone",
+                    "document.querySelector('#run-status .badge')?.textContent === 'failed' && document.querySelector('#timeline')",
+                    long,
+                )
+                .await;
+                let widths = b
+                    .client
+                    .execute("return [document.documentElement.scrollWidth, window.innerWidth, Math.min(...[...document.querySelectorAll('#steps td pre')].map(e => e.getBoundingClientRect().width))];", vec![])
+                    .await
+                    .unwrap();
+                assert!(widths[0].as_i64() <= widths[1].as_i64(), "the run page scrolls sideways: {widths}");
+                assert!(widths[2].as_f64().is_some_and(|w| w >= 100.0), "the steps' error column is squeezed: {widths}");
+                b.shot("13-phone-run").await;
+                b.fits_width(&format!("{}/#/plugins", url), "document.querySelector('#plugins tbody td')").await;
+                b.fits_width(&format!("{}/#/dead-letters", url), "document.querySelector('main table tbody td')").await;
+                b.fits_width(&format!("{}/#/alerts", url), "document.querySelector('main table')").await;
+                b.fits_width(&format!("{}/#/tenants", url), "document.querySelector('#tenants tbody td')").await;
+                b.fits_width(&format!("{}/#/tenants/default", url), "document.querySelector('#usage-by-task tbody td')").await;
+                b.fits_width(&format!("{}/#/signin", url), "document.querySelector('#signin')").await;
+                b.client.set_window_size(1280, 1000).await.unwrap();
 
                 // The admin's tenant pages; acting as another tenant.
                 b.goto(&format!("{}/#/tenants/default", url)).await;
