@@ -412,6 +412,60 @@ fn dashboard_signs_in_runs_a_task_and_shows_its_logs() {
                         "whisper=node st-skipped"
                     ])
                 );
+                // State colours go on a node's shape, never on its text (a
+                // stroke on text smears it); every label is shown whole.
+                let nodes = b
+                    .client
+                    .execute(
+                        "return [...document.querySelectorAll('svg.dag g.node')].map(g => [getComputedStyle(g.querySelector('rect')).stroke, [...g.querySelectorAll('text')].map(t => getComputedStyle(t).stroke + (t.dataset.full === undefined || t.firstChild.textContent === t.dataset.full ? '' : ' cut'))]);",
+                        vec![],
+                    )
+                    .await
+                    .unwrap();
+                assert_eq!(nodes[0][0], json!("rgb(19, 115, 51)"), "hello's box is green: {nodes}");
+                for node in nodes.as_array().unwrap() {
+                    for text in node[1].as_array().unwrap() {
+                        assert_eq!(text, &json!("none"), "a DAG label is stroked or cut: {nodes}");
+                    }
+                }
+                // The conditional step: a dashed edge explained by a legend,
+                // its condition on the node's mark and in its tooltips.
+                let cond = b
+                    .client
+                    .execute(
+                        "const g = document.querySelector('svg.dag g.node[data-step=whisper]'); return [document.querySelector('.dag-box .legend')?.textContent ?? null, g.querySelector('.mark')?.firstChild.textContent ?? null, g.querySelector('.mark title')?.textContent ?? null, document.querySelectorAll('svg.dag path.edge.conditional').length, document.querySelector('svg.dag path.edge.conditional title')?.textContent ?? null];",
+                        vec![],
+                    )
+                    .await
+                    .unwrap();
+                assert!(cond[0].as_str().is_some_and(|t| t.contains("conditional step")), "{cond}");
+                assert_eq!(cond[1], json!("if"), "{cond}");
+                assert_eq!(cond[2], json!("when: steps.hello.output.greeting == 'nobody'"), "{cond}");
+                assert_eq!(cond[3], json!(1), "{cond}");
+                assert_eq!(cond[4], json!("hello → whisper (only when steps.hello.output.greeting == 'nobody')"), "{cond}");
+                // Long names: a node grows to show them whole (inside its box);
+                // past its widest, a label ends in "…" with the full text as its tooltip.
+                let labels = b
+                    .client
+                    .execute_async(
+                        "const done = arguments[arguments.length - 1]; import('/ui/charts.js').then(m => { \
+                         const el = m.dag({task: 't', edges: [], nodes: [ \
+                           {name: 'load_customer_orders_warehouse', plugin: 'warehouse-loader@12.3.4', layer: 0, state: 'succeeded'}, \
+                           {name: 'b', plugin: 'a-plugin-name-far-too-long-to-fit-in-any-node-at-all@1.0.0', layer: 1, state: 'failed'}]}); \
+                         document.body.append(el); \
+                         const r = [...el.querySelectorAll('g.node text')].map(t => [t.firstChild.textContent, t.querySelector('title')?.textContent ?? null, t.getComputedTextLength() + 10 <= t.parentNode.querySelector('rect').width.baseVal.value]); \
+                         el.remove(); done(r); });",
+                        vec![],
+                    )
+                    .await
+                    .unwrap();
+                assert_eq!(labels[0], json!(["load_customer_orders_warehouse", null, true]), "{labels}");
+                assert_eq!(labels[1], json!(["succeeded · warehouse-loader@12.3.4", null, true]), "{labels}");
+                assert_eq!(labels[2], json!(["b", null, true]), "{labels}");
+                let cut = &labels[3];
+                assert!(cut[0].as_str().is_some_and(|t| t.ends_with('…')), "{labels}");
+                assert_eq!(cut[1], json!("failed · a-plugin-name-far-too-long-to-fit-in-any-node-at-all@1.0.0"), "{labels}");
+                assert_eq!(cut[2], json!(true), "{labels}");
                 // The skipped step says why, muted: no error styling.
                 let whisper = b
                     .client
