@@ -78,7 +78,7 @@ export function badge(state) {
  * Each cell carries its column's header as `data-label`, which a `stack`
  * table shows beside the cell when narrow screens lay its rows out as cards.
  */
-export function table(headers, rows, attrs = {}) {
+export function table(headers, rows, attrs = {}, empty = "nothing yet") {
   return h(
     "div",
     { class: "table-wrap" },
@@ -91,7 +91,7 @@ export function table(headers, rows, attrs = {}) {
         {},
         rows.length
           ? rows.map((r) => h("tr", {}, r.map((c, i) => h("td", { "data-label": headers[i] }, c))))
-          : h("tr", {}, h("td", { colspan: headers.length, class: "empty" }, "nothing yet")),
+          : h("tr", {}, h("td", { colspan: headers.length, class: "empty" }, empty)),
       ),
     ),
   );
@@ -124,9 +124,12 @@ export function relative(iso, now = Date.now()) {
   return ms >= 0 ? `in ${t}` : `${t} ago`;
 }
 
-/** `340ms`, `1.25s`, `2m05s`, `3h10m`. */
+/** `0.4ms`, `340ms`, `1.25s`, `2m05s`, `3h10m`. */
 export function human(ms) {
   if (ms === null || ms === undefined || isNaN(ms)) return "-";
+  // Attempts of small plugins take well under a millisecond: "0ms" would read as "did nothing".
+  if (ms > 0 && ms < 0.05) return "<0.1ms";
+  if (ms > 0 && ms < 10) return `${Number(ms.toFixed(1))}ms`;
   if (ms < 1000) return `${Math.round(ms)}ms`;
   if (ms < 60000) return `${(ms / 1000).toFixed(2)}s`;
   const sec = Math.round(ms / 1000);

@@ -108,7 +108,7 @@ export async function tasksPage(ctx) {
       link(route("tasks", t.name), t.name),
       h("code", {}, triggerText(t.spec)),
       t.paused ? badge("paused") : t.next_fire ? h("span", { title: t.next_fire }, relative(t.next_fire)) : "-",
-      r ? h("span", { class: "last", dataset: { task: t.name } }, link(route("runs", r.id), badge(r.status)), " ", relative(r.created_at), r.reason ? h("span", { class: "muted clip", title: r.reason }, " · " + r.reason) : null) : "-",
+      r ? h("span", { class: "last", dataset: { task: t.name } }, link(route("runs", r.id), badge(r.status)), " ", relative(r.created_at), r.reason ? h("span", { class: "muted clip", title: r.reason }, " · " + r.reason) : null) : h("span", { class: "muted no-runs" }, "no runs yet"),
       h(
         "span",
         { class: "actions" },
@@ -209,6 +209,7 @@ function runsTable(runs) {
       human(durationOf(r)),
     ]),
     { class: "runs" },
+    "no runs yet",
   );
 }
 

@@ -124,7 +124,9 @@ fn capabilities(profile: &Path) -> serde_json::Map<String, Value> {
 /// `fail`, a task `flaky` that fails three times, and a
 /// manual task `greet` (hello, then echo of hello's greeting, and a
 /// conditional step that is skipped), a manual task `report` with four
-/// params (one required) for the "Run now" form. The input
+/// params (one required) for the "Run now" form, a manual task `export`
+/// with one param (a second dialog, never run), and a task `patient` that
+/// fails and then waits ten minutes to retry (to be cancelled). The input
 /// carries markup: the pages must show it as text. Plus a tenant `acme` with
 /// a fuel budget, and a token of it (returned).
 fn apply_fixture(url: &str) -> String {
@@ -181,6 +183,17 @@ steps:
         "PUT",
         &format!("{url}/v1/tasks/export"),
         Some(export.as_bytes()),
+        "application/yaml",
+    )
+    .unwrap();
+    assert_eq!(status, 201, "{body}");
+    // Fails, then waits ten minutes to retry: long enough to be cancelled in its backoff.
+    let patient = "name: patient\nplugin: fail@1.0.0\ninput: { message: \"try later\" }\nretry: { max_attempts: 2, backoff: [10m] }\n";
+    let (status, body) = call(
+        &agent,
+        "PUT",
+        &format!("{url}/v1/tasks/patient"),
+        Some(patient.as_bytes()),
         "application/yaml",
     )
     .unwrap();
@@ -572,6 +585,26 @@ fn dashboard_signs_in_runs_a_task_and_shows_its_logs() {
                     .await
                     .unwrap();
                 assert_eq!(injected, json!(0), "an error message became markup");
+                // A warning is amber, not red like an error.
+                let warn = b
+                    .client
+                    .execute(
+                        "const l = document.querySelector('#timeline li.lvl-warn .level'); return l && [l.textContent, getComputedStyle(l).color];",
+                        vec![],
+                    )
+                    .await
+                    .unwrap();
+                assert_eq!(warn, json!(["warn", "rgb(161, 92, 0)"]), "the fail plugin's WARN line");
+                // Durations under a millisecond are not "0ms".
+                let durations = b
+                    .client
+                    .execute_async(
+                        "const done = arguments[arguments.length - 1]; import('/ui/dom.js').then(m => done([0, 0.04, 0.4, 3.25, 340, 1250].map(m.human)));",
+                        vec![],
+                    )
+                    .await
+                    .unwrap();
+                assert_eq!(durations, json!(["0ms", "<0.1ms", "0.4ms", "3.3ms", "340ms", "1.25s"]));
                 b.client.set_window_size(1280, 2400).await.unwrap();
                 b.shot("09-failed-run").await;
                 b.client.set_window_size(1280, 1000).await.unwrap();
@@ -707,6 +740,50 @@ fn dashboard_signs_in_runs_a_task_and_shows_its_logs() {
                     .unwrap();
                 assert_eq!(dialogs, json!(0), "report's dialog outlived Back");
 
+                // A task that never ran says so, on its page and in the list.
+                b.goto(&format!("{}/#/tasks/export", url)).await;
+                b.wait_for(
+                    "export's empty runs table",
+                    "document.querySelector('table.runs td.empty')?.textContent === 'no runs yet'",
+                    long,
+                )
+                .await;
+                b.goto(&format!("{}/#/tasks", url)).await;
+                b.wait_for(
+                    "export's row saying it never ran",
+                    "[...document.querySelectorAll('#tasks tbody tr')].find(r => r.cells[0].textContent === 'export')?.querySelector('.no-runs')?.textContent === 'no runs yet'",
+                    long,
+                )
+                .await;
+
+                // A step cancelled in its retry backoff: amber in the steps
+                // table as in the DAG, never error red.
+                b.click("button[data-action=run][data-task=patient]").await;
+                b.click(".last[data-task=patient] a").await;
+                b.wait_for(
+                    "patient's step waiting to retry",
+                    "document.querySelector('#steps')?.textContent.includes('retry_wait') && [...document.querySelectorAll('main button')].find(x => x.textContent === 'Cancel')",
+                    long,
+                )
+                .await;
+                b.client
+                    .execute("[...document.querySelectorAll('main button')].find(x => x.textContent === 'Cancel').click();", vec![])
+                    .await
+                    .unwrap();
+                let colours = b
+                    .wait_for(
+                        "the cancelled run",
+                        "document.querySelector('#run-status .badge')?.textContent === 'cancelled' && document.querySelector('svg.dag g.node.st-cancelled') && (() => { const row = document.querySelector('#steps tbody tr'); return [row.cells[2].textContent, getComputedStyle(row.querySelector('.badge')).color, row.querySelectorAll('.error-text').length, getComputedStyle(row.cells[4].firstChild).color, getComputedStyle(document.querySelector('svg.dag g.node.st-cancelled rect')).stroke]; })()",
+                        long,
+                    )
+                    .await;
+                let amber = json!("rgb(161, 92, 0)");
+                assert_eq!(
+                    colours,
+                    json!(["cancelled", amber, 0, amber, amber]),
+                    "[status, badge colour, red errors, reason colour, DAG box colour]"
+                );
+
                 // A phone (390×844): no page scrolls sideways, the header
                 // wraps, and Run now and Pause are on screen.
                 b.client.set_window_size(390, 844).await.unwrap();
@@ -758,6 +835,25 @@ fn dashboard_signs_in_runs_a_task_and_shows_its_logs() {
                 b.wait_for("default's usage", "document.querySelector('#usage-by-task')?.textContent.includes('greet')", long)
                     .await;
                 b.shot("08-tenant-usage").await;
+                // The quota reads as a table of limits, not as JSON.
+                b.goto(&format!("{}/#/tenants/acme", url)).await;
+                let quota = b
+                    .wait_for(
+                        "acme's quota table",
+                        "document.querySelector('#quota tbody') && [...document.querySelectorAll('#quota tbody tr')].map(r => [...r.cells].map(c => c.textContent).join(' | '))",
+                        long,
+                    )
+                    .await;
+                assert!(
+                    quota.as_array().unwrap().iter().any(|r| r == &json!("fuel per window | 1.0G | fuel_per_window")),
+                    "{quota}"
+                );
+                let raw = b
+                    .client
+                    .execute("return document.querySelectorAll('main pre.json').length;", vec![])
+                    .await
+                    .unwrap();
+                assert_eq!(raw, json!(0), "the quota is shown as raw JSON");
                 b.goto(&format!("{}/#/tenants", url)).await;
                 b.wait_for(
                     "the tenant list",
