@@ -43,7 +43,20 @@ async function probeAdmin(token) {
   }
 }
 
+/**
+ * Closes and removes every dialog: a dialog belongs to the page it was opened
+ * from (the "Run now" form names and runs that page's task), so leaving the
+ * page, by a link or Back, must not leave it floating over the next one.
+ */
+function closeDialogs() {
+  for (const d of document.querySelectorAll("dialog")) {
+    if (d.open) d.close();
+    d.remove();
+  }
+}
+
 function signInPage(message) {
+  closeDialogs();
   nav.hidden = true;
   who.replaceChildren();
   const token = h("input", { type: "password", name: "token", id: "token", autocomplete: "current-password", required: true });
@@ -147,5 +160,10 @@ async function render() {
 
 // A page hidden in a background tab stops polling; coming back redraws it.
 document.addEventListener("visibilitychange", () => !document.hidden && render());
-window.addEventListener("hashchange", render);
+// Navigation (a link, Back, Forward, a typed URL) closes the page's dialogs
+// first; a redraw of the same page (a refresh, the tab shown again) keeps them.
+window.addEventListener("hashchange", () => {
+  closeDialogs();
+  render();
+});
 render();

@@ -4,7 +4,12 @@
 
 import { s, h, human, route } from "./dom.js";
 
-const NODE_W = 170;
+/** Node widths: grown to fit the longest label, up to a cap (then an ellipsis and a tooltip). */
+const NODE_MIN_W = 170;
+const NODE_MAX_W = 280;
+/** Roughly the advance of one character of the node's name (12px, bold) and of its second line (11px). */
+const NAME_CH = 7.6;
+const SUB_CH = 6.5;
 const NODE_H = 46;
 const GAP_X = 70;
 const GAP_Y = 22;
@@ -14,6 +19,32 @@ const MAX_DRAWN = 300;
 function clip(text, max) {
   const t = String(text ?? "");
   return t.length > max ? t.slice(0, max - 1) + "…" : t;
+}
+
+/** An SVG text of at most `max` characters; when cut, its full text is its tooltip. */
+function label(text, max, attrs) {
+  const t = String(text ?? "");
+  const shown = clip(t, max);
+  return s("text", { ...attrs, "data-full": t }, shown, shown === t ? null : s("title", {}, t));
+}
+
+/** What a step's node says under its name: its state in a run, and its plugin. */
+const subText = (node) => (node.state ? `${node.state} · ${node.plugin}` : node.plugin);
+
+/** What the dashed edges and the marks mean, under a DAG that has conditional steps or trigger rules. */
+function dagLegend(hasWhen, hasRule) {
+  return h(
+    "p",
+    { class: "legend muted" },
+    hasWhen
+      ? [
+        s("svg", { width: 34, height: 10, "aria-hidden": "true" }, s("line", { x1: 0, y1: 5, x2: 34, y2: 5, class: "edge conditional" })),
+        " conditional step: runs only if its ", h("code", {}, "when"), " holds (marked ", h("code", {}, "if"), ") · ",
+      ]
+      : null,
+    hasRule ? ["a step marked with a trigger rule (e.g. ", h("code", {}, "all_done"), ") runs by that rule, not only when every upstream step succeeded · "] : null,
+    "hover a step or an edge for its condition",
+  );
 }
 
 /**
@@ -29,6 +60,10 @@ export function dag(graph) {
   }
   const columns = [];
   for (const n of nodes) (columns[n.layer] ||= []).push(n);
+  const want = Math.max(0, ...nodes.map((n) => Math.max(String(n.name).length * NAME_CH, subText(n).length * SUB_CH) + 24));
+  const NODE_W = Math.round(Math.min(NODE_MAX_W, Math.max(NODE_MIN_W, want)));
+  const nameMax = Math.floor((NODE_W - 24) / NAME_CH);
+  const subMax = Math.floor((NODE_W - 24) / SUB_CH);
   const pos = new Map();
   const rows = Math.max(1, ...columns.map((c) => (c ? c.length : 0)));
   const height = PAD * 2 + rows * NODE_H + (rows - 1) * GAP_Y;
@@ -68,35 +103,45 @@ export function dag(graph) {
     const y2 = b.y + NODE_H / 2;
     const mid = (x1 + x2) / 2;
     svg.append(
-      s("path", {
-        d: `M${x1},${y1} C${mid},${y1} ${mid},${y2} ${x2},${y2}`,
-        class: ["edge", b.node.when ? "conditional" : ""],
-        "marker-end": "url(#arrow)",
-      }),
+      s(
+        "path",
+        {
+          d: `M${x1},${y1} C${mid},${y1} ${mid},${y2} ${x2},${y2}`,
+          class: ["edge", b.node.when ? "conditional" : ""],
+          "marker-end": "url(#arrow)",
+        },
+        s("title", {}, `${e.from} → ${e.to}${b.node.when ? ` (only when ${b.node.when})` : ""}`),
+      ),
     );
   }
   for (const { x, y, node } of pos.values()) {
     const state = node.state === undefined ? "none" : node.state || "pending";
+    const rule = node.trigger_rule && node.trigger_rule !== "all_success" ? node.trigger_rule : null;
     const title = [
       `${node.name} — ${node.plugin}`,
       node.state !== undefined ? `state: ${node.state ?? "not in this run"}` : null,
       node.when ? `when: ${node.when}` : null,
-      node.trigger_rule && node.trigger_rule !== "all_success" ? `trigger rule: ${node.trigger_rule}` : null,
+      rule ? `trigger rule: ${rule}` : null,
     ]
       .filter(Boolean)
       .join("\n");
+    // The condition and the trigger rule are marked on the node too (a tooltip alone is hidden on a phone).
+    const mark = [node.when ? "if" : null, rule].filter(Boolean).join(" · ");
     svg.append(
       s(
         "g",
         { class: ["node", "st-" + state], transform: `translate(${x},${y})`, "data-step": node.name },
         s("title", {}, title),
         s("rect", { width: NODE_W, height: NODE_H, rx: 6 }),
-        s("text", { x: 10, y: 19, class: "name" }, clip(node.name, 20)),
-        s("text", { x: 10, y: 36, class: "sub" }, clip(node.state ? `${node.state} · ${node.plugin}` : node.plugin, 26)),
+        label(node.name, mark ? nameMax - mark.length - 2 : nameMax, { x: 10, y: 19, class: "name" }),
+        mark ? s("text", { x: NODE_W - 8, y: 17, class: "mark", "text-anchor": "end" }, mark, s("title", {}, [node.when ? `when: ${node.when}` : null, rule ? `trigger rule: ${rule}` : null].filter(Boolean).join("\n"))) : null,
+        label(subText(node), subMax, { x: 10, y: 36, class: "sub" }),
       ),
     );
   }
-  return h("div", { class: "scroll" }, svg);
+  const hasWhen = nodes.some((n) => n.when);
+  const hasRule = nodes.some((n) => n.trigger_rule && n.trigger_rule !== "all_success");
+  return h("div", { class: "dag-box" }, h("div", { class: "scroll" }, svg), hasWhen || hasRule ? dagLegend(hasWhen, hasRule) : null);
 }
 
 /**
@@ -147,7 +192,9 @@ export function histogram(durations) {
 export function outcomeStrip(runs) {
   const size = 10;
   const list = [...runs].reverse();
-  const svg = s("svg", { class: "strip", width: Math.max(size, list.length * (size + 2)), height: size, role: "img", "aria-label": "recent outcomes" });
+  const width = Math.max(size, list.length * (size + 2));
+  // A viewBox, so a narrow card scales the strip down instead of cutting it.
+  const svg = s("svg", { class: "strip", viewBox: `0 0 ${width} ${size}`, width, height: size, role: "img", "aria-label": "recent outcomes" });
   list.forEach((r, i) => {
     svg.append(
       s(

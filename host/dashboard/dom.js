@@ -72,18 +72,27 @@ export function badge(state) {
   return h("span", { class: ["badge", "st-" + String(text).replace(/[^a-z_]/g, "")] }, text);
 }
 
-/** A table from headers and rows of cells (nodes or text). */
-export function table(headers, rows, attrs = {}) {
+/**
+ * A table from headers and rows of cells (nodes or text), in a box that
+ * scrolls sideways on its own when the table is wider than the page (a phone).
+ * Each cell carries its column's header as `data-label`, which a `stack`
+ * table shows beside the cell when narrow screens lay its rows out as cards.
+ */
+export function table(headers, rows, attrs = {}, empty = "nothing yet") {
   return h(
-    "table",
-    attrs,
-    h("thead", {}, h("tr", {}, headers.map((x) => h("th", {}, x)))),
+    "div",
+    { class: "table-wrap" },
     h(
-      "tbody",
-      {},
-      rows.length
-        ? rows.map((r) => h("tr", {}, r.map((c) => h("td", {}, c))))
-        : h("tr", {}, h("td", { colspan: headers.length, class: "empty" }, "nothing yet")),
+      "table",
+      attrs,
+      h("thead", {}, h("tr", {}, headers.map((x) => h("th", {}, x)))),
+      h(
+        "tbody",
+        {},
+        rows.length
+          ? rows.map((r) => h("tr", {}, r.map((c, i) => h("td", { "data-label": headers[i] }, c))))
+          : h("tr", {}, h("td", { colspan: headers.length, class: "empty" }, empty)),
+      ),
     ),
   );
 }
@@ -115,9 +124,12 @@ export function relative(iso, now = Date.now()) {
   return ms >= 0 ? `in ${t}` : `${t} ago`;
 }
 
-/** `340ms`, `1.25s`, `2m05s`, `3h10m`. */
+/** `0.4ms`, `340ms`, `1.25s`, `2m05s`, `3h10m`. */
 export function human(ms) {
   if (ms === null || ms === undefined || isNaN(ms)) return "-";
+  // Attempts of small plugins take well under a millisecond: "0ms" would read as "did nothing".
+  if (ms > 0 && ms < 0.05) return "<0.1ms";
+  if (ms > 0 && ms < 10) return `${Number(ms.toFixed(1))}ms`;
   if (ms < 1000) return `${Math.round(ms)}ms`;
   if (ms < 60000) return `${(ms / 1000).toFixed(2)}s`;
   const sec = Math.round(ms / 1000);

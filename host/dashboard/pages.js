@@ -108,7 +108,7 @@ export async function tasksPage(ctx) {
       link(route("tasks", t.name), t.name),
       h("code", {}, triggerText(t.spec)),
       t.paused ? badge("paused") : t.next_fire ? h("span", { title: t.next_fire }, relative(t.next_fire)) : "-",
-      r ? h("span", { class: "last", dataset: { task: t.name } }, link(route("runs", r.id), badge(r.status)), " ", relative(r.created_at), r.reason ? h("span", { class: "muted clip", title: r.reason }, " · " + r.reason) : null) : "-",
+      r ? h("span", { class: "last", dataset: { task: t.name } }, link(route("runs", r.id), badge(r.status)), " ", relative(r.created_at), r.reason ? h("span", { class: "muted clip", title: r.reason }, " · " + r.reason) : null) : h("span", { class: "muted no-runs" }, "no runs yet"),
       h(
         "span",
         { class: "actions" },
@@ -123,7 +123,8 @@ export async function tasksPage(ctx) {
     ctx.main,
     strip,
     h("h1", {}, "Tasks"),
-    table(["task", "trigger", "next fire", "last run", ""], rows, { id: "tasks" }),
+    // On a phone each task is a card, so Run now and Pause stay on screen.
+    table(["task", "trigger", "next fire", "last run", ""], rows, { id: "tasks", class: "stack" }),
   );
   // Watch runs in flight (a "Run now" just clicked, a cron firing).
   const active = last.some((r) => r && !TERMINAL.has(r.status));
@@ -158,7 +159,7 @@ export async function taskPage(ctx, name) {
         } catch (e) {
           flash(ctx, e);
         }
-      }, { class: "primary" }),
+      }, { class: "primary", "data-action": "run", "data-task": task.name }),
       button(task.paused ? "Resume" : "Pause", async () => {
         try {
           await post(`/v1/tasks/${enc}/${task.paused ? "resume" : "pause"}`);
@@ -208,6 +209,7 @@ function runsTable(runs) {
       human(durationOf(r)),
     ]),
     { class: "runs" },
+    "no runs yet",
   );
 }
 

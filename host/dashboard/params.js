@@ -66,6 +66,8 @@ export function openParamsForm(task, done) {
     dialog.remove();
   };
   cancel.addEventListener("click", close);
+  // Escape closes a modal dialog without removing it: remove it then too.
+  dialog.addEventListener("close", () => dialog.remove());
   form.addEventListener("submit", async (e) => {
     e.preventDefault();
     const params = {};

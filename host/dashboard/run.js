@@ -66,6 +66,8 @@ function attemptsTable(rows) {
  * reason (a false condition, an upstream skipped) is no error: muted text. */
 function stepResult(st) {
   if (st.status === "skipped") return h("span", { class: "muted skip-reason" }, st.error ? `skipped: ${st.error}` : "skipped");
+  // Cancelled is no failure either: amber, as its badge and its DAG node.
+  if (st.status === "cancelled") return h("span", { class: "cancel-reason" }, st.error ? `cancelled: ${st.error}` : "cancelled");
   if (st.error) return h("pre", { class: "error-text" }, st.error);
   return st.output !== null && st.output !== undefined ? jsonBlock(st.output) : "-";
 }
@@ -178,7 +180,8 @@ export async function runPage(ctx, id) {
         String((st.attempts || []).length),
         stepResult(st),
       ]),
-      { id: "steps" },
+      // On a phone each step is a card, its output or error the card's full width.
+      { id: "steps", class: "stack" },
     ),
     h("h2", {}, "Attempts"),
     rows.length ? attemptTimeline(rows, t0, t1) : null,

@@ -76,6 +76,39 @@ function quotaText(q) {
   return parts.length ? parts.join(" · ") : "no limits";
 }
 
+/** Each quota field: what it limits, and how its value reads. */
+const QUOTA_FIELDS = {
+  fuel_per_window: ["fuel per window", (v) => h("span", { title: num(v) }, fuel(v))],
+  window: ["window", String],
+  out_of_fuel: ["once the window's fuel is used", String],
+  wall_ms_per_window: ["wall time per window", human],
+  max_fuel_per_attempt: ["fuel per attempt", (v) => h("span", { title: num(v) }, fuel(v))],
+  max_memory_mb: ["memory per attempt", (v) => `${num(v)} MiB`],
+  max_timeout: ["timeout per attempt", String],
+  max_concurrent_attempts: ["attempts at once", num],
+  max_priority: ["highest run priority", String],
+  max_queued_runs: ["runs waiting to start", num],
+  trigger_rate_per_sec: ["manual triggers per second", String],
+  weight: ["share under contention (weight)", String],
+  kv_bytes: ["key-value data", bytes],
+  max_plugins: ["plugin versions", num],
+  plugin_bytes: ["plugin bytes", bytes],
+  run_bytes: ["run data", bytes],
+  max_input_bytes: ["largest run input", bytes],
+};
+
+/** The quota as set, one limit a row: known fields first in a fixed order, then any other. */
+function quotaTable(q) {
+  const entries = Object.entries(q || {});
+  const known = Object.keys(QUOTA_FIELDS).flatMap((k) => entries.filter(([key]) => key === k));
+  const other = entries.filter(([key]) => !(key in QUOTA_FIELDS));
+  const rows = [...known, ...other].map(([key, v]) => {
+    const [what, show] = QUOTA_FIELDS[key] || [key, (x) => JSON.stringify(x)];
+    return [what, v === null || v === undefined ? h("span", { class: "muted" }, "no tenant limit") : show(v), h("code", {}, key)];
+  });
+  return table(["limit", "value", "field"], rows, { id: "quota" });
+}
+
 /** Switches the admin's session to act on `tenant` and opens its tasks. */
 function actAs(tenant) {
   const current = session();
@@ -181,6 +214,6 @@ export async function tenantPage(ctx, name) {
       { id: "usage-by-task" },
     ),
     h("h3", {}, "Quota as set"),
-    h("pre", { class: "json" }, JSON.stringify(t.quota, null, 2)),
+    quotaTable(t.quota),
   );
 }

@@ -124,7 +124,9 @@ fn capabilities(profile: &Path) -> serde_json::Map<String, Value> {
 /// `fail`, a task `flaky` that fails three times, and a
 /// manual task `greet` (hello, then echo of hello's greeting, and a
 /// conditional step that is skipped), a manual task `report` with four
-/// params (one required) for the "Run now" form. The input
+/// params (one required) for the "Run now" form, a manual task `export`
+/// with one param (a second dialog, never run), and a task `patient` that
+/// fails and then waits ten minutes to retry (to be cancelled). The input
 /// carries markup: the pages must show it as text. Plus a tenant `acme` with
 /// a fuel budget, and a token of it (returned).
 fn apply_fixture(url: &str) -> String {
@@ -170,6 +172,28 @@ steps:
         "PUT",
         &format!("{url}/v1/tasks/report"),
         Some(report.as_bytes()),
+        "application/yaml",
+    )
+    .unwrap();
+    assert_eq!(status, 201, "{body}");
+    // A second task with params: its "Run now" dialog must never stand in for report's.
+    let export = "name: export\nparams:\n  - { name: day, type: string, default: today }\nplugin: echo@1.0.0\ninput: \"${input}\"\n";
+    let (status, body) = call(
+        &agent,
+        "PUT",
+        &format!("{url}/v1/tasks/export"),
+        Some(export.as_bytes()),
+        "application/yaml",
+    )
+    .unwrap();
+    assert_eq!(status, 201, "{body}");
+    // Fails, then waits ten minutes to retry: long enough to be cancelled in its backoff.
+    let patient = "name: patient\nplugin: fail@1.0.0\ninput: { message: \"try later\" }\nretry: { max_attempts: 2, backoff: [10m] }\n";
+    let (status, body) = call(
+        &agent,
+        "PUT",
+        &format!("{url}/v1/tasks/patient"),
+        Some(patient.as_bytes()),
         "application/yaml",
     )
     .unwrap();
@@ -263,6 +287,41 @@ impl Browser {
 
     async fn goto(&self, url: &str) {
         self.client.goto(url).await.expect("navigation");
+    }
+
+    /// Opens `page` (a URL), waits for `ready`, and checks that the page does
+    /// not scroll sideways at the window's width (wide content scrolls in its
+    /// own box).
+    async fn fits_width(&self, page: &str, ready: &str) {
+        self.goto(page).await;
+        self.wait_for(
+            page,
+            &format!("!document.querySelector('main').hasAttribute('aria-busy') && ({ready})"),
+            Duration::from_secs(60),
+        )
+        .await;
+        let widths = self
+            .client
+            .execute(
+                "return [document.documentElement.scrollWidth, window.innerWidth];",
+                vec![],
+            )
+            .await
+            .unwrap();
+        assert!(
+            widths[0].as_i64() <= widths[1].as_i64(),
+            "{page} scrolls sideways: [scrollWidth, innerWidth] = {widths}"
+        );
+    }
+
+    /// Whether the element `css` (scrolled to) lies wholly inside the viewport.
+    async fn in_viewport(&self, css: &str) -> bool {
+        let script = format!(
+            "const e = document.querySelector({css:?}); e.scrollIntoView({{block: 'center'}}); \
+             const r = e.getBoundingClientRect(); \
+             return r.width > 0 && r.left >= 0 && r.top >= 0 && r.right <= window.innerWidth && r.bottom <= window.innerHeight;"
+        );
+        self.client.execute(&script, vec![]).await.unwrap() == json!(true)
     }
 }
 
@@ -366,6 +425,60 @@ fn dashboard_signs_in_runs_a_task_and_shows_its_logs() {
                         "whisper=node st-skipped"
                     ])
                 );
+                // State colours go on a node's shape, never on its text (a
+                // stroke on text smears it); every label is shown whole.
+                let nodes = b
+                    .client
+                    .execute(
+                        "return [...document.querySelectorAll('svg.dag g.node')].map(g => [getComputedStyle(g.querySelector('rect')).stroke, [...g.querySelectorAll('text')].map(t => getComputedStyle(t).stroke + (t.dataset.full === undefined || t.firstChild.textContent === t.dataset.full ? '' : ' cut'))]);",
+                        vec![],
+                    )
+                    .await
+                    .unwrap();
+                assert_eq!(nodes[0][0], json!("rgb(19, 115, 51)"), "hello's box is green: {nodes}");
+                for node in nodes.as_array().unwrap() {
+                    for text in node[1].as_array().unwrap() {
+                        assert_eq!(text, &json!("none"), "a DAG label is stroked or cut: {nodes}");
+                    }
+                }
+                // The conditional step: a dashed edge explained by a legend,
+                // its condition on the node's mark and in its tooltips.
+                let cond = b
+                    .client
+                    .execute(
+                        "const g = document.querySelector('svg.dag g.node[data-step=whisper]'); return [document.querySelector('.dag-box .legend')?.textContent ?? null, g.querySelector('.mark')?.firstChild.textContent ?? null, g.querySelector('.mark title')?.textContent ?? null, document.querySelectorAll('svg.dag path.edge.conditional').length, document.querySelector('svg.dag path.edge.conditional title')?.textContent ?? null];",
+                        vec![],
+                    )
+                    .await
+                    .unwrap();
+                assert!(cond[0].as_str().is_some_and(|t| t.contains("conditional step")), "{cond}");
+                assert_eq!(cond[1], json!("if"), "{cond}");
+                assert_eq!(cond[2], json!("when: steps.hello.output.greeting == 'nobody'"), "{cond}");
+                assert_eq!(cond[3], json!(1), "{cond}");
+                assert_eq!(cond[4], json!("hello → whisper (only when steps.hello.output.greeting == 'nobody')"), "{cond}");
+                // Long names: a node grows to show them whole (inside its box);
+                // past its widest, a label ends in "…" with the full text as its tooltip.
+                let labels = b
+                    .client
+                    .execute_async(
+                        "const done = arguments[arguments.length - 1]; import('/ui/charts.js').then(m => { \
+                         const el = m.dag({task: 't', edges: [], nodes: [ \
+                           {name: 'load_customer_orders_warehouse', plugin: 'warehouse-loader@12.3.4', layer: 0, state: 'succeeded'}, \
+                           {name: 'b', plugin: 'a-plugin-name-far-too-long-to-fit-in-any-node-at-all@1.0.0', layer: 1, state: 'failed'}]}); \
+                         document.body.append(el); \
+                         const r = [...el.querySelectorAll('g.node text')].map(t => [t.firstChild.textContent, t.querySelector('title')?.textContent ?? null, t.getComputedTextLength() + 10 <= t.parentNode.querySelector('rect').width.baseVal.value]); \
+                         el.remove(); done(r); });",
+                        vec![],
+                    )
+                    .await
+                    .unwrap();
+                assert_eq!(labels[0], json!(["load_customer_orders_warehouse", null, true]), "{labels}");
+                assert_eq!(labels[1], json!(["succeeded · warehouse-loader@12.3.4", null, true]), "{labels}");
+                assert_eq!(labels[2], json!(["b", null, true]), "{labels}");
+                let cut = &labels[3];
+                assert!(cut[0].as_str().is_some_and(|t| t.ends_with('…')), "{labels}");
+                assert_eq!(cut[1], json!("failed · a-plugin-name-far-too-long-to-fit-in-any-node-at-all@1.0.0"), "{labels}");
+                assert_eq!(cut[2], json!(true), "{labels}");
                 // The skipped step says why, muted: no error styling.
                 let whisper = b
                     .client
@@ -472,6 +585,26 @@ fn dashboard_signs_in_runs_a_task_and_shows_its_logs() {
                     .await
                     .unwrap();
                 assert_eq!(injected, json!(0), "an error message became markup");
+                // A warning is amber, not red like an error.
+                let warn = b
+                    .client
+                    .execute(
+                        "const l = document.querySelector('#timeline li.lvl-warn .level'); return l && [l.textContent, getComputedStyle(l).color];",
+                        vec![],
+                    )
+                    .await
+                    .unwrap();
+                assert_eq!(warn, json!(["warn", "rgb(161, 92, 0)"]), "the fail plugin's WARN line");
+                // Durations under a millisecond are not "0ms".
+                let durations = b
+                    .client
+                    .execute_async(
+                        "const done = arguments[arguments.length - 1]; import('/ui/dom.js').then(m => done([0, 0.04, 0.4, 3.25, 340, 1250].map(m.human)));",
+                        vec![],
+                    )
+                    .await
+                    .unwrap();
+                assert_eq!(durations, json!(["0ms", "<0.1ms", "0.4ms", "3.3ms", "340ms", "1.25s"]));
                 b.client.set_window_size(1280, 2400).await.unwrap();
                 b.shot("09-failed-run").await;
                 b.client.set_window_size(1280, 1000).await.unwrap();
@@ -557,11 +690,170 @@ fn dashboard_signs_in_runs_a_task_and_shows_its_logs() {
                     "the form's values, typed"
                 );
 
+                // A dialog belongs to the page it was opened from: leaving the
+                // page (a new URL, Back) closes it, and the next page's dialog
+                // names the next page's task.
+                b.goto(&format!("{}/#/tasks/export", url)).await;
+                b.click("button[data-action=run][data-task=export]").await;
+                b.wait_for(
+                    "export's params form",
+                    "document.querySelector('dialog[open] #params-form[data-task=export]')",
+                    long,
+                )
+                .await;
+                b.client
+                    .execute("location.hash = '#/tasks/report';", vec![])
+                    .await
+                    .unwrap();
+                b.wait_for(
+                    "report's task page",
+                    "document.querySelector('button[data-action=run][data-task=report]')",
+                    long,
+                )
+                .await;
+                let dialogs = b
+                    .client
+                    .execute("return document.querySelectorAll('dialog').length;", vec![])
+                    .await
+                    .unwrap();
+                assert_eq!(dialogs, json!(0), "export's dialog outlived its page");
+                b.click("button[data-action=run][data-task=report]").await;
+                let title = b
+                    .wait_for(
+                        "report's params form",
+                        "document.querySelector('dialog[open] #params-form[data-task=report]') && document.querySelector('dialog[open] h2').textContent",
+                        long,
+                    )
+                    .await;
+                assert_eq!(title, json!("Run report"));
+                b.client.back().await.unwrap();
+                b.wait_for(
+                    "export's task page again",
+                    "location.hash === '#/tasks/export' && document.querySelector('button[data-action=run][data-task=export]')",
+                    long,
+                )
+                .await;
+                let dialogs = b
+                    .client
+                    .execute("return document.querySelectorAll('dialog').length;", vec![])
+                    .await
+                    .unwrap();
+                assert_eq!(dialogs, json!(0), "report's dialog outlived Back");
+
+                // A task that never ran says so, on its page and in the list.
+                b.goto(&format!("{}/#/tasks/export", url)).await;
+                b.wait_for(
+                    "export's empty runs table",
+                    "document.querySelector('table.runs td.empty')?.textContent === 'no runs yet'",
+                    long,
+                )
+                .await;
+                b.goto(&format!("{}/#/tasks", url)).await;
+                b.wait_for(
+                    "export's row saying it never ran",
+                    "[...document.querySelectorAll('#tasks tbody tr')].find(r => r.cells[0].textContent === 'export')?.querySelector('.no-runs')?.textContent === 'no runs yet'",
+                    long,
+                )
+                .await;
+
+                // A step cancelled in its retry backoff: amber in the steps
+                // table as in the DAG, never error red.
+                b.click("button[data-action=run][data-task=patient]").await;
+                b.click(".last[data-task=patient] a").await;
+                b.wait_for(
+                    "patient's step waiting to retry",
+                    "document.querySelector('#steps')?.textContent.includes('retry_wait') && [...document.querySelectorAll('main button')].find(x => x.textContent === 'Cancel')",
+                    long,
+                )
+                .await;
+                b.client
+                    .execute("[...document.querySelectorAll('main button')].find(x => x.textContent === 'Cancel').click();", vec![])
+                    .await
+                    .unwrap();
+                let colours = b
+                    .wait_for(
+                        "the cancelled run",
+                        "document.querySelector('#run-status .badge')?.textContent === 'cancelled' && document.querySelector('svg.dag g.node.st-cancelled') && (() => { const row = document.querySelector('#steps tbody tr'); return [row.cells[2].textContent, getComputedStyle(row.querySelector('.badge')).color, row.querySelectorAll('.error-text').length, getComputedStyle(row.cells[4].firstChild).color, getComputedStyle(document.querySelector('svg.dag g.node.st-cancelled rect')).stroke]; })()",
+                        long,
+                    )
+                    .await;
+                let amber = json!("rgb(161, 92, 0)");
+                assert_eq!(
+                    colours,
+                    json!(["cancelled", amber, 0, amber, amber]),
+                    "[status, badge colour, red errors, reason colour, DAG box colour]"
+                );
+
+                // A phone (390×844): no page scrolls sideways, the header
+                // wraps, and Run now and Pause are on screen.
+                b.client.set_window_size(390, 844).await.unwrap();
+                let inner = b.client.execute("return window.innerWidth;", vec![]).await.unwrap();
+                assert!(inner.as_i64().is_some_and(|w| w <= 400), "not a phone's width: {inner}");
+                b.fits_width(&format!("{}/#/tasks", url), "document.querySelector('button[data-action=run][data-task=greet]')").await;
+                for css in ["button[data-action=run][data-task=greet]", "button[data-action=pause][data-task=greet]"] {
+                    assert!(b.in_viewport(css).await, "{css} is off screen on a phone's task list");
+                }
+                let who = b
+                    .client
+                    .execute("const r = document.querySelector('#signout').getBoundingClientRect(); return r.right <= window.innerWidth && r.bottom <= document.querySelector('.top').getBoundingClientRect().bottom;", vec![])
+                    .await
+                    .unwrap();
+                assert_eq!(who, json!(true), "the header's sign-out runs off the bar");
+                b.shot("12-phone-tasks").await;
+                b.fits_width(&format!("{}/#/tasks/greet", url), "document.querySelector('svg.chart')").await;
+                assert!(
+                    b.in_viewport("button[data-action=run][data-task=greet]").await,
+                    "Run now is off screen on a phone's task page"
+                );
+                b.fits_width(&format!("{}/#/runs", url), "document.querySelector('table.runs tbody a')").await;
+                b.fits_width(&format!("{}/#/runs?task=flaky", url), "document.querySelector('table.runs tbody a')").await;
+                b.click("table.runs tbody a").await;
+                b.wait_for(
+                    "flaky's run page on a phone",
+                    "document.querySelector('#run-status .badge')?.textContent === 'failed' && document.querySelector('#timeline')",
+                    long,
+                )
+                .await;
+                let widths = b
+                    .client
+                    .execute("return [document.documentElement.scrollWidth, window.innerWidth, Math.min(...[...document.querySelectorAll('#steps td pre')].map(e => e.getBoundingClientRect().width))];", vec![])
+                    .await
+                    .unwrap();
+                assert!(widths[0].as_i64() <= widths[1].as_i64(), "the run page scrolls sideways: {widths}");
+                assert!(widths[2].as_f64().is_some_and(|w| w >= 100.0), "the steps' error column is squeezed: {widths}");
+                b.shot("13-phone-run").await;
+                b.fits_width(&format!("{}/#/plugins", url), "document.querySelector('#plugins tbody td')").await;
+                b.fits_width(&format!("{}/#/dead-letters", url), "document.querySelector('main table tbody td')").await;
+                b.fits_width(&format!("{}/#/alerts", url), "document.querySelector('main table')").await;
+                b.fits_width(&format!("{}/#/tenants", url), "document.querySelector('#tenants tbody td')").await;
+                b.fits_width(&format!("{}/#/tenants/default", url), "document.querySelector('#usage-by-task tbody td')").await;
+                b.fits_width(&format!("{}/#/signin", url), "document.querySelector('#signin')").await;
+                b.client.set_window_size(1280, 1000).await.unwrap();
+
                 // The admin's tenant pages; acting as another tenant.
                 b.goto(&format!("{}/#/tenants/default", url)).await;
                 b.wait_for("default's usage", "document.querySelector('#usage-by-task')?.textContent.includes('greet')", long)
                     .await;
                 b.shot("08-tenant-usage").await;
+                // The quota reads as a table of limits, not as JSON.
+                b.goto(&format!("{}/#/tenants/acme", url)).await;
+                let quota = b
+                    .wait_for(
+                        "acme's quota table",
+                        "document.querySelector('#quota tbody') && [...document.querySelectorAll('#quota tbody tr')].map(r => [...r.cells].map(c => c.textContent).join(' | '))",
+                        long,
+                    )
+                    .await;
+                assert!(
+                    quota.as_array().unwrap().iter().any(|r| r == &json!("fuel per window | 1.0G | fuel_per_window")),
+                    "{quota}"
+                );
+                let raw = b
+                    .client
+                    .execute("return document.querySelectorAll('main pre.json').length;", vec![])
+                    .await
+                    .unwrap();
+                assert_eq!(raw, json!(0), "the quota is shown as raw JSON");
                 b.goto(&format!("{}/#/tenants", url)).await;
                 b.wait_for(
                     "the tenant list",
