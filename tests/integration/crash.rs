@@ -175,7 +175,17 @@ fn accepted_runs_survive_repeated_sigkill() {
         .0,
         201
     );
-    let pipeline = "name: pipeline\nretention: { keep_runs: 1000000 }\nsteps:\n  - name: a\n    plugin: echo@1.0.0\n  - name: b\n    needs: [a]\n    plugin: echo@1.0.0\n  - name: c\n    needs: [b]\n    plugin: echo@1.0.0\n";
+    // A chain of 10 steps: more than a sled run record keeps, so its step
+    // runs are stored under their own keys, a few per write.
+    let mut pipeline =
+        "name: pipeline\nretention: { keep_runs: 1000000 }\nsteps:\n  - name: s0\n    plugin: echo@1.0.0\n"
+            .to_owned();
+    for i in 1..10 {
+        pipeline.push_str(&format!(
+            "  - name: s{i}\n    needs: [s{}]\n    plugin: echo@1.0.0\n",
+            i - 1
+        ));
+    }
     assert_eq!(
         call(
             &agent,
