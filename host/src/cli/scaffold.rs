@@ -12,12 +12,16 @@
 //!   `plugin-sdk/` of the source tree this `ax` was built from, when it is
 //!   still there) or by git (`--sdk-git URL`); `rust-toolchain.toml` pins the
 //!   toolchain and the `wasm32-wasip2` target.
-//! - `python`: `app.py`, `build.sh`, which installs the pinned
+//! - `python`: `app.py`, `ax.py` (`@task`, which turns an exception escaping
+//!   `run` into the WIT's `task-error` with its type, message and innermost
+//!   frame), `build.sh`, which installs the pinned
 //!   componentize-py into `.venv` on first use, and `pyproject.toml` with the
 //!   version `ax plugin push` reads (Cargo.toml and package.json hold it for
 //!   the other two).
-//! - `js`: `app.js` and `package.json` with the pinned componentize-js and
-//!   `npm run build`.
+//! - `js`: `app.js`, `ax.js` (`task(run)`, which turns anything `run` throws
+//!   into the WIT's `task-error` with the exception's type, message and
+//!   line, so a `TypeError` is not lost in a trap) and `package.json` with
+//!   the pinned componentize-js and `npm run build`.
 //!
 //! Decisions: NAME is `[a-z][a-z0-9-]*` (at most 64), so one name is at once a
 //! valid plugin, task, crate and npm package name, and the built file
@@ -58,6 +62,8 @@ const RUST: &[(&str, &str)] = &[
 ];
 const PYTHON: &[(&str, &str)] = &[
     ("app.py", include_str!("scaffold/python/app.py")),
+    // `@task`: every exception becomes the WIT's task-error, with its message.
+    ("ax.py", include_str!("scaffold/python/ax.py")),
     // Holds the version `ax plugin push` reads.
     (
         "pyproject.toml",
@@ -74,6 +80,8 @@ const PYTHON: &[(&str, &str)] = &[
 ];
 const JS: &[(&str, &str)] = &[
     ("app.js", include_str!("scaffold/js/app.js")),
+    // `task(run)`: every throw becomes the WIT's task-error, with its message.
+    ("ax.js", include_str!("scaffold/js/ax.js")),
     ("package.json", include_str!("scaffold/js/package.json")),
     ("README.md", include_str!("scaffold/js/README.md")),
     (".gitignore", include_str!("scaffold/js/gitignore")),
