@@ -148,15 +148,40 @@ fn run_on_server(tmp: &Path, project: &Path, wasm: &Path, name: &str) {
     assert_eq!(run["steps"][0]["output"]["greeting"], "hello, ax", "{run}");
 }
 
+/// The Rust scaffold names its SDK by a path inside the project (the copy
+/// `ax plugin new` writes into `ax-plugin-sdk/`), never by a path into the
+/// checkout this `ax` was built from (issue 34, item 8); the build below
+/// then shows that copy builds, with the project's `wit/`.
 #[test]
 fn a_rust_scaffold_builds_outside_the_repository_and_runs() {
     let tmp = tempfile::tempdir().unwrap();
     let project = scaffold(tmp.path(), "scaffold-rust", "rust");
+    let manifest = std::fs::read_to_string(project.join("Cargo.toml")).unwrap();
+    assert!(
+        manifest.contains("ax-plugin-sdk = { path = \"ax-plugin-sdk\" }"),
+        "{manifest}"
+    );
+    let repo = std::fs::canonicalize(concat!(env!("CARGO_MANIFEST_DIR"), "/..")).unwrap();
+    assert!(
+        !manifest.contains(repo.to_str().unwrap()),
+        "the scaffold points into the checkout: {manifest}"
+    );
+    for file in ["Cargo.toml", "src/lib.rs"] {
+        assert!(project.join("ax-plugin-sdk").join(file).is_file(), "{file}");
+    }
     let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("scaffold-rust-target");
     let mut build = Command::new("cargo");
     build
         .current_dir(&project)
-        .args(["build", "--release", "--target", "wasm32-wasip2"])
+        // Offline: the SDK is in the project, and its crates.io dependencies
+        // are those host/build.rs already fetched for plugins/.
+        .args([
+            "build",
+            "--offline",
+            "--release",
+            "--target",
+            "wasm32-wasip2",
+        ])
         .env("CARGO_TARGET_DIR", &target);
     // The outer cargo's flags are for the host build, not for this project.
     for var in [
