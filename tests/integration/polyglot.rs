@@ -24,7 +24,7 @@ use crate::common::{context, limits, plugin_bytes};
 
 /// The folder with the built polyglot plugins, or `None` (tests skipped)
 /// when the tools are missing outside CI. Built once per test binary.
-fn polyglot_dir() -> Option<&'static Path> {
+pub(crate) fn polyglot_dir() -> Option<&'static Path> {
     static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
     DIR.get_or_init(|| {
         let tools = std::env::var_os("AX_PLUGIN_TOOLS")
