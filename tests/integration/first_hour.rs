@@ -440,3 +440,57 @@ fn trigger_input_the_task_never_reads_is_warned_about() {
         );
     }
 }
+
+/// `ax run show` of a step whose plugin let an exception escape `run`
+/// (without the scaffolds' wrappers) names the exception, once prefixed:
+/// the Python type, message and innermost frame, the JavaScript conversion
+/// that failed, never `wasm trap: wasm trap:` (issue 34, items 2 and 3).
+#[test]
+fn run_show_names_the_exception_a_python_or_javascript_plugin_threw() {
+    let Some(dir) = crate::polyglot::polyglot_dir() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let server = AxProcess::start(&tmp.path().join("data"));
+    let url = server.url.as_str();
+    for (name, expected) in [
+        (
+            "throw-py",
+            "IndexError: list index out of range (at app.py:12, in third)",
+        ),
+        (
+            "throw-js",
+            "\"undefined\" is not one of the cases of error-kind",
+        ),
+    ] {
+        let wasm = dir.join(format!("{}.wasm", name.replace('-', "_")));
+        push(url, &wasm.display().to_string(), name, "0.1.0");
+        let task = tmp.path().join(format!("{name}.yaml"));
+        std::fs::write(
+            &task,
+            format!(
+                "name: {name}\nplugin: {name}@0.1.0\nretry: {{ max_attempts: 1 }}\n\
+                 limits: {{ memory_mb: 64, timeout: 60s }}\n"
+            ),
+        )
+        .unwrap();
+        ok(&ax(
+            url,
+            &["task", "apply", "-f", &task.display().to_string()],
+        ));
+        let out = ax(
+            url,
+            &["trigger", name, "--wait", "--json", "--timeout", "120s"],
+        );
+        let run: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(run["status"], "failed", "{name}: {run}");
+        let shown = ok(&ax(url, &["run", "show", run["id"].as_str().unwrap()]));
+        assert!(
+            shown.contains(&format!(
+                "the plugin threw an exception that is not an error of the WIT interface: {expected}"
+            )),
+            "{name}: {shown}"
+        );
+        assert!(!shown.contains("wasm trap"), "{name}: {shown}");
+    }
+}

@@ -24,7 +24,7 @@ use crate::common::{context, limits, plugin_bytes};
 
 /// The folder with the built polyglot plugins, or `None` (tests skipped)
 /// when the tools are missing outside CI. Built once per test binary.
-fn polyglot_dir() -> Option<&'static Path> {
+pub(crate) fn polyglot_dir() -> Option<&'static Path> {
     static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
     DIR.get_or_init(|| {
         let tools = std::env::var_os("AX_PLUGIN_TOOLS")
@@ -208,4 +208,45 @@ async fn a_python_global_written_by_one_attempt_is_invisible_to_the_next() {
 #[tokio::test]
 async fn a_javascript_variable_written_by_one_attempt_is_invisible_to_the_next() {
     state_does_not_survive_an_attempt("remember_js").await;
+}
+
+/// An exception that escapes `run` without becoming the WIT's `task-error`
+/// (the scaffolds' wrappers are not used) still traps, and the error says
+/// what the plugin threw: the Python type, message and innermost frame from
+/// the traceback; for JavaScript the failed conversion componentize-js
+/// printed and how to throw an error ax reads.
+#[tokio::test]
+async fn an_exception_escaping_run_is_named_in_the_error() {
+    if polyglot_dir().is_none() {
+        return;
+    }
+    let runtime = Runtime::new(RuntimeConfig {
+        cache_dir: Some(cache_dir()),
+        ..RuntimeConfig::default()
+    })
+    .unwrap();
+    let not_wit = "the plugin threw an exception that is not an error of the WIT interface: ";
+    for (name, expected) in [
+        (
+            "throw_py",
+            "IndexError: list index out of range (at app.py:12, in third)",
+        ),
+        (
+            "throw_js",
+            "\"undefined\" is not one of the cases of error-kind (to return an error, throw {",
+        ),
+    ] {
+        let plugin = runtime.load(&bytes(name).unwrap()).expect("plugin loads");
+        let report = runtime
+            .run(&plugin, &context(name), "{}", &polyglot_limits(), None)
+            .await
+            .expect("no host fault");
+        assert_eq!(report.outcome, Outcome::Trapped, "{name}: {report:?}");
+        let error = report.error.unwrap_or_default();
+        assert!(
+            error.starts_with(&format!("{not_wit}{expected}")),
+            "{name}: {error}"
+        );
+        assert!(!error.contains("wasm trap"), "{name}: {error}");
+    }
 }

@@ -148,15 +148,40 @@ fn run_on_server(tmp: &Path, project: &Path, wasm: &Path, name: &str) {
     assert_eq!(run["steps"][0]["output"]["greeting"], "hello, ax", "{run}");
 }
 
+/// The Rust scaffold names its SDK by a path inside the project (the copy
+/// `ax plugin new` writes into `ax-plugin-sdk/`), never by a path into the
+/// checkout this `ax` was built from (issue 34, item 8); the build below
+/// then shows that copy builds, with the project's `wit/`.
 #[test]
 fn a_rust_scaffold_builds_outside_the_repository_and_runs() {
     let tmp = tempfile::tempdir().unwrap();
     let project = scaffold(tmp.path(), "scaffold-rust", "rust");
+    let manifest = std::fs::read_to_string(project.join("Cargo.toml")).unwrap();
+    assert!(
+        manifest.contains("ax-plugin-sdk = { path = \"ax-plugin-sdk\" }"),
+        "{manifest}"
+    );
+    let repo = std::fs::canonicalize(concat!(env!("CARGO_MANIFEST_DIR"), "/..")).unwrap();
+    assert!(
+        !manifest.contains(repo.to_str().unwrap()),
+        "the scaffold points into the checkout: {manifest}"
+    );
+    for file in ["Cargo.toml", "src/lib.rs"] {
+        assert!(project.join("ax-plugin-sdk").join(file).is_file(), "{file}");
+    }
     let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("scaffold-rust-target");
     let mut build = Command::new("cargo");
     build
         .current_dir(&project)
-        .args(["build", "--release", "--target", "wasm32-wasip2"])
+        // Offline: the SDK is in the project, and its crates.io dependencies
+        // are those host/build.rs already fetched for plugins/.
+        .args([
+            "build",
+            "--offline",
+            "--release",
+            "--target",
+            "wasm32-wasip2",
+        ])
         .env("CARGO_TARGET_DIR", &target);
     // The outer cargo's flags are for the host build, not for this project.
     for var in [
@@ -193,13 +218,9 @@ fn a_python_scaffold_builds_with_componentize_py_and_runs() {
     run_on_server(tmp.path(), &project, &wasm, "scaffold-py");
 }
 
-#[test]
-fn a_javascript_scaffold_builds_with_componentize_js_and_runs() {
-    let Some(tools) = tool("JavaScript", "node/node_modules/.bin/componentize-js") else {
-        return;
-    };
-    let tmp = tempfile::tempdir().unwrap();
-    let project = scaffold(tmp.path(), "scaffold-js", "js");
+/// `npm run build` of the JavaScript scaffold in `project`, with the
+/// componentize-js of `tools`; the built component.
+fn build_js(tools: &Path, project: &Path, file: &str) -> PathBuf {
     // What `npm install` would put there, installed once by scripts/plugin-tools.
     std::os::unix::fs::symlink(
         tools.join("node/node_modules"),
@@ -208,11 +229,107 @@ fn a_javascript_scaffold_builds_with_componentize_js_and_runs() {
     .unwrap();
     run_ok(
         Command::new("npm")
-            .current_dir(&project)
+            .current_dir(project)
             .args(["run", "build"]),
         "npm run build of the JavaScript scaffold",
     );
-    let wasm = project.join("scaffold_js.wasm");
+    project.join(format!("{file}.wasm"))
+}
+
+/// `ax exec` of `wasm` on `input`, which must fail; its JSON report.
+fn exec_failing(wasm: &Path, cache: &Path, input: &str) -> Value {
+    let out = ax(&["exec"])
+        .arg(wasm)
+        .args(["--input", input, "--json", "--cache-dir"])
+        .arg(cache)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Puts `line` into the sample plugin's `run` of `project`'s `file`, just
+/// before its progress report, as a plugin author adding a bug would.
+fn add_bug(project: &Path, file: &str, anchor: &str, line: &str) {
+    let path = project.join(file);
+    let source = std::fs::read_to_string(&path).unwrap();
+    assert!(source.contains(anchor), "{file} has no `{anchor}`");
+    let changed = source.replacen(anchor, &format!("{line}\n{anchor}"), 1);
+    std::fs::write(&path, changed).unwrap();
+}
+
+/// An `IndexError` from a bug in the scaffold's `run` reaches ax as the WIT's
+/// error (through `ax.py`'s `@task`), with its type, message and the line it
+/// was raised at, not as a trap that only says "Python function threw an
+/// unexpected exception" (issue 34, item 3).
+#[test]
+fn a_python_scaffold_reports_an_uncaught_index_error_with_its_line() {
+    let Some(tools) = tool("Python", "python/bin/componentize-py") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let project = scaffold(tmp.path(), "scaffold-py-bug", "python");
+    let anchor = "        progress.report(100, \"done\")";
+    add_bug(&project, "app.py", anchor, "        name = [name][1]");
+    let line = std::fs::read_to_string(project.join("app.py"))
+        .unwrap()
+        .lines()
+        .position(|l| l.contains("[name][1]"))
+        .unwrap()
+        + 1;
+    run_ok(
+        Command::new(project.join("build.sh"))
+            .current_dir(&project)
+            .env("COMPONENTIZE_PY", tools.join("python/bin/componentize-py")),
+        "build.sh of the Python scaffold",
+    );
+    let wasm = project.join("scaffold_py_bug.wasm");
+    let report = exec_failing(&wasm, &tmp.path().join("cache"), r#"{"name": "ci"}"#);
+    assert_eq!(report["outcome"], "failed", "{report}");
+    assert_eq!(report["error_kind"], "retryable", "{report}");
+    assert_eq!(
+        report["error"],
+        format!("uncaught IndexError: list index out of range (at app.py:{line}, in run)"),
+        "{report}"
+    );
+}
+
+#[test]
+fn a_javascript_scaffold_builds_with_componentize_js_and_runs() {
+    let Some(tools) = tool("JavaScript", "node/node_modules/.bin/componentize-js") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let project = scaffold(tmp.path(), "scaffold-js", "js");
+    let wasm = build_js(&tools, &project, "scaffold_js");
     exec_locally(&wasm, &tmp.path().join("cache"));
     run_on_server(tmp.path(), &project, &wasm, "scaffold-js");
+}
+
+/// A `TypeError` from a bug in the scaffold's `run` reaches ax as the WIT's
+/// error (through `ax.js`'s `task`), with its type, message and line, not as
+/// a trap that lost them (issue 34, item 2).
+#[test]
+fn a_javascript_scaffold_reports_an_uncaught_type_error_with_its_message() {
+    let Some(tools) = tool("JavaScript", "node/node_modules/.bin/componentize-js") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let project = scaffold(tmp.path(), "scaffold-js-bug", "js");
+    add_bug(
+        &project,
+        "app.js",
+        "  report(100, \"done\");",
+        "  const order = data.order;\n  log(\"info\", order.id, []);",
+    );
+    let wasm = build_js(&tools, &project, "scaffold_js_bug");
+    let report = exec_failing(&wasm, &tmp.path().join("cache"), r#"{"name": "ci"}"#);
+    assert_eq!(report["outcome"], "failed", "{report}");
+    assert_eq!(report["error_kind"], "retryable", "{report}");
+    let error = report["error"].as_str().unwrap_or_default();
+    assert!(
+        error.starts_with("uncaught TypeError: ") && error.contains("order is undefined"),
+        "{report}"
+    );
+    assert!(error.contains("(at app.js:"), "{report}");
 }

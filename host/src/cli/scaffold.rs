@@ -8,16 +8,23 @@
 //! `input.name`, reads the `greeting` config value, logs and reports progress,
 //! and returns a fatal error for bad input — the same in each language.
 //!
-//! - `rust`: a crate depending on `ax-plugin-sdk` by path (default: the
-//!   `plugin-sdk/` of the source tree this `ax` was built from, when it is
-//!   still there) or by git (`--sdk-git URL`); `rust-toolchain.toml` pins the
-//!   toolchain and the `wasm32-wasip2` target.
-//! - `python`: `app.py`, `build.sh`, which installs the pinned
+//! - `rust`: a crate depending on `ax-plugin-sdk` by a path inside the
+//!   project: the SDK this binary was built with is compiled into it and
+//!   written to `ax-plugin-sdk/` (it generates its bindings from the project's
+//!   `wit/`), so the project builds with nothing but this binary and cargo's
+//!   registry; `--sdk-path DIR` (a clone's `plugin-sdk/`) or `--sdk-git URL`
+//!   name another SDK instead. `rust-toolchain.toml` pins the toolchain and
+//!   the `wasm32-wasip2` target.
+//! - `python`: `app.py`, `ax.py` (`@task`, which turns an exception escaping
+//!   `run` into the WIT's `task-error` with its type, message and innermost
+//!   frame), `build.sh`, which installs the pinned
 //!   componentize-py into `.venv` on first use, and `pyproject.toml` with the
 //!   version `ax plugin push` reads (Cargo.toml and package.json hold it for
 //!   the other two).
-//! - `js`: `app.js` and `package.json` with the pinned componentize-js and
-//!   `npm run build`.
+//! - `js`: `app.js`, `ax.js` (`task(run)`, which turns anything `run` throws
+//!   into the WIT's `task-error` with the exception's type, message and
+//!   line, so a `TypeError` is not lost in a trap) and `package.json` with
+//!   the pinned componentize-js and `npm run build`.
 //!
 //! Decisions: NAME is `[a-z][a-z0-9-]*` (at most 64), so one name is at once a
 //! valid plugin, task, crate and npm package name, and the built file
@@ -40,8 +47,28 @@ const TOOLCHAIN: &str = include_str!("../../../rust-toolchain.toml");
 pub(super) const COMPONENTIZE_PY: &str = "0.25.1";
 /// The componentize-js release the JavaScript scaffold pins (npm).
 pub(super) const COMPONENTIZE_JS: &str = "0.23.0";
-/// The SDK of the source tree this binary was built from.
-const SOURCE_SDK: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../plugin-sdk");
+/// The folder of a Rust project the SDK is written to (see the module docs).
+const SDK_DIR: &str = "ax-plugin-sdk";
+/// The SDK this binary was built with, written into a Rust project as is:
+/// (path in the project, text). Its `../wit` is the project's `wit/`.
+const SDK: &[(&str, &str)] = &[
+    (
+        "ax-plugin-sdk/Cargo.toml",
+        include_str!("../../../plugin-sdk/Cargo.toml"),
+    ),
+    (
+        "ax-plugin-sdk/src/lib.rs",
+        include_str!("../../../plugin-sdk/src/lib.rs"),
+    ),
+    (
+        "ax-plugin-sdk/src/caps.rs",
+        include_str!("../../../plugin-sdk/src/caps.rs"),
+    ),
+    (
+        "ax-plugin-sdk/src/http.rs",
+        include_str!("../../../plugin-sdk/src/http.rs"),
+    ),
+];
 
 const TASK: &str = include_str!("scaffold/task.yaml");
 
@@ -58,6 +85,8 @@ const RUST: &[(&str, &str)] = &[
 ];
 const PYTHON: &[(&str, &str)] = &[
     ("app.py", include_str!("scaffold/python/app.py")),
+    // `@task`: every exception becomes the WIT's task-error, with its message.
+    ("ax.py", include_str!("scaffold/python/ax.py")),
     // Holds the version `ax plugin push` reads.
     (
         "pyproject.toml",
@@ -74,6 +103,8 @@ const PYTHON: &[(&str, &str)] = &[
 ];
 const JS: &[(&str, &str)] = &[
     ("app.js", include_str!("scaffold/js/app.js")),
+    // `task(run)`: every throw becomes the WIT's task-error, with its message.
+    ("ax.js", include_str!("scaffold/js/ax.js")),
     ("package.json", include_str!("scaffold/js/package.json")),
     ("README.md", include_str!("scaffold/js/README.md")),
     (".gitignore", include_str!("scaffold/js/gitignore")),
@@ -103,10 +134,12 @@ pub(super) struct NewArgs {
     /// Where to create the project (default: ./NAME); must not exist or be empty.
     #[arg(long)]
     dir: Option<PathBuf>,
-    /// Rust: depend on the SDK at this path (a clone's `plugin-sdk/`).
+    /// Rust: depend on the SDK at this path (a clone's `plugin-sdk/`) instead
+    /// of the copy written into the project.
     #[arg(long, value_name = "DIR", conflicts_with = "sdk_git")]
     sdk_path: Option<PathBuf>,
-    /// Rust: depend on the SDK by git, the URL of an ax repository.
+    /// Rust: depend on the SDK by git, the URL of an ax repository, instead of
+    /// the copy written into the project.
     #[arg(long, value_name = "URL")]
     sdk_git: Option<String>,
 }
@@ -179,9 +212,9 @@ pub(super) fn new(args: &NewArgs) -> Result<Created, Error> {
     }
     let name = name.as_str();
     let file = name.replace('-', "_");
-    let sdk = match args.lang {
+    let (sdk, vendored) = match args.lang {
         Lang::Rust => sdk_dependency(args)?,
-        _ => String::new(),
+        _ => (String::new(), false),
     };
     let (fuel, memory_mb) = sample_limits(args.lang);
     let fill = |template: &str| {
@@ -209,6 +242,13 @@ pub(super) fn new(args: &NewArgs) -> Result<Created, Error> {
             .iter()
             .map(|(path, template)| (*path, fill(template), *path == "build.sh")),
     );
+    if vendored {
+        // Written as they are: the SDK's sources are not templates.
+        files.extend(
+            SDK.iter()
+                .map(|(path, text)| (*path, (*text).to_owned(), false)),
+        );
+    }
 
     let dir = args.dir.clone().unwrap_or_else(|| PathBuf::from(name));
     let created_dir = prepare_dir(&dir)?;
@@ -220,7 +260,7 @@ pub(super) fn new(args: &NewArgs) -> Result<Created, Error> {
             for (path, _, _) in &files {
                 let _ = std::fs::remove_file(dir.join(path));
             }
-            for sub in ["wit", "src"] {
+            for sub in ["wit", "src", "ax-plugin-sdk/src", SDK_DIR] {
                 let _ = std::fs::remove_dir(dir.join(sub));
             }
         }
@@ -250,37 +290,32 @@ fn sample_limits(lang: Lang) -> (u64, u64) {
     }
 }
 
-/// The `ax-plugin-sdk = …` line of the Rust scaffold's Cargo.toml.
-fn sdk_dependency(args: &NewArgs) -> Result<String, Error> {
+/// The `ax-plugin-sdk = …` line of the Rust scaffold's Cargo.toml, and
+/// whether it names the copy written into the project ([`SDK`]).
+fn sdk_dependency(args: &NewArgs) -> Result<(String, bool), Error> {
     if let Some(url) = &args.sdk_git {
         if url.trim().is_empty() {
             return Err(Error::Usage(
                 "--sdk-git needs the URL of an ax repository".into(),
             ));
         }
-        return Ok(format!("ax-plugin-sdk = {{ git = {} }}", toml_string(url)));
+        let line = format!("ax-plugin-sdk = {{ git = {} }}", toml_string(url));
+        return Ok((line, false));
     }
-    let (path, from_flag) = match &args.sdk_path {
-        Some(p) => (p.clone(), true),
-        None => (PathBuf::from(SOURCE_SDK), false),
+    let Some(path) = &args.sdk_path else {
+        let line = format!("ax-plugin-sdk = {{ path = {} }}", toml_string(SDK_DIR));
+        return Ok((line, true));
     };
-    match std::fs::canonicalize(&path) {
+    match std::fs::canonicalize(path) {
         Ok(abs) if abs.join("Cargo.toml").is_file() => {
             let text = abs.to_str().ok_or_else(|| {
                 Error::Usage(format!("{} is not UTF-8; pass --sdk-git", abs.display()))
             })?;
-            Ok(format!(
-                "ax-plugin-sdk = {{ path = {} }}",
-                toml_string(text)
-            ))
+            let line = format!("ax-plugin-sdk = {{ path = {} }}", toml_string(text));
+            Ok((line, false))
         }
-        _ if from_flag => Err(Error::Usage(format!(
-            "--sdk-path {}: no Cargo.toml there; point it at the plugin-sdk/ folder of a clone of ax",
-            path.display()
-        ))),
         _ => Err(Error::Usage(format!(
-            "this ax was built from a source tree that is gone ({}); pass --sdk-path \
-             DIR (the plugin-sdk/ of a clone of ax) or --sdk-git URL",
+            "--sdk-path {}: no Cargo.toml there; point it at the plugin-sdk/ folder of a clone of ax",
             path.display()
         ))),
     }
@@ -476,18 +511,32 @@ mod tests {
     }
 
     #[test]
-    fn a_rust_project_names_the_sdk_by_path_or_git() {
+    fn a_rust_project_gets_the_sdk_written_into_it_or_names_one_by_path_or_git() {
         let tmp = tempfile::tempdir().unwrap();
-        new(&args("p", Lang::Rust, &tmp.path().join("a"))).unwrap();
+        let created = new(&args("p", Lang::Rust, &tmp.path().join("a"))).unwrap();
         let manifest = std::fs::read_to_string(tmp.path().join("a/Cargo.toml")).unwrap();
-        let sdk = std::fs::canonicalize(SOURCE_SDK).unwrap();
         assert!(
-            manifest.contains(&format!(
-                "ax-plugin-sdk = {{ path = \"{}\" }}",
-                sdk.display()
-            )),
+            manifest.contains("ax-plugin-sdk = { path = \"ax-plugin-sdk\" }"),
             "{manifest}"
         );
+        for (path, text) in SDK {
+            assert!(created.files.contains(path), "{path}");
+            assert_eq!(
+                &std::fs::read_to_string(tmp.path().join("a").join(path)).unwrap(),
+                text
+            );
+        }
+
+        let mut local = args("p", Lang::Rust, &tmp.path().join("c"));
+        local.sdk_path = Some(PathBuf::from(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../plugin-sdk"
+        )));
+        let created = new(&local).unwrap();
+        assert!(!created.files.iter().any(|f| f.starts_with(SDK_DIR)));
+        let manifest = std::fs::read_to_string(tmp.path().join("c/Cargo.toml")).unwrap();
+        assert!(manifest.contains("plugin-sdk\" }"), "{manifest}");
+
         let mut git = args("p", Lang::Rust, &tmp.path().join("b"));
         git.sdk_git = Some("https://git.example/ax.git".into());
         new(&git).unwrap();
@@ -499,6 +548,22 @@ mod tests {
         let toolchain = std::fs::read_to_string(tmp.path().join("b/rust-toolchain.toml")).unwrap();
         assert!(toolchain.contains(&format!("channel = \"{}\"", toolchain_channel())));
         assert_ne!(toolchain_channel(), "stable");
+    }
+
+    /// Every source file of the SDK is in [`SDK`], so a file added to
+    /// `plugin-sdk/src` cannot be missing from the copy (whose build would fail).
+    #[test]
+    fn the_written_sdk_has_every_file_of_plugin_sdk() {
+        let root = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../plugin-sdk"));
+        let mut sources: Vec<String> = std::fs::read_dir(root.join("src"))
+            .unwrap()
+            .map(|e| format!("{SDK_DIR}/src/{}", e.unwrap().file_name().to_string_lossy()))
+            .collect();
+        sources.push(format!("{SDK_DIR}/Cargo.toml"));
+        sources.sort();
+        let mut written: Vec<String> = SDK.iter().map(|(p, _)| (*p).to_owned()).collect();
+        written.sort();
+        assert_eq!(written, sources);
     }
 
     #[test]

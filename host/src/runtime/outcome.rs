@@ -71,12 +71,67 @@ pub(super) fn classify_trap(
     };
     report.outcome = outcome;
     let mut message = message;
-    if outcome == Outcome::Trapped
-        && let Some(panic) = panic_message(&report.stderr)
-    {
-        message = format!("{message}; {panic}");
+    if outcome == Outcome::Trapped {
+        if let Some(exception) = guest_exception(&report.stderr) {
+            // The trap is only how the language runtime gave up; what the
+            // plugin did is in what it printed first.
+            message = exception;
+        } else if let Some(panic) = panic_message(&report.stderr) {
+            message = format!("{message}; {panic}");
+        }
     }
     report.error = Some(message);
+}
+
+/// What the guest did, when a trap follows an exception that escaped `run`
+/// as something other than the WIT's `task-error`: componentize-py prints
+/// the Python traceback, componentize-js the message of the failed lowering
+/// (`"undefined" is not one of the cases of error-kind` for a thrown
+/// `TypeError`) above a `Stack:` line, before both abort.
+fn guest_exception(stderr: &str) -> Option<String> {
+    const NOT_WIT: &str = "the plugin threw an exception that is not an error of the WIT interface";
+    if let Some(python) = python_exception(stderr) {
+        return Some(format!("{NOT_WIT}: {python}"));
+    }
+    let lines: Vec<&str> = stderr.lines().collect();
+    let stack = lines.iter().rposition(|l| l.trim_end() == "Stack:")?;
+    let thrown = lines[..stack].iter().rev().find(|l| !l.trim().is_empty())?;
+    Some(format!(
+        "{NOT_WIT}: {} (to return an error, throw {{ kind: \"fatal\" or \"retryable\", \
+         message }})",
+        thrown.trim()
+    ))
+}
+
+/// The last Python traceback in `stderr` as `Type: message (at file:line, in
+/// function)`, the frame being the innermost one, its file without folders.
+fn python_exception(stderr: &str) -> Option<String> {
+    let start = stderr.rfind("Traceback (most recent call last):")?;
+    let mut frame = None;
+    for line in stderr[start..].lines().skip(1) {
+        if let Some(rest) = line.trim_start().strip_prefix("File \"") {
+            // `File "/0/app.py", line 6, in pick`
+            let (file, rest) = rest.split_once('"')?;
+            let file = file.rsplit('/').next().unwrap_or(file);
+            let mut parts = rest.trim_start_matches(',').split(',').map(str::trim);
+            let line_no = parts.next()?.strip_prefix("line ")?;
+            let function = parts.next().and_then(|f| f.strip_prefix("in "));
+            frame = Some(match function {
+                Some(function) => format!("{file}:{line_no}, in {function}"),
+                None => format!("{file}:{line_no}"),
+            });
+        } else if line.starts_with(char::is_whitespace) || line.trim().is_empty() {
+            // A frame's source line (when the source was bundled).
+            continue;
+        } else {
+            // The first unindented line: `IndexError: list index out of range`.
+            return Some(match frame {
+                Some(frame) => format!("{} (at {frame})", line.trim()),
+                None => line.trim().to_owned(),
+            });
+        }
+    }
+    None
 }
 
 /// The prefix every trap's message carries, once.
@@ -142,6 +197,65 @@ mod tests {
         let error = report.error.unwrap();
         assert_eq!(error, "wasm trap: wasm `unreachable` instruction executed");
         assert_eq!(error.matches("wasm trap:").count(), 1, "{error}");
+    }
+
+    /// What componentize-py 0.25 prints before aborting on an `IndexError`.
+    const PYTHON_STDERR: &str = "Traceback (most recent call last):\n  File \"/0/app.py\", line 11, in run\n  File \"/0/app.py\", line 6, in pick\nIndexError: list index out of range\n\nthread '<unnamed>' (1) panicked at runtime/src/lib.rs:1293:29:\nPython function threw an unexpected exception\nnote: run with `RUST_BACKTRACE=1` environment variable to display a backtrace\n";
+    /// What componentize-js 0.23 prints before aborting on a thrown `TypeError`.
+    const JS_STDERR: &str = "\"undefined\" is not one of the cases of error-kind\nStack:\n  export_run@/tmp/956180c15d03/sources/initializer.js:883:17\n\nRedirecting call to abort() to mozalloc_abort\n\n";
+
+    fn trapped_with(stderr: &str) -> AttemptReport {
+        let mut report = report();
+        report.stderr = stderr.to_owned();
+        let err = wasmtime::Error::from(Trap::UnreachableCodeReached);
+        classify_trap(
+            &mut report,
+            &err,
+            &MemoryLimiter::new(1 << 20),
+            &Limits::default(),
+        );
+        report
+    }
+
+    #[test]
+    fn a_python_exception_names_its_type_message_and_innermost_frame() {
+        let report = trapped_with(PYTHON_STDERR);
+        assert_eq!(report.outcome, Outcome::Trapped);
+        assert_eq!(
+            report.error.as_deref(),
+            Some(
+                "the plugin threw an exception that is not an error of the WIT interface: \
+                 IndexError: list index out of range (at app.py:6, in pick)"
+            )
+        );
+    }
+
+    #[test]
+    fn a_javascript_throw_that_is_no_task_error_says_so_with_the_stderr_line() {
+        let report = trapped_with(JS_STDERR);
+        assert_eq!(report.outcome, Outcome::Trapped);
+        let error = report.error.unwrap();
+        assert!(
+            error.starts_with(
+                "the plugin threw an exception that is not an error of the WIT interface: \
+                 \"undefined\" is not one of the cases of error-kind (to return an error, throw {"
+            ),
+            "{error}"
+        );
+        assert!(!error.contains("wasm trap"), "{error}");
+    }
+
+    #[test]
+    fn a_rust_panic_keeps_the_trap_and_the_panic_message() {
+        let report =
+            trapped_with("\nthread '<unnamed>' panicked at src/lib.rs:5:5:\nboom\nnote: …\n");
+        assert_eq!(
+            report.error.as_deref(),
+            Some(
+                "wasm trap: wasm `unreachable` instruction executed; \
+                 thread '<unnamed>' panicked at src/lib.rs:5:5: boom"
+            )
+        );
     }
 
     #[test]

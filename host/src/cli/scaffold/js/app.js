@@ -1,20 +1,18 @@
 // {{name}}: an ax plugin. Greets whoever the input names.
 //
 // `run` gets the attempt's context and its input as JSON text and returns its
-// output as JSON text. Throwing a `{ kind, message }` object is an error the
-// plugin returns: kind "fatal" fails the step at once, "retryable" is retried
-// per the step's `retry` policy. Anything else thrown (an `Error`, a
-// `TypeError` from a bug) traps the instance (outcome `trapped`).
+// output as JSON text. Throwing `fatal(message)` fails the step at once,
+// `retryable(message)` is retried per the step's `retry` policy. `task` (in
+// ax.js) turns anything else thrown (a `TypeError` from a bug) into a
+// retryable error with the exception's type, message and line, so
+// `ax run show` names it.
 import { get as configGet } from "ax:plugin/config@0.1.0";
 import { log } from "ax:plugin/log@0.1.0";
 import { report } from "ax:plugin/progress@0.1.0";
 
-/** An error retrying will not help with: the step fails at once. */
-function fatal(message) {
-  return { kind: "fatal", message };
-}
+import { fatal, task } from "./ax.js";
 
-export function run(ctx, input) {
+export const run = task((ctx, input) => {
   let data;
   try {
     data = JSON.parse(input);
@@ -29,4 +27,4 @@ export function run(ctx, input) {
   log("info", `greeting ${data.name}`, [["attempt", String(ctx.attempt)]]);
   report(100, "done");
   return JSON.stringify({ greeting: `${greeting}, ${data.name}` });
-}
+});

@@ -1,26 +1,24 @@
 """{{name}}: an ax plugin. Greets whoever the input names.
 
 `run` gets the attempt's context and its input as JSON text and returns its
-output as JSON text. Raising `Err(TaskError(...))` is an error the plugin
-returns: `ErrorKind.FATAL` fails the step at once, `ErrorKind.RETRYABLE` is
-retried per the step's `retry` policy. Any other exception escaping `run`
-traps the instance (outcome `trapped`).
+output as JSON text. Raising `fatal(message)` fails the step at once,
+`retryable(message)` is retried per the step's `retry` policy. `@task` (in
+ax.py) turns any other exception escaping `run` (an `IndexError` from a bug)
+into a retryable error with the exception's type, message and line, so
+`ax run show` names it.
 """
 
 import json
 
 import wit_world
-from componentize_py_types import Err
 from wit_world.imports import config, log, progress
-from wit_world.imports.types import Context, ErrorKind, TaskError
+from wit_world.imports.types import Context
 
-
-def fatal(message: str) -> Err:
-    """An error retrying will not help with: the step fails at once."""
-    return Err(TaskError(kind=ErrorKind.FATAL, message=message))
+from ax import fatal, task
 
 
 class WitWorld(wit_world.WitWorld):
+    @task
     def run(self, ctx: Context, input: str) -> str:
         try:
             data = json.loads(input)
