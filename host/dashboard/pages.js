@@ -5,7 +5,7 @@
 
 import { get, getAll, post, pool, ApiError } from "./api.js";
 import {
-  h, replace, link, route, qs, badge, table, when, relative, human, span, bytes, num, button, TERMINAL,
+  h, replace, link, route, qs, badge, table, when, relative, human, span, bytes, num, button, failureOf, TERMINAL,
 } from "./dom.js";
 import { dag, histogram, outcomeStrip } from "./charts.js";
 import { openParamsForm } from "./params.js";
@@ -195,14 +195,25 @@ export async function taskPage(ctx, name) {
   );
 }
 
+/** A failed run's error in a line: its step, the error's class, the error's first line (all of it in the tooltip). */
+function shortError(r) {
+  const f = failureOf(r);
+  if (!f) return null;
+  const first = String(f.error || "").split("\n")[0];
+  const text = `${f.step ? f.step + ": " : ""}${first.length > 80 ? first.slice(0, 79) + "…" : first}`;
+  return h("span", { class: "run-error", title: [f.step, f.cls, f.error].filter(Boolean).join(" · ") }, f.cls ? h("span", { class: "error-class" }, f.cls) : null, " ", text);
+}
+
 function runsTable(runs) {
   return table(
     ["run", "task", "status", "trigger", "scheduled for", "started", "duration"],
     runs.map((r) => [
       link(route("runs", r.id), h("code", {}, r.id)),
       link(route("tasks", r.task), r.task),
-      // Why a run failed, or why it still waits (a tenant's quota, a paused pool).
-      r.reason ? h("span", { title: r.reason }, badge(r.status), " ", h("span", { class: "muted clip" }, r.reason)) : badge(r.status),
+      // A failed run's error; else why it still waits (a tenant's quota, a paused pool).
+      r.status === "failed" && failureOf(r)
+        ? h("span", {}, badge(r.status), " ", shortError(r))
+        : r.reason ? h("span", { title: r.reason }, badge(r.status), " ", h("span", { class: "muted clip" }, r.reason)) : badge(r.status),
       r.trigger,
       when(r.scheduled_for),
       when(r.started_at),
@@ -260,7 +271,9 @@ export async function pluginsPage(ctx) {
 }
 
 export async function deadLettersPage(ctx, params) {
-  const all = params.get("all") === "1";
+  // `id`: the one a run's timeline links to, marked (resolved ones included, so it is there).
+  const focus = params.get("id") || "";
+  const all = params.get("all") === "1" || Boolean(focus);
   const { dead_letters } = await get(`/v1/dead-letters?open=${all ? "false" : "true"}`);
   replace(
     ctx.main,
@@ -269,7 +282,7 @@ export async function deadLettersPage(ctx, params) {
     table(
       ["task", "run", "step", "attempts", "outcome", "error", "recorded", ""],
       dead_letters.map((d) => [
-        link(route("tasks", d.task), d.task),
+        h("span", { dataset: { deadLetter: d.id }, title: d.id }, link(route("tasks", d.task), d.task)),
         link(route("runs", d.run_id), h("code", {}, d.run_id)),
         d.step,
         String(d.attempts),
@@ -287,8 +300,14 @@ export async function deadLettersPage(ctx, params) {
             }
           }),
       ]),
+      { id: "dead-letters" },
     ),
   );
+  const row = focus && [...ctx.main.querySelectorAll("[data-dead-letter]")].find((e) => e.dataset.deadLetter === focus);
+  if (row) {
+    row.closest("tr").classList.add("focus");
+    row.scrollIntoView({ block: "center" });
+  }
 }
 
 export { errorBox, num };

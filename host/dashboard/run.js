@@ -5,7 +5,7 @@
 // active.
 
 import { get, post } from "./api.js";
-import { h, replace, link, route, badge, table, when, human, span, bytes, num, jsonBlock, button, TERMINAL } from "./dom.js";
+import { h, replace, link, route, badge, table, when, human, span, bytes, num, jsonBlock, button, confirmDialog, failureOf, TERMINAL } from "./dom.js";
 import { dag, attemptTimeline } from "./charts.js";
 import { flash } from "./pages.js";
 
@@ -72,6 +72,13 @@ function stepResult(st) {
   return st.output !== null && st.output !== undefined ? jsonBlock(st.output) : "-";
 }
 
+/** An event's reason, its dead letter's id (`… dead letter d0194…`: `d` and hex) a link to that dead letter. */
+function reasonText(reason) {
+  const m = /^(.*\bdead letter `?)(d[0-9a-f]{8,})(`?.*)$/s.exec(reason);
+  if (!m) return reason;
+  return [m[1], link("#/dead-letters" + `?all=1&id=${encodeURIComponent(m[2])}`, h("code", { class: "dead-letter" }, m[2])), m[3]];
+}
+
 /** State changes and log lines of every attempt, in time order. */
 function mergedTimeline(run, events, logs) {
   const t0 = ms(run.created_at);
@@ -79,7 +86,7 @@ function mergedTimeline(run, events, logs) {
     at: ms(e.at),
     who: e.step ? `${e.step}${e.attempt ? " #" + e.attempt : ""}` : "run",
     kind: "event",
-    what: [e.from ? `${e.from} → ` : "", badge(e.to), e.reason ? ` ${e.reason}` : "", e.actor ? h("span", { class: "muted" }, ` (${e.actor})`) : ""],
+    what: [e.from ? `${e.from} → ` : "", badge(e.to), e.reason ? [" ", reasonText(e.reason)] : "", e.actor ? h("span", { class: "muted" }, ` (${e.actor})`) : ""],
   }));
   const startOf = new Map();
   for (const s of run.steps || []) for (const a of s.attempts || []) startOf.set(`${s.name}#${a.number}`, ms(a.started_at));
@@ -149,6 +156,18 @@ export async function runPage(ctx, id) {
     }
     await ctx.refresh();
   };
+  const fail = failureOf(run);
+  // Rerun from a step (it and everything downstream run again, in this run), after a confirmation naming both.
+  const rerun = (step) => () =>
+    confirmDialog(
+      "Rerun from a step",
+      ["Run step ", h("code", {}, step), " of run ", h("code", {}, run.id), " (task ", run.task, ") again, with every step downstream of it?"],
+      `Rerun ${step}`,
+      async () => {
+        await post(`/v1/runs/${enc}/steps/${encodeURIComponent(step)}/rerun`);
+        await ctx.refresh();
+      },
+    );
   replace(
     ctx.main,
     h("h1", {}, "Run ", h("code", {}, run.id), " ", h("span", { id: "run-status" }, badge(run.status))),
@@ -161,6 +180,10 @@ export async function runPage(ctx, id) {
       h("dt", {}, "started"), h("dd", {}, when(run.started_at), run.started_at ? h("span", { class: "muted" }, ` (${human(span(run.scheduled_for, run.started_at))} after scheduled)`) : null),
       h("dt", {}, "finished"), h("dd", {}, when(run.finished_at), run.finished_at ? h("span", { class: "muted" }, ` (took ${human(span(run.started_at, run.finished_at))})`) : null),
       run.reason ? [h("dt", {}, "reason"), h("dd", {}, run.reason)] : null,
+      // The failing step's error up front, with its class (retryable, fatal, a sandbox limit).
+      fail
+        ? [h("dt", {}, "error"), h("dd", { id: "run-error" }, fail.step ? [h("code", {}, fail.step), " "] : null, fail.cls ? h("span", { class: "error-class" }, fail.cls) : null, h("pre", { class: "error-text" }, fail.error))]
+        : null,
       run.idempotency_key ? [h("dt", {}, "idempotency key"), h("dd", {}, h("code", {}, run.idempotency_key))] : null,
     ),
     h(
@@ -172,13 +195,16 @@ export async function runPage(ctx, id) {
     h("h2", {}, "Steps"),
     graph ? dag(graph) : h("p", { class: "muted" }, "the task's graph is not available"),
     table(
-      ["step", "plugin", "status", "attempts", "output / error"],
+      ["step", "plugin", "status", "attempts", "output / error", ""],
       (run.steps || []).map((st) => [
         st.name,
         st.plugin ? h("code", {}, st.plugin) : "-",
         badge(st.status),
         String((st.attempts || []).length),
         stepResult(st),
+        !active && (st.status === "failed" || st.status === "dead")
+          ? button("Rerun from this step", rerun(st.name), { "data-action": "rerun", "data-step": st.name })
+          : null,
       ]),
       // On a phone each step is a card, its output or error the card's full width.
       { id: "steps", class: "stack" },

@@ -585,6 +585,60 @@ fn dashboard_signs_in_runs_a_task_and_shows_its_logs() {
                     .await
                     .unwrap();
                 assert_eq!(injected, json!(0), "an error message became markup");
+                // The failing step's error and its class are in the header.
+                let header = b
+                    .client
+                    .execute(
+                        "const e = document.querySelector('#run-error'); return e && [e.querySelector('code').textContent, e.querySelector('.error-class').textContent, e.querySelector('.error-text').textContent];",
+                        vec![],
+                    )
+                    .await
+                    .unwrap();
+                assert_eq!(
+                    header,
+                    json!(["flaky", "retryable", "upstream <i>down</i>"]),
+                    "[step, class, error] in the run header"
+                );
+                let failed_run = b
+                    .client
+                    .execute("return location.hash.split('/').pop();", vec![])
+                    .await
+                    .unwrap();
+                let failed_run = failed_run.as_str().unwrap().to_owned();
+                // The dead letter in the timeline is a link to it.
+                let dead_link = b
+                    .client
+                    .execute(
+                        "const a = document.querySelector('#timeline a code.dead-letter'); return a && a.textContent;",
+                        vec![],
+                    )
+                    .await
+                    .unwrap();
+                let dead_id = dead_link.as_str().expect("a dead letter link in the timeline").to_owned();
+                b.click("#timeline a code.dead-letter").await;
+                b.wait_for(
+                    "the linked dead letter, marked",
+                    &format!("document.querySelector('#dead-letters tr.focus [data-dead-letter={dead_id:?}]') && document.querySelector('#dead-letters tr.focus').textContent.includes('flaky')"),
+                    long,
+                )
+                .await;
+                // The Runs list says why flaky's run failed.
+                b.goto(&format!("{}/#/runs?task=flaky", url)).await;
+                let listed = b
+                    .wait_for(
+                        "flaky's run's error in the Runs list",
+                        "document.querySelector('table.runs .run-error')?.textContent",
+                        long,
+                    )
+                    .await;
+                assert_eq!(listed, json!("retryable flaky: upstream <i>down</i>"));
+                b.goto(&format!("{}/#/runs/{failed_run}", url)).await;
+                b.wait_for(
+                    "the failed run again",
+                    "document.querySelector('button[data-action=rerun][data-step=flaky]')",
+                    long,
+                )
+                .await;
                 // A warning is amber, not red like an error.
                 let warn = b
                     .client
@@ -616,6 +670,26 @@ fn dashboard_signs_in_runs_a_task_and_shows_its_logs() {
                 )
                 .await;
                 b.shot("10-dead-letters").await;
+
+                // Rerun from the failed step: a confirmation naming the run and
+                // the step first; Cancel does nothing, the button reruns.
+                b.goto(&format!("{}/#/runs/{failed_run}", url)).await;
+                b.click("button[data-action=rerun][data-step=flaky]").await;
+                let asked = b
+                    .wait_for("the rerun confirmation", "document.querySelector('dialog[open] #confirm-form')?.textContent", long)
+                    .await;
+                let asked = asked.as_str().unwrap();
+                assert!(asked.contains(&failed_run) && asked.contains("Run step flaky of run"), "{asked}");
+                b.click("dialog[open] #confirm-form button[type=button]").await;
+                b.wait_for("the dialog closed", "!document.querySelector('dialog')", long).await;
+                b.click("button[data-action=rerun][data-step=flaky]").await;
+                b.click("dialog[open] #confirm-form button[data-action=confirm]").await;
+                b.wait_for(
+                    "the rerun requested, then failed again",
+                    "!document.querySelector('dialog') && document.querySelector('#timeline')?.textContent.includes('rerun of step `flaky` requested') && document.querySelector('#run-status .badge')?.textContent === 'failed'",
+                    long,
+                )
+                .await;
 
                 // Cursor paging, one run a page: greet's run is older than flaky's.
                 b.goto(&format!("{}/#/runs?limit=1", url)).await;
