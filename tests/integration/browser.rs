@@ -707,6 +707,78 @@ fn dashboard_signs_in_runs_a_task_and_shows_its_logs() {
                 )
                 .await;
 
+                // Failures across tasks: each task's strip of recent outcomes,
+                // from one list call (no per-task call for a task in it).
+                b.client
+                    .execute("performance.setResourceTimingBufferSize(100000); performance.clearResourceTimings();", vec![])
+                    .await
+                    .unwrap();
+                b.goto(&format!("{}/#/tasks", url)).await;
+                let strip = b
+                    .wait_for(
+                        "flaky's strip of recent outcomes",
+                        "document.querySelector('.recent[data-task=flaky] a') && [...document.querySelectorAll('.recent[data-task=flaky] a')].map(a => a.getAttribute('href') + ' ' + a.querySelector('rect').getAttribute('class'))",
+                        long,
+                    )
+                    .await;
+                assert_eq!(strip, json!([format!("#/runs/{failed_run} st-failed")]));
+                // The task list again, now with a failure among its strips.
+                b.shot("02-tasks").await;
+                let per_task = b
+                    .client
+                    .execute(
+                        "return performance.getEntriesByType('resource').map(e => e.name).filter(n => /\\/v1\\/runs\\?task=(greet|flaky)&limit=1$/.test(n));",
+                        vec![],
+                    )
+                    .await
+                    .unwrap();
+                assert_eq!(per_task, json!([]), "a task with recent runs was asked for on its own");
+                // The search box filters the tasks by name, and says when none matches.
+                b.client.find(Locator::Css("#task-search")).await.unwrap().send_keys("FLA").await.unwrap();
+                b.wait_for(
+                    "only flaky listed",
+                    "location.hash === '#/tasks?q=FLA' && [...document.querySelectorAll('#tasks tbody tr')].filter(r => !r.hidden).map(r => r.cells[0].textContent).join() === 'flaky' && document.querySelector('#no-match').hidden",
+                    long,
+                )
+                .await;
+                b.client.find(Locator::Css("#task-search")).await.unwrap().send_keys("zzz").await.unwrap();
+                b.wait_for(
+                    "no task listed, and why",
+                    "[...document.querySelectorAll('#tasks tbody tr')].every(r => r.hidden) && !document.querySelector('#no-match').hidden",
+                    long,
+                )
+                .await;
+
+                // Runs: failed in the last 24 h (a quick link), and a run opened by its id.
+                b.goto(&format!("{}/#/runs", url)).await;
+                b.click(".quick a").await;
+                let failed = b
+                    .wait_for(
+                        "the failed runs of the last 24 h",
+                        "location.hash === '#/runs?status=failed&since=24h' && document.querySelector('select[name=since]')?.value === '24h' && document.querySelector('select[name=status]').value === 'failed' && [...document.querySelectorAll('table.runs tbody tr')].map(r => r.cells[0].textContent + ' ' + r.cells[2].querySelector('.badge').textContent)",
+                        long,
+                    )
+                    .await;
+                assert_eq!(failed, json!([format!("{failed_run} failed")]));
+                b.client.find(Locator::Css("#run-search")).await.unwrap().send_keys("r-no-such-run").await.unwrap();
+                b.click("#run-open button[type=submit]").await;
+                b.wait_for(
+                    "an unknown run id refused in place",
+                    "document.querySelector('#run-open [role=alert]')?.textContent === 'no run r-no-such-run' && location.hash.startsWith('#/runs?')",
+                    long,
+                )
+                .await;
+                let search = b.client.find(Locator::Css("#run-search")).await.unwrap();
+                search.clear().await.unwrap();
+                search.send_keys(&failed_run).await.unwrap();
+                b.click("#run-open button[type=submit]").await;
+                b.wait_for(
+                    "the run opened by its id",
+                    &format!("location.hash === '#/runs/{failed_run}' && document.querySelector('#run-status .badge')"),
+                    long,
+                )
+                .await;
+
                 b.goto(&format!("{}/#/tasks/greet", url)).await;
                 b.wait_for("the task page's chart", "document.querySelector('svg.chart')", long).await;
                 b.shot("06-task").await;
@@ -896,6 +968,8 @@ fn dashboard_signs_in_runs_a_task_and_shows_its_logs() {
                 assert!(widths[0].as_i64() <= widths[1].as_i64(), "the run page scrolls sideways: {widths}");
                 assert!(widths[2].as_f64().is_some_and(|w| w >= 100.0), "the steps' error column is squeezed: {widths}");
                 b.shot("13-phone-run").await;
+                b.fits_width(&format!("{}/#/runs?status=failed&since=24h", url), "document.querySelector('#run-search') && document.querySelector('table.runs tbody a')").await;
+                b.fits_width(&format!("{}/#/tasks?q=fla", url), "document.querySelector('.recent[data-task=flaky] a')").await;
                 b.fits_width(&format!("{}/#/plugins", url), "document.querySelector('#plugins tbody td')").await;
                 b.fits_width(&format!("{}/#/dead-letters", url), "document.querySelector('main table tbody td')").await;
                 b.fits_width(&format!("{}/#/alerts", url), "document.querySelector('main table')").await;
