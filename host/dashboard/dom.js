@@ -106,14 +106,34 @@ export function zoneLabel(d) {
   return `UTC${off > 0 ? "+" : "-"}${pad(Math.floor(abs / 60))}:${pad(abs % 60)}`;
 }
 
-/** `2026-11-30 08:30:00 UTC+08:00` in the browser's zone, labelled with it; the exact instant in a tooltip. */
-export function when(iso) {
+/** How the page header names the zone every time is shown in: `times in UTC+08:00`. */
+export function zoneCaption(now = new Date()) {
+  return `times in ${zoneLabel(now)}`;
+}
+
+/**
+ * `2026-11-30 08:30:00` in the browser's zone, which the page header names
+ * once (`zoneCaption`); an instant whose offset differs from today's (the
+ * other side of a DST change) says its own. The exact instant is the tooltip.
+ * `ms: true` adds milliseconds; `day` (an instant) leaves the date out when
+ * it is that instant's local date, for a table whose caption gives it.
+ */
+export function when(iso, opts = {}) {
   if (!iso) return "-";
   const d = new Date(iso);
   if (isNaN(d)) return String(iso);
-  const pad = (n) => String(n).padStart(2, "0");
-  const text = `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())} ${zoneLabel(d)}`;
-  return h("time", { datetime: iso, title: iso }, text);
+  const pad = (n, w = 2) => String(n).padStart(w, "0");
+  const date = (x) => `${x.getFullYear()}-${pad(x.getMonth() + 1)}-${pad(x.getDate())}`;
+  const sameDay = opts.day && date(new Date(opts.day)) === date(d);
+  const clock = `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}${opts.ms ? "." + pad(d.getMilliseconds(), 3) : ""}`;
+  const zone = zoneLabel(d) === zoneLabel(new Date()) ? "" : ` ${zoneLabel(d)}`;
+  return h("time", { datetime: iso, title: iso }, `${sameDay ? "" : date(d) + " "}${clock}${zone}`);
+}
+
+/** The local date of an instant: `2026-11-30`. */
+export function dayOf(iso) {
+  const d = new Date(iso);
+  return `${d.getFullYear()}-${String(d.getMonth() + 1).padStart(2, "0")}-${String(d.getDate()).padStart(2, "0")}`;
 }
 
 /** `in 5s`, `3m ago`. */

@@ -50,9 +50,12 @@ function pct(rate) {
   return rate === null ? "-" : `${(rate * 100).toFixed(1)}%`;
 }
 
-function stat(label, value, cls) {
-  return h("div", { class: ["stat", cls] }, h("div", { class: "value" }, value), h("div", { class: "label" }, label));
+function stat(label, value, cls, title) {
+  return h("div", { class: ["stat", cls], title }, h("div", { class: "value" }, value), h("div", { class: "label" }, label));
 }
+
+/** Below this share of succeeded runs the success rate shows red. */
+const SUCCESS_TARGET = 0.95;
 
 /**
  * The four signals the seed articles run a scheduler by: backlog, running
@@ -81,7 +84,12 @@ async function overview(recentRuns) {
     stat("store", ready ? "ready" : "not ready", ready ? "good" : "bad"),
     stat("queued", count(queued)),
     stat("running", count(running)),
-    stat(`success (last ${sr.done})`, pct(sr.rate), sr.rate !== null && sr.rate < 0.95 ? "bad" : "good"),
+    stat(
+      `success (last ${sr.done}; red under ${SUCCESS_TARGET * 100}%)`,
+      pct(sr.rate),
+      sr.rate !== null && sr.rate < SUCCESS_TARGET ? "bad" : "good",
+      `${sr.ok} of the last ${sr.done} finished runs succeeded (cancelled ones not counted); green at ${SUCCESS_TARGET * 100}% or more, red under it`,
+    ),
     stat("start lateness p95", p95 === null ? "-" : human(Math.max(0, p95)), p95 !== null && p95 > 5000 ? "bad" : ""),
     stat("open dead letters", link("#/dead-letters", String(openDead)), openDead ? "bad" : ""),
   );
@@ -350,14 +358,34 @@ export async function runsPage(ctx, params) {
   if (!cursor) ctx.later(() => ctx.refresh(), 3000);
 }
 
+/** The plugin references (`name@1.0.0`, `name@^1`, `name@stable`) of a task's definition: its own and its steps'. */
+function pluginRefs(spec) {
+  return [spec && spec.plugin, ...((spec && spec.steps) || []).map((st) => st.plugin)].filter((x) => typeof x === "string");
+}
+
 export async function pluginsPage(ctx) {
-  const { plugins } = await get("/v1/plugins");
+  const [{ plugins }, tasks] = await Promise.all([get("/v1/plugins"), getAll("/v1/tasks", "tasks")]);
+  // Which tasks name each plugin (any version, range or tag of it), with the reference they use.
+  const users = new Map();
+  for (const t of tasks) {
+    for (const ref of new Set(pluginRefs(t.spec))) {
+      const name = ref.split("@")[0];
+      const list = users.get(name) || [];
+      if (!list.some((u) => u.task === t.name)) list.push({ task: t.name, ref });
+      users.set(name, list);
+    }
+  }
+  const usedBy = (name) => {
+    const list = users.get(name) || [];
+    if (!list.length) return h("span", { class: "muted" }, "no task");
+    return h("span", { class: "used-by", dataset: { plugin: name } }, list.map((u, i) => [i ? ", " : "", h("a", { href: route("tasks", u.task), title: u.ref }, u.task)]));
+  };
   replace(
     ctx.main,
     h("h1", {}, "Plugins"),
     table(
-      ["name", "version", "tags", "digest (sha256)", "size", "uploaded"],
-      plugins.map((p) => [p.name, p.version, (p.tags || []).length ? (p.tags || []).join(", ") : "-", h("code", { title: p.digest }, String(p.digest).slice(0, 16) + "…"), bytes(p.size), when(p.created_at)]),
+      ["name", "version", "tags", "digest (sha256)", "size", "uploaded", "used by (tasks naming it)"],
+      plugins.map((p) => [p.name, p.version, (p.tags || []).length ? (p.tags || []).join(", ") : "-", h("code", { title: p.digest }, String(p.digest).slice(0, 16) + "…"), bytes(p.size), when(p.created_at), usedBy(p.name)]),
       { id: "plugins" },
     ),
   );

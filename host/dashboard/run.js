@@ -5,7 +5,7 @@
 // active.
 
 import { get, post } from "./api.js";
-import { h, replace, link, route, badge, table, when, human, span, bytes, num, jsonBlock, button, confirmDialog, failureOf, TERMINAL } from "./dom.js";
+import { h, s, replace, link, route, badge, table, when, dayOf, human, span, bytes, num, jsonBlock, button, confirmDialog, failureOf, TERMINAL } from "./dom.js";
 import { dag, attemptTimeline } from "./charts.js";
 import { flash } from "./pages.js";
 
@@ -40,7 +40,23 @@ function attemptRows(run, events) {
   return rows.sort((x, y) => x.started - y.started);
 }
 
-function attemptsTable(rows) {
+/**
+ * The attempt chart's legend: only what it draws (a queued bar where an
+ * attempt waited, a backoff bar where a retry waited), each with its swatch.
+ */
+function attemptLegend(rows) {
+  const swatch = (cls, height) => s("svg", { width: 18, height: 10, "aria-hidden": "true" }, s("rect", { x: 0, y: (10 - height) / 2, width: 18, height, rx: 2, class: cls }));
+  const items = [
+    rows.some((r) => r.queued !== null && r.started !== null && r.started > r.queued) ? ["queued", swatch("wait", 6), " queued"] : null,
+    ["attempt", swatch("st-succeeded", 10), swatch("st-failed", 10), " the attempt, coloured by outcome"],
+    rows.some((r) => r.backoff) ? ["backoff", swatch("backoff", 6), " retry backoff"] : null,
+  ].filter(Boolean);
+  return h("p", { class: "legend muted", id: "attempts-legend" }, items.map(([key, ...what], i) => [i ? " · " : "", h("span", { dataset: { item: key } }, what)]));
+}
+
+/** The attempts; its times are times of day (with milliseconds) on the run's day, which the caption gives. */
+function attemptsTable(rows, day) {
+  const at = (iso) => when(iso, { ms: true, day });
   return table(
     ["step", "#", "version", "outcome", "queued", "started", "finished", "waited", "ran", "fuel", "memory peak", "error"],
     rows.map((r) => [
@@ -49,9 +65,9 @@ function attemptsTable(rows) {
       // The plugin version the attempt ran (what a range or tag resolved to when it started).
       r.a.plugin_version ? h("code", { title: `${r.plugin || ""} sha256:${r.a.plugin_digest || "?"}` }, r.a.plugin_version) : "-",
       badge(r.outcome || "running"),
-      r.queued ? when(new Date(r.queued).toISOString()) : "-",
-      when(r.a.started_at),
-      when(r.a.finished_at),
+      r.queued ? at(new Date(r.queued).toISOString()) : "-",
+      at(r.a.started_at),
+      at(r.a.finished_at),
       r.queued !== null ? human(r.started - r.queued) : "-",
       r.a.finished_at ? human(r.a.duration_ms) : "-",
       num(r.a.fuel_consumed),
@@ -211,8 +227,9 @@ export async function runPage(ctx, id) {
     ),
     h("h2", {}, "Attempts"),
     rows.length ? attemptTimeline(rows, t0, t1) : null,
-    rows.length ? h("p", { class: "muted" }, "grey: queued · bar: the attempt, coloured by outcome · amber: retry backoff") : null,
-    attemptsTable(rows),
+    rows.length ? attemptLegend(rows) : null,
+    rows.length ? h("p", { class: "muted caption", id: "attempts-caption" }, `queued, started and finished: times of day on ${dayOf(run.created_at)}, to the millisecond (a date where another day)`) : null,
+    attemptsTable(rows, run.created_at),
     h("h2", {}, "Timeline: state changes and logs"),
     mergedTimeline(run, events, logs),
     h("h2", {}, "Logs"),

@@ -495,17 +495,61 @@ fn dashboard_signs_in_runs_a_task_and_shows_its_logs() {
                         .is_some_and(|t| t.starts_with("skipped: condition is false")),
                     "{whisper}"
                 );
-                // Every instant shown says its zone (the browser's, Asia/Shanghai here).
+                // The zone (the browser's, Asia/Shanghai here) is said once, in
+                // the header, not in every time; attempts' times have
+                // milliseconds, each on one line, their day in a caption.
+                let zone = b
+                    .client
+                    .execute("return document.querySelector('#zone').textContent;", vec![])
+                    .await
+                    .unwrap();
+                assert_eq!(zone, json!("times in UTC+08:00"));
                 let times = b
                     .client
-                    .execute("return [...document.querySelectorAll('main time')].map(t => t.textContent);", vec![])
+                    .execute("return [...document.querySelectorAll('main time:not(#attempts time)')].map(t => t.textContent);", vec![])
                     .await
                     .unwrap();
                 let times = times.as_array().unwrap();
                 assert!(!times.is_empty());
                 for t in times {
-                    assert!(t.as_str().unwrap().ends_with(" UTC+08:00"), "{t}");
+                    let t = t.as_str().unwrap();
+                    assert!(!t.contains("UTC"), "a time repeats the zone: {t}");
+                    assert_eq!(t.len(), "2026-12-05 20:24:17".len(), "{t}");
                 }
+                let attempt_times = b
+                    .client
+                    .execute(
+                        "return [...document.querySelectorAll('#attempts time')].map(t => [t.textContent, t.getClientRects().length]);",
+                        vec![],
+                    )
+                    .await
+                    .unwrap();
+                let attempt_times = attempt_times.as_array().unwrap();
+                assert!(attempt_times.len() >= 4, "{attempt_times:?}");
+                for t in attempt_times {
+                    let text = t[0].as_str().unwrap();
+                    let shape: String = text.chars().map(|c| if c.is_ascii_digit() { '9' } else { c }).collect();
+                    assert_eq!(shape, "99:99:99.999", "an attempt time: {text}");
+                    assert_eq!(t[1], json!(1), "{text} wraps");
+                }
+                let caption = b
+                    .client
+                    .execute("return document.querySelector('#attempts-caption').textContent;", vec![])
+                    .await
+                    .unwrap();
+                assert!(caption.as_str().unwrap().contains("times of day on 20"), "{caption}");
+                // The attempts chart's legend lists only what the chart draws:
+                // no retry here, so no backoff.
+                let legend = b
+                    .client
+                    .execute(
+                        "return [[...document.querySelectorAll('#attempts-legend [data-item]')].map(e => e.dataset.item), ['queued', 'attempt', 'backoff'].filter(k => document.querySelector({queued: 'svg.timeline rect.wait', attempt: 'svg.timeline rect[class^=st-]', backoff: 'svg.timeline rect.backoff'}[k]))];",
+                        vec![],
+                    )
+                    .await
+                    .unwrap();
+                assert_eq!(legend[0], legend[1], "[legend items, drawn items]");
+                assert!(!legend[0].as_array().unwrap().contains(&json!("backoff")), "{legend}");
                 let attempts = b
                     .client
                     .execute("return document.querySelectorAll('#attempts tbody tr').length;", vec![])
@@ -538,6 +582,36 @@ fn dashboard_signs_in_runs_a_task_and_shows_its_logs() {
                 )
                 .await;
                 b.shot("05-plugins").await;
+                // Each plugin says which tasks use it, each a link.
+                let users = b
+                    .client
+                    .execute(
+                        "return ['hello', 'echo', 'fail'].map(p => [...document.querySelectorAll(`.used-by[data-plugin=${p}] a`)].map(a => a.textContent + '=' + a.getAttribute('href')).join());",
+                        vec![],
+                    )
+                    .await
+                    .unwrap();
+                assert_eq!(
+                    users,
+                    json!([
+                        "greet=#/tasks/greet",
+                        "export=#/tasks/export,greet=#/tasks/greet,report=#/tasks/report",
+                        "flaky=#/tasks/flaky,patient=#/tasks/patient"
+                    ])
+                );
+                // The success rate's colour says its threshold.
+                b.goto(&format!("{}/#/tasks", url)).await;
+                let success = b
+                    .wait_for(
+                        "the success rate",
+                        "[...document.querySelectorAll('.stat')].map(e => [e.querySelector('.label').textContent, e.title]).find(([l]) => l.startsWith('success'))",
+                        long,
+                    )
+                    .await;
+                assert!(
+                    success[0].as_str().unwrap().contains("red under 95%") && success[1].as_str().unwrap().contains("red under it"),
+                    "{success}"
+                );
                 // Pause and resume from the task list.
                 b.goto(&format!("{}/#/tasks", url)).await;
                 b.click("button[data-action=pause][data-task=greet]").await;
@@ -585,6 +659,16 @@ fn dashboard_signs_in_runs_a_task_and_shows_its_logs() {
                     .await
                     .unwrap();
                 assert_eq!(injected, json!(0), "an error message became markup");
+                // Its retries waited: the legend lists the backoff it draws.
+                let legend = b
+                    .client
+                    .execute(
+                        "return [[...document.querySelectorAll('#attempts-legend [data-item]')].map(e => e.dataset.item), document.querySelectorAll('svg.timeline rect.backoff').length];",
+                        vec![],
+                    )
+                    .await
+                    .unwrap();
+                assert!(legend[0].as_array().unwrap().contains(&json!("backoff")) && legend[1].as_i64() >= Some(2), "{legend}");
                 // The failing step's error and its class are in the header.
                 let header = b
                     .client
@@ -983,6 +1067,14 @@ fn dashboard_signs_in_runs_a_task_and_shows_its_logs() {
                 b.wait_for("default's usage", "document.querySelector('#usage-by-task')?.textContent.includes('greet')", long)
                     .await;
                 b.shot("08-tenant-usage").await;
+                // A usage row links to its task.
+                b.click("#usage-by-task a[href='#/tasks/greet']").await;
+                b.wait_for(
+                    "greet's task page from its usage row",
+                    "location.hash === '#/tasks/greet' && document.querySelector('button[data-action=run][data-task=greet]')",
+                    long,
+                )
+                .await;
                 // The quota reads as a table of limits, not as JSON.
                 b.goto(&format!("{}/#/tenants/acme", url)).await;
                 let quota = b
