@@ -6,7 +6,7 @@
 // every route is drawn here from /v1 answers.
 
 import { session, signIn, signOut, get, ApiError, tenantTokenId } from "./api.js";
-import { h, replace } from "./dom.js";
+import { h, replace, zoneCaption } from "./dom.js";
 import { tasksPage, taskPage, runsPage, pluginsPage, deadLettersPage, errorBox } from "./pages.js";
 import { runPage } from "./run.js";
 import { alertsPage } from "./alerts.js";
@@ -105,7 +105,9 @@ function navigation(path) {
   document.getElementById("nav-tenants").hidden = !s.admin;
   const id = tenantTokenId(s.token);
   const label = id ? `tenant token ${id}` : `admin · tenant ${s.tenant || "default"}`;
-  replace(who, label, " ", h("button", { type: "button", id: "signout", onclick: () => { signOut(); location.hash = "#/signin"; } }, "Sign out"));
+  // The zone every time on the page is shown in, said once here rather than in every cell.
+  const zone = h("span", { id: "zone", title: "every time shown is in your browser's time zone; hover a time for its exact UTC instant" }, zoneCaption());
+  replace(who, zone, " · ", label, " ", h("button", { type: "button", id: "signout", onclick: () => { signOut(); location.hash = "#/signin"; } }, "Sign out"));
 }
 
 async function render() {

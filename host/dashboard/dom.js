@@ -106,14 +106,34 @@ export function zoneLabel(d) {
   return `UTC${off > 0 ? "+" : "-"}${pad(Math.floor(abs / 60))}:${pad(abs % 60)}`;
 }
 
-/** `2026-11-30 08:30:00 UTC+08:00` in the browser's zone, labelled with it; the exact instant in a tooltip. */
-export function when(iso) {
+/** How the page header names the zone every time is shown in: `times in UTC+08:00`. */
+export function zoneCaption(now = new Date()) {
+  return `times in ${zoneLabel(now)}`;
+}
+
+/**
+ * `2026-11-30 08:30:00` in the browser's zone, which the page header names
+ * once (`zoneCaption`); an instant whose offset differs from today's (the
+ * other side of a DST change) says its own. The exact instant is the tooltip.
+ * `ms: true` adds milliseconds; `day` (an instant) leaves the date out when
+ * it is that instant's local date, for a table whose caption gives it.
+ */
+export function when(iso, opts = {}) {
   if (!iso) return "-";
   const d = new Date(iso);
   if (isNaN(d)) return String(iso);
-  const pad = (n) => String(n).padStart(2, "0");
-  const text = `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())} ${zoneLabel(d)}`;
-  return h("time", { datetime: iso, title: iso }, text);
+  const pad = (n, w = 2) => String(n).padStart(w, "0");
+  const date = (x) => `${x.getFullYear()}-${pad(x.getMonth() + 1)}-${pad(x.getDate())}`;
+  const sameDay = opts.day && date(new Date(opts.day)) === date(d);
+  const clock = `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}${opts.ms ? "." + pad(d.getMilliseconds(), 3) : ""}`;
+  const zone = zoneLabel(d) === zoneLabel(new Date()) ? "" : ` ${zoneLabel(d)}`;
+  return h("time", { datetime: iso, title: iso }, `${sameDay ? "" : date(d) + " "}${clock}${zone}`);
+}
+
+/** The local date of an instant: `2026-11-30`. */
+export function dayOf(iso) {
+  const d = new Date(iso);
+  return `${d.getFullYear()}-${String(d.getMonth() + 1).padStart(2, "0")}-${String(d.getDate()).padStart(2, "0")}`;
 }
 
 /** `in 5s`, `3m ago`. */
@@ -176,3 +196,75 @@ export function button(label, action, attrs = {}) {
 }
 
 export const TERMINAL = new Set(["succeeded", "failed", "cancelled"]);
+
+/** Outcomes that mean the sandbox stopped the plugin (a limit), not the plugin's own error. */
+const LIMITS = {
+  trapped: "trapped",
+  fuel_exhausted: "fuel exhausted",
+  memory_exceeded: "memory exceeded",
+  timed_out: "timed out",
+  output_too_large: "output too large",
+  lost: "host lost",
+};
+
+/**
+ * What kind of failure an attempt was: `retryable` or `fatal` for an error
+ * the plugin returned (its `error_kind`), `sandbox limit: …` for a trap or a
+ * limit the host enforced.
+ */
+export function failureClass(attempt) {
+  if (!attempt) return null;
+  if (attempt.outcome in LIMITS) return `sandbox limit: ${LIMITS[attempt.outcome]}`;
+  if (attempt.outcome === "failed") return attempt.error_kind || "failed";
+  return attempt.outcome || null;
+}
+
+/**
+ * Why a failed run failed: its failing step (the one its reason names, else
+ * the first failed or dead one), that step's last error and the error's
+ * class, from the run view alone (`GET /v1/runs` and `/v1/runs/ID` carry the
+ * steps and their attempts). Null for a run that did not fail.
+ */
+export function failureOf(run) {
+  if (!run || run.status !== "failed") return null;
+  const failed = (run.steps || []).filter((st) => st.status === "failed" || st.status === "dead");
+  if (!failed.length) return run.reason ? { step: null, error: run.reason, cls: null } : null;
+  const step = failed.find((st) => run.reason && run.reason.includes("`" + st.name + "`")) || failed[0];
+  const last = (step.attempts || []).filter((a) => a.outcome && a.outcome !== "succeeded").pop() || null;
+  return { step: step.name, error: (last && last.error) || step.error || "", cls: failureClass(last) };
+}
+
+/**
+ * A modal confirmation: `title`, a sentence saying what will happen (nodes or
+ * text), and a button `label` that runs `action` (its refusal is shown in the
+ * dialog). Like every dialog it is removed when the page changes.
+ */
+export function confirmDialog(title, body, label, action) {
+  const status = h("p", { class: "error", role: "alert", hidden: true });
+  const cancel = h("button", { type: "button" }, "Cancel");
+  const ok = h("button", { type: "submit", class: "primary", "data-action": "confirm" }, label);
+  const form = h("form", { class: "confirm", id: "confirm-form" }, h("h2", {}, title), h("p", {}, body), status, h("p", { class: "actions" }, ok, cancel));
+  const dialog = h("dialog", { class: "params-dialog" }, form);
+  const close = () => {
+    dialog.close();
+    dialog.remove();
+  };
+  cancel.addEventListener("click", close);
+  dialog.addEventListener("close", () => dialog.remove());
+  form.addEventListener("submit", async (e) => {
+    e.preventDefault();
+    ok.disabled = true;
+    try {
+      await action();
+      close();
+    } catch (err) {
+      status.hidden = false;
+      status.textContent = err && err.code ? `${err.code}: ${err.message}` : String(err);
+    } finally {
+      ok.disabled = false;
+    }
+  });
+  document.body.append(dialog);
+  dialog.showModal();
+  return dialog;
+}

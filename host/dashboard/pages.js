@@ -5,7 +5,7 @@
 
 import { get, getAll, post, pool, ApiError } from "./api.js";
 import {
-  h, replace, link, route, qs, badge, table, when, relative, human, span, bytes, num, button, TERMINAL,
+  h, replace, link, route, qs, badge, table, when, relative, human, span, bytes, num, button, failureOf, TERMINAL,
 } from "./dom.js";
 import { dag, histogram, outcomeStrip } from "./charts.js";
 import { openParamsForm } from "./params.js";
@@ -50,24 +50,26 @@ function pct(rate) {
   return rate === null ? "-" : `${(rate * 100).toFixed(1)}%`;
 }
 
-function stat(label, value, cls) {
-  return h("div", { class: ["stat", cls] }, h("div", { class: "value" }, value), h("div", { class: "label" }, label));
+function stat(label, value, cls, title) {
+  return h("div", { class: ["stat", cls], title }, h("div", { class: "value" }, value), h("div", { class: "label" }, label));
 }
+
+/** Below this share of succeeded runs the success rate shows red. */
+const SUCCESS_TARGET = 0.95;
 
 /**
  * The four signals the seed articles run a scheduler by: backlog, running
  * work, success rate, start lateness (scheduled → started, p95 over recent
  * scheduled runs); plus readiness and open dead letters.
  */
-async function overview() {
-  const [ready, queued, running, recent, dead] = await Promise.all([
+async function overview(recentRuns) {
+  const [ready, queued, running, dead] = await Promise.all([
     fetch("/readyz", { cache: "no-store" }).then((r) => r.ok, () => false),
     get("/v1/runs?status=queued&limit=1000"),
     get("/v1/runs?status=running&limit=1000"),
-    get("/v1/runs?limit=200"),
     get("/v1/dead-letters"),
   ]);
-  const runs = recent.runs || [];
+  const runs = recentRuns.slice(0, 200);
   const sr = successRate(runs);
   const late = runs
     .filter((r) => r.trigger !== "manual" && r.started_at)
@@ -82,18 +84,60 @@ async function overview() {
     stat("store", ready ? "ready" : "not ready", ready ? "good" : "bad"),
     stat("queued", count(queued)),
     stat("running", count(running)),
-    stat(`success (last ${sr.done})`, pct(sr.rate), sr.rate !== null && sr.rate < 0.95 ? "bad" : "good"),
+    stat(
+      `success (last ${sr.done}; red under ${SUCCESS_TARGET * 100}%)`,
+      pct(sr.rate),
+      sr.rate !== null && sr.rate < SUCCESS_TARGET ? "bad" : "good",
+      `${sr.ok} of the last ${sr.done} finished runs succeeded (cancelled ones not counted); green at ${SUCCESS_TARGET * 100}% or more, red under it`,
+    ),
     stat("start lateness p95", p95 === null ? "-" : human(Math.max(0, p95)), p95 !== null && p95 > 5000 ? "bad" : ""),
     stat("open dead letters", link("#/dead-letters", String(openDead)), openDead ? "bad" : ""),
   );
 }
 
+/** How many runs the task list reads in one call for the strips and the success rate. */
+const RECENT_RUNS = 500;
+/** Runs in a task's strip of recent outcomes. */
+const STRIP_RUNS = 10;
+/** Tasks absent from those runs whose last run is asked for one by one (six at a time); past this, the cell says so. */
+const LOOKUPS = 50;
+
+/** The task list's name filter, from `#/tasks?q=` (read at each draw, so a refresh keeps it). */
+const taskQuery = () => new URLSearchParams(location.hash.split("?")[1] || "").get("q") || "";
+
+/** Hides the task rows whose name does not contain `q` (case-insensitive). */
+function filterTasks(main, q) {
+  const needle = q.trim().toLowerCase();
+  let shown = 0;
+  for (const tr of main.querySelectorAll("#tasks tbody tr")) {
+    const name = tr.querySelector("[data-name]")?.dataset.name;
+    if (name === undefined) continue;
+    tr.hidden = Boolean(needle) && !name.toLowerCase().includes(needle);
+    if (!tr.hidden) shown++;
+  }
+  const none = main.querySelector("#no-match");
+  if (none) none.hidden = !needle || shown > 0;
+}
+
 export async function tasksPage(ctx) {
-  const [tasks, strip] = await Promise.all([getAll("/v1/tasks", "tasks"), overview()]);
-  // The last run of each task: one small query per task, six at a time.
-  const last = await pool(tasks, 6, (t) => get(`/v1/runs${qs({ task: t.name, limit: 1 })}`).then((v) => (v.runs || [])[0] || null));
-  const rows = tasks.map((t, i) => {
-    const r = last[i];
+  // One call for the recent runs of every task: the strips, each task's last
+  // run and the health strip's success rate all come from it.
+  const [tasks, recent] = await Promise.all([getAll("/v1/tasks", "tasks"), get(`/v1/runs?limit=${RECENT_RUNS}`)]);
+  const recentRuns = recent.runs || [];
+  const strip = await overview(recentRuns);
+  const byTask = new Map();
+  for (const r of recentRuns) {
+    const list = byTask.get(r.task) || [];
+    if (list.length < STRIP_RUNS) list.push(r);
+    byTask.set(r.task, list);
+  }
+  // A task absent from those runs: its last run asked for on its own, for the first LOOKUPS such tasks.
+  const missing = tasks.filter((t) => !byTask.has(t.name)).slice(0, LOOKUPS);
+  const found = await pool(missing, 6, (t) => get(`/v1/runs${qs({ task: t.name, limit: 1 })}`).then((v) => v.runs || []));
+  missing.forEach((t, i) => byTask.set(t.name, found[i]));
+  const rows = tasks.map((t) => {
+    const runs = byTask.get(t.name);
+    const r = runs ? runs[0] || null : null;
     const act = async (what) => {
       try {
         if (what === "run" && hasParams(t)) return openParamsForm(t, () => ctx.refresh());
@@ -105,10 +149,16 @@ export async function tasksPage(ctx) {
       await ctx.refresh();
     };
     return [
-      link(route("tasks", t.name), t.name),
+      link(route("tasks", t.name), h("span", { dataset: { name: t.name } }, t.name)),
       h("code", {}, triggerText(t.spec)),
       t.paused ? badge("paused") : t.next_fire ? h("span", { title: t.next_fire }, relative(t.next_fire)) : "-",
-      r ? h("span", { class: "last", dataset: { task: t.name } }, link(route("runs", r.id), badge(r.status)), " ", relative(r.created_at), r.reason ? h("span", { class: "muted clip", title: r.reason }, " · " + r.reason) : null) : h("span", { class: "muted no-runs" }, "no runs yet"),
+      r
+        ? h("span", { class: "last", dataset: { task: t.name } }, link(route("runs", r.id), badge(r.status)), " ", relative(r.created_at), r.reason ? h("span", { class: "muted clip", title: r.reason }, " · " + r.reason) : null)
+        : runs
+          ? h("span", { class: "muted no-runs" }, "no runs yet")
+          : h("span", { class: "muted" }, link(route("runs") + qs({ task: t.name }), `not in the last ${RECENT_RUNS} runs`)),
+      // Its last runs, oldest left, one square each, a link to the run.
+      runs && runs.length ? h("span", { class: "recent", dataset: { task: t.name } }, outcomeStrip(runs)) : "-",
       h(
         "span",
         { class: "actions" },
@@ -119,15 +169,28 @@ export async function tasksPage(ctx) {
       ),
     ];
   });
+  // The search box keeps its text and focus across the page's refreshes; its text lives in the URL.
+  const hadFocus = document.activeElement && document.activeElement.id === "task-search";
+  const search = h("input", { type: "search", id: "task-search", placeholder: "filter by name", "aria-label": "filter tasks by name", value: taskQuery() });
+  search.addEventListener("input", () => {
+    history.replaceState(null, "", "#/tasks" + qs({ q: search.value }));
+    filterTasks(ctx.main, search.value);
+  });
   replace(
     ctx.main,
     strip,
-    h("h1", {}, "Tasks"),
+    h("div", { class: "title-row" }, h("h1", {}, "Tasks"), h("form", { class: "filters", role: "search", onsubmit: (e) => e.preventDefault() }, search)),
     // On a phone each task is a card, so Run now and Pause stay on screen.
-    table(["task", "trigger", "next fire", "last run", ""], rows, { id: "tasks", class: "stack" }),
+    table(["task", "trigger", "next fire", "last run", `last ${STRIP_RUNS}`, ""], rows, { id: "tasks", class: "stack" }),
+    h("p", { class: "muted", id: "no-match", hidden: true }, "no task's name contains that"),
   );
+  filterTasks(ctx.main, search.value);
+  if (hadFocus) {
+    search.focus();
+    search.setSelectionRange(search.value.length, search.value.length);
+  }
   // Watch runs in flight (a "Run now" just clicked, a cron firing).
-  const active = last.some((r) => r && !TERMINAL.has(r.status));
+  const active = [...byTask.values()].some((runs) => runs[0] && !TERMINAL.has(runs[0].status));
   ctx.later(() => ctx.refresh(), active ? 1000 : 5000);
 }
 
@@ -195,14 +258,25 @@ export async function taskPage(ctx, name) {
   );
 }
 
+/** A failed run's error in a line: its step, the error's class, the error's first line (all of it in the tooltip). */
+function shortError(r) {
+  const f = failureOf(r);
+  if (!f) return null;
+  const first = String(f.error || "").split("\n")[0];
+  const text = `${f.step ? f.step + ": " : ""}${first.length > 80 ? first.slice(0, 79) + "…" : first}`;
+  return h("span", { class: "run-error", title: [f.step, f.cls, f.error].filter(Boolean).join(" · ") }, f.cls ? h("span", { class: "error-class" }, f.cls) : null, " ", text);
+}
+
 function runsTable(runs) {
   return table(
     ["run", "task", "status", "trigger", "scheduled for", "started", "duration"],
     runs.map((r) => [
       link(route("runs", r.id), h("code", {}, r.id)),
       link(route("tasks", r.task), r.task),
-      // Why a run failed, or why it still waits (a tenant's quota, a paused pool).
-      r.reason ? h("span", { title: r.reason }, badge(r.status), " ", h("span", { class: "muted clip" }, r.reason)) : badge(r.status),
+      // A failed run's error; else why it still waits (a tenant's quota, a paused pool).
+      r.status === "failed" && failureOf(r)
+        ? h("span", {}, badge(r.status), " ", shortError(r))
+        : r.reason ? h("span", { title: r.reason }, badge(r.status), " ", h("span", { class: "muted clip" }, r.reason)) : badge(r.status),
       r.trigger,
       when(r.scheduled_for),
       when(r.started_at),
@@ -215,52 +289,112 @@ function runsTable(runs) {
 
 const RUN_STATUSES = ["", "queued", "running", "succeeded", "failed", "cancelled"];
 
+/** The time ranges of the Runs page: `since=` value, label, milliseconds. */
+const RANGES = [["", "any time", 0], ["1h", "last 1 h", 3600e3], ["24h", "last 24 h", 24 * 3600e3], ["7d", "last 7 d", 7 * 24 * 3600e3]];
+
 export async function runsPage(ctx, params) {
   // `limit` stays in the URL with the filters, so paging keeps the page size.
-  const filter = { task: params.get("task") || "", status: params.get("status") || "", limit: params.get("limit") || "" };
+  const filter = { task: params.get("task") || "", status: params.get("status") || "", since: params.get("since") || "", limit: params.get("limit") || "" };
   const cursor = params.get("cursor") || "";
   const [page, tasks] = await Promise.all([
-    get(`/v1/runs${qs({ ...filter, cursor, limit: filter.limit || 50 })}`),
+    get(`/v1/runs${qs({ task: filter.task, status: filter.status, cursor, limit: filter.limit || 50 })}`),
     getAll("/v1/tasks", "tasks"),
   ]);
+  // The time range is applied here: runs come newest first, so the range
+  // ends within this page once a run older than it shows, and paging stops there.
+  const range = RANGES.find(([v]) => v === filter.since) || RANGES[0];
+  const cutoff = range[2] ? Date.now() - range[2] : null;
+  const all = page.runs || [];
+  const runs = cutoff === null ? all : all.filter((r) => new Date(r.created_at).getTime() >= cutoff);
+  const more = page.next_cursor && runs.length === all.length;
   const taskSelect = h("select", { name: "task", "aria-label": "task" }, h("option", { value: "" }, "all tasks"), tasks.map((t) => h("option", { value: t.name, selected: t.name === filter.task }, t.name)));
   const statusSelect = h("select", { name: "status", "aria-label": "status" }, RUN_STATUSES.map((x) => h("option", { value: x, selected: x === filter.status }, x || "any status")));
+  const sinceSelect = h("select", { name: "since", "aria-label": "time range" }, RANGES.map(([v, label]) => h("option", { value: v, selected: v === range[0] }, label)));
   const apply = () => {
-    location.hash = "#/runs" + qs({ task: taskSelect.value, status: statusSelect.value, limit: filter.limit });
+    location.hash = "#/runs" + qs({ task: taskSelect.value, status: statusSelect.value, since: sinceSelect.value, limit: filter.limit });
   };
   taskSelect.addEventListener("change", apply);
   statusSelect.addEventListener("change", apply);
+  sinceSelect.addEventListener("change", apply);
+  // Open a run by its id (checked first, so a typo says so here).
+  // The page redraws every 3 s: what was typed, and the focus, stay.
+  const typed = document.getElementById("run-search");
+  const refocus = Boolean(typed) && document.activeElement === typed;
+  const idInput = h("input", { type: "search", id: "run-search", name: "run", placeholder: "run id", "aria-label": "run id", autocomplete: "off", value: typed ? typed.value : null });
+  const idStatus = h("span", { class: "error-inline", role: "alert", hidden: true });
+  const open = async (e) => {
+    e.preventDefault();
+    const id = idInput.value.trim();
+    if (!id) return;
+    try {
+      await get(`/v1/runs/${encodeURIComponent(id)}`);
+    } catch (err) {
+      idStatus.hidden = false;
+      idStatus.textContent = err instanceof ApiError && err.status === 404 ? `no run ${id}` : String(err.message || err);
+      return;
+    }
+    location.hash = route("runs", id);
+  };
   replace(
     ctx.main,
     h("h1", {}, "Runs"),
-    h("form", { class: "filters", onsubmit: (e) => e.preventDefault() }, taskSelect, statusSelect),
-    runsTable(page.runs || []),
+    h(
+      "div",
+      { class: "filter-bar" },
+      h("form", { class: "filters", onsubmit: (e) => e.preventDefault() }, taskSelect, statusSelect, sinceSelect),
+      h("p", { class: "quick" }, link("#/runs" + qs({ status: "failed", since: "24h" }), "failed in the last 24 h")),
+      h("form", { class: "filters", id: "run-open", role: "search", onsubmit: open }, idInput, h("button", { type: "submit" }, "Open"), idStatus),
+    ),
+    runsTable(runs),
     h(
       "p",
       { class: "pager" },
       cursor ? link("#/runs" + qs(filter), "← newest") : null,
-      page.next_cursor ? link("#/runs" + qs({ ...filter, cursor: page.next_cursor }), "older →") : null,
+      more ? link("#/runs" + qs({ ...filter, cursor: page.next_cursor }), "older →") : null,
     ),
   );
+  if (refocus) idInput.focus();
   // The first page follows new runs; older pages stay put.
   if (!cursor) ctx.later(() => ctx.refresh(), 3000);
 }
 
+/** The plugin references (`name@1.0.0`, `name@^1`, `name@stable`) of a task's definition: its own and its steps'. */
+function pluginRefs(spec) {
+  return [spec && spec.plugin, ...((spec && spec.steps) || []).map((st) => st.plugin)].filter((x) => typeof x === "string");
+}
+
 export async function pluginsPage(ctx) {
-  const { plugins } = await get("/v1/plugins");
+  const [{ plugins }, tasks] = await Promise.all([get("/v1/plugins"), getAll("/v1/tasks", "tasks")]);
+  // Which tasks name each plugin (any version, range or tag of it), with the reference they use.
+  const users = new Map();
+  for (const t of tasks) {
+    for (const ref of new Set(pluginRefs(t.spec))) {
+      const name = ref.split("@")[0];
+      const list = users.get(name) || [];
+      if (!list.some((u) => u.task === t.name)) list.push({ task: t.name, ref });
+      users.set(name, list);
+    }
+  }
+  const usedBy = (name) => {
+    const list = users.get(name) || [];
+    if (!list.length) return h("span", { class: "muted" }, "no task");
+    return h("span", { class: "used-by", dataset: { plugin: name } }, list.map((u, i) => [i ? ", " : "", h("a", { href: route("tasks", u.task), title: u.ref }, u.task)]));
+  };
   replace(
     ctx.main,
     h("h1", {}, "Plugins"),
     table(
-      ["name", "version", "tags", "digest (sha256)", "size", "uploaded"],
-      plugins.map((p) => [p.name, p.version, (p.tags || []).length ? (p.tags || []).join(", ") : "-", h("code", { title: p.digest }, String(p.digest).slice(0, 16) + "…"), bytes(p.size), when(p.created_at)]),
+      ["name", "version", "tags", "digest (sha256)", "size", "uploaded", "used by (tasks naming it)"],
+      plugins.map((p) => [p.name, p.version, (p.tags || []).length ? (p.tags || []).join(", ") : "-", h("code", { title: p.digest }, String(p.digest).slice(0, 16) + "…"), bytes(p.size), when(p.created_at), usedBy(p.name)]),
       { id: "plugins" },
     ),
   );
 }
 
 export async function deadLettersPage(ctx, params) {
-  const all = params.get("all") === "1";
+  // `id`: the one a run's timeline links to, marked (resolved ones included, so it is there).
+  const focus = params.get("id") || "";
+  const all = params.get("all") === "1" || Boolean(focus);
   const { dead_letters } = await get(`/v1/dead-letters?open=${all ? "false" : "true"}`);
   replace(
     ctx.main,
@@ -269,7 +403,7 @@ export async function deadLettersPage(ctx, params) {
     table(
       ["task", "run", "step", "attempts", "outcome", "error", "recorded", ""],
       dead_letters.map((d) => [
-        link(route("tasks", d.task), d.task),
+        h("span", { dataset: { deadLetter: d.id }, title: d.id }, link(route("tasks", d.task), d.task)),
         link(route("runs", d.run_id), h("code", {}, d.run_id)),
         d.step,
         String(d.attempts),
@@ -287,8 +421,14 @@ export async function deadLettersPage(ctx, params) {
             }
           }),
       ]),
+      { id: "dead-letters" },
     ),
   );
+  const row = focus && [...ctx.main.querySelectorAll("[data-dead-letter]")].find((e) => e.dataset.deadLetter === focus);
+  if (row) {
+    row.closest("tr").classList.add("focus");
+    row.scrollIntoView({ block: "center" });
+  }
 }
 
 export { errorBox, num };

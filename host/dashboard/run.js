@@ -5,7 +5,7 @@
 // active.
 
 import { get, post } from "./api.js";
-import { h, replace, link, route, badge, table, when, human, span, bytes, num, jsonBlock, button, TERMINAL } from "./dom.js";
+import { h, s, replace, link, route, badge, table, when, dayOf, human, span, bytes, num, jsonBlock, button, confirmDialog, failureOf, TERMINAL } from "./dom.js";
 import { dag, attemptTimeline } from "./charts.js";
 import { flash } from "./pages.js";
 
@@ -40,7 +40,23 @@ function attemptRows(run, events) {
   return rows.sort((x, y) => x.started - y.started);
 }
 
-function attemptsTable(rows) {
+/**
+ * The attempt chart's legend: only what it draws (a queued bar where an
+ * attempt waited, a backoff bar where a retry waited), each with its swatch.
+ */
+function attemptLegend(rows) {
+  const swatch = (cls, height) => s("svg", { width: 18, height: 10, "aria-hidden": "true" }, s("rect", { x: 0, y: (10 - height) / 2, width: 18, height, rx: 2, class: cls }));
+  const items = [
+    rows.some((r) => r.queued !== null && r.started !== null && r.started > r.queued) ? ["queued", swatch("wait", 6), " queued"] : null,
+    ["attempt", swatch("st-succeeded", 10), swatch("st-failed", 10), " the attempt, coloured by outcome"],
+    rows.some((r) => r.backoff) ? ["backoff", swatch("backoff", 6), " retry backoff"] : null,
+  ].filter(Boolean);
+  return h("p", { class: "legend muted", id: "attempts-legend" }, items.map(([key, ...what], i) => [i ? " · " : "", h("span", { dataset: { item: key } }, what)]));
+}
+
+/** The attempts; its times are times of day (with milliseconds) on the run's day, which the caption gives. */
+function attemptsTable(rows, day) {
+  const at = (iso) => when(iso, { ms: true, day });
   return table(
     ["step", "#", "version", "outcome", "queued", "started", "finished", "waited", "ran", "fuel", "memory peak", "error"],
     rows.map((r) => [
@@ -49,9 +65,9 @@ function attemptsTable(rows) {
       // The plugin version the attempt ran (what a range or tag resolved to when it started).
       r.a.plugin_version ? h("code", { title: `${r.plugin || ""} sha256:${r.a.plugin_digest || "?"}` }, r.a.plugin_version) : "-",
       badge(r.outcome || "running"),
-      r.queued ? when(new Date(r.queued).toISOString()) : "-",
-      when(r.a.started_at),
-      when(r.a.finished_at),
+      r.queued ? at(new Date(r.queued).toISOString()) : "-",
+      at(r.a.started_at),
+      at(r.a.finished_at),
       r.queued !== null ? human(r.started - r.queued) : "-",
       r.a.finished_at ? human(r.a.duration_ms) : "-",
       num(r.a.fuel_consumed),
@@ -72,6 +88,13 @@ function stepResult(st) {
   return st.output !== null && st.output !== undefined ? jsonBlock(st.output) : "-";
 }
 
+/** An event's reason, its dead letter's id (`… dead letter d0194…`: `d` and hex) a link to that dead letter. */
+function reasonText(reason) {
+  const m = /^(.*\bdead letter `?)(d[0-9a-f]{8,})(`?.*)$/s.exec(reason);
+  if (!m) return reason;
+  return [m[1], link("#/dead-letters" + `?all=1&id=${encodeURIComponent(m[2])}`, h("code", { class: "dead-letter" }, m[2])), m[3]];
+}
+
 /** State changes and log lines of every attempt, in time order. */
 function mergedTimeline(run, events, logs) {
   const t0 = ms(run.created_at);
@@ -79,7 +102,7 @@ function mergedTimeline(run, events, logs) {
     at: ms(e.at),
     who: e.step ? `${e.step}${e.attempt ? " #" + e.attempt : ""}` : "run",
     kind: "event",
-    what: [e.from ? `${e.from} → ` : "", badge(e.to), e.reason ? ` ${e.reason}` : "", e.actor ? h("span", { class: "muted" }, ` (${e.actor})`) : ""],
+    what: [e.from ? `${e.from} → ` : "", badge(e.to), e.reason ? [" ", reasonText(e.reason)] : "", e.actor ? h("span", { class: "muted" }, ` (${e.actor})`) : ""],
   }));
   const startOf = new Map();
   for (const s of run.steps || []) for (const a of s.attempts || []) startOf.set(`${s.name}#${a.number}`, ms(a.started_at));
@@ -149,6 +172,18 @@ export async function runPage(ctx, id) {
     }
     await ctx.refresh();
   };
+  const fail = failureOf(run);
+  // Rerun from a step (it and everything downstream run again, in this run), after a confirmation naming both.
+  const rerun = (step) => () =>
+    confirmDialog(
+      "Rerun from a step",
+      ["Run step ", h("code", {}, step), " of run ", h("code", {}, run.id), " (task ", run.task, ") again, with every step downstream of it?"],
+      `Rerun ${step}`,
+      async () => {
+        await post(`/v1/runs/${enc}/steps/${encodeURIComponent(step)}/rerun`);
+        await ctx.refresh();
+      },
+    );
   replace(
     ctx.main,
     h("h1", {}, "Run ", h("code", {}, run.id), " ", h("span", { id: "run-status" }, badge(run.status))),
@@ -161,6 +196,10 @@ export async function runPage(ctx, id) {
       h("dt", {}, "started"), h("dd", {}, when(run.started_at), run.started_at ? h("span", { class: "muted" }, ` (${human(span(run.scheduled_for, run.started_at))} after scheduled)`) : null),
       h("dt", {}, "finished"), h("dd", {}, when(run.finished_at), run.finished_at ? h("span", { class: "muted" }, ` (took ${human(span(run.started_at, run.finished_at))})`) : null),
       run.reason ? [h("dt", {}, "reason"), h("dd", {}, run.reason)] : null,
+      // The failing step's error up front, with its class (retryable, fatal, a sandbox limit).
+      fail
+        ? [h("dt", {}, "error"), h("dd", { id: "run-error" }, fail.step ? [h("code", {}, fail.step), " "] : null, fail.cls ? h("span", { class: "error-class" }, fail.cls) : null, h("pre", { class: "error-text" }, fail.error))]
+        : null,
       run.idempotency_key ? [h("dt", {}, "idempotency key"), h("dd", {}, h("code", {}, run.idempotency_key))] : null,
     ),
     h(
@@ -172,21 +211,25 @@ export async function runPage(ctx, id) {
     h("h2", {}, "Steps"),
     graph ? dag(graph) : h("p", { class: "muted" }, "the task's graph is not available"),
     table(
-      ["step", "plugin", "status", "attempts", "output / error"],
+      ["step", "plugin", "status", "attempts", "output / error", ""],
       (run.steps || []).map((st) => [
         st.name,
         st.plugin ? h("code", {}, st.plugin) : "-",
         badge(st.status),
         String((st.attempts || []).length),
         stepResult(st),
+        !active && (st.status === "failed" || st.status === "dead")
+          ? button("Rerun from this step", rerun(st.name), { "data-action": "rerun", "data-step": st.name })
+          : null,
       ]),
       // On a phone each step is a card, its output or error the card's full width.
       { id: "steps", class: "stack" },
     ),
     h("h2", {}, "Attempts"),
     rows.length ? attemptTimeline(rows, t0, t1) : null,
-    rows.length ? h("p", { class: "muted" }, "grey: queued · bar: the attempt, coloured by outcome · amber: retry backoff") : null,
-    attemptsTable(rows),
+    rows.length ? attemptLegend(rows) : null,
+    rows.length ? h("p", { class: "muted caption", id: "attempts-caption" }, `queued, started and finished: times of day on ${dayOf(run.created_at)}, to the millisecond (a date where another day)`) : null,
+    attemptsTable(rows, run.created_at),
     h("h2", {}, "Timeline: state changes and logs"),
     mergedTimeline(run, events, logs),
     h("h2", {}, "Logs"),

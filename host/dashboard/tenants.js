@@ -109,6 +109,23 @@ function quotaTable(q) {
   return table(["limit", "value", "field"], rows, { id: "quota" });
 }
 
+/**
+ * A link to `task` of `tenant`: the dashboard shows the tenant it acts as,
+ * so following it switches to `tenant` first when that is another one.
+ */
+function taskLink(tenant, task) {
+  const acting = session().tenant || "default";
+  const a = h("a", { href: route("tasks", task), title: tenant === acting ? null : `opens it acting as tenant ${tenant}` }, task);
+  if (tenant !== acting) {
+    // Runs before the hash changes, so the task page is drawn as `tenant`.
+    a.addEventListener("click", () => {
+      const current = session();
+      signIn(current.token, tenant === "default" ? "" : tenant, current.admin);
+    });
+  }
+  return a;
+}
+
 /** Switches the admin's session to act on `tenant` and opens its tasks. */
 function actAs(tenant) {
   const current = session();
@@ -210,7 +227,7 @@ export async function tenantPage(ctx, name) {
     ),
     table(
       ["task", "attempts", "fuel", "wall time", "outcomes"],
-      Object.entries(u.by_task || {}).map(([task, x]) => [task, num(x.attempts), fuel(x.fuel), human(x.wall_ms), outcomes(x.outcomes)]),
+      Object.entries(u.by_task || {}).map(([task, x]) => [taskLink(t.name, task), num(x.attempts), fuel(x.fuel), human(x.wall_ms), outcomes(x.outcomes)]),
       { id: "usage-by-task" },
     ),
     h("h3", {}, "Quota as set"),

@@ -495,17 +495,61 @@ fn dashboard_signs_in_runs_a_task_and_shows_its_logs() {
                         .is_some_and(|t| t.starts_with("skipped: condition is false")),
                     "{whisper}"
                 );
-                // Every instant shown says its zone (the browser's, Asia/Shanghai here).
+                // The zone (the browser's, Asia/Shanghai here) is said once, in
+                // the header, not in every time; attempts' times have
+                // milliseconds, each on one line, their day in a caption.
+                let zone = b
+                    .client
+                    .execute("return document.querySelector('#zone').textContent;", vec![])
+                    .await
+                    .unwrap();
+                assert_eq!(zone, json!("times in UTC+08:00"));
                 let times = b
                     .client
-                    .execute("return [...document.querySelectorAll('main time')].map(t => t.textContent);", vec![])
+                    .execute("return [...document.querySelectorAll('main time:not(#attempts time)')].map(t => t.textContent);", vec![])
                     .await
                     .unwrap();
                 let times = times.as_array().unwrap();
                 assert!(!times.is_empty());
                 for t in times {
-                    assert!(t.as_str().unwrap().ends_with(" UTC+08:00"), "{t}");
+                    let t = t.as_str().unwrap();
+                    assert!(!t.contains("UTC"), "a time repeats the zone: {t}");
+                    assert_eq!(t.len(), "2026-12-05 20:24:17".len(), "{t}");
                 }
+                let attempt_times = b
+                    .client
+                    .execute(
+                        "return [...document.querySelectorAll('#attempts time')].map(t => [t.textContent, t.getClientRects().length]);",
+                        vec![],
+                    )
+                    .await
+                    .unwrap();
+                let attempt_times = attempt_times.as_array().unwrap();
+                assert!(attempt_times.len() >= 4, "{attempt_times:?}");
+                for t in attempt_times {
+                    let text = t[0].as_str().unwrap();
+                    let shape: String = text.chars().map(|c| if c.is_ascii_digit() { '9' } else { c }).collect();
+                    assert_eq!(shape, "99:99:99.999", "an attempt time: {text}");
+                    assert_eq!(t[1], json!(1), "{text} wraps");
+                }
+                let caption = b
+                    .client
+                    .execute("return document.querySelector('#attempts-caption').textContent;", vec![])
+                    .await
+                    .unwrap();
+                assert!(caption.as_str().unwrap().contains("times of day on 20"), "{caption}");
+                // The attempts chart's legend lists only what the chart draws:
+                // no retry here, so no backoff.
+                let legend = b
+                    .client
+                    .execute(
+                        "return [[...document.querySelectorAll('#attempts-legend [data-item]')].map(e => e.dataset.item), ['queued', 'attempt', 'backoff'].filter(k => document.querySelector({queued: 'svg.timeline rect.wait', attempt: 'svg.timeline rect[class^=st-]', backoff: 'svg.timeline rect.backoff'}[k]))];",
+                        vec![],
+                    )
+                    .await
+                    .unwrap();
+                assert_eq!(legend[0], legend[1], "[legend items, drawn items]");
+                assert!(!legend[0].as_array().unwrap().contains(&json!("backoff")), "{legend}");
                 let attempts = b
                     .client
                     .execute("return document.querySelectorAll('#attempts tbody tr').length;", vec![])
@@ -538,6 +582,36 @@ fn dashboard_signs_in_runs_a_task_and_shows_its_logs() {
                 )
                 .await;
                 b.shot("05-plugins").await;
+                // Each plugin says which tasks use it, each a link.
+                let users = b
+                    .client
+                    .execute(
+                        "return ['hello', 'echo', 'fail'].map(p => [...document.querySelectorAll(`.used-by[data-plugin=${p}] a`)].map(a => a.textContent + '=' + a.getAttribute('href')).join());",
+                        vec![],
+                    )
+                    .await
+                    .unwrap();
+                assert_eq!(
+                    users,
+                    json!([
+                        "greet=#/tasks/greet",
+                        "export=#/tasks/export,greet=#/tasks/greet,report=#/tasks/report",
+                        "flaky=#/tasks/flaky,patient=#/tasks/patient"
+                    ])
+                );
+                // The success rate's colour says its threshold.
+                b.goto(&format!("{}/#/tasks", url)).await;
+                let success = b
+                    .wait_for(
+                        "the success rate",
+                        "[...document.querySelectorAll('.stat')].map(e => [e.querySelector('.label').textContent, e.title]).find(([l]) => l.startsWith('success'))",
+                        long,
+                    )
+                    .await;
+                assert!(
+                    success[0].as_str().unwrap().contains("red under 95%") && success[1].as_str().unwrap().contains("red under it"),
+                    "{success}"
+                );
                 // Pause and resume from the task list.
                 b.goto(&format!("{}/#/tasks", url)).await;
                 b.click("button[data-action=pause][data-task=greet]").await;
@@ -585,6 +659,70 @@ fn dashboard_signs_in_runs_a_task_and_shows_its_logs() {
                     .await
                     .unwrap();
                 assert_eq!(injected, json!(0), "an error message became markup");
+                // Its retries waited: the legend lists the backoff it draws.
+                let legend = b
+                    .client
+                    .execute(
+                        "return [[...document.querySelectorAll('#attempts-legend [data-item]')].map(e => e.dataset.item), document.querySelectorAll('svg.timeline rect.backoff').length];",
+                        vec![],
+                    )
+                    .await
+                    .unwrap();
+                assert!(legend[0].as_array().unwrap().contains(&json!("backoff")) && legend[1].as_i64() >= Some(2), "{legend}");
+                // The failing step's error and its class are in the header.
+                let header = b
+                    .client
+                    .execute(
+                        "const e = document.querySelector('#run-error'); return e && [e.querySelector('code').textContent, e.querySelector('.error-class').textContent, e.querySelector('.error-text').textContent];",
+                        vec![],
+                    )
+                    .await
+                    .unwrap();
+                assert_eq!(
+                    header,
+                    json!(["flaky", "retryable", "upstream <i>down</i>"]),
+                    "[step, class, error] in the run header"
+                );
+                let failed_run = b
+                    .client
+                    .execute("return location.hash.split('/').pop();", vec![])
+                    .await
+                    .unwrap();
+                let failed_run = failed_run.as_str().unwrap().to_owned();
+                // The dead letter in the timeline is a link to it.
+                let dead_link = b
+                    .client
+                    .execute(
+                        "const a = document.querySelector('#timeline a code.dead-letter'); return a && a.textContent;",
+                        vec![],
+                    )
+                    .await
+                    .unwrap();
+                let dead_id = dead_link.as_str().expect("a dead letter link in the timeline").to_owned();
+                b.click("#timeline a code.dead-letter").await;
+                b.wait_for(
+                    "the linked dead letter, marked",
+                    &format!("document.querySelector('#dead-letters tr.focus [data-dead-letter={dead_id:?}]') && document.querySelector('#dead-letters tr.focus').textContent.includes('flaky')"),
+                    long,
+                )
+                .await;
+                // The Runs list says why flaky's run failed.
+                b.goto(&format!("{}/#/runs?task=flaky", url)).await;
+                let listed = b
+                    .wait_for(
+                        "flaky's run's error in the Runs list",
+                        "document.querySelector('table.runs .run-error')?.textContent",
+                        long,
+                    )
+                    .await;
+                assert_eq!(listed, json!("retryable flaky: upstream <i>down</i>"));
+                b.goto(&format!("{}/#/runs/{failed_run}", url)).await;
+                b.wait_for(
+                    "the failed run again",
+                    "document.querySelector('button[data-action=rerun][data-step=flaky]')",
+                    long,
+                )
+                .await;
                 // A warning is amber, not red like an error.
                 let warn = b
                     .client
@@ -617,6 +755,26 @@ fn dashboard_signs_in_runs_a_task_and_shows_its_logs() {
                 .await;
                 b.shot("10-dead-letters").await;
 
+                // Rerun from the failed step: a confirmation naming the run and
+                // the step first; Cancel does nothing, the button reruns.
+                b.goto(&format!("{}/#/runs/{failed_run}", url)).await;
+                b.click("button[data-action=rerun][data-step=flaky]").await;
+                let asked = b
+                    .wait_for("the rerun confirmation", "document.querySelector('dialog[open] #confirm-form')?.textContent", long)
+                    .await;
+                let asked = asked.as_str().unwrap();
+                assert!(asked.contains(&failed_run) && asked.contains("Run step flaky of run"), "{asked}");
+                b.click("dialog[open] #confirm-form button[type=button]").await;
+                b.wait_for("the dialog closed", "!document.querySelector('dialog')", long).await;
+                b.click("button[data-action=rerun][data-step=flaky]").await;
+                b.click("dialog[open] #confirm-form button[data-action=confirm]").await;
+                b.wait_for(
+                    "the rerun requested, then failed again",
+                    "!document.querySelector('dialog') && document.querySelector('#timeline')?.textContent.includes('rerun of step `flaky` requested') && document.querySelector('#run-status .badge')?.textContent === 'failed'",
+                    long,
+                )
+                .await;
+
                 // Cursor paging, one run a page: greet's run is older than flaky's.
                 b.goto(&format!("{}/#/runs?limit=1", url)).await;
                 b.wait_for(
@@ -629,6 +787,78 @@ fn dashboard_signs_in_runs_a_task_and_shows_its_logs() {
                 b.wait_for(
                     "the next page, greet's run",
                     "location.hash.includes('cursor=') && document.querySelectorAll('table.runs tbody tr').length === 1 && document.querySelector('table.runs').textContent.includes('greet')",
+                    long,
+                )
+                .await;
+
+                // Failures across tasks: each task's strip of recent outcomes,
+                // from one list call (no per-task call for a task in it).
+                b.client
+                    .execute("performance.setResourceTimingBufferSize(100000); performance.clearResourceTimings();", vec![])
+                    .await
+                    .unwrap();
+                b.goto(&format!("{}/#/tasks", url)).await;
+                let strip = b
+                    .wait_for(
+                        "flaky's strip of recent outcomes",
+                        "document.querySelector('.recent[data-task=flaky] a') && [...document.querySelectorAll('.recent[data-task=flaky] a')].map(a => a.getAttribute('href') + ' ' + a.querySelector('rect').getAttribute('class'))",
+                        long,
+                    )
+                    .await;
+                assert_eq!(strip, json!([format!("#/runs/{failed_run} st-failed")]));
+                // The task list again, now with a failure among its strips.
+                b.shot("02-tasks").await;
+                let per_task = b
+                    .client
+                    .execute(
+                        "return performance.getEntriesByType('resource').map(e => e.name).filter(n => /\\/v1\\/runs\\?task=(greet|flaky)&limit=1$/.test(n));",
+                        vec![],
+                    )
+                    .await
+                    .unwrap();
+                assert_eq!(per_task, json!([]), "a task with recent runs was asked for on its own");
+                // The search box filters the tasks by name, and says when none matches.
+                b.client.find(Locator::Css("#task-search")).await.unwrap().send_keys("FLA").await.unwrap();
+                b.wait_for(
+                    "only flaky listed",
+                    "location.hash === '#/tasks?q=FLA' && [...document.querySelectorAll('#tasks tbody tr')].filter(r => !r.hidden).map(r => r.cells[0].textContent).join() === 'flaky' && document.querySelector('#no-match').hidden",
+                    long,
+                )
+                .await;
+                b.client.find(Locator::Css("#task-search")).await.unwrap().send_keys("zzz").await.unwrap();
+                b.wait_for(
+                    "no task listed, and why",
+                    "[...document.querySelectorAll('#tasks tbody tr')].every(r => r.hidden) && !document.querySelector('#no-match').hidden",
+                    long,
+                )
+                .await;
+
+                // Runs: failed in the last 24 h (a quick link), and a run opened by its id.
+                b.goto(&format!("{}/#/runs", url)).await;
+                b.click(".quick a").await;
+                let failed = b
+                    .wait_for(
+                        "the failed runs of the last 24 h",
+                        "location.hash === '#/runs?status=failed&since=24h' && document.querySelector('select[name=since]')?.value === '24h' && document.querySelector('select[name=status]').value === 'failed' && [...document.querySelectorAll('table.runs tbody tr')].map(r => r.cells[0].textContent + ' ' + r.cells[2].querySelector('.badge').textContent)",
+                        long,
+                    )
+                    .await;
+                assert_eq!(failed, json!([format!("{failed_run} failed")]));
+                b.client.find(Locator::Css("#run-search")).await.unwrap().send_keys("r-no-such-run").await.unwrap();
+                b.click("#run-open button[type=submit]").await;
+                b.wait_for(
+                    "an unknown run id refused in place",
+                    "document.querySelector('#run-open [role=alert]')?.textContent === 'no run r-no-such-run' && location.hash.startsWith('#/runs?')",
+                    long,
+                )
+                .await;
+                let search = b.client.find(Locator::Css("#run-search")).await.unwrap();
+                search.clear().await.unwrap();
+                search.send_keys(&failed_run).await.unwrap();
+                b.click("#run-open button[type=submit]").await;
+                b.wait_for(
+                    "the run opened by its id",
+                    &format!("location.hash === '#/runs/{failed_run}' && document.querySelector('#run-status .badge')"),
                     long,
                 )
                 .await;
@@ -822,6 +1052,8 @@ fn dashboard_signs_in_runs_a_task_and_shows_its_logs() {
                 assert!(widths[0].as_i64() <= widths[1].as_i64(), "the run page scrolls sideways: {widths}");
                 assert!(widths[2].as_f64().is_some_and(|w| w >= 100.0), "the steps' error column is squeezed: {widths}");
                 b.shot("13-phone-run").await;
+                b.fits_width(&format!("{}/#/runs?status=failed&since=24h", url), "document.querySelector('#run-search') && document.querySelector('table.runs tbody a')").await;
+                b.fits_width(&format!("{}/#/tasks?q=fla", url), "document.querySelector('.recent[data-task=flaky] a')").await;
                 b.fits_width(&format!("{}/#/plugins", url), "document.querySelector('#plugins tbody td')").await;
                 b.fits_width(&format!("{}/#/dead-letters", url), "document.querySelector('main table tbody td')").await;
                 b.fits_width(&format!("{}/#/alerts", url), "document.querySelector('main table')").await;
@@ -835,6 +1067,14 @@ fn dashboard_signs_in_runs_a_task_and_shows_its_logs() {
                 b.wait_for("default's usage", "document.querySelector('#usage-by-task')?.textContent.includes('greet')", long)
                     .await;
                 b.shot("08-tenant-usage").await;
+                // A usage row links to its task.
+                b.click("#usage-by-task a[href='#/tasks/greet']").await;
+                b.wait_for(
+                    "greet's task page from its usage row",
+                    "location.hash === '#/tasks/greet' && document.querySelector('button[data-action=run][data-task=greet]')",
+                    long,
+                )
+                .await;
                 // The quota reads as a table of limits, not as JSON.
                 b.goto(&format!("{}/#/tenants/acme", url)).await;
                 let quota = b
