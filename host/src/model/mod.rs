@@ -567,7 +567,10 @@ pub struct RunRecord {
     pub started_at: Option<Millis>,
     /// When it reached a terminal state.
     pub finished_at: Option<Millis>,
-    /// The trigger input (`${input.*}`).
+    /// The trigger input (`${input.*}`). Absent where a store keeps it
+    /// apart and joins it back when reading (sled's large inputs,
+    /// `store/sled/inputs.rs`).
+    #[serde(default)]
     pub input: serde_json::Value,
     /// A client's idempotency key, if given.
     pub idempotency_key: Option<String>,

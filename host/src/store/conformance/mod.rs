@@ -85,6 +85,7 @@ macro_rules! store_conformance_suite {
                 runs::a_write_over_a_stale_revision_is_refused_and_changes_nothing,
                 runs::two_writers_on_one_store_never_undo_each_other,
                 runs::a_run_of_many_steps_written_by_its_changed_steps_reads_back_whole,
+                runs::a_run_with_a_large_input_keeps_it_through_writes_and_reads,
                 runs::write_runs_writes_many_runs_and_usage_at_once,
                 runs::delete_run_refuses_an_active_run,
                 runs::delete_run_removes_everything_and_frees_its_fire,

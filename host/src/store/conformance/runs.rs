@@ -741,3 +741,32 @@ pub fn a_run_of_many_steps_written_by_its_changed_steps_reads_back_whole<S: Stor
     assert_eq!(store.get_run(&r.id).unwrap(), None);
     assert_eq!(store.run_bytes("t1").unwrap(), 0);
 }
+
+/// A run with a large input (sled keeps it apart, in chunks) reads back
+/// whole through every read, keeps it through its writes, and leaves
+/// nothing counted once deleted.
+pub fn a_run_with_a_large_input_keeps_it_through_writes_and_reads<S: Store>(make: Make<S>) {
+    let (store, _dir) = make(SCAN);
+    let mut r = run(&run_id(1, 1), "t1", "a", RunStatus::Queued);
+    r.input = json!({"rows": (0..4_000).map(|i| format!("row {i}")).collect::<Vec<_>>()});
+    created(store.insert_run(&r, false, None, &[]).unwrap());
+    assert_eq!(store.get_run(&r.id).unwrap(), Some(r.clone()));
+    assert_eq!(store.queued_runs("t1", 10).unwrap(), vec![r.clone()]);
+    r.status = RunStatus::Running;
+    store.update_run(&mut r, &[]).unwrap();
+    assert_eq!(store.running_runs().unwrap(), vec![r.clone()]);
+    r.status = RunStatus::Succeeded;
+    store.update_run(&mut r, &[]).unwrap();
+    let page = store
+        .list_runs(&RunQuery {
+            tenant: Some("t1".into()),
+            limit: 10,
+            ..RunQuery::default()
+        })
+        .unwrap();
+    assert_eq!(page.runs, vec![r.clone()]);
+    assert!(store.run_bytes("t1").unwrap() > 30_000);
+    assert!(store.delete_run(&r.id).unwrap());
+    assert_eq!(store.get_run(&r.id).unwrap(), None);
+    assert_eq!(store.run_bytes("t1").unwrap(), 0);
+}

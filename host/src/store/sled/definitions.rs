@@ -165,12 +165,19 @@ impl SledStore {
     }
 
     /// Decodes the stored run `bytes` (at `run_key`) as they are, its
-    /// definition joined (its steps, when stored apart, not).
+    /// definition and input joined (its steps, when stored apart, not).
     pub(super) fn decode_record(&self, run_key: &[u8], bytes: &[u8]) -> Result<Option<RunRecord>> {
         let mut run: RunRecord = decode(run_key, bytes)?;
-        if let Some(digest) = head(bytes).and_then(|h| h.def) {
+        let head = head(bytes);
+        if let Some(digest) = head.as_ref().and_then(|h| h.def) {
             match self.load_definition(run_key, digest)? {
                 Some(spec) => run.spec = spec,
+                None => return Ok(None),
+            }
+        }
+        if let Some(parts) = head.and_then(|h| h.input_parts) {
+            match self.read_input(run_key, &run.id, parts)? {
+                Some(input) => run.input = input,
                 None => return Ok(None),
             }
         }
@@ -216,10 +223,18 @@ impl SledStore {
     }
 }
 
-/// `run` as stored: its definition named by `def`, not held; its steps
-/// held, or only counted when they are stored apart (`apart`,
-/// [`super::steps`]).
-pub(super) fn encode_run(run: &RunRecord, def: &str, apart: bool) -> Result<Vec<u8>> {
+/// What a stored run record holds of its run and what it keeps apart.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Shape {
+    /// Its steps are under their own keys ([`super::steps`]).
+    pub(super) steps_apart: bool,
+    /// Its input is in this many chunks ([`super::inputs`]).
+    pub(super) input_parts: Option<usize>,
+}
+
+/// `run` as stored: its definition named by `def`, not held; its steps and
+/// its input held, or only counted when they are stored apart (`shape`).
+pub(super) fn encode_run(run: &RunRecord, def: &str, shape: Shape) -> Result<Vec<u8>> {
     // Every field named, so that a field added to `RunRecord` is a compile
     // error here until it is stored.
     let RunRecord {
@@ -246,7 +261,8 @@ pub(super) fn encode_run(run: &RunRecord, def: &str, apart: bool) -> Result<Vec<
         format: *format,
         revision: *revision,
         def,
-        step_count: apart.then_some(steps.len()),
+        step_count: shape.steps_apart.then_some(steps.len()),
+        input_parts: shape.input_parts,
         id,
         tenant,
         task,
@@ -258,10 +274,10 @@ pub(super) fn encode_run(run: &RunRecord, def: &str, apart: bool) -> Result<Vec<
         created_at: *created_at,
         started_at: *started_at,
         finished_at: *finished_at,
-        input,
+        input: shape.input_parts.is_none().then_some(input),
         idempotency_key,
         upstream_run,
-        steps: (!apart).then_some(steps.as_slice()),
+        steps: (!shape.steps_apart).then_some(steps.as_slice()),
     })
 }
 
@@ -275,6 +291,8 @@ struct StoredRun<'a> {
     def: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     step_count: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    input_parts: Option<usize>,
     id: &'a str,
     tenant: &'a str,
     task: &'a str,
@@ -286,7 +304,8 @@ struct StoredRun<'a> {
     created_at: Millis,
     started_at: Option<Millis>,
     finished_at: Option<Millis>,
-    input: &'a Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    input: Option<&'a Value>,
     idempotency_key: &'a Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     upstream_run: &'a Option<String>,
@@ -296,11 +315,12 @@ struct StoredRun<'a> {
 
 /// What a stored run record says first: its revision, the digest of its
 /// definition (`None` in a record of format 3, which holds the definition)
-/// and, when its steps are stored apart, how many there are.
+/// and, when its steps or its input are stored apart, how many there are.
 pub(super) struct Head<'a> {
     pub(super) revision: u64,
     pub(super) def: Option<&'a str>,
     pub(super) step_count: Option<usize>,
+    pub(super) input_parts: Option<usize>,
 }
 
 /// The [`Head`] of stored run `bytes`, read from the first bytes without
@@ -326,15 +346,26 @@ pub(super) fn head(bytes: &[u8]) -> Option<Head<'_>> {
         }
         None => (None, rest),
     };
-    let step_count = match rest.strip_prefix(b",\"step_count\":") {
-        Some(rest) => Some(std::str::from_utf8(digits(rest)?.0).ok()?.parse().ok()?),
-        None => None,
-    };
+    let (step_count, rest) = count(rest, b",\"step_count\":")?;
+    let (input_parts, _) = count(rest, b",\"input_parts\":")?;
     Some(Head {
         revision,
         def,
         step_count,
+        input_parts,
     })
+}
+
+/// The number after `field` if `bytes` start with it (`Some(None)` if they
+/// do not), and the rest; `None` when the number is unreadable.
+fn count<'a>(bytes: &'a [u8], field: &[u8]) -> Option<(Option<usize>, &'a [u8])> {
+    match bytes.strip_prefix(field) {
+        Some(rest) => {
+            let (n, rest) = digits(rest)?;
+            Some((Some(std::str::from_utf8(n).ok()?.parse().ok()?), rest))
+        }
+        None => Some((None, bytes)),
+    }
 }
 
 /// The leading ASCII digits of `bytes` (at least one), and the rest.

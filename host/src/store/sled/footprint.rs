@@ -127,7 +127,7 @@ pub(super) fn weigh_all(store: &SledStore) -> Result<Weight> {
             Some(record) => signed(record.len()),
             None => 0,
         };
-        for kind in ["ev", "rec", "step"] {
+        for kind in ["ev", "rec", "step", "inp"] {
             for item in store.scan(&key(kind, &[&id])) {
                 bytes += signed(item?.1.len());
             }

@@ -28,6 +28,7 @@
 //! | `aft/{tenant}/{upstream}/{downstream}` | downstream task name: the `after` index |
 //! | `run/{id}` | [`RunRecord`], its task definition named by digest (`definitions.rs`); a run of many steps without them (`steps.rs`) |
 //! | `step/{run}/{index:05}` | a step run of a run of many steps (`steps.rs`) |
+//! | `inp/{run}/{n:05}` | a chunk of a large run input (`inputs.rs`) |
 //! | `def/{digest}`, `dref/{digest}` | a task definition runs name, and how many do |
 //! | `ra/{id}`, `rt/{tenant}/{id}`, `rk/{tenant}/{task}/{id}` | run indexes: status and task |
 //! | `act/{id}` | present while the run is `running` |
@@ -90,6 +91,7 @@ mod definitions;
 mod fixtures;
 mod flush;
 mod footprint;
+mod inputs;
 mod keys;
 mod logs;
 mod open;

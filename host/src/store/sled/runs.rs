@@ -9,8 +9,9 @@
 //! [`expire`] reads only the keys that are due.
 
 use super::counts::{QueueDelta, Side};
-use super::definitions::{encode_run, head};
+use super::definitions::{Shape, encode_run, head};
 use super::footprint::{self, Weight, signed};
+use super::inputs::chunks;
 use super::keys::{
     corrupt_key, decode, decode_index, decode_part, encode, fire_key, indexes_of, instant_part,
     key, push_part, run_indexes,
@@ -56,10 +57,18 @@ pub(super) fn insert(store: &SledStore, runs: &[NewRun]) -> Result<Vec<Insert>> 
         }
         let def = store.definition_of(run)?;
         store.refer(&mut batch, &def, &mut references)?;
-        let record = encode_run(run, &def.digest, apart(run.steps.len()))?;
+        let input = chunks(&run.input)?;
+        let shape = Shape {
+            steps_apart: apart(run.steps.len()),
+            input_parts: input.as_ref().map(Vec::len),
+        };
+        let record = encode_run(run, &def.digest, shape)?;
         weight.add(&run.tenant, signed(record.len()));
         batch.insert(run_key.clone(), record);
         store.step_changes(&mut batch, &mut weight, run, Vec::new(), None)?;
+        if let Some(input) = input {
+            store.put_input(&mut batch, &mut weight, &run.tenant, &run.id, input);
+        }
         for (index_key, value) in run_indexes(run) {
             batch.insert(index_key, value);
         }
@@ -136,7 +145,12 @@ pub(super) fn write(
             let events = (!events.is_empty()).then(|| encode(&events)).transpose()?;
             let def = store.definition_of(run)?;
             let apart = apart(run.steps.len());
-            let record = encode_run(run, &def.digest, apart)?;
+            let input = chunks(&run.input)?;
+            let shape = Shape {
+                steps_apart: apart,
+                input_parts: input.as_ref().map(Vec::len),
+            };
+            let record = encode_run(run, &def.digest, shape)?;
             let steps = if apart {
                 encode_changed(run, &changed)?
             } else {
@@ -148,6 +162,7 @@ pub(super) fn write(
                     run,
                     record,
                     steps,
+                    input,
                     first,
                     def: def.digest,
                 },
@@ -344,7 +359,7 @@ pub(super) fn delete(store: &SledStore, id: &str) -> Result<bool> {
     if owner.as_deref() == Some(id) {
         batch.remove(claim);
     }
-    for kind in ["ev", "rec", "step"] {
+    for kind in ["ev", "rec", "step", "inp"] {
         for item in store.scan(&key(kind, &[id])) {
             let (k, v) = item?;
             bytes += signed(v.len());
@@ -440,6 +455,7 @@ impl SledStore {
             run,
             record,
             steps,
+            input,
             first,
             def,
         } = change;
@@ -459,12 +475,22 @@ impl SledStore {
         let run_key = key("run", &[&run.id]);
         let old = self.db.get(&run_key).map_err(sled_error)?;
         let old_len = old.as_ref().map_or(0, |v| signed(v.len()));
-        let (stored, stored_def, stored_steps) = match &old {
+        let (stored, stored_def, stored_steps, stored_input) = match &old {
             Some(bytes) => match head(bytes) {
-                Some(head) => (head.revision, head.def.map(str::to_owned), head.step_count),
-                None => (decode::<Revision>(&run_key, bytes)?.revision, None, None),
+                Some(head) => (
+                    head.revision,
+                    head.def.map(str::to_owned),
+                    head.step_count,
+                    head.input_parts,
+                ),
+                None => (
+                    decode::<Revision>(&run_key, bytes)?.revision,
+                    None,
+                    None,
+                    None,
+                ),
             },
-            None => (0, None, None),
+            None => (0, None, None, None),
         };
         if old.is_some() && stored_def.as_deref() != Some(def.as_str()) {
             return Err(definition_changed(&run.id));
@@ -482,6 +508,13 @@ impl SledStore {
         }
         batch.insert(run_key, record);
         self.step_changes(batch, weight, run, steps, stored_steps)?;
+        // An input never changes: its chunks are written once, or when a
+        // record of an earlier format held it.
+        match (input, stored_input) {
+            (Some(input), None) => self.put_input(batch, weight, &run.tenant, &run.id, input),
+            (None, Some(_)) => self.remove_input(batch, weight, &run.tenant, &run.id)?,
+            _ => {}
+        }
         if !unchanged {
             // Same tenant: the old entries follow from the index entry alone;
             // otherwise read the old record to find them.
@@ -514,6 +547,8 @@ struct RunChange<'a> {
     record: Vec<u8>,
     /// Its changed steps, encoded, when it keeps them apart.
     steps: Vec<(usize, Vec<u8>)>,
+    /// The chunks of its input, when it keeps it apart.
+    input: Option<Vec<Vec<u8>>>,
     /// The revision of its first record in the write: the stored one + 1.
     first: u64,
     /// The digest of its definition, which must be the stored one.

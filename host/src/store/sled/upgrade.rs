@@ -15,7 +15,7 @@
 
 use std::collections::HashMap;
 
-use super::definitions::{encode_run, head};
+use super::definitions::{Shape, encode_run, head};
 use super::footprint::{self, Weight, signed};
 use super::keys::{encode, key};
 use super::steps::apart;
@@ -50,10 +50,10 @@ pub(super) fn upgrade(store: &SledStore) -> Result<()> {
             }
             seen += 1;
             last = Some(k.to_vec());
-            let named = match head(&v) {
+            let (named, input_parts) = match head(&v) {
                 Some(h) if h.step_count.is_some() => continue,
-                Some(h) => h.def.map(str::to_owned),
-                None => None,
+                Some(h) => (h.def.map(str::to_owned), h.input_parts),
+                None => (None, None),
             };
             if let Some(digest) = &named {
                 let many = match many_steps.get(digest) {
@@ -92,7 +92,11 @@ pub(super) fn upgrade(store: &SledStore) -> Result<()> {
                     def.digest
                 }
             };
-            let record = encode_run(&run, &digest, apart)?;
+            let shape = Shape {
+                steps_apart: apart,
+                input_parts,
+            };
+            let record = encode_run(&run, &digest, shape)?;
             weight.add(&run.tenant, signed(record.len()) - signed(v.len()));
             batch.insert(k.to_vec(), record);
             store.step_changes(&mut batch, &mut weight, &run, Vec::new(), None)?;
@@ -158,8 +162,9 @@ mod tests {
 
     /// A store of format 3 or 4 with `n` runs (their definitions inside
     /// them, or apart; their steps inside them), made by writing runs and
-    /// then rewriting them as that format did.
-    fn old_store(dir: &Path, n: usize, format: u32) {
+    /// then rewriting them as that format did. Returns the record of its
+    /// first run as stored.
+    fn old_store(dir: &Path, n: usize, format: u32) -> Option<sled::IVec> {
         let store = SledStore::open(dir).unwrap();
         let specs: Vec<Arc<Value>> = (0..5).map(|i| Arc::new(spec(i))).collect();
         for chunk in (0..n).collect::<Vec<_>>().chunks(500) {
@@ -178,7 +183,7 @@ mod tests {
             let (k, v) = item.unwrap();
             let full = store.decode_run(&k, &v).unwrap().unwrap();
             let record = match head(&v).and_then(|h| h.def) {
-                Some(digest) if format == 4 => encode_run(&full, digest, false).unwrap(),
+                Some(digest) if format == 4 => encode_run(&full, digest, Shape::default()).unwrap(),
                 _ => encode(&full).unwrap(),
             };
             batch.insert(k.to_vec(), record);
@@ -201,12 +206,15 @@ mod tests {
         );
         store.db.apply_batch(batch).unwrap();
         store.db.flush().unwrap();
+        let first = store.db.get(key("run", &["r000000"])).unwrap();
         drop(store);
         std::fs::write(dir.join("store-format"), format!("{format}\n")).unwrap();
+        first
     }
 
-    /// Checks an upgraded store of `n` runs made by [`old_store`].
-    fn check_upgraded(dir: &Path, n: usize) {
+    /// Checks an upgraded store of `n` runs made by [`old_store`], and
+    /// returns it.
+    fn check_upgraded(dir: &Path, n: usize) -> SledStore {
         let store = SledStore::open(dir).unwrap();
         assert_eq!(check_references(&store), 5);
         for i in (0..n).step_by(97).chain([n - 1]) {
@@ -225,6 +233,7 @@ mod tests {
         }
         let marker: String = store.get(&key("sys", &["format"])).unwrap().unwrap();
         assert_eq!(marker, super::super::STORE_FORMAT.to_string());
+        store
     }
 
     /// A store of format 3 opens upgraded: definitions apart, the steps of
@@ -242,13 +251,8 @@ mod tests {
     #[test]
     fn a_format_4_store_is_upgraded_at_open() {
         let dir = tempfile::tempdir().unwrap();
-        old_store(dir.path(), 1_200, 4);
-        let before = {
-            let db = sled::open(dir.path().join("db")).unwrap();
-            db.get(key("run", &["r000000"])).unwrap()
-        };
-        check_upgraded(dir.path(), 1_200);
-        let store = SledStore::open(dir.path()).unwrap();
+        let before = old_store(dir.path(), 1_200, 4);
+        let store = check_upgraded(dir.path(), 1_200);
         let after = store.db.get(key("run", &["r000000"])).unwrap();
         assert_eq!(before, after, "a run of one step is left as it was");
     }
