@@ -46,7 +46,7 @@ impl Actor {
             &mut effects,
             events,
         );
-        self.dirty.add(id, run.rec.steps.len(), events);
+        self.dirty.add(id, events);
         self.apply(id, effects, now)?;
         self.start_conditions();
         Ok(())

@@ -135,8 +135,7 @@ impl Actor {
             now,
             &mut events,
         );
-        self.dirty
-            .add(&entry.run_id, run.rec.steps.len(), &mut events);
+        self.dirty.add(&entry.run_id, &mut events);
         let cancel = CancellationToken::new();
         run.cancels.insert(i, cancel.clone());
         let request = AttemptRequest {
@@ -373,7 +372,7 @@ impl Actor {
         if !decide::attempt::retry_due(&mut run.rec, i, now, &mut effects, &mut events) {
             return Ok(());
         }
-        self.dirty.add(run_id, run.rec.steps.len(), &mut events);
+        self.dirty.add(run_id, &mut events);
         self.apply(run_id, effects, now)
     }
 }

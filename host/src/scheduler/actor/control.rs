@@ -37,7 +37,7 @@ impl Actor {
             )));
         }
         let rec = run.rec.clone();
-        self.dirty.add(run_id, run.rec.steps.len(), &mut events);
+        self.dirty.add(run_id, &mut events);
         self.apply(run_id, effects, now)?;
         Ok(rec)
     }

@@ -347,7 +347,7 @@ impl Actor {
                 self.dispatch();
             }
             self.begin_insert();
-            let flush_every = self.flush_interval();
+            let flush_every = write::FLUSH_EVERY;
             // Held while the store refuses writes: the changes stay merged
             // in `dirty` (one entry per run) instead of queueing a job per
             // turn behind the writer's retries.

@@ -14,14 +14,13 @@ use crate::scheduler::{Command, Error, Result};
 use crate::store::{AttemptLogs, OutboxAlert, RunWrite, Store};
 use crate::tenant::UsageBucket;
 
-/// How often changed runs are written when nobody waits for them: a run's
-/// record is rewritten whole, so a busy run is written at most this often
-/// rather than at every step change. Replies to clients flush at once. Runs
-/// with many steps cost more per write and are written less often
-/// (`FLUSH_EVERY` per 64 steps, at most `FLUSH_MAX`).
+/// How often changed runs are written when nobody waits for them: a busy
+/// run is written at most this often rather than at every step change.
+/// Replies to clients flush at once. The same for every run: a write costs
+/// what changed (`changed.rs`), so a run of many steps no longer waits
+/// longer (it waited 10 ms per 64 steps, up to 250 ms, which was most of
+/// `ax bench dag`'s overhead per step; docs/PERFORMANCE.md).
 pub(super) const FLUSH_EVERY: std::time::Duration = std::time::Duration::from_millis(10);
-/// The longest write-behind interval (see [`FLUSH_EVERY`]).
-pub(super) const FLUSH_MAX: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// The first wait before a refused write is tried again; it doubles up to
 /// [`WRITE_RETRY_MAX`].
@@ -291,14 +290,10 @@ pub(super) struct Dirty {
     pub(super) alerts: Vec<OutboxAlert>,
     /// Attempt logs of the attempts that reported since.
     pub(super) logs: Vec<RunLogs>,
-    /// Steps of the largest run among them (it sets the flush interval),
-    /// kept as they are added: the loop asks every turn.
-    pub(super) most_steps: usize,
 }
 
 impl Dirty {
-    pub(super) fn add(&mut self, id: &str, steps: usize, events: &mut Vec<Event>) {
-        self.most_steps = self.most_steps.max(steps);
+    pub(super) fn add(&mut self, id: &str, events: &mut Vec<Event>) {
         match self.runs.get_mut(id) {
             Some(pending) => pending.append(events),
             None => {
@@ -313,12 +308,6 @@ impl Dirty {
 }
 
 impl Actor {
-    /// The write-behind interval for the runs now waiting to be written.
-    pub(super) fn flush_interval(&self) -> std::time::Duration {
-        let largest = self.dirty.most_steps;
-        (FLUSH_EVERY * (largest.div_ceil(64).max(1) as u32)).min(FLUSH_MAX)
-    }
-
     /// Stores the pending runs, then writes every run changed since the last
     /// flush, with its new events (through the writer once the main loop
     /// runs); `then` runs once all of it is stored.
@@ -345,16 +334,14 @@ impl Actor {
         for (id, mut events) in dirty {
             // An ended run is written after the `after` runs it started.
             if self.after_held(&id) {
-                let steps = self.finished.get(&id).map_or(0, |r| r.steps.len());
-                self.dirty.add(&id, steps, &mut events);
+                self.dirty.add(&id, &mut events);
                 continue;
             }
             // A spilled record written as it is would lose the stored input
             // (`spill`): it is read back first, or the write waits.
             if let Err(e) = self.unspill(&id) {
                 tracing::error!(run = %id, error = %e, "cannot read a run's input back; its write waits");
-                let steps = self.runs.get(&id).map_or(0, |r| r.rec.steps.len());
-                self.dirty.add(&id, steps, &mut events);
+                self.dirty.add(&id, &mut events);
                 continue;
             }
             debug_assert!(!self.spilled.contains(&id), "a spilled run is written");
