@@ -23,7 +23,7 @@ use serde_json::Value;
 use super::footprint::{Weight, signed};
 use super::keys::{decode, encode, key, show_key};
 use super::{SledStore, sled_error};
-use crate::model::json_len;
+use crate::model::{RunRecord, json_len};
 use crate::store::{Error, Result};
 
 /// Inputs up to this many bytes of JSON stay in the record.
@@ -33,14 +33,18 @@ pub(super) const INLINE_INPUT: u64 = 4 << 10;
 /// splits it) stay far below the size sled writes as a blob.
 const CHUNK: usize = 4 << 10;
 
-/// The chunks `input` is stored in, or `None` when it stays in the record.
-pub(super) fn chunks(input: &Value) -> Result<Option<Vec<Vec<u8>>>> {
-    if json_len(input) <= INLINE_INPUT {
-        return Ok(None);
-    }
-    Ok(Some(
-        encode(input)?.chunks(CHUNK).map(<[u8]>::to_vec).collect(),
-    ))
+/// How many chunks `input` is stored in, or `None` when it stays in the
+/// record: counted, not encoded (a write of a run names its input's chunks
+/// but stores them only when they are not stored yet).
+pub(super) fn parts(input: &Value) -> Option<usize> {
+    let len = json_len(input);
+    // The encoded value: a format byte, then the JSON.
+    (len > INLINE_INPUT).then(|| (len as usize + 1).div_ceil(CHUNK))
+}
+
+/// The chunks `input` is stored in ([`parts`] of them).
+fn chunks(input: &Value) -> Result<Vec<Vec<u8>>> {
+    Ok(encode(input)?.chunks(CHUNK).map(<[u8]>::to_vec).collect())
 }
 
 fn chunk_key(run_id: &str, n: usize) -> Vec<u8> {
@@ -48,19 +52,18 @@ fn chunk_key(run_id: &str, n: usize) -> Vec<u8> {
 }
 
 impl SledStore {
-    /// Adds the chunks of the input of run `run_id` (of `tenant`) to `batch`.
+    /// Adds the chunks of the input of `run` to `batch`.
     pub(super) fn put_input(
         &self,
         batch: &mut sled::Batch,
         weight: &mut Weight,
-        tenant: &str,
-        run_id: &str,
-        chunks: Vec<Vec<u8>>,
-    ) {
-        for (n, chunk) in chunks.into_iter().enumerate() {
-            weight.add(tenant, signed(chunk.len()));
-            batch.insert(chunk_key(run_id, n), chunk);
+        run: &RunRecord,
+    ) -> Result<()> {
+        for (n, chunk) in chunks(&run.input)?.into_iter().enumerate() {
+            weight.add(&run.tenant, signed(chunk.len()));
+            batch.insert(chunk_key(&run.id, n), chunk);
         }
+        Ok(())
     }
 
     /// Removes the chunks of the input of run `run_id` in `batch`.

@@ -11,7 +11,7 @@
 use super::counts::{QueueDelta, Side};
 use super::definitions::{Shape, encode_run, head};
 use super::footprint::{self, Weight, signed};
-use super::inputs::chunks;
+use super::inputs::parts;
 use super::keys::{
     corrupt_key, decode, decode_index, decode_part, encode, fire_key, indexes_of, instant_part,
     key, push_part, run_indexes,
@@ -57,17 +57,16 @@ pub(super) fn insert(store: &SledStore, runs: &[NewRun]) -> Result<Vec<Insert>> 
         }
         let def = store.definition_of(run)?;
         store.refer(&mut batch, &def, &mut references)?;
-        let input = chunks(&run.input)?;
         let shape = Shape {
             steps_apart: apart(run.steps.len()),
-            input_parts: input.as_ref().map(Vec::len),
+            input_parts: parts(&run.input),
         };
         let record = encode_run(run, &def.digest, shape)?;
         weight.add(&run.tenant, signed(record.len()));
         batch.insert(run_key.clone(), record);
         store.step_changes(&mut batch, &mut weight, run, Vec::new(), None)?;
-        if let Some(input) = input {
-            store.put_input(&mut batch, &mut weight, &run.tenant, &run.id, input);
+        if shape.input_parts.is_some() {
+            store.put_input(&mut batch, &mut weight, run)?;
         }
         for (index_key, value) in run_indexes(run) {
             batch.insert(index_key, value);
@@ -145,10 +144,9 @@ pub(super) fn write(
             let events = (!events.is_empty()).then(|| encode(&events)).transpose()?;
             let def = store.definition_of(run)?;
             let apart = apart(run.steps.len());
-            let input = chunks(&run.input)?;
             let shape = Shape {
                 steps_apart: apart,
-                input_parts: input.as_ref().map(Vec::len),
+                input_parts: parts(&run.input),
             };
             let record = encode_run(run, &def.digest, shape)?;
             let steps = if apart {
@@ -162,7 +160,7 @@ pub(super) fn write(
                     run,
                     record,
                     steps,
-                    input,
+                    input_apart: shape.input_parts.is_some(),
                     first,
                     def: def.digest,
                 },
@@ -455,7 +453,7 @@ impl SledStore {
             run,
             record,
             steps,
-            input,
+            input_apart,
             first,
             def,
         } = change;
@@ -510,9 +508,9 @@ impl SledStore {
         self.step_changes(batch, weight, run, steps, stored_steps)?;
         // An input never changes: its chunks are written once, or when a
         // record of an earlier format held it.
-        match (input, stored_input) {
-            (Some(input), None) => self.put_input(batch, weight, &run.tenant, &run.id, input),
-            (None, Some(_)) => self.remove_input(batch, weight, &run.tenant, &run.id)?,
+        match (input_apart, stored_input) {
+            (true, None) => self.put_input(batch, weight, run)?,
+            (false, Some(_)) => self.remove_input(batch, weight, &run.tenant, &run.id)?,
             _ => {}
         }
         if !unchanged {
@@ -547,8 +545,8 @@ struct RunChange<'a> {
     record: Vec<u8>,
     /// Its changed steps, encoded, when it keeps them apart.
     steps: Vec<(usize, Vec<u8>)>,
-    /// The chunks of its input, when it keeps it apart.
-    input: Option<Vec<Vec<u8>>>,
+    /// Whether it keeps its input apart.
+    input_apart: bool,
     /// The revision of its first record in the write: the stored one + 1.
     first: u64,
     /// The digest of its definition, which must be the stored one.
