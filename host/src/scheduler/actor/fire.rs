@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::tasks::{Loaded, Saved};
-use super::{Actor, Armed, Origin, Timer};
+use super::window::Armed;
+use super::{Actor, Origin, Timer};
 use crate::model::ids::TaskKey;
 use crate::model::{Millis, ScheduleState};
 use crate::schedule::Trigger;
@@ -162,11 +163,9 @@ impl Actor {
             .as_ref()
             .filter(|s| !s.paused)
             .and_then(|s| s.next_fire)
-            .is_some_and(|next| next <= self.horizon);
+            .is_some_and(|next| self.window.reaches(next));
         if !due {
-            let key = TaskKey::new(tenant, task);
-            self.armed_remove(&key);
-            self.clear_beyond(&key);
+            self.window.forget(&TaskKey::new(tenant, task));
             self.disarm_fire(tenant, task);
             return Ok(());
         }
@@ -190,12 +189,11 @@ impl Actor {
         trigger: Arc<Trigger>,
     ) {
         let key = TaskKey::new(tenant, task);
-        self.armed_remove(&key);
-        self.clear_beyond(&key);
+        self.window.forget(&key);
         let Some((schedule, next)) = schedule
             .filter(|s| !s.paused)
             .and_then(|s| Some((s.clone(), s.next_fire?)))
-            .filter(|(_, next)| *next <= self.horizon)
+            .filter(|(_, next)| self.window.reaches(*next))
         else {
             self.disarm_fire(tenant, task);
             return;
@@ -209,7 +207,7 @@ impl Actor {
                 schedule,
             },
         );
-        if self.armed.contains_key(&key) {
+        if self.window.is_armed(&key) {
             self.arm_fire(tenant, task, next, true);
         }
     }
@@ -228,13 +226,13 @@ impl Actor {
     pub(super) fn refill(&mut self, now: Millis) -> Result<()> {
         let window = self.config.window;
         let until = now.saturating_add(window.ahead_ms);
-        let from = self.horizon.saturating_add(1);
+        let from = self.window.horizon().saturating_add(1);
         let next_refill = now.saturating_add(window.refill_ms.max(1));
         if from > until {
             self.timers.insert((next_refill, Timer::Refill));
             return Ok(());
         }
-        let room = window.max_armed.saturating_sub(self.armed.len()).max(1);
+        let room = self.window.room();
         let mut due = self.store.due_schedules(from, until, room)?;
         let mut horizon = until;
         if due.len() == room {
@@ -248,24 +246,14 @@ impl Actor {
                 horizon = last - 1;
             }
         }
-        self.horizon = horizon;
+        self.window.set_horizon(horizon);
         // What memory knows is newer than the index: an armed task's
         // progress, or one that left the window, may not be stored yet.
         let mut arm: Vec<ScheduleState> = due
             .into_iter()
-            .filter(|s| {
-                let key = TaskKey::new(&s.tenant, &s.task);
-                !self.armed.contains_key(&key) && !self.beyond_at.contains_key(&key)
-            })
+            .filter(|s| !self.window.knows(&TaskKey::new(&s.tenant, &s.task)))
             .collect();
-        while let Some(entry) = self.beyond.first_entry() {
-            if entry.key().0 > horizon {
-                break;
-            }
-            let ((_, key), schedule) = entry.remove_entry();
-            self.beyond_at.remove(&key);
-            arm.push(schedule);
-        }
+        arm.extend(self.window.take_reached());
         for schedule in arm {
             let (tenant, task) = (schedule.tenant.clone(), schedule.task.clone());
             if let Err(e) = self.arm_schedule(&tenant, &task, Some(schedule)) {
@@ -338,7 +326,7 @@ impl Actor {
     /// active now may have ended by then.
     pub(super) fn fire(&mut self, tenant: &str, task_name: &str, now: Millis) -> Result<()> {
         let key = TaskKey::new(tenant, task_name);
-        let Some(armed) = self.armed.get(&key) else {
+        let Some(armed) = self.window.get(&key) else {
             return Ok(());
         };
         let (task, spec) = (armed.task.clone(), armed.spec.clone());
@@ -384,7 +372,7 @@ impl Actor {
         // fires twice.
         match last_created {
             Some(i) => self.pending[i].new.schedule = Some(sched.clone()),
-            None if self.armed.get(&key).is_none_or(|a| a.schedule != sched) => {
+            None if self.window.get(&key).is_none_or(|a| a.schedule != sched) => {
                 if let Err(e) = self.store.put_schedule(&sched) {
                     // Its instants fire (per `catch_up`) once the store writes.
                     if e.is_unavailable() {
@@ -395,78 +383,26 @@ impl Actor {
             }
             None => {}
         }
-        let armed = self.armed_remove(&key);
+        let armed = self.window.remove(&key);
         match (armed, sched.next_fire) {
-            (Some(mut armed), Some(next)) if next <= self.horizon => {
+            (Some(mut armed), Some(next)) if self.window.reaches(next) => {
                 armed.schedule = sched;
                 self.armed_insert(key, armed);
                 self.arm_fire(tenant, task_name, next, ahead);
             }
             // Beyond the window: the index has it (once the run carrying
             // the progress is stored), and the window's refill arms it again.
-            (_, Some(_)) => self.set_beyond(key, sched),
+            (_, Some(_)) => self.window.set_beyond(key, sched),
             (_, None) => {}
         }
         Ok(())
     }
 
-    /// Remembers a task whose next fire left the window (see `refill`).
-    fn set_beyond(&mut self, key: TaskKey, schedule: ScheduleState) {
-        self.clear_beyond(&key);
-        if let Some(next) = schedule.next_fire {
-            self.beyond_at.insert(key.clone(), next);
-            self.beyond.insert((next, key), schedule);
-        }
-    }
-
-    pub(super) fn clear_beyond(&mut self, key: &TaskKey) {
-        if let Some(next) = self.beyond_at.remove(key) {
-            self.beyond.remove(&(next, key.clone()));
-        }
-    }
-
-    /// Holds an armed task, keeping the window within `max_armed`.
+    /// Arms a task in the window, disarming the fire timers of the tasks
+    /// the window lets go to stay within `max_armed`.
     fn armed_insert(&mut self, key: TaskKey, armed: Armed) {
-        self.armed_remove(&key);
-        if let Some(next) = armed.schedule.next_fire {
-            self.armed_next.insert((next, key.clone()));
-        }
-        self.armed.insert(key, armed);
-        self.shrink_window();
-    }
-
-    pub(super) fn armed_remove(&mut self, key: &TaskKey) -> Option<Armed> {
-        let armed = self.armed.remove(key)?;
-        if let Some(next) = armed.schedule.next_fire {
-            self.armed_next.remove(&(next, key.clone()));
-        }
-        Some(armed)
-    }
-
-    /// Past `max_armed` tasks, ends the window before its last instant and
-    /// forgets the tasks due then (the index keeps them). The tasks of one
-    /// instant stay together: the window never ends inside an instant.
-    fn shrink_window(&mut self) {
-        while self.armed.len() > self.config.window.max_armed {
-            let (Some((first, _)), Some((last, _))) =
-                (self.armed_next.first(), self.armed_next.last())
-            else {
-                break;
-            };
-            let last = *last;
-            if *first == last {
-                break;
-            }
-            while let Some((at, key)) = self.armed_next.last().cloned()
-                && at == last
-            {
-                self.armed_next.pop_last();
-                self.disarm_fire(&key.tenant, &key.task);
-                if let Some(armed) = self.armed.remove(&key) {
-                    self.set_beyond(key, armed.schedule);
-                }
-            }
-            self.horizon = self.horizon.min(last - 1);
+        for let_go in self.window.insert(key, armed) {
+            self.disarm_fire(&let_go.tenant, &let_go.task);
         }
     }
 }

@@ -13,6 +13,7 @@
 //! - `create`: manual and `after` triggers, new runs, storing them per loop turn;
 //! - `apply`: many task definitions stored in one write (bulk apply);
 //! - `fire`: time triggers, schedules, due timers, firing;
+//! - `window`: the fire window, the tasks armed in memory;
 //! - `advance`: moving a run on, conditions, applying effects, finishing runs;
 //! - `attempts`: dispatching, starting attempts, their results, retries;
 //! - `control`: cancel, retry, requeue, rerun a step;
@@ -35,6 +36,7 @@ mod recovery;
 mod spill;
 mod tasks;
 mod tenants;
+mod window;
 mod write;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -53,10 +55,8 @@ use super::quota::{Grant, TenantQuota};
 use super::runner::Runner;
 use super::{Command, Error, Result, SchedulerConfig, Stats};
 use crate::model::ids::TaskKey;
-use crate::model::{AttemptReport, Millis, RunRecord, RunStatus, ScheduleState, TriggerKind};
-use crate::schedule::Trigger;
+use crate::model::{AttemptReport, Millis, RunRecord, RunStatus, TriggerKind};
 use crate::store::{Store, new_id};
-use crate::task::TaskSpec;
 use crate::tenant::UsageBucket;
 
 use self::active::ActiveRun;
@@ -113,14 +113,6 @@ struct Origin {
     priority: u8,
 }
 
-/// A task whose trigger is armed.
-struct Armed {
-    task: Arc<crate::model::TaskRecord>,
-    spec: Arc<TaskSpec>,
-    trigger: Arc<Trigger>,
-    schedule: ScheduleState,
-}
-
 pub(super) struct Actor {
     store: Arc<dyn Store>,
     runner: Arc<dyn Runner>,
@@ -132,21 +124,9 @@ pub(super) struct Actor {
     timers: BTreeSet<(Millis, Timer)>,
     /// The timer entry of each task's next fire, to replace it on change.
     fire_timers: HashMap<TaskKey, Millis>,
-    /// Tasks whose next fire is due within the window (up to `horizon`):
-    /// definition, compiled trigger and schedule state, so a fire costs no
-    /// parsing and no reads. The others stay in the store's next-fire index
-    /// until the window reaches them. The actor writes schedule progress;
-    /// other changes arrive as commands.
-    armed: HashMap<TaskKey, Armed>,
-    /// The armed tasks by next fire (to end the window early, `max_armed`).
-    armed_next: BTreeSet<(Millis, TaskKey)>,
-    /// Every unpaused schedule with a next fire at or before this instant
-    /// is in `armed` (the window's end; see `fire`).
-    horizon: Millis,
-    /// Tasks that left the window whose progress may not be stored yet, by
-    /// next fire, with that progress (`fire::refill`); and their next fire.
-    beyond: std::collections::BTreeMap<(Millis, TaskKey), ScheduleState>,
-    beyond_at: HashMap<TaskKey, Millis>,
+    /// The tasks whose next fire is within the window, armed (`window`).
+    /// The actor writes schedule progress; other changes arrive as commands.
+    window: self::window::FireWindow,
     /// Parsed task definitions, bounded (`tasks`).
     tasks: self::tasks::TaskCache,
     /// Active run ids per (tenant, task), oldest first.
@@ -253,6 +233,7 @@ impl Actor {
         Self {
             queue: DispatchQueue::new(config.queue.clone(), now),
             tasks: self::tasks::TaskCache::new(config.task_cache),
+            window: self::window::FireWindow::new(config.window.max_armed),
             store,
             runner,
             clock,
@@ -261,11 +242,6 @@ impl Actor {
             runs: HashMap::new(),
             timers: BTreeSet::new(),
             fire_timers: HashMap::new(),
-            armed: HashMap::new(),
-            armed_next: BTreeSet::new(),
-            horizon: Millis::MIN,
-            beyond: Default::default(),
-            beyond_at: HashMap::new(),
             by_task: HashMap::new(),
             queued_runs: HashMap::new(),
             unstored_bytes: HashMap::new(),
@@ -555,8 +531,7 @@ impl Actor {
             } => {
                 let r = self.store.delete_task(&tenant, &task).map_err(Error::from);
                 let key = TaskKey::new(tenant.as_str(), task.as_str());
-                self.armed_remove(&key);
-                self.clear_beyond(&key);
+                self.window.forget(&key);
                 self.tasks.remove(&key);
                 self.disarm_fire(&tenant, &task);
                 answer(self, reply, r);
@@ -633,7 +608,7 @@ impl Actor {
                 })
                 .collect(),
             active_runs: self.runs.len(),
-            armed_tasks: self.armed.len(),
+            armed_tasks: self.window.len(),
             cached_tasks: self.tasks.len(),
             timers: self.timers.len(),
             parked_runs: self.parked.values().sum(),
