@@ -47,6 +47,16 @@ fn store_check_reports_the_format_and_refuses_what_it_cannot_check() {
         (Some(STORE_FORMAT.into()), Some(STORE_FORMAT.into()))
     );
     assert!(json["entries"].as_u64().unwrap() > 0, "{json}");
+    // The entries by kind add up to all of them, each kind with its bytes.
+    let kinds = json["kinds"].as_object().expect("kinds");
+    let total: u64 = kinds.values().map(|k| k["entries"].as_u64().unwrap()).sum();
+    assert_eq!(Some(total), json["entries"].as_u64(), "{json}");
+    assert!(
+        kinds.values().all(|k| k["bytes"].as_u64().unwrap() > 0),
+        "{json}"
+    );
+    let (_, out) = check(&data, false);
+    assert!(out.contains("kind") && out.contains("per run"), "{out}");
 
     // An older format is reported, not opened (opening upgrades it).
     std::fs::write(data.join("store-format"), "3\n").unwrap();

@@ -482,6 +482,19 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     checked.runs,
                     checked.definitions
                 );
+                println!(
+                    "{:<8} {:>10} {:>12} {:>9}",
+                    "kind", "entries", "bytes", "per run"
+                );
+                let runs = checked.runs.max(1) as f64;
+                for (kind, size) in &checked.kinds {
+                    println!(
+                        "{kind:<8} {:>10} {:>12} {:>9.0}",
+                        size.entries,
+                        size.bytes,
+                        size.bytes as f64 / runs
+                    );
+                }
             }
             Ok(ExitCode::SUCCESS)
         }

@@ -127,7 +127,7 @@ use crate::model::{
 use crate::tenant::{TenantRecord, TokenRecord, UsageBucket};
 
 pub use self::logs::LOG_INLINE_MAX;
-pub use self::open::{Checked, STORE_FORMAT};
+pub use self::open::{Checked, KindSize, STORE_FORMAT};
 
 /// The embedded store: sled for records, files for blobs. See the module docs.
 pub struct SledStore {

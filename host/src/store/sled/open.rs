@@ -212,6 +212,17 @@ pub struct Checked {
     pub runs: usize,
     /// Task definitions stored apart (format 4).
     pub definitions: usize,
+    /// Entries and bytes (key and value) by kind, the first part of a key
+    /// (`run`, `ev`, `rec`, ...; docs/ARCHITECTURE.md tables them): where
+    /// the store's bytes go, before sled's own overhead and compaction.
+    pub kinds: std::collections::BTreeMap<String, KindSize>,
+}
+
+/// The entries of one kind of key and their bytes ([`Checked::kinds`]).
+#[derive(Debug, Default, serde::Serialize)]
+pub struct KindSize {
+    pub entries: usize,
+    pub bytes: u64,
 }
 
 impl SledStore {
@@ -241,14 +252,26 @@ impl SledStore {
             entries: 0,
             runs: 0,
             definitions: 0,
+            kinds: Default::default(),
         };
         if format < STORE_FORMAT {
             return Ok(checked);
         }
         let store = Self::open_unchecked(data_dir, Self::DEFAULT_CACHE_BYTES)?;
-        checked.entries = read_every_entry(&store.db, &AtomicBool::new(false)).map_err(unusable)?;
-        checked.runs = store.scan(&key("run", &[])).count();
-        checked.definitions = store.scan(&key("def", &[])).count();
+        let kinds = &mut checked.kinds;
+        checked.entries = read_every_entry(&store.db, &AtomicBool::new(false), |k, v| {
+            let kind = k
+                .split_inclusive(|&b| b == 0)
+                .next()
+                .and_then(super::keys::decode_part)
+                .unwrap_or_else(|| "?".to_owned());
+            let size = kinds.entry(kind).or_default();
+            size.entries += 1;
+            size.bytes += (k.len() + v.len()) as u64;
+        })
+        .map_err(unusable)?;
+        checked.runs = checked.kinds.get("run").map_or(0, |k| k.entries);
+        checked.definitions = checked.kinds.get("def").map_or(0, |k| k.entries);
         Ok(checked)
     }
 }
@@ -331,11 +354,16 @@ fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
 
 /// Reads every entry (until `stop`), under `catch_unwind` as the open is;
 /// the entries read.
-fn read_every_entry(db: &sled::Db, stop: &AtomicBool) -> Result<usize, String> {
+fn read_every_entry(
+    db: &sled::Db,
+    stop: &AtomicBool,
+    mut visit: impl FnMut(&[u8], &[u8]),
+) -> Result<usize, String> {
     catch_unwind(AssertUnwindSafe(|| {
         let mut entries = 0;
         for item in db.iter() {
-            item.map_err(|e| format!("reading the database failed: {e}"))?;
+            let (k, v) = item.map_err(|e| format!("reading the database failed: {e}"))?;
+            visit(&k, &v);
             entries += 1;
             if entries % Verify::STOP_EVERY == 0 && stop.load(Ordering::Relaxed) {
                 break;
@@ -386,7 +414,7 @@ impl Verify {
                         return;
                     }
                     let started = std::time::Instant::now();
-                    match read_every_entry(&db, &stop) {
+                    match read_every_entry(&db, &stop, |_, _| {}) {
                         Ok(entries) => {
                             tracing::debug!(entries, took = ?started.elapsed(), "read every entry of the store");
                         }
