@@ -23,10 +23,13 @@ use crate::common::plugin_bytes;
 
 pub(crate) const TOKEN: &str = "crash-test-token";
 
-/// A child `ax serve` and its base URL.
+/// A child `ax serve` and its base URL. Its stderr goes to a temporary
+/// file whose last lines a failing test prints (see `Drop`), so that a
+/// server-side cause (a panic, a warning) shows in CI's output.
 pub(crate) struct AxProcess {
     child: Child,
     pub(crate) url: String,
+    log: tempfile::NamedTempFile,
 }
 
 impl AxProcess {
@@ -37,6 +40,8 @@ impl AxProcess {
 
     /// [`AxProcess::start`] with more arguments for `ax serve`.
     pub(crate) fn start_with(data_dir: &Path, args: &[&std::ffi::OsStr]) -> Self {
+        let log = tempfile::NamedTempFile::new().expect("a log file for ax serve");
+        let stderr = log.reopen().expect("the log file, for writing");
         let mut child = Command::new(env!("CARGO_BIN_EXE_ax"))
             .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
             .arg(data_dir)
@@ -44,11 +49,11 @@ impl AxProcess {
             .env("AX_ADMIN_TOKEN", TOKEN)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(stderr)
             .spawn()
             .expect("starting ax serve");
         let url = listening_url(&mut child).expect("ax serve exited before listening");
-        Self { child, url }
+        Self { child, url, log }
     }
 
     /// Uploads the test plugin `name` (from `plugins/`) as version 1.0.0.
@@ -95,6 +100,15 @@ impl Drop for AxProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if std::thread::panicking() {
+            let log = std::fs::read_to_string(self.log.path()).unwrap_or_default();
+            let lines: Vec<&str> = log.lines().collect();
+            let tail = &lines[lines.len().saturating_sub(40)..];
+            eprintln!(
+                "-- the last lines ax serve wrote to stderr:\n{}",
+                tail.join("\n")
+            );
+        }
     }
 }
 
