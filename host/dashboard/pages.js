@@ -296,17 +296,19 @@ export async function runsPage(ctx, params) {
   // `limit` stays in the URL with the filters, so paging keeps the page size.
   const filter = { task: params.get("task") || "", status: params.get("status") || "", since: params.get("since") || "", limit: params.get("limit") || "" };
   const cursor = params.get("cursor") || "";
+  // The range is the server's `since=` (runs created at or after it, unix
+  // ms): exact on every page. A relative range ("24h") is pinned to an
+  // instant on the page it is chosen on (`from`), which the pager carries,
+  // so "older →" continues the same range rather than one that moved on.
+  const range = RANGES.find(([v]) => v === filter.since) || RANGES[0];
+  const pinned = Number(params.get("from"));
+  const from = range[2] ? (cursor && Number.isFinite(pinned) && pinned > 0 ? pinned : Math.round(Date.now() - range[2])) : null;
   const [page, tasks] = await Promise.all([
-    get(`/v1/runs${qs({ task: filter.task, status: filter.status, cursor, limit: filter.limit || 50 })}`),
+    get(`/v1/runs${qs({ task: filter.task, status: filter.status, since: from === null ? "" : String(from), cursor, limit: filter.limit || 50 })}`),
     getAll("/v1/tasks", "tasks"),
   ]);
-  // The time range is applied here: runs come newest first, so the range
-  // ends within this page once a run older than it shows, and paging stops there.
-  const range = RANGES.find(([v]) => v === filter.since) || RANGES[0];
-  const cutoff = range[2] ? Date.now() - range[2] : null;
-  const all = page.runs || [];
-  const runs = cutoff === null ? all : all.filter((r) => new Date(r.created_at).getTime() >= cutoff);
-  const more = page.next_cursor && runs.length === all.length;
+  const runs = page.runs || [];
+  const more = Boolean(page.next_cursor);
   const taskSelect = h("select", { name: "task", "aria-label": "task" }, h("option", { value: "" }, "all tasks"), tasks.map((t) => h("option", { value: t.name, selected: t.name === filter.task }, t.name)));
   const statusSelect = h("select", { name: "status", "aria-label": "status" }, RUN_STATUSES.map((x) => h("option", { value: x, selected: x === filter.status }, x || "any status")));
   const sinceSelect = h("select", { name: "since", "aria-label": "time range" }, RANGES.map(([v, label]) => h("option", { value: v, selected: v === range[0] }, label)));
@@ -350,7 +352,7 @@ export async function runsPage(ctx, params) {
       "p",
       { class: "pager" },
       cursor ? link("#/runs" + qs(filter), "← newest") : null,
-      more ? link("#/runs" + qs({ ...filter, cursor: page.next_cursor }), "older →") : null,
+      more ? link("#/runs" + qs({ ...filter, from: from === null ? "" : String(from), cursor: page.next_cursor }), "older →") : null,
     ),
   );
   if (refocus) idInput.focus();

@@ -863,6 +863,82 @@ fn dashboard_signs_in_runs_a_task_and_shows_its_logs() {
                 )
                 .await;
 
+                // The Runs page's time range is the server's `since=`, pinned
+                // across pages.
+                let agent = new_agent();
+                let brittle = "name: brittle\nplugin: fail@1.0.0\ninput: { message: \"broke\" }\nretry: { max_attempts: 1 }\n";
+                let (status, body) = call(&agent, "PUT", &format!("{url}/v1/tasks/brittle"), Some(brittle.as_bytes()), "application/yaml").unwrap();
+                assert_eq!(status, 201, "{body}");
+                let mut brittle_runs = Vec::new();
+                for _ in 0..2 {
+                    let (status, body) = call(&agent, "POST", &format!("{url}/v1/tasks/brittle/runs"), Some(b"{}"), "application/json").unwrap();
+                    assert_eq!(status, 201, "{body}");
+                    brittle_runs.push(body["id"].as_str().unwrap().to_owned());
+                }
+                // (status, attempts) of a run, from the API.
+                let attempts_of = |id: &str| {
+                    let (_, run) = call(&agent, "GET", &format!("{url}/v1/runs/{id}"), None, "").unwrap();
+                    let n = run["steps"][0]["attempts"].as_array().map_or(0, Vec::len);
+                    (run["status"].as_str().unwrap_or_default().to_owned(), n)
+                };
+                let settled = |want: usize| {
+                    let started = Instant::now();
+                    loop {
+                        let now: Vec<_> = brittle_runs.iter().map(|id| attempts_of(id)).collect();
+                        if now.iter().all(|(st, n)| st == "failed" && *n == want) {
+                            return;
+                        }
+                        assert!(started.elapsed() < long, "brittle's runs never failed with {want} attempts: {now:?}");
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                };
+                settled(1);
+                b.client.execute("performance.clearResourceTimings();", vec![]).await.unwrap();
+                b.goto(&format!("{}/#/runs?task=brittle&status=failed&since=1h&limit=1", url)).await;
+                let first = b
+                    .wait_for(
+                        "the newest of brittle's failures in the last hour, one a page",
+                        "document.querySelector('.pager a[href*=cursor]') && [...document.querySelectorAll('table.runs tbody tr')].map(r => r.cells[0].textContent)",
+                        long,
+                    )
+                    .await;
+                assert_eq!(first, json!([brittle_runs[1]]));
+                // The page asked the server for the range, as unix ms about an hour ago.
+                let asked = b
+                    .client
+                    .execute(
+                        "return [Date.now(), performance.getEntriesByType('resource').map(e => new URL(e.name)).filter(u => u.pathname === '/v1/runs' && u.searchParams.get('task') === 'brittle').map(u => Number(u.searchParams.get('since')))];",
+                        vec![],
+                    )
+                    .await
+                    .unwrap();
+                let now = asked[0].as_f64().unwrap();
+                let since = asked[1][0].as_f64().unwrap();
+                assert!((now - 3_600_000.0 - since).abs() < 60_000.0, "since={since} at {now}: {asked}");
+                // The first page redraws every 3 s (a new instant each time);
+                // the pager link carries the instant of the page it is on.
+                b.click(".pager a[href*=cursor]").await;
+                let second = b
+                    .wait_for(
+                        "the older of brittle's failures, on the next page",
+                        // The first page stays on screen a moment after the click: wait for the one without `older →`.
+                        "location.hash.includes('cursor=') && !document.querySelector('main').hasAttribute('aria-busy') && !document.querySelector('.pager a[href*=cursor]') && document.querySelector('.pager a') && [...document.querySelectorAll('table.runs tbody tr')].map(r => r.cells[0].textContent)",
+                        long,
+                    )
+                    .await;
+                assert_eq!(second, json!([brittle_runs[0]]));
+                let pinned = b
+                    .client
+                    .execute(
+                        "return [document.querySelectorAll('.pager a[href*=cursor]').length, Number(new URLSearchParams(location.hash.split('?')[1]).get('from')), performance.getEntriesByType('resource').map(e => new URL(e.name)).filter(u => u.pathname === '/v1/runs' && u.searchParams.get('task') === 'brittle' && u.searchParams.get('cursor')).map(u => Number(u.searchParams.get('since')))];",
+                        vec![],
+                    )
+                    .await
+                    .unwrap();
+                let from = pinned[1].as_f64().unwrap();
+                assert!((from - since).abs() < 60_000.0, "from={from}, first page's since={since}");
+                assert_eq!(pinned, json!([0, from as i64, [from as i64]]), "the next page keeps the range's instant and ends it");
+
                 b.goto(&format!("{}/#/tasks/greet", url)).await;
                 b.wait_for("the task page's chart", "document.querySelector('svg.chart')", long).await;
                 b.shot("06-task").await;
