@@ -5,7 +5,7 @@
 
 import { get, getAll, post, pool, ApiError } from "./api.js";
 import {
-  h, replace, link, route, qs, badge, table, when, relative, human, span, bytes, num, button, failureOf, TERMINAL,
+  h, replace, link, route, qs, badge, table, when, relative, human, span, bytes, num, button, confirmDialog, failureOf, TERMINAL,
 } from "./dom.js";
 import { dag, histogram, outcomeStrip } from "./charts.js";
 import { openParamsForm } from "./params.js";
@@ -347,6 +347,7 @@ export async function runsPage(ctx, params) {
       h("p", { class: "quick" }, link("#/runs" + qs({ status: "failed", since: "24h" }), "failed in the last 24 h")),
       h("form", { class: "filters", id: "run-open", role: "search", onsubmit: open }, idInput, h("button", { type: "submit" }, "Open"), idStatus),
     ),
+    bulkRetry(ctx, runs, [filter.task && `task ${filter.task}`, filter.status && `status ${filter.status}`, range[2] ? range[1] : ""].filter(Boolean)),
     runsTable(runs),
     h(
       "p",
@@ -358,6 +359,50 @@ export async function runsPage(ctx, params) {
   if (refocus) idInput.focus();
   // The first page follows new runs; older pages stay put.
   if (!cursor) ctx.later(() => ctx.refresh(), 3000);
+}
+
+/**
+ * **Retry N failed**: the failed runs of the page shown (its filters, its
+ * page: never more than its `limit`, at most 1000), each retried with
+ * `POST /v1/runs/{id}/retry` after a confirmation that names how many, their
+ * tasks and their ids. The set is fixed when the dialog opens: runs that
+ * fail later, or a redraw of the page behind it, do not join it. A run that
+ * is refused (retried elsewhere meanwhile: `409`; a full queue: `429`) is
+ * named in the dialog, and confirming again retries only those left.
+ */
+function bulkRetry(ctx, runs, filters) {
+  const failed = runs.filter((r) => r.status === "failed");
+  if (!failed.length) return null;
+  const label = `Retry ${failed.length} failed`;
+  const open = () => {
+    let left = failed.slice();
+    const tasks = [...new Set(left.map((r) => r.task))];
+    const body = [
+      `Retry ${left.length} failed run${left.length === 1 ? "" : "s"} of ${tasks.length === 1 ? "task" : "tasks"} `,
+      tasks.map((t, i) => [i ? ", " : "", h("code", {}, t)]),
+      filters.length ? ` (the runs shown: ${filters.join(", ")})` : " (the runs shown)",
+      "? Each run's unsuccessful steps run again; succeeded steps keep their outputs.",
+      h("ul", { class: "bulk-runs", id: "bulk-runs" }, left.map((r) => h("li", { dataset: { run: r.id } }, h("code", {}, r.id), " ", r.task))),
+    ];
+    confirmDialog("Retry failed runs", body, `Retry ${left.length}`, async () => {
+      // Four at a time: a page is at most 1000 runs, and each retry is one small write.
+      const refused = (await pool(left, 4, async (r) => {
+        try {
+          await post(`/v1/runs/${encodeURIComponent(r.id)}/retry`);
+          return null;
+        } catch (e) {
+          return { run: r, why: e && e.code ? `${e.code}: ${e.message}` : String(e) };
+        }
+      })).filter(Boolean);
+      const done = left.length - refused.length;
+      left = refused.map((x) => x.run);
+      await ctx.refresh();
+      if (refused.length) {
+        throw new Error(`retried ${done}; not retried: ${refused.map((x) => `${x.run.id} (${x.why})`).join("; ")}`);
+      }
+    });
+  };
+  return h("p", { class: "bulk" }, button(label, open, { id: "bulk-retry", "data-count": String(failed.length) }));
 }
 
 /** The plugin references (`name@1.0.0`, `name@^1`, `name@stable`) of a task's definition: its own and its steps'. */

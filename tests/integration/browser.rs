@@ -274,15 +274,22 @@ impl Browser {
     }
 
     async fn click(&self, css: &str) {
-        self.client
-            .wait()
-            .at_most(Duration::from_secs(10))
-            .for_element(Locator::Css(css))
-            .await
-            .unwrap_or_else(|e| panic!("no element `{css}`: {e}"))
-            .click()
-            .await
-            .unwrap_or_else(|e| panic!("clicking `{css}`: {e}"));
+        // Pages that follow live state redraw every few seconds: an element
+        // found just before a redraw is stale by the click. Find it again.
+        for tries_left in (0..3).rev() {
+            let element = self
+                .client
+                .wait()
+                .at_most(Duration::from_secs(10))
+                .for_element(Locator::Css(css))
+                .await
+                .unwrap_or_else(|e| panic!("no element `{css}`: {e}"));
+            match element.click().await {
+                Ok(()) => return,
+                Err(e) if tries_left > 0 && e.is_stale_element_reference() => {}
+                Err(e) => panic!("clicking `{css}`: {e}"),
+            }
+        }
     }
 
     async fn goto(&self, url: &str) {
@@ -893,6 +900,7 @@ fn dashboard_signs_in_runs_a_task_and_shows_its_logs() {
                     }
                 };
                 settled(1);
+                let flaky_before = attempts_of(&failed_run);
                 b.client.execute("performance.clearResourceTimings();", vec![]).await.unwrap();
                 b.goto(&format!("{}/#/runs?task=brittle&status=failed&since=1h&limit=1", url)).await;
                 let first = b
@@ -938,6 +946,64 @@ fn dashboard_signs_in_runs_a_task_and_shows_its_logs() {
                 let from = pinned[1].as_f64().unwrap();
                 assert!((from - since).abs() < 60_000.0, "from={from}, first page's since={since}");
                 assert_eq!(pinned, json!([0, from as i64, [from as i64]]), "the next page keeps the range's instant and ends it");
+
+                // Bulk retry: the failed runs shown (not flaky's, filtered out),
+                // named before anything runs.
+                b.goto(&format!("{}/#/runs?task=brittle&status=failed", url)).await;
+                b.wait_for("a bulk retry of two runs", "document.querySelector('#bulk-retry')?.dataset.count === '2'", long).await;
+                b.click("#bulk-retry").await;
+                let asked = b
+                    .wait_for(
+                        "the bulk retry's confirmation",
+                        "document.querySelector('dialog[open] #confirm-form') && [document.querySelector('#confirm-form').textContent, [...document.querySelectorAll('#bulk-runs li')].map(li => li.dataset.run)]",
+                        long,
+                    )
+                    .await;
+                let text = asked[0].as_str().unwrap();
+                assert!(text.contains("Retry 2 failed runs of task brittle (the runs shown: task brittle, status failed)"), "{text}");
+                let mut named: Vec<String> = serde_json::from_value(asked[1].clone()).unwrap();
+                named.sort();
+                let mut want = brittle_runs.clone();
+                want.sort();
+                assert_eq!(named, want);
+                b.shot("14-bulk-retry").await;
+                // Cancel does nothing.
+                b.click("#confirm-form .actions button:not([data-action])").await;
+                b.wait_for("the dialog gone", "!document.querySelector('dialog')", long).await;
+                let posted = b
+                    .client
+                    .execute("return performance.getEntriesByType('resource').filter(e => e.name.includes('/retry')).length;", vec![])
+                    .await
+                    .unwrap();
+                assert_eq!(posted, json!(0), "Cancel retried something");
+                settled(1);
+                b.click("#bulk-retry").await;
+                b.click("dialog[open] button[data-action=confirm]").await;
+                b.wait_for("the dialog closed after the retries", "!document.querySelector('dialog')", long).await;
+                settled(2);
+                assert_eq!(attempts_of(&failed_run), flaky_before, "a run outside the filter was retried");
+
+                // The same on a phone: the page fits, the dialog and its buttons are on screen.
+                b.client.set_window_size(390, 844).await.unwrap();
+                b.fits_width(&format!("{}/#/runs?task=brittle&status=failed", url), "document.querySelector('#bulk-retry')?.dataset.count === '2'").await;
+                assert!(b.in_viewport("#bulk-retry").await, "bulk retry is off screen on a phone");
+                b.click("#bulk-retry").await;
+                b.wait_for("the confirmation on a phone", "document.querySelectorAll('dialog[open] #bulk-runs li').length === 2", long).await;
+                let fits = b
+                    .client
+                    .execute(
+                        "const d = document.querySelector('dialog[open]').getBoundingClientRect(); return [d.left >= 0, d.right <= window.innerWidth, document.documentElement.scrollWidth <= window.innerWidth];",
+                        vec![],
+                    )
+                    .await
+                    .unwrap();
+                assert_eq!(fits, json!([true, true, true]), "the bulk retry dialog does not fit a phone");
+                assert!(b.in_viewport("dialog[open] button[data-action=confirm]").await, "the dialog's confirm is off screen on a phone");
+                b.shot("15-phone-bulk-retry").await;
+                b.click("dialog[open] button[data-action=confirm]").await;
+                b.wait_for("the dialog closed on a phone", "!document.querySelector('dialog')", long).await;
+                settled(3);
+                b.client.set_window_size(1280, 1000).await.unwrap();
 
                 b.goto(&format!("{}/#/tasks/greet", url)).await;
                 b.wait_for("the task page's chart", "document.querySelector('svg.chart')", long).await;
