@@ -5,7 +5,7 @@
 
 import { get, getAll, post, pool, ApiError } from "./api.js";
 import {
-  h, replace, link, route, qs, badge, table, when, relative, human, span, bytes, num, button, failureOf, TERMINAL,
+  h, replace, link, route, qs, badge, table, when, relative, human, span, bytes, num, button, confirmDialog, failureOf, TERMINAL,
 } from "./dom.js";
 import { dag, histogram, outcomeStrip } from "./charts.js";
 import { openParamsForm } from "./params.js";
@@ -296,17 +296,19 @@ export async function runsPage(ctx, params) {
   // `limit` stays in the URL with the filters, so paging keeps the page size.
   const filter = { task: params.get("task") || "", status: params.get("status") || "", since: params.get("since") || "", limit: params.get("limit") || "" };
   const cursor = params.get("cursor") || "";
+  // The range is the server's `since=` (runs created at or after it, unix
+  // ms): exact on every page. A relative range ("24h") is pinned to an
+  // instant on the page it is chosen on (`from`), which the pager carries,
+  // so "older →" continues the same range rather than one that moved on.
+  const range = RANGES.find(([v]) => v === filter.since) || RANGES[0];
+  const pinned = Number(params.get("from"));
+  const from = range[2] ? (cursor && Number.isFinite(pinned) && pinned > 0 ? pinned : Math.round(Date.now() - range[2])) : null;
   const [page, tasks] = await Promise.all([
-    get(`/v1/runs${qs({ task: filter.task, status: filter.status, cursor, limit: filter.limit || 50 })}`),
+    get(`/v1/runs${qs({ task: filter.task, status: filter.status, since: from === null ? "" : String(from), cursor, limit: filter.limit || 50 })}`),
     getAll("/v1/tasks", "tasks"),
   ]);
-  // The time range is applied here: runs come newest first, so the range
-  // ends within this page once a run older than it shows, and paging stops there.
-  const range = RANGES.find(([v]) => v === filter.since) || RANGES[0];
-  const cutoff = range[2] ? Date.now() - range[2] : null;
-  const all = page.runs || [];
-  const runs = cutoff === null ? all : all.filter((r) => new Date(r.created_at).getTime() >= cutoff);
-  const more = page.next_cursor && runs.length === all.length;
+  const runs = page.runs || [];
+  const more = Boolean(page.next_cursor);
   const taskSelect = h("select", { name: "task", "aria-label": "task" }, h("option", { value: "" }, "all tasks"), tasks.map((t) => h("option", { value: t.name, selected: t.name === filter.task }, t.name)));
   const statusSelect = h("select", { name: "status", "aria-label": "status" }, RUN_STATUSES.map((x) => h("option", { value: x, selected: x === filter.status }, x || "any status")));
   const sinceSelect = h("select", { name: "since", "aria-label": "time range" }, RANGES.map(([v, label]) => h("option", { value: v, selected: v === range[0] }, label)));
@@ -345,17 +347,62 @@ export async function runsPage(ctx, params) {
       h("p", { class: "quick" }, link("#/runs" + qs({ status: "failed", since: "24h" }), "failed in the last 24 h")),
       h("form", { class: "filters", id: "run-open", role: "search", onsubmit: open }, idInput, h("button", { type: "submit" }, "Open"), idStatus),
     ),
+    bulkRetry(ctx, runs, [filter.task && `task ${filter.task}`, filter.status && `status ${filter.status}`, range[2] ? range[1] : ""].filter(Boolean)),
     runsTable(runs),
     h(
       "p",
       { class: "pager" },
       cursor ? link("#/runs" + qs(filter), "← newest") : null,
-      more ? link("#/runs" + qs({ ...filter, cursor: page.next_cursor }), "older →") : null,
+      more ? link("#/runs" + qs({ ...filter, from: from === null ? "" : String(from), cursor: page.next_cursor }), "older →") : null,
     ),
   );
   if (refocus) idInput.focus();
   // The first page follows new runs; older pages stay put.
   if (!cursor) ctx.later(() => ctx.refresh(), 3000);
+}
+
+/**
+ * **Retry N failed**: the failed runs of the page shown (its filters, its
+ * page: never more than its `limit`, at most 1000), each retried with
+ * `POST /v1/runs/{id}/retry` after a confirmation that names how many, their
+ * tasks and their ids. The set is fixed when the dialog opens: runs that
+ * fail later, or a redraw of the page behind it, do not join it. A run that
+ * is refused (retried elsewhere meanwhile: `409`; a full queue: `429`) is
+ * named in the dialog, and confirming again retries only those left.
+ */
+function bulkRetry(ctx, runs, filters) {
+  const failed = runs.filter((r) => r.status === "failed");
+  if (!failed.length) return null;
+  const label = `Retry ${failed.length} failed`;
+  const open = () => {
+    let left = failed.slice();
+    const tasks = [...new Set(left.map((r) => r.task))];
+    const body = [
+      `Retry ${left.length} failed run${left.length === 1 ? "" : "s"} of ${tasks.length === 1 ? "task" : "tasks"} `,
+      tasks.map((t, i) => [i ? ", " : "", h("code", {}, t)]),
+      filters.length ? ` (the runs shown: ${filters.join(", ")})` : " (the runs shown)",
+      "? Each run's unsuccessful steps run again; succeeded steps keep their outputs.",
+      h("ul", { class: "bulk-runs", id: "bulk-runs" }, left.map((r) => h("li", { dataset: { run: r.id } }, h("code", {}, r.id), " ", r.task))),
+    ];
+    confirmDialog("Retry failed runs", body, `Retry ${left.length}`, async () => {
+      // Four at a time: a page is at most 1000 runs, and each retry is one small write.
+      const refused = (await pool(left, 4, async (r) => {
+        try {
+          await post(`/v1/runs/${encodeURIComponent(r.id)}/retry`);
+          return null;
+        } catch (e) {
+          return { run: r, why: e && e.code ? `${e.code}: ${e.message}` : String(e) };
+        }
+      })).filter(Boolean);
+      const done = left.length - refused.length;
+      left = refused.map((x) => x.run);
+      await ctx.refresh();
+      if (refused.length) {
+        throw new Error(`retried ${done}; not retried: ${refused.map((x) => `${x.run.id} (${x.why})`).join("; ")}`);
+      }
+    });
+  };
+  return h("p", { class: "bulk" }, button(label, open, { id: "bulk-retry", "data-count": String(failed.length) }));
 }
 
 /** The plugin references (`name@1.0.0`, `name@^1`, `name@stable`) of a task's definition: its own and its steps'. */

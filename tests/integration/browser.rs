@@ -274,15 +274,22 @@ impl Browser {
     }
 
     async fn click(&self, css: &str) {
-        self.client
-            .wait()
-            .at_most(Duration::from_secs(10))
-            .for_element(Locator::Css(css))
-            .await
-            .unwrap_or_else(|e| panic!("no element `{css}`: {e}"))
-            .click()
-            .await
-            .unwrap_or_else(|e| panic!("clicking `{css}`: {e}"));
+        // Pages that follow live state redraw every few seconds: an element
+        // found just before a redraw is stale by the click. Find it again.
+        for tries_left in (0..3).rev() {
+            let element = self
+                .client
+                .wait()
+                .at_most(Duration::from_secs(10))
+                .for_element(Locator::Css(css))
+                .await
+                .unwrap_or_else(|e| panic!("no element `{css}`: {e}"));
+            match element.click().await {
+                Ok(()) => return,
+                Err(e) if tries_left > 0 && e.is_stale_element_reference() => {}
+                Err(e) => panic!("clicking `{css}`: {e}"),
+            }
+        }
     }
 
     async fn goto(&self, url: &str) {
@@ -862,6 +869,141 @@ fn dashboard_signs_in_runs_a_task_and_shows_its_logs() {
                     long,
                 )
                 .await;
+
+                // The Runs page's time range is the server's `since=`, pinned
+                // across pages.
+                let agent = new_agent();
+                let brittle = "name: brittle\nplugin: fail@1.0.0\ninput: { message: \"broke\" }\nretry: { max_attempts: 1 }\n";
+                let (status, body) = call(&agent, "PUT", &format!("{url}/v1/tasks/brittle"), Some(brittle.as_bytes()), "application/yaml").unwrap();
+                assert_eq!(status, 201, "{body}");
+                let mut brittle_runs = Vec::new();
+                for _ in 0..2 {
+                    let (status, body) = call(&agent, "POST", &format!("{url}/v1/tasks/brittle/runs"), Some(b"{}"), "application/json").unwrap();
+                    assert_eq!(status, 201, "{body}");
+                    brittle_runs.push(body["id"].as_str().unwrap().to_owned());
+                }
+                // (status, attempts) of a run, from the API.
+                let attempts_of = |id: &str| {
+                    let (_, run) = call(&agent, "GET", &format!("{url}/v1/runs/{id}"), None, "").unwrap();
+                    let n = run["steps"][0]["attempts"].as_array().map_or(0, Vec::len);
+                    (run["status"].as_str().unwrap_or_default().to_owned(), n)
+                };
+                let settled = |want: usize| {
+                    let started = Instant::now();
+                    loop {
+                        let now: Vec<_> = brittle_runs.iter().map(|id| attempts_of(id)).collect();
+                        if now.iter().all(|(st, n)| st == "failed" && *n == want) {
+                            return;
+                        }
+                        assert!(started.elapsed() < long, "brittle's runs never failed with {want} attempts: {now:?}");
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                };
+                settled(1);
+                let flaky_before = attempts_of(&failed_run);
+                b.client.execute("performance.clearResourceTimings();", vec![]).await.unwrap();
+                b.goto(&format!("{}/#/runs?task=brittle&status=failed&since=1h&limit=1", url)).await;
+                let first = b
+                    .wait_for(
+                        "the newest of brittle's failures in the last hour, one a page",
+                        "document.querySelector('.pager a[href*=cursor]') && [...document.querySelectorAll('table.runs tbody tr')].map(r => r.cells[0].textContent)",
+                        long,
+                    )
+                    .await;
+                assert_eq!(first, json!([brittle_runs[1]]));
+                // The page asked the server for the range, as unix ms about an hour ago.
+                let asked = b
+                    .client
+                    .execute(
+                        "return [Date.now(), performance.getEntriesByType('resource').map(e => new URL(e.name)).filter(u => u.pathname === '/v1/runs' && u.searchParams.get('task') === 'brittle').map(u => Number(u.searchParams.get('since')))];",
+                        vec![],
+                    )
+                    .await
+                    .unwrap();
+                let now = asked[0].as_f64().unwrap();
+                let since = asked[1][0].as_f64().unwrap();
+                assert!((now - 3_600_000.0 - since).abs() < 60_000.0, "since={since} at {now}: {asked}");
+                // The first page redraws every 3 s (a new instant each time);
+                // the pager link carries the instant of the page it is on.
+                b.click(".pager a[href*=cursor]").await;
+                let second = b
+                    .wait_for(
+                        "the older of brittle's failures, on the next page",
+                        // The first page stays on screen a moment after the click: wait for the one without `older →`.
+                        "location.hash.includes('cursor=') && !document.querySelector('main').hasAttribute('aria-busy') && !document.querySelector('.pager a[href*=cursor]') && document.querySelector('.pager a') && [...document.querySelectorAll('table.runs tbody tr')].map(r => r.cells[0].textContent)",
+                        long,
+                    )
+                    .await;
+                assert_eq!(second, json!([brittle_runs[0]]));
+                let pinned = b
+                    .client
+                    .execute(
+                        "return [document.querySelectorAll('.pager a[href*=cursor]').length, Number(new URLSearchParams(location.hash.split('?')[1]).get('from')), performance.getEntriesByType('resource').map(e => new URL(e.name)).filter(u => u.pathname === '/v1/runs' && u.searchParams.get('task') === 'brittle' && u.searchParams.get('cursor')).map(u => Number(u.searchParams.get('since')))];",
+                        vec![],
+                    )
+                    .await
+                    .unwrap();
+                let from = pinned[1].as_f64().unwrap();
+                assert!((from - since).abs() < 60_000.0, "from={from}, first page's since={since}");
+                assert_eq!(pinned, json!([0, from as i64, [from as i64]]), "the next page keeps the range's instant and ends it");
+
+                // Bulk retry: the failed runs shown (not flaky's, filtered out),
+                // named before anything runs.
+                b.goto(&format!("{}/#/runs?task=brittle&status=failed", url)).await;
+                b.wait_for("a bulk retry of two runs", "document.querySelector('#bulk-retry')?.dataset.count === '2'", long).await;
+                b.click("#bulk-retry").await;
+                let asked = b
+                    .wait_for(
+                        "the bulk retry's confirmation",
+                        "document.querySelector('dialog[open] #confirm-form') && [document.querySelector('#confirm-form').textContent, [...document.querySelectorAll('#bulk-runs li')].map(li => li.dataset.run)]",
+                        long,
+                    )
+                    .await;
+                let text = asked[0].as_str().unwrap();
+                assert!(text.contains("Retry 2 failed runs of task brittle (the runs shown: task brittle, status failed)"), "{text}");
+                let mut named: Vec<String> = serde_json::from_value(asked[1].clone()).unwrap();
+                named.sort();
+                let mut want = brittle_runs.clone();
+                want.sort();
+                assert_eq!(named, want);
+                b.shot("14-bulk-retry").await;
+                // Cancel does nothing.
+                b.click("#confirm-form .actions button:not([data-action])").await;
+                b.wait_for("the dialog gone", "!document.querySelector('dialog')", long).await;
+                let posted = b
+                    .client
+                    .execute("return performance.getEntriesByType('resource').filter(e => e.name.includes('/retry')).length;", vec![])
+                    .await
+                    .unwrap();
+                assert_eq!(posted, json!(0), "Cancel retried something");
+                settled(1);
+                b.click("#bulk-retry").await;
+                b.click("dialog[open] button[data-action=confirm]").await;
+                b.wait_for("the dialog closed after the retries", "!document.querySelector('dialog')", long).await;
+                settled(2);
+                assert_eq!(attempts_of(&failed_run), flaky_before, "a run outside the filter was retried");
+
+                // The same on a phone: the page fits, the dialog and its buttons are on screen.
+                b.client.set_window_size(390, 844).await.unwrap();
+                b.fits_width(&format!("{}/#/runs?task=brittle&status=failed", url), "document.querySelector('#bulk-retry')?.dataset.count === '2'").await;
+                assert!(b.in_viewport("#bulk-retry").await, "bulk retry is off screen on a phone");
+                b.click("#bulk-retry").await;
+                b.wait_for("the confirmation on a phone", "document.querySelectorAll('dialog[open] #bulk-runs li').length === 2", long).await;
+                let fits = b
+                    .client
+                    .execute(
+                        "const d = document.querySelector('dialog[open]').getBoundingClientRect(); return [d.left >= 0, d.right <= window.innerWidth, document.documentElement.scrollWidth <= window.innerWidth];",
+                        vec![],
+                    )
+                    .await
+                    .unwrap();
+                assert_eq!(fits, json!([true, true, true]), "the bulk retry dialog does not fit a phone");
+                assert!(b.in_viewport("dialog[open] button[data-action=confirm]").await, "the dialog's confirm is off screen on a phone");
+                b.shot("15-phone-bulk-retry").await;
+                b.click("dialog[open] button[data-action=confirm]").await;
+                b.wait_for("the dialog closed on a phone", "!document.querySelector('dialog')", long).await;
+                settled(3);
+                b.client.set_window_size(1280, 1000).await.unwrap();
 
                 b.goto(&format!("{}/#/tasks/greet", url)).await;
                 b.wait_for("the task page's chart", "document.querySelector('svg.chart')", long).await;

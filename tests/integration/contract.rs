@@ -67,6 +67,22 @@ async fn numbers_outside_their_documented_range_are_refused() {
         (status, body["next"].as_array().map(Vec::len)),
         (200, Some(100))
     );
+    // An instant is RFC 3339 or unix milliseconds, as the document says.
+    for (p, says) in [
+        ("/v1/runs?since=yesterday", "`since`"),
+        ("/v1/runs?until=2026-12-01", "`until`"),
+        ("/v1/runs?since=-5", "`since`"),
+        ("/v1/runs?since=2&until=1", "after `until`"),
+    ] {
+        assert_bad_request(p, get(&live, p).await, says);
+    }
+    for p in [
+        "/v1/runs?since=0&until=99999999999999",
+        "/v1/runs?since=1970-01-01T00:00:00Z&until=2999-01-01T00:00:00.5%2B08:00",
+    ] {
+        let (status, body) = get(&live, p).await;
+        assert_eq!(status, 200, "{p}: {body}");
+    }
     // An empty enum value is no value the document lists.
     for p in ["/v1/runs?status=", "/v1/tasks/greet/graph?format="] {
         let (status, body) = get(&live, p).await;

@@ -311,6 +311,16 @@ mod tests {
             param("/v1/tasks/{name}", "put", "name")["schema"]["pattern"],
             contract::NAME_PATTERN
         );
+        for bound in ["since", "until"] {
+            let p = param("/v1/runs", "get", bound);
+            assert_eq!(p["in"], "query", "{bound}");
+            let text = p["description"].as_str().unwrap_or_default();
+            assert!(
+                text.contains("RFC 3339") && text.contains("unix milliseconds")
+                    || text.contains("as `since`"),
+                "{bound}: {text}"
+            );
+        }
         let tenant = param("/v1/runs", "get", "x-ax-tenant");
         assert_eq!(tenant["schema"]["pattern"], contract::NAME_PATTERN);
         let version = param("/v1/plugins", "post", "version");

@@ -17,8 +17,8 @@ use super::extract::{ApiBody, ApiPath, ApiQuery, PAGE_LIMITS, bounded};
 use super::views::{
     DeadLetterList, DeadLetterView, EventList, EventView, LogList, RunList, RunView, Warning,
 };
-use crate::model::RunStatus;
 use crate::model::ids::RunId;
+use crate::model::{Millis, RunStatus};
 use crate::scheduler::TriggerRequest;
 use crate::store::RunQuery;
 
@@ -241,7 +241,7 @@ fn trigger_item(
     Ok(request)
 }
 
-/// `?task=&status=&limit=&cursor=` of a run listing.
+/// `?task=&status=&since=&until=&limit=&cursor=` of a run listing.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 pub(super) struct ListQuery {
@@ -254,6 +254,32 @@ pub(super) struct ListQuery {
     limit: Option<usize>,
     /// The `next_cursor` of the previous page.
     cursor: Option<String>,
+    /// Only runs created at or after this instant: RFC 3339
+    /// (`2026-12-01T08:00:00Z`) or unix milliseconds (`1764576000000`).
+    since: Option<String>,
+    /// Only runs created before this instant (exclusive), as `since`.
+    until: Option<String>,
+}
+
+/// A `since=`/`until=` instant: RFC 3339, or unix milliseconds (what a
+/// script or the dashboard has at hand: `Date.now() - 3600000`).
+fn run_instant(name: &str, text: Option<&str>) -> ApiResult<Option<Millis>> {
+    let Some(text) = text else { return Ok(None) };
+    // An empty `since=` is refused like any text that is not an instant.
+    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
+        return text.parse::<Millis>().map(Some).map_err(|_| {
+            ApiError::bad_request(format!(
+                "`{name}` is `{text}`: too large for unix milliseconds"
+            ))
+        });
+    }
+    chrono::DateTime::parse_from_rfc3339(text)
+        .map(|t| Some(t.timestamp_millis()))
+        .map_err(|_| {
+            ApiError::bad_request(format!(
+                "`{name}` is `{text}`: not an RFC 3339 instant (2026-12-01T08:00:00Z) nor unix milliseconds"
+            ))
+        })
 }
 
 /// `GET /v1/runs`: `{"runs": [...], "next_cursor": ...}`.
@@ -270,12 +296,23 @@ pub(super) async fn list(
         Some(s) => Some(s.parse::<RunStatus>().map_err(ApiError::bad_request)?),
         None => None,
     };
+    let since = run_instant("since", query.since.as_deref())?;
+    let until = run_instant("until", query.until.as_deref())?;
+    if let (Some(s), Some(u)) = (since, until)
+        && s > u
+    {
+        return Err(ApiError::bad_request(format!(
+            "`since` ({s}) is after `until` ({u}): the range is empty"
+        )));
+    }
     let page = state.ax.list_runs(RunQuery {
         tenant: Some(caller.tenant),
         task: query.task.filter(|t| !t.is_empty()),
         status,
         limit: bounded("limit", query.limit, DEFAULT_PAGE, PAGE_LIMITS)?,
         cursor: query.cursor.filter(|c| !c.is_empty()),
+        since,
+        until,
     })?;
     let stats = state.ax.scheduler.stats();
     let runs: Vec<RunView> = page

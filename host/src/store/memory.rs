@@ -13,8 +13,8 @@ use super::{
     AlertQuery, AlertStatus, AttemptLogs, Catalog, Insert, Lease, Leases, NewRun, Operations,
     Outbox, OutboxAlert, Result, RunPage, RunQuery, RunWrite, Runs, SyncTicket, Tenancy,
     rules::{
-        MAX_SCAN, check_revisions, definition_changed, digest_of, missing_run, queue_position,
-        select_page, take_lease,
+        MAX_SCAN, check_revisions, definition_changed, digest_of, list_floor, list_start,
+        missing_run, queue_position, select_page, take_lease,
     },
 };
 use crate::model::ids::TaskKey;
@@ -480,7 +480,8 @@ impl Runs for MemoryStore {
 
     fn list_runs(&self, query: &RunQuery) -> Result<RunPage> {
         let state = self.state();
-        let cursor = query.cursor.as_deref().filter(|c| !c.is_empty());
+        let start = list_start(query);
+        let cursor = start.as_deref();
         let below_cursor = state
             .runs
             .iter()
@@ -503,6 +504,7 @@ impl Runs for MemoryStore {
             entries,
             task_filter,
             query.status,
+            list_floor(query).as_deref(),
             query.limit,
             self.scan_limit,
         )?;

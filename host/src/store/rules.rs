@@ -7,6 +7,7 @@ use sha2::{Digest, Sha256};
 
 use super::{Error, Result};
 use crate::model::{Millis, RunRecord, RunStatus};
+use crate::store::RunQuery;
 
 /// The creation instant written into an id by [`new_id`] (`None` for ids
 /// of another shape).
@@ -37,6 +38,31 @@ pub fn writer_tag() -> u32 {
     *TAG.get_or_init(rand::random::<u32>)
 }
 
+/// The lowest run id made at `at` or later ([`new_id`] with prefix `r`),
+/// as a bound: an id made before `at` sorts below it, one made at `at` or
+/// later sorts at or above it (instants before 1970 are clamped, as ids are).
+pub fn id_floor(at: Millis) -> String {
+    format!("r{:012x}", at.max(0))
+}
+
+/// Where a listing of `query` starts, newest first: below its cursor or
+/// below its `until` ([`id_floor`]), whichever is lower. Either is an
+/// exclusive upper bound on ids, so `until` costs nothing over a cursor.
+pub fn list_start(query: &RunQuery) -> Option<String> {
+    let cursor = query.cursor.clone().filter(|c| !c.is_empty());
+    let until = query.until.map(id_floor);
+    match (cursor, until) {
+        (Some(c), Some(u)) => Some(c.min(u)),
+        (c, u) => c.or(u),
+    }
+}
+
+/// Where a listing of `query` ends, newest first: at the first id below
+/// its `since` ([`id_floor`]); `None` for no lower bound.
+pub fn list_floor(query: &RunQuery) -> Option<String> {
+    query.since.map(id_floor)
+}
+
 /// A queued run's place in the persistent queue: priority with aging from
 /// its creation instant (the one written in its id, as the sled store
 /// orders it).
@@ -53,15 +79,18 @@ pub const MAX_SCAN: usize = 10_000;
 
 /// Picks one page of run ids out of `entries`: the index entries `(id, status,
 /// task)` in scope (a tenant's runs, a task's runs, or every run), newest
-/// first, already positioned after the cursor.
+/// first, already positioned after the cursor ([`list_start`]).
 ///
 /// Stops at `limit` matches, or after examining `scan_limit` entries; `next`
 /// is the last id examined when more entries may follow, `None` when the
-/// index is exhausted.
+/// index is exhausted or its next id lies below `floor` ([`list_floor`]):
+/// entries below the floor are never examined, so a time range costs the
+/// runs inside it, not the history behind it.
 pub fn select_page<I>(
     entries: I,
     task: Option<&str>,
     status: Option<RunStatus>,
+    floor: Option<&str>,
     limit: usize,
     scan_limit: usize,
 ) -> Result<(Vec<String>, Option<String>)>
@@ -78,6 +107,9 @@ where
             return Ok((ids, last));
         }
         let (id, entry_status, entry_task) = entry?;
+        if floor.is_some_and(|f| id.as_str() < f) {
+            return Ok((ids, None));
+        }
         if task.is_none_or(|t| t == entry_task) && status.is_none_or(|s| s == entry_status) {
             ids.push(id.clone());
         }

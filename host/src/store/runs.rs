@@ -121,6 +121,13 @@ pub struct RunQuery {
     pub limit: usize,
     /// Continue after this cursor (the `next` of the previous page).
     pub cursor: Option<String>,
+    /// Only runs created at or after this instant. Ids sort by creation
+    /// ([`super::rules::new_id`]), so this bounds the index scan itself:
+    /// the listing ends at the first older id ([`super::rules::id_floor`]).
+    pub since: Option<Millis>,
+    /// Only runs created before this instant: the scan starts below it, as
+    /// below a cursor.
+    pub until: Option<Millis>,
 }
 
 /// A page of runs.

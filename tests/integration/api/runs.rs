@@ -341,3 +341,91 @@ async fn runs_are_listed_newest_first_with_cursor_paging_and_filters() {
         (StatusCode::BAD_REQUEST, "bad_request")
     );
 }
+
+#[tokio::test]
+async fn runs_are_listed_by_creation_time_exactly_across_pages() {
+    let h = host().await;
+    h.upload("hello", "hello").await;
+    h.apply("hello", HELLO_TASK).await;
+    // (id, created_at as RFC 3339, as unix ms), oldest first.
+    let mut runs: Vec<(String, String, i64)> = Vec::new();
+    for i in 0..5 {
+        let run = h
+            .trigger("hello", json!({ "input": { "name": format!("t{i}") } }))
+            .await;
+        let created = run.body["created_at"].as_str().unwrap().to_string();
+        let ms = chrono::DateTime::parse_from_rfc3339(&created)
+            .unwrap()
+            .timestamp_millis();
+        runs.push((run.body["id"].as_str().unwrap().to_string(), created, ms));
+        // Each run in its own millisecond, so a range can split them.
+        while chrono::Utc::now().timestamp_millis() <= ms {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+    let listed = |query: String| {
+        let h = &h;
+        async move {
+            let mut seen = Vec::new();
+            let mut path = format!("/v1/runs?{query}&limit=1");
+            loop {
+                let page = h.get(&path).await;
+                assert_eq!(page.status, StatusCode::OK, "{path}: {}", page.body);
+                for r in page.body["runs"].as_array().unwrap() {
+                    seen.push(r["id"].as_str().unwrap().to_string());
+                }
+                match page.body["next_cursor"].as_str() {
+                    Some(c) => path = format!("/v1/runs?{query}&limit=1&cursor={c}"),
+                    None => return seen,
+                }
+                assert!(seen.len() <= 5, "paging does not end: {seen:?}");
+            }
+        }
+    };
+    let ids = |range: std::ops::Range<usize>| -> Vec<String> {
+        runs[range].iter().rev().map(|r| r.0.clone()).collect()
+    };
+    // `since` inclusive, `until` exclusive, to the millisecond, one a page.
+    assert_eq!(
+        listed(format!("since={}&until={}", runs[1].1, runs[4].1)).await,
+        ids(1..4)
+    );
+    // Unix milliseconds say the same.
+    assert_eq!(
+        listed(format!("since={}&until={}", runs[1].2, runs[4].2)).await,
+        ids(1..4)
+    );
+    assert_eq!(listed(format!("since={}", runs[3].2)).await, ids(3..5));
+    assert_eq!(listed(format!("until={}", runs[2].2)).await, ids(0..2));
+    // An offset is an instant like any other: the same as UTC.
+    let shifted = chrono::DateTime::parse_from_rfc3339(&runs[2].1)
+        .unwrap()
+        .with_timezone(&chrono::FixedOffset::east_opt(8 * 3600).unwrap())
+        .to_rfc3339_opts(chrono::SecondsFormat::Millis, false)
+        .replace('+', "%2B");
+    assert_eq!(listed(format!("since={shifted}")).await, ids(2..5));
+    assert!(listed(format!("since={}", runs[4].2 + 1)).await.is_empty());
+
+    for bad in [
+        "since=yesterday",
+        "since=",
+        "until=2026-13-01T00:00:00Z",
+        "since=99999999999999999999999",
+        "since=1000&until=999",
+    ] {
+        let answer = h.get(&format!("/v1/runs?{bad}")).await;
+        assert_eq!(
+            (answer.status, answer.code()),
+            (StatusCode::BAD_REQUEST, "bad_request"),
+            "{bad}: {}",
+            answer.body
+        );
+        let field = if bad.starts_with("until") {
+            "until"
+        } else {
+            "since"
+        };
+        let message = answer.body["error"]["message"].as_str().unwrap();
+        assert!(message.contains(&format!("`{field}`")), "{bad}: {message}");
+    }
+}

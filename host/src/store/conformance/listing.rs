@@ -4,7 +4,7 @@
 use super::{Make, SCAN, all_pages, created, ids, run, run_id, schedule, task};
 use crate::model::{RunRecord, RunStatus};
 use crate::store::prelude::*;
-use crate::store::{RunQuery, RunSummary};
+use crate::store::{RunQuery, RunSummary, rules};
 
 pub fn active_runs_are_the_non_terminal_ones<S: Store>(make: Make<S>) {
     let (store, _dir) = make(SCAN);
@@ -67,7 +67,7 @@ pub fn list_runs_filters_newest_first<S: Store>(make: Make<S>) {
             task: task.map(str::to_owned),
             status,
             limit: 100,
-            cursor: None,
+            ..RunQuery::default()
         };
         let page = store.list_runs(&query).unwrap();
         assert_eq!(page.next, None);
@@ -153,6 +153,76 @@ pub fn list_runs_pages_with_a_cursor<S: Store>(make: Make<S>) {
         ..RunQuery::default()
     };
     assert!(store.list_runs(&before).unwrap().runs.is_empty());
+}
+
+pub fn list_runs_bounds_by_creation_time<S: Store>(make: Make<S>) {
+    // Runs made at 100..=111 ms (fill_runs), so ids carry those instants.
+    let (store, _dir) = make(SCAN);
+    let runs = fill_runs(&store);
+    let made = |range: std::ops::Range<i64>, tenant: Option<&str>| -> Vec<&str> {
+        runs.iter()
+            .rev()
+            .filter(|r| range.contains(&rules::id_millis(&r.id).unwrap()))
+            .filter(|r| tenant.is_none_or(|t| r.tenant == t))
+            .map(|r| r.id.as_str())
+            .collect()
+    };
+    let query = |since: Option<i64>, until: Option<i64>, limit: usize| RunQuery {
+        since,
+        until,
+        limit,
+        ..RunQuery::default()
+    };
+    // `since` is inclusive, `until` exclusive, both to the millisecond.
+    let page = store.list_runs(&query(Some(103), Some(107), 100)).unwrap();
+    assert_eq!(ids(&page.runs), made(103..107, None));
+    assert_eq!(page.next, None, "the scan ends at the range's floor");
+    assert_eq!(
+        ids(&all_pages(&store, &query(Some(103), Some(107), 1))),
+        made(103..107, None),
+        "paged one at a time, the range holds across pages"
+    );
+    assert_eq!(
+        ids(&all_pages(&store, &query(Some(105), None, 2))),
+        made(105..200, None)
+    );
+    assert_eq!(
+        ids(&all_pages(&store, &query(None, Some(102), 3))),
+        made(0..102, None)
+    );
+    // With a tenant (its own index) and a status filter.
+    let failed = RunQuery {
+        tenant: Some("t1".to_owned()),
+        status: Some(RunStatus::Failed),
+        ..query(Some(101), Some(110), 100)
+    };
+    let want: Vec<&str> = made(101..110, Some("t1"))
+        .into_iter()
+        .filter(|id| {
+            runs.iter()
+                .any(|r| r.id == *id && r.status == RunStatus::Failed)
+        })
+        .collect();
+    assert_eq!(ids(&store.list_runs(&failed).unwrap().runs), want);
+    // A cursor and `until` together: the lower of the two.
+    let first = store.list_runs(&query(None, Some(110), 2)).unwrap();
+    assert_eq!(ids(&first.runs), made(108..110, None));
+    let second = RunQuery {
+        cursor: first.next.clone(),
+        ..query(None, Some(111), 2)
+    };
+    assert_eq!(
+        ids(&store.list_runs(&second).unwrap().runs),
+        made(106..108, None)
+    );
+    // An empty or inverted range lists nothing and says so.
+    for (since, until) in [(107, 107), (108, 103), (200, 300), (0, 100)] {
+        let page = store
+            .list_runs(&query(Some(since), Some(until), 10))
+            .unwrap();
+        assert!(page.runs.is_empty(), "{since}..{until}");
+        assert_eq!(page.next, None, "{since}..{until}");
+    }
 }
 
 pub fn status_filter_scan_is_bounded_and_resumable<S: Store>(make: Make<S>) {

@@ -97,6 +97,7 @@ macro_rules! store_conformance_suite {
                 listing::queued_runs_come_in_dispatch_order_per_tenant,
                 listing::list_runs_filters_newest_first,
                 listing::list_runs_pages_with_a_cursor,
+                listing::list_runs_bounds_by_creation_time,
                 listing::status_filter_scan_is_bounded_and_resumable,
                 listing::run_summaries_list_every_run_from_the_indexes,
                 listing::run_summaries_come_in_pages_newest_first_per_task,

@@ -10,7 +10,7 @@ use rand::{Rng, SeedableRng};
 use super::{Make, SCAN, all_pages, attempt_logs, dead, event, ids, run, run_id, schedule, task};
 use crate::model::{DeadLetter, Event, Millis, RunRecord, RunStatus, ScheduleState, TaskRecord};
 use crate::store::prelude::*;
-use crate::store::{AttemptLogs, Insert, NewRun, RunQuery};
+use crate::store::{AttemptLogs, Insert, NewRun, RunQuery, id_millis};
 
 /// The reference: what a store must show, kept the simplest way possible.
 #[derive(Default)]
@@ -135,6 +135,9 @@ impl Model {
             .filter(|r| query.tenant.as_ref().is_none_or(|t| *t == r.tenant))
             .filter(|r| query.task.as_ref().is_none_or(|t| *t == r.task))
             .filter(|r| query.status.is_none_or(|s| s == r.status))
+            // The instant written in the id: the suite's runs all carry
+            // one `created_at`, a real run's is its id's.
+            .filter(|r| in_range(query, id_millis(&r.id).unwrap_or(0)))
             .cloned()
             .collect();
         runs.sort_by(|a, b| b.id.cmp(&a.id));
@@ -162,6 +165,11 @@ const STATUSES: [RunStatus; 5] = [
     RunStatus::Failed,
     RunStatus::Cancelled,
 ];
+
+/// Whether a run made at `at` is in `query`'s time range.
+fn in_range(query: &RunQuery, at: i64) -> bool {
+    query.since.is_none_or(|s| at >= s) && query.until.is_none_or(|u| at < u)
+}
 
 fn pick<T: Clone>(rng: &mut StdRng, items: &[T]) -> T {
     items[rng.random_range(0..items.len())].clone()
@@ -199,6 +207,9 @@ fn random_query(rng: &mut StdRng) -> RunQuery {
         status: rng.random_bool(0.5).then(|| pick(rng, &STATUSES)),
         limit: rng.random_range(0..6),
         cursor: None,
+        // Ids are made at the model's clock, 1000 and on by 0..3 a step.
+        since: rng.random_bool(0.3).then(|| rng.random_range(900..1_600)),
+        until: rng.random_bool(0.3).then(|| rng.random_range(900..1_600)),
     }
 }
 

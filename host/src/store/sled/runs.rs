@@ -21,7 +21,7 @@ use super::steps::{apart, encode_changed};
 use super::{SledStore, lock, sled_error};
 use crate::model::{Event, Millis, RunRecord};
 use crate::store::prelude::*;
-use crate::store::rules::{definition_changed, missing_run, select_page};
+use crate::store::rules::{definition_changed, list_floor, list_start, missing_run, select_page};
 use crate::store::{
     Changed, Error, Insert, NewRun, Result, RunPage, RunQuery, RunSummary, RunWrite,
 };
@@ -207,10 +207,10 @@ pub(super) fn list(store: &SledStore, query: &RunQuery) -> Result<RunPage> {
         (Some(tenant), None) => (key("rt", &[tenant]), None),
         (None, task) => (key("ra", &[]), task.as_deref()),
     };
-    let entries = match query.cursor.as_deref().filter(|c| !c.is_empty()) {
-        Some(cursor) => {
+    let entries = match list_start(query) {
+        Some(start) => {
             let mut end = prefix.clone();
-            push_part(&mut end, cursor);
+            push_part(&mut end, &start);
             store.db.range(prefix.clone()..end)
         }
         None => store.db.scan_prefix(&prefix),
@@ -225,6 +225,7 @@ pub(super) fn list(store: &SledStore, query: &RunQuery) -> Result<RunPage> {
         entries,
         task_filter,
         query.status,
+        list_floor(query).as_deref(),
         query.limit,
         store.scan_limit,
     )?;
