@@ -102,8 +102,16 @@ fn ax_build(cmd: &mut Command) -> PathBuf {
 }
 
 /// `ax exec` on the sample input (succeeds, with the config value) and on a
-/// bad one (fails, fatal).
-fn exec_locally(wasm: &Path, cache: &Path) {
+/// bad one (fails, fatal). The first compiles the component, the second
+/// loads it from the artifact cache in `cache`: a Python or JavaScript one
+/// (`large`, over 1 MiB) as Winch's code, the fast tier, kept under the
+/// first tier's name (`-baseline.cwasm`), a Rust one as Cranelift's.
+fn exec_locally(wasm: &Path, cache: &Path, large: bool) {
+    let code = if large {
+        "(Winch's code, the fast tier)"
+    } else {
+        "(Cranelift's code)"
+    };
     let out = run_ok(
         ax(&["exec"])
             .arg(wasm)
@@ -117,6 +125,11 @@ fn exec_locally(wasm: &Path, cache: &Path) {
             .arg("--cache-dir")
             .arg(cache),
         "ax exec",
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!(": compiled {code} in ")),
+        "{stderr}"
     );
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["outcome"], "succeeded", "{report}");
@@ -132,9 +145,24 @@ fn exec_locally(wasm: &Path, cache: &Path) {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!(": loaded from the artifact cache {code} in ")),
+        "{stderr}"
+    );
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["outcome"], "failed", "{report}");
     assert_eq!(report["error_kind"], "fatal", "{report}");
+    let artifacts: Vec<String> = std::fs::read_dir(cache)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(artifacts.len(), 1, "{artifacts:?}");
+    assert_eq!(
+        artifacts[0].ends_with("-baseline.cwasm"),
+        large,
+        "{artifacts:?}"
+    );
 }
 
 /// Push, apply the scaffold's task.yaml, trigger and wait on a real server.
@@ -213,7 +241,7 @@ fn a_rust_scaffold_builds_outside_the_repository_and_runs() {
         wasm,
         std::path::absolute(target.join("wasm32-wasip2/release/scaffold_rust.wasm")).unwrap()
     );
-    exec_locally(&wasm, &tmp.path().join("cache"));
+    exec_locally(&wasm, &tmp.path().join("cache"), false);
     run_on_server(tmp.path(), &project, &wasm, "scaffold-rust");
 }
 
@@ -229,7 +257,7 @@ fn a_python_scaffold_builds_with_componentize_py_and_runs() {
         wasm,
         std::path::absolute(project.join("scaffold_py.wasm")).unwrap()
     );
-    exec_locally(&wasm, &tmp.path().join("cache"));
+    exec_locally(&wasm, &tmp.path().join("cache"), true);
     run_on_server(tmp.path(), &project, &wasm, "scaffold-py");
 }
 
@@ -367,7 +395,7 @@ fn a_javascript_scaffold_builds_with_componentize_js_and_runs() {
     let tmp = tempfile::tempdir().unwrap();
     let project = scaffold(tmp.path(), "scaffold-js", "js");
     let wasm = build_js(&tools, &project, "scaffold_js");
-    exec_locally(&wasm, &tmp.path().join("cache"));
+    exec_locally(&wasm, &tmp.path().join("cache"), true);
     run_on_server(tmp.path(), &project, &wasm, "scaffold-js");
 }
 
