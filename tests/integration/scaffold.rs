@@ -1,6 +1,7 @@
 //! `ax plugin new` end to end, one test per language: scaffold into a
-//! temporary folder outside the repository, build with the real toolchain
-//! (cargo for wasm32-wasip2, componentize-py, componentize-js), run the
+//! temporary folder outside the repository, build with `ax build` (which runs
+//! the real toolchain the scaffold's `ax.yaml` names: cargo for
+//! wasm32-wasip2, componentize-py, componentize-js), run the
 //! component with `ax exec` (success, and the fatal error of bad input), then
 //! push it to a real `ax serve`, apply the scaffold's `task.yaml` and trigger
 //! a run that must succeed.
@@ -82,9 +83,35 @@ fn scaffold(tmp: &Path, name: &str, lang: &str) -> PathBuf {
     dir
 }
 
+/// Runs `ax build` (`cmd`), which must succeed; the component it printed,
+/// which must exist.
+fn ax_build(cmd: &mut Command) -> PathBuf {
+    let out = run_ok(cmd, "ax build");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let built = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("built "))
+        .unwrap_or_else(|| panic!("no `built` line: {}", text(&out)));
+    let path = built
+        .split_once(": ")
+        .and_then(|(_, rest)| rest.rsplit_once(" ("))
+        .map(|(path, _)| PathBuf::from(path))
+        .unwrap_or_else(|| panic!("unexpected `built` line: {built}"));
+    assert!(path.is_file(), "{} is not there", path.display());
+    path
+}
+
 /// `ax exec` on the sample input (succeeds, with the config value) and on a
-/// bad one (fails, fatal).
-fn exec_locally(wasm: &Path, cache: &Path) {
+/// bad one (fails, fatal). The first compiles the component, the second
+/// loads it from the artifact cache in `cache`: a Python or JavaScript one
+/// (`large`, over 1 MiB) as Winch's code, the fast tier, kept under the
+/// first tier's name (`-baseline.cwasm`), a Rust one as Cranelift's.
+fn exec_locally(wasm: &Path, cache: &Path, large: bool) {
+    let code = if large {
+        "(Winch's code, the fast tier)"
+    } else {
+        "(Cranelift's code)"
+    };
     let out = run_ok(
         ax(&["exec"])
             .arg(wasm)
@@ -98,6 +125,11 @@ fn exec_locally(wasm: &Path, cache: &Path) {
             .arg("--cache-dir")
             .arg(cache),
         "ax exec",
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!(": compiled {code} in ")),
+        "{stderr}"
     );
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["outcome"], "succeeded", "{report}");
@@ -113,9 +145,24 @@ fn exec_locally(wasm: &Path, cache: &Path) {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!(": loaded from the artifact cache {code} in ")),
+        "{stderr}"
+    );
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["outcome"], "failed", "{report}");
     assert_eq!(report["error_kind"], "fatal", "{report}");
+    let artifacts: Vec<String> = std::fs::read_dir(cache)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(artifacts.len(), 1, "{artifacts:?}");
+    assert_eq!(
+        artifacts[0].ends_with("-baseline.cwasm"),
+        large,
+        "{artifacts:?}"
+    );
 }
 
 /// Push, apply the scaffold's task.yaml, trigger and wait on a real server.
@@ -170,18 +217,13 @@ fn a_rust_scaffold_builds_outside_the_repository_and_runs() {
         assert!(project.join("ax-plugin-sdk").join(file).is_file(), "{file}");
     }
     let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("scaffold-rust-target");
-    let mut build = Command::new("cargo");
+    let mut build = ax(&["build", "--dir"]);
     build
-        .current_dir(&project)
+        .arg(&project)
         // Offline: the SDK is in the project, and its crates.io dependencies
         // are those host/build.rs already fetched for plugins/.
-        .args([
-            "build",
-            "--offline",
-            "--release",
-            "--target",
-            "wasm32-wasip2",
-        ])
+        .env("CARGO_NET_OFFLINE", "true")
+        // ax.yaml's output follows it, as cargo's does.
         .env("CARGO_TARGET_DIR", &target);
     // The outer cargo's flags are for the host build, not for this project.
     for var in [
@@ -194,9 +236,12 @@ fn a_rust_scaffold_builds_outside_the_repository_and_runs() {
     ] {
         build.env_remove(var);
     }
-    run_ok(&mut build, "cargo build of the Rust scaffold");
-    let wasm = target.join("wasm32-wasip2/release/scaffold_rust.wasm");
-    exec_locally(&wasm, &tmp.path().join("cache"));
+    let wasm = ax_build(&mut build);
+    assert_eq!(
+        wasm,
+        std::path::absolute(target.join("wasm32-wasip2/release/scaffold_rust.wasm")).unwrap()
+    );
+    exec_locally(&wasm, &tmp.path().join("cache"), false);
     run_on_server(tmp.path(), &project, &wasm, "scaffold-rust");
 }
 
@@ -207,14 +252,12 @@ fn a_python_scaffold_builds_with_componentize_py_and_runs() {
     };
     let tmp = tempfile::tempdir().unwrap();
     let project = scaffold(tmp.path(), "scaffold-py", "python");
-    run_ok(
-        Command::new(project.join("build.sh"))
-            .current_dir(&project)
-            .env("COMPONENTIZE_PY", tools.join("python/bin/componentize-py")),
-        "build.sh of the Python scaffold",
+    let wasm = build_python(&tools, &project);
+    assert_eq!(
+        wasm,
+        std::path::absolute(project.join("scaffold_py.wasm")).unwrap()
     );
-    let wasm = project.join("scaffold_py.wasm");
-    exec_locally(&wasm, &tmp.path().join("cache"));
+    exec_locally(&wasm, &tmp.path().join("cache"), true);
     run_on_server(tmp.path(), &project, &wasm, "scaffold-py");
 }
 
@@ -227,13 +270,69 @@ fn build_js(tools: &Path, project: &Path, file: &str) -> PathBuf {
         project.join("node_modules"),
     )
     .unwrap();
-    run_ok(
-        Command::new("npm")
-            .current_dir(project)
-            .args(["run", "build"]),
-        "npm run build of the JavaScript scaffold",
+    let wasm = ax_build(ax(&["build", "--dir"]).arg(project));
+    assert_eq!(
+        wasm,
+        std::path::absolute(project.join(format!("{file}.wasm"))).unwrap()
     );
-    project.join(format!("{file}.wasm"))
+    wasm
+}
+
+/// `ax build` of the Python scaffold in `project` (its `build.sh`), with the
+/// componentize-py of `tools`; the built component.
+fn build_python(tools: &Path, project: &Path) -> PathBuf {
+    ax_build(
+        ax(&["build", "--dir"])
+            .arg(project)
+            .env("COMPONENTIZE_PY", tools.join("python/bin/componentize-py")),
+    )
+}
+
+/// `ax build` says what went wrong: no manifest (exit 2, naming `ax plugin
+/// new`), a command that fails (exit 1, with its exit code), a command that
+/// writes no output (exit 1, naming the path), an unknown field (exit 2).
+#[test]
+fn ax_build_reports_a_missing_manifest_a_failed_command_and_a_missing_output() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let build = || ax(&["build", "--dir"]).arg(dir).output().unwrap();
+    let out = build();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("no ax.yaml in"), "{}", text(&out));
+
+    let manifest = |command: &str, output: &str| {
+        std::fs::write(
+            dir.join("ax.yaml"),
+            format!("name: p\nlang: js\nbuild:\n  command: '{command}'\n  output: '{output}'\n"),
+        )
+        .unwrap();
+    };
+    manifest("echo compiling; exit 3", "p.wasm");
+    let out = build();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("compiling"));
+    assert!(text(&out).contains("failed (exit 3)"), "{}", text(&out));
+
+    manifest("true", "out/p.wasm");
+    let out = build();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("wrote no "), "{}", text(&out));
+    assert!(text(&out).contains("out/p.wasm"), "{}", text(&out));
+
+    // The command runs in the project folder, and the output is found there.
+    manifest("mkdir -p out && printf x > out/p.wasm", "out/p.wasm");
+    let out = build();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(std::fs::read(dir.join("out/p.wasm")).unwrap(), b"x");
+
+    std::fs::write(
+        dir.join("ax.yaml"),
+        "name: p\nlang: js\nbuild: { command: 'true', outptu: p.wasm }\n",
+    )
+    .unwrap();
+    let out = build();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("outptu"), "{}", text(&out));
 }
 
 /// `ax exec` of `wasm` on `input`, which must fail; its JSON report.
@@ -277,13 +376,7 @@ fn a_python_scaffold_reports_an_uncaught_index_error_with_its_line() {
         .position(|l| l.contains("[name][1]"))
         .unwrap()
         + 1;
-    run_ok(
-        Command::new(project.join("build.sh"))
-            .current_dir(&project)
-            .env("COMPONENTIZE_PY", tools.join("python/bin/componentize-py")),
-        "build.sh of the Python scaffold",
-    );
-    let wasm = project.join("scaffold_py_bug.wasm");
+    let wasm = build_python(&tools, &project);
     let report = exec_failing(&wasm, &tmp.path().join("cache"), r#"{"name": "ci"}"#);
     assert_eq!(report["outcome"], "failed", "{report}");
     assert_eq!(report["error_kind"], "retryable", "{report}");
@@ -302,7 +395,7 @@ fn a_javascript_scaffold_builds_with_componentize_js_and_runs() {
     let tmp = tempfile::tempdir().unwrap();
     let project = scaffold(tmp.path(), "scaffold-js", "js");
     let wasm = build_js(&tools, &project, "scaffold_js");
-    exec_locally(&wasm, &tmp.path().join("cache"));
+    exec_locally(&wasm, &tmp.path().join("cache"), true);
     run_on_server(tmp.path(), &project, &wasm, "scaffold-js");
 }
 

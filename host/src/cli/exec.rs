@@ -21,7 +21,7 @@ use crate::bench;
 use crate::capability::{Grants, HttpLimits, KvGrant, KvLimits, KvNamespace, KvScope};
 use crate::model::record::AttemptRecord;
 use crate::model::{AttemptContext, AttemptReport, Outcome, TriggerKind};
-use crate::runtime::{ReplayReport, Runtime, RuntimeConfig};
+use crate::runtime::{LoadSource, Plugin, ReplayReport, Runtime, RuntimeConfig, Tier, Tiering};
 use crate::store::kv::SledKv;
 
 #[derive(Debug, Args)]
@@ -39,6 +39,11 @@ pub(super) struct ExecArgs {
     /// Where compiled artifacts are cached.
     #[arg(long, env = "AX_CACHE_DIR")]
     cache_dir: Option<PathBuf>,
+    /// Compile with Cranelift whatever the size (what a server runs once its
+    /// tier-up ended), instead of Winch's fast tier for components of 1 MiB
+    /// or more: to measure the speed or fuel the plugin will have.
+    #[arg(long)]
+    optimized: bool,
     #[command(flatten)]
     grants: GrantArgs,
 }
@@ -126,18 +131,57 @@ impl GrantArgs {
     }
 }
 
-/// One tier here: a local run is one process, which would exit before a
-/// tier-up behind a Winch first tier ended, leaving only Winch's code in
-/// the cache for every later run.
-fn open_runtime(cache_dir: Option<PathBuf>) -> anyhow::Result<Runtime> {
+/// The runtime of a local run: a component of 1 MiB or more (a Python or
+/// JavaScript one) is compiled with Winch, the server's first tier, and
+/// keeps Winch's code ([`Tiering::BaselineOnly`]): a local run is one
+/// process, which would exit before a tier-up behind it ended. Smaller ones
+/// get Cranelift, as on the server. Artifacts go to the same cache, named as
+/// the server names them (`runtime::cache`), so the next run loads them.
+/// `optimized`: Cranelift for every size (`ax exec --optimized`).
+pub(super) fn open_runtime(cache_dir: Option<PathBuf>, optimized: bool) -> anyhow::Result<Runtime> {
     Ok(Runtime::new(RuntimeConfig {
         cache_dir: Some(cache_dir.unwrap_or_else(default_cache_dir)),
         compiler: crate::runtime::CompilerConfig {
-            tiering: crate::runtime::Tiering::Off,
+            tiering: if optimized {
+                Tiering::Off
+            } else {
+                Tiering::BaselineOnly {
+                    min_bytes: crate::runtime::DEFAULT_BASELINE_MIN_BYTES,
+                }
+            },
             ..Default::default()
         },
         ..RuntimeConfig::default()
     })?)
+}
+
+/// Loads `bytes` on a blocking thread and says on stderr how (compiled or
+/// from the artifact cache, which code, how long), so a slow first run is
+/// explained and a fast second one shows it came from the cache.
+pub(super) async fn load_plugin(
+    runtime: &Runtime,
+    bytes: Vec<u8>,
+    what: &str,
+) -> anyhow::Result<Plugin> {
+    let started = std::time::Instant::now();
+    let (plugin, source) = {
+        let runtime = runtime.clone();
+        tokio::task::spawn_blocking(move || runtime.load_traced(&bytes)).await?
+    }
+    .with_context(|| format!("loading {what}"))?;
+    let how = match source {
+        LoadSource::Compiled => "compiled",
+        LoadSource::DiskCache | LoadSource::Memory => "loaded from the artifact cache",
+    };
+    let code = match plugin.tier() {
+        Tier::Baseline => "Winch's code, the fast tier",
+        Tier::Optimized => "Cranelift's code",
+    };
+    eprintln!(
+        "ax: {what}: {how} ({code}) in {:.2}s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(plugin)
 }
 
 fn read_plugin(path: &PathBuf) -> anyhow::Result<Vec<u8>> {
@@ -170,12 +214,8 @@ pub(super) async fn exec(args: ExecArgs) -> anyhow::Result<ExitCode> {
     serde_json::from_str::<serde_json::Value>(&args.input)
         .with_context(|| format!("--input is not JSON: {}", args.input))?;
     let bytes = read_plugin(&args.plugin)?;
-    let runtime = open_runtime(args.cache_dir)?;
-    let plugin = {
-        let runtime = runtime.clone();
-        tokio::task::spawn_blocking(move || runtime.load(&bytes)).await?
-    }
-    .with_context(|| format!("loading {}", args.plugin.display()))?;
+    let runtime = open_runtime(args.cache_dir, args.optimized)?;
+    let plugin = load_plugin(&runtime, bytes, &args.plugin.display().to_string()).await?;
     let ctx = local_context(&args.plugin);
     let grants = args.grants.grants(&ctx)?;
     let report = runtime
@@ -217,12 +257,8 @@ pub(super) fn replay_locally(
         .enable_all()
         .build()?
         .block_on(async move {
-            let runtime = open_runtime(cache_dir)?;
-            let plugin = {
-                let runtime = runtime.clone();
-                tokio::task::spawn_blocking(move || runtime.load(&component)).await?
-            }
-            .context("loading the component")?;
+            let runtime = open_runtime(cache_dir, false)?;
+            let plugin = load_plugin(&runtime, component, "the component").await?;
             Ok(runtime.replay(&plugin, &record, &secrets).await?)
         })
 }

@@ -3,7 +3,8 @@
 //! `ax task`, `ax trigger`, `ax runs`, …, see [`client`]) talk to a server
 //! over HTTP and need no async runtime; `ax completions SHELL` prints a
 //! completion script (clap_complete), `ax status` a health summary; `ax plugin
-//! new` writes a plugin project ([`scaffold`]).
+//! new` writes a plugin project ([`scaffold`]) and `ax build` builds one with
+//! the command its `ax.yaml` names ([`build`]).
 
 // Every command below prints through these two: a closed stdout (`ax runs |
 // head -1`) ends the command quietly with exit 0 instead of std's panic
@@ -24,6 +25,7 @@ macro_rules! print {
     };
 }
 
+mod build;
 mod client;
 mod exec;
 mod scaffold;
@@ -76,6 +78,9 @@ enum Command {
     Serve(ServeArgs),
     /// Run one plugin locally in the sandbox and print how it ended.
     Exec(exec::ExecArgs),
+    /// Build the plugin project in this folder (or --dir) with the command
+    /// its `ax.yaml` names, and print where the component is.
+    Build(build::BuildArgs),
     /// Measure the runtime.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -499,6 +504,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Exec(args) => block_on(exec::exec(args)),
+        Command::Build(args) => Ok(build::run(&args)),
         Command::Bench(BenchCommand::Exec(args)) => block_on(exec::bench_exec(args)),
         Command::Bench(BenchCommand::Load(args)) => block_on(exec::bench_load(args)),
         // Blocking HTTP: no runtime needed.

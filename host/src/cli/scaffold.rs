@@ -110,8 +110,9 @@ const JS: &[(&str, &str)] = &[
     (".gitignore", include_str!("scaffold/js/gitignore")),
 ];
 
-/// The language of a new plugin.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+/// The language of a new plugin (also the `lang` of its `ax.yaml`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub(super) enum Lang {
     /// A Rust crate using ax-plugin-sdk (cargo, wasm32-wasip2).
     Rust,
@@ -119,6 +120,28 @@ pub(super) enum Lang {
     Python,
     /// A JavaScript module built with componentize-js.
     Js,
+}
+
+impl Lang {
+    /// The name `--lang` and `ax.yaml` use.
+    pub(super) fn as_str(self) -> &'static str {
+        match self {
+            Lang::Rust => "rust",
+            Lang::Python => "python",
+            Lang::Js => "js",
+        }
+    }
+
+    /// The command `ax build` runs for a project in this language (its
+    /// `ax.yaml`'s `build.command`).
+    fn build_command(self) -> &'static str {
+        match self {
+            Lang::Rust => "cargo build --release --target wasm32-wasip2",
+            Lang::Python => "./build.sh",
+            // `npm install` only once: it needs the network, the build not.
+            Lang::Js => "[ -d node_modules ] || npm install --no-audit --no-fund; npm run build",
+        }
+    }
 }
 
 /// `ax plugin new`.
@@ -178,8 +201,6 @@ pub(super) struct Created {
     pub(super) dir: PathBuf,
     /// The files written, relative to `dir`.
     pub(super) files: Vec<&'static str>,
-    /// The language.
-    pub(super) lang: Lang,
     /// The built component, relative to `dir`.
     pub(super) wasm: String,
     /// The NAME as typed, when it was read with `-` for `_`.
@@ -228,14 +249,24 @@ pub(super) fn new(args: &NewArgs) -> Result<Created, Error> {
             .replace("{{fuel}}", &fuel.to_string())
             .replace("{{memory_mb}}", &memory_mb.to_string())
     };
-    let (templates, wasm) = match args.lang {
-        Lang::Rust => (RUST, format!("target/wasm32-wasip2/release/{file}.wasm")),
-        Lang::Python => (PYTHON, format!("{file}.wasm")),
-        Lang::Js => (JS, format!("{file}.wasm")),
+    let (templates, wasm, output) = match args.lang {
+        Lang::Rust => (
+            RUST,
+            format!("target/wasm32-wasip2/release/{file}.wasm"),
+            // Where cargo writes it: `CARGO_TARGET_DIR` moves it.
+            format!("${{CARGO_TARGET_DIR:-target}}/wasm32-wasip2/release/{file}.wasm"),
+        ),
+        Lang::Python => (PYTHON, format!("{file}.wasm"), format!("{file}.wasm")),
+        Lang::Js => (JS, format!("{file}.wasm"), format!("{file}.wasm")),
     };
     let mut files: Vec<(&'static str, String, bool)> = vec![
         ("wit/ax.wit", WIT.to_owned(), false),
         ("task.yaml", fill(TASK), false),
+        (
+            super::build::MANIFEST,
+            manifest(name, args.lang, &output),
+            false,
+        ),
     ];
     files.extend(
         templates
@@ -270,10 +301,24 @@ pub(super) fn new(args: &NewArgs) -> Result<Created, Error> {
         name: name.to_owned(),
         dir,
         files: files.iter().map(|(p, _, _)| *p).collect(),
-        lang: args.lang,
         wasm,
         typed: (args.name != name).then(|| args.name.clone()),
     })
+}
+
+/// The `ax.yaml` of a new project: what `ax build` runs and where the
+/// component lands (`super::build`). Single-quoted YAML: the JavaScript
+/// command starts with `[`, which a plain scalar would read as a list.
+fn manifest(name: &str, lang: Lang, output: &str) -> String {
+    format!(
+        "# How `ax build` builds this plugin: it runs `command` here with `sh -c`\n\
+         # and checks that `output` exists (`${{VAR:-default}}` reads the environment).\n\
+         name: {name}\n\
+         lang: {lang}\n\
+         build:\n  command: '{command}'\n  output: '{output}'\n",
+        lang = lang.as_str(),
+        command = lang.build_command(),
+    )
 }
 
 /// The sample task's limits per language: the host's default fuel (about
@@ -401,11 +446,6 @@ fn set_executable(_path: &Path) -> std::io::Result<()> {
 /// What `ax plugin new` prints: where the project is and the next commands.
 pub(super) fn summary(created: &Created) -> String {
     let dir = created.dir.display();
-    let build = match created.lang {
-        Lang::Rust => "cargo build --release --target wasm32-wasip2",
-        Lang::Python => "./build.sh",
-        Lang::Js => "npm install && npm run build",
-    };
     let wasm = &created.wasm;
     let mut out = String::new();
     if let Some(typed) = &created.typed {
@@ -420,7 +460,7 @@ pub(super) fn summary(created: &Created) -> String {
         out.push_str(&format!(" {f}"));
     }
     out.push_str(&format!(
-        "\nnext:\n  cd {dir}\n  {build}\n  ax exec {wasm} --input '{{\"name\": \"ax\"}}'\n  \
+        "\nnext:\n  cd {dir}\n  ax build\n  ax exec {wasm} --input '{{\"name\": \"ax\"}}'\n  \
          ax plugin push {wasm} && ax task apply -f task.yaml\n  \
          ax trigger {name} --wait\n",
         name = created.name,
@@ -507,6 +547,29 @@ mod tests {
                 let text = std::fs::read_to_string(dir.join(f)).unwrap();
                 assert!(!text.contains("{{"), "{f} has an unfilled placeholder");
             }
+        }
+    }
+
+    #[test]
+    fn each_language_gets_an_ax_yaml_naming_its_build_and_output() {
+        for (lang, command) in [
+            (Lang::Rust, "cargo build"),
+            (Lang::Python, "./build.sh"),
+            (Lang::Js, "npm run build"),
+        ] {
+            let tmp = tempfile::tempdir().unwrap();
+            let created = new(&args("my-plugin", lang, tmp.path())).unwrap();
+            let text = std::fs::read_to_string(tmp.path().join("ax.yaml")).unwrap();
+            let manifest = crate::cli::build::Manifest::parse(&text).unwrap();
+            assert_eq!((manifest.name.as_str(), manifest.lang), ("my-plugin", lang));
+            assert!(manifest.build.command.contains(command), "{text}");
+            // Without CARGO_TARGET_DIR the output is the file the summary names.
+            let output = manifest
+                .build
+                .output
+                .replace("${CARGO_TARGET_DIR:-target}", "target");
+            assert_eq!(output, created.wasm, "{text}");
+            assert!(summary(&created).contains("\n  ax build\n"));
         }
     }
 

@@ -66,19 +66,31 @@ pub struct CompilerConfig {
 }
 
 impl CompilerConfig {
-    /// Whether components at least `min_bytes` long get Winch code first:
-    /// tiering asked for, Winch built in and the final compiler not Winch.
+    /// Whether components at least `min_bytes` long get Winch code first
+    /// (then Cranelift's behind it with [`Tiering::Tiered`], never with
+    /// [`Tiering::BaselineOnly`]): Winch asked for, built in and the final
+    /// compiler not Winch.
     pub fn tiered(&self) -> bool {
-        matches!(self.tiering, Tiering::Tiered { .. })
+        !matches!(self.tiering, Tiering::Off)
             && cfg!(feature = "winch")
             && self.strategy != CompilerStrategy::Winch
+    }
+
+    /// Whether a component served from Winch code is compiled again with
+    /// the configured compiler behind it ([`Tiering::Tiered`]).
+    pub fn tiers_up(&self) -> bool {
+        matches!(self.tiering, Tiering::Tiered { .. }) && self.tiered()
     }
 
     /// The smallest component that gets Winch code first (`usize::MAX` when
     /// there is one tier).
     pub fn baseline_min_bytes(&self) -> usize {
         match self.tiering {
-            Tiering::Tiered { min_bytes } if self.tiered() => min_bytes,
+            Tiering::Tiered { min_bytes } | Tiering::BaselineOnly { min_bytes }
+                if self.tiered() =>
+            {
+                min_bytes
+            }
             _ => usize::MAX,
         }
     }
@@ -97,6 +109,15 @@ pub enum Tiering {
     /// for them that a second compilation would cost more than it saves.
     Tiered {
         /// The smallest component (in bytes of wasm) compiled with Winch first.
+        min_bytes: usize,
+    },
+    /// Components of at least `min_bytes` are compiled with Winch alone and
+    /// keep its code: for a process that runs one attempt and exits (`ax
+    /// exec`, `ax run replay`, `ax task run --local`), which would end
+    /// before a tier-up did. Their artifacts are cached as the first tier's
+    /// are ([`super::cache`]: `-baseline.cwasm`), so the next run loads them.
+    BaselineOnly {
+        /// The smallest component (in bytes of wasm) compiled with Winch.
         min_bytes: usize,
     },
 }

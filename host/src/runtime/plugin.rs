@@ -106,7 +106,8 @@ impl Runtime {
             .baseline
             .as_ref()
             .filter(|_| bytes.len() >= self.inner.config.compiler.baseline_min_bytes());
-        // Winch's artifact from before a restart: served again, and tiered up.
+        // Winch's artifact from before a restart (or an earlier `ax exec`):
+        // served again, and tiered up unless Winch's code is kept.
         if let Some(baseline) = baseline
             && let Some(found) = self.load_artifact(baseline, &digest)?
         {

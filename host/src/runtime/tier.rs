@@ -84,7 +84,11 @@ impl TierUps {
 impl Runtime {
     /// Queues the optimizing compilation of `digest` (loaded now from Winch
     /// code), unless it is queued or compiling already; starts the worker.
+    /// Nothing with [`super::Tiering::BaselineOnly`]: Winch's code is kept.
     pub(super) fn queue_tier_up(&self, digest: &str, bytes: &[u8]) {
+        if !self.inner.config.compiler.tiers_up() {
+            return;
+        }
         let tier_ups = &self.inner.tier_ups;
         let mut state = tier_ups.lock();
         if state.running.as_deref() == Some(digest) {
