@@ -41,15 +41,8 @@ fn run(id: &str, steps: usize) -> RunRecord {
         upstream_run: None,
         steps: (0..steps)
             .map(|i| StepRunRecord {
-                name: format!("s{i}"),
-                status: StepStatus::Pending,
                 input: Some(json!({"name": "bench"})),
-                output: None,
-                error: None,
-                attempts: Vec::new(),
-                next_attempt_at: None,
-                lost_attempts: 0,
-                round_start: 0,
+                ..StepRunRecord::pending(format!("s{i}"))
             })
             .collect(),
     }

@@ -521,6 +521,23 @@ pub struct StepRunRecord {
     pub round_start: u32,
 }
 
+impl StepRunRecord {
+    /// A step of a new run: pending, nothing tried yet.
+    pub fn pending(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            status: StepStatus::Pending,
+            input: None,
+            output: None,
+            error: None,
+            attempts: Vec::new(),
+            next_attempt_at: None,
+            lost_attempts: 0,
+            round_start: 0,
+        }
+    }
+}
+
 /// A run: one execution of a task.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RunRecord {

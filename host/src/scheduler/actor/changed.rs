@@ -88,15 +88,8 @@ mod tests {
 
     fn step(name: &str, status: StepStatus) -> StepRunRecord {
         StepRunRecord {
-            name: name.to_owned(),
             status,
-            input: None,
-            output: None,
-            error: None,
-            attempts: Vec::new(),
-            next_attempt_at: None,
-            lost_attempts: 0,
-            round_start: 0,
+            ..StepRunRecord::pending(name)
         }
     }
 

@@ -92,17 +92,7 @@ impl Actor {
             steps: spec
                 .steps
                 .iter()
-                .map(|s| StepRunRecord {
-                    name: s.name.clone(),
-                    status: StepStatus::Pending,
-                    input: None,
-                    output: None,
-                    error: None,
-                    attempts: Vec::new(),
-                    next_attempt_at: None,
-                    lost_attempts: 0,
-                    round_start: 0,
-                })
+                .map(|s| StepRunRecord::pending(&s.name))
                 .collect(),
         }
     }

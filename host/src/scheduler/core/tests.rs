@@ -53,17 +53,7 @@ fn state(yaml: &str) -> RunState {
         steps: spec
             .steps
             .iter()
-            .map(|s| StepRunRecord {
-                name: s.name.clone(),
-                status: StepStatus::Pending,
-                input: None,
-                output: None,
-                error: None,
-                attempts: Vec::new(),
-                next_attempt_at: None,
-                lost_attempts: 0,
-                round_start: 0,
-            })
+            .map(|s| StepRunRecord::pending(&s.name))
             .collect(),
     };
     RunState::new(rec, spec, false)

@@ -36,15 +36,9 @@ pub(super) fn run(id: &str, status: RunStatus) -> RunRecord {
         idempotency_key: None,
         upstream_run: None,
         steps: vec![StepRunRecord {
-            name: "s1".to_owned(),
             status: StepStatus::Queued,
             input: Some(json!({"payload": "x".repeat(100)})),
-            output: None,
-            error: None,
-            attempts: Vec::new(),
-            next_attempt_at: None,
-            lost_attempts: 0,
-            round_start: 0,
+            ..StepRunRecord::pending("s1")
         }],
     }
 }
