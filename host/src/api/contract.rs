@@ -145,7 +145,8 @@ pub const ROUTES: &[Route] = &[
     // The queue bound and quotas refuse single runs of a batch inside its
     // `200` answer, never the request.
     route("post", "/v1/tasks/{name}/runs:batch", &[INVALID]),
-    route("get", "/v1/runs", &[]),
+    // `since` after `until`: both well formed, the range empty.
+    route("get", "/v1/runs", &[INVALID]),
     route("get", "/v1/runs/{id}", &[NOT_FOUND]),
     route("get", "/v1/runs/{id}/logs", &[NOT_FOUND]),
     route("get", "/v1/runs/{id}/events", &[NOT_FOUND]),
@@ -443,6 +444,12 @@ fn parameter_schema(path: &str, location: &str, name: &str) -> Option<(Value, Op
             {"type": "string", "format": "date"},
         ]}),
         ("query", "expr") => json!({"type": "string", "minLength": 1}),
+        // A run listing's bounds: an RFC 3339 instant or unix milliseconds;
+        // anything else (an empty value too) is `400`.
+        ("query", "since" | "until") if path == "/v1/runs" => json!({"oneOf": [
+            {"type": "string", "format": "date-time"},
+            {"type": "string", "pattern": format!("^[0-9]{{1,{}}}$", super::runs::MAX_MS_DIGITS)},
+        ]}),
         _ => return None,
     };
     Some((schema, None))
