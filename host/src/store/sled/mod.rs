@@ -38,7 +38,7 @@
 //! | `idem/{tenant}/{task}/{key}` | run id (kept after the run is deleted, until the key expires) |
 //! | `ik/{expires:020}/{tenant}/{task}/{key}` | run id: idempotency keys by when they expire |
 //! | `fire/{tenant}/{task}/{scheduled_for}` | run id (runs inserted with `unique_fire`) |
-//! | `ev/{run}/{seq:020}` | the [`Event`]s of one write, a list (one [`Event`] in a store written before lists); `seq` from sled's monotonic id generator |
+//! | `ev/{run}/{seq:020}` | the [`Event`]s of one write, a compact list without the run id (`events.rs`; JSON in stores of format 5 and before, one [`Event`] per key before lists); `seq` from sled's monotonic id generator |
 //! | `log/{run}/{step}/{attempt:010}` | attempt logs, inline or a blob reference |
 //! | `lref/{digest}/{run}/{step}/{attempt:010}` | a log blob's references |
 //! | `rec/{run}/{step}/{attempt:010}` | an attempt's record (`record:`), inline: at most `MAX_RECORD_BYTES` |
@@ -87,6 +87,7 @@
 mod blobs;
 mod counts;
 mod definitions;
+mod events;
 #[cfg(test)]
 mod fixtures;
 mod flush;
@@ -469,13 +470,7 @@ impl Runs for SledStore {
         let mut events = Vec::new();
         for item in self.scan(&key("ev", &[run_id])) {
             let (k, v) = item?;
-            // A list per write (`[` after the format byte); a store written
-            // before lists holds one event per key.
-            if v.get(1) == Some(&b'[') {
-                events.extend(decode::<Vec<Event>>(&k, &v)?);
-            } else {
-                events.push(decode(&k, &v)?);
-            }
+            events.extend(events::decode_at(&k, run_id, &v)?);
         }
         Ok(events)
     }

@@ -39,7 +39,10 @@ use crate::store::{Error, Result, kv, secrets};
 /// 5: the step runs of a run of many steps under their own keys (`step`,
 /// `steps.rs`); a store of format 3 or 4 is upgraded at open, resumably
 /// (`upgrade.rs`).
-pub const STORE_FORMAT: u32 = 5;
+/// 6: a write's events in a compact encoding (`events.rs`), which an older
+/// ax cannot read; a store of format 5 and before keeps its JSON events
+/// (read as they are), so the upgrade only marks it.
+pub const STORE_FORMAT: u32 = 6;
 
 /// Name of the file, beside `db/`, holding the store format.
 const FORMAT_FILE: &str = "store-format";

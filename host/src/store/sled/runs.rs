@@ -141,7 +141,9 @@ pub(super) fn write(
     let encoded = order
         .into_iter()
         .map(|(run, events, first, changed)| {
-            let events = (!events.is_empty()).then(|| encode(&events)).transpose()?;
+            let events = (!events.is_empty())
+                .then(|| super::events::encode(events))
+                .transpose()?;
             let def = store.definition_of(run)?;
             let apart = apart(run.steps.len());
             let shape = Shape {
@@ -394,7 +396,7 @@ impl SledStore {
         if events.is_empty() {
             return Ok(0);
         }
-        let list = encode(&events)?;
+        let list = super::events::encode(events)?;
         let bytes = signed(list.len());
         self.add_event_list(batch, run_id, list)?;
         Ok(bytes)
