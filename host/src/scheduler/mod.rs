@@ -42,6 +42,7 @@ use crate::tenant::TenantRecord;
 
 pub use self::clock::{Clock, SystemClock, TokioClock};
 pub use self::cond_pool::COND_WORKERS;
+pub(crate) use self::core::admission;
 pub use self::queue::{PoolConfig, QueueConfig};
 pub use self::runner::{AttemptRequest, HostFault, RunFuture, Runner};
 
@@ -115,6 +116,26 @@ pub enum Error {
 
 /// Result type of the scheduler.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl From<admission::LimitRefusal> for Error {
+    fn from(refusal: admission::LimitRefusal) -> Self {
+        use admission::LimitRefusal as R;
+        match refusal {
+            R::QueueFull { tenant, queued } => Error::QueueFull {
+                tenant,
+                queued,
+                retry_after: admission::QUEUE_FULL_RETRY,
+            },
+            R::RunBytes { .. } => Error::RunBytesQuota(refusal.to_string()),
+            R::OutOfBudget { retry_after, .. } | R::TriggerRate { retry_after, .. } => {
+                Error::Quota {
+                    message: refusal.to_string(),
+                    retry_after,
+                }
+            }
+        }
+    }
+}
 
 /// Scheduler settings.
 #[derive(Clone, Debug)]

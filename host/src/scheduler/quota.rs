@@ -28,6 +28,7 @@
 use std::time::Duration;
 
 use crate::model::{Limits, Millis};
+use crate::scheduler::admission::Exhausted;
 use crate::tenant::{OutOfFuel, Quota, TenantRecord};
 
 /// What `admit` decided for an attempt.
@@ -320,6 +321,17 @@ impl TenantQuota {
     /// Whether out-of-fuel runs are refused rather than held.
     pub(super) fn refuses_when_exhausted(&self) -> bool {
         self.quota.out_of_fuel == OutOfFuel::Refuse
+    }
+
+    /// Starts a new window if `now` is past the current one, then: the
+    /// budget used up, if the tenant refuses runs while it is (the facts of
+    /// `admission::check_budget`).
+    pub(super) fn refusing(&mut self, now: Millis) -> Option<Exhausted> {
+        self.roll(now);
+        (self.exhausted() && self.refuses_when_exhausted()).then(|| Exhausted {
+            budget: self.exhausted_budget(),
+            window_end: self.window_end(),
+        })
     }
 }
 

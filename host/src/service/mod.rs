@@ -258,6 +258,21 @@ impl From<scheduler::Error> for Error {
     }
 }
 
+impl From<scheduler::admission::RequestRefusal> for Error {
+    fn from(refusal: scheduler::admission::RequestRefusal) -> Self {
+        use scheduler::admission::RequestRefusal as R;
+        match refusal {
+            R::PriorityRange(_) | R::IdempotencyKey => Error::BadRequest(refusal.to_string()),
+            R::PriorityCeiling(message) => Error::Invalid {
+                path: Some("priority".into()),
+                message,
+            },
+            R::InputTooLarge { .. } => Error::InputTooLarge(refusal.to_string()),
+            R::TenantDisabled { .. } => Error::Forbidden(refusal.to_string()),
+        }
+    }
+}
+
 impl From<task::SpecError> for Error {
     fn from(e: task::SpecError) -> Self {
         Error::Invalid {

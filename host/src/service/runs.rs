@@ -4,9 +4,8 @@
 //! bulk triggers, many runs of one task in one store write.
 
 use crate::model::ids::RunId;
-use crate::model::priority::MAX_PRIORITY;
 use crate::model::{Event, RunRecord, json_len};
-use crate::scheduler::TriggerRequest;
+use crate::scheduler::{TriggerRequest, admission};
 use crate::service::{Ax, Error, ItemError, MAX_BATCH_RUNS, Result, check_batch_len};
 use crate::store::{AttemptLogs, RunPage, RunQuery};
 use crate::task::TaskSpec;
@@ -136,61 +135,30 @@ impl Ax {
     }
 
     /// The checks of a trigger that depend on the request alone: the
-    /// priority's range and the tenant's ceiling, the idempotency key's
-    /// length. [`Ax::trigger`] and [`Ax::trigger_batch`] make them; the API
-    /// makes them too while reading a batch, to list every bad item at once.
+    /// priority's range and the tenant's ceiling, the input's size, the
+    /// idempotency key's length (the rules are `scheduler::admission`'s).
+    /// [`Ax::trigger`] and [`Ax::trigger_batch`] make them; the API makes
+    /// them too while reading a batch, to list every bad item at once.
     pub fn check_trigger(&self, request: &TriggerRequest) -> Result<()> {
-        if let Some(p) = request.priority
-            && p > MAX_PRIORITY
-        {
-            return Err(Error::BadRequest(format!(
-                "priority {p} is not in 0..={MAX_PRIORITY}"
-            )));
-        }
+        let tenant = self.tenants.tenant(&request.tenant);
         if let Some(p) = request.priority {
-            self.check_priority(&request.tenant, p)?;
+            admission::check_priority(p, tenant.as_ref())?;
         }
-        self.check_input_size(request)?;
-        // Characters, as the API document's `maxLength` counts them.
-        if let Some(key) = &request.idempotency_key
-            && (key.is_empty() || key.chars().count() > 256)
-        {
-            return Err(Error::BadRequest(
-                "idempotency_key must be 1 to 256 characters".into(),
-            ));
-        }
-        Ok(())
-    }
-
-    /// A run's input (and params) against the tenant's `max_input_bytes`:
-    /// the cap on one run, whatever the request body's limit lets through
-    /// (a bulk trigger's body holds many runs).
-    fn check_input_size(&self, request: &TriggerRequest) -> Result<()> {
-        let limit = self
-            .tenants
-            .tenant(&request.tenant)
-            .map_or(crate::tenant::DEFAULT_MAX_INPUT_BYTES, |t| {
-                t.quota.input_bytes_limit()
-            });
+        let limit = tenant.map_or(crate::tenant::DEFAULT_MAX_INPUT_BYTES, |t| {
+            t.quota.input_bytes_limit()
+        });
         let size = request.input.as_ref().map_or(0, json_len)
             + request.params.as_ref().map_or(0, json_len);
-        if size > limit {
-            return Err(Error::InputTooLarge(format!(
-                "the run's input is {size} bytes of JSON; tenant `{}` allows at most {limit} \
-                 (quota `max_input_bytes`): pass a reference to the data (a key, a URL) instead",
-                request.tenant
-            )));
-        }
+        admission::check_input_size(&request.tenant, size, limit)?;
+        admission::check_idempotency_key(request.idempotency_key.as_deref())?;
         Ok(())
     }
 
+    /// A disabled tenant's triggers are refused here, before the actor
+    /// (which records a run of it that gets there anyway as refused).
     fn check_tenant_enabled(&self, tenant: &str) -> Result<()> {
-        if self.tenants.tenant(tenant).is_some_and(|t| t.disabled) {
-            return Err(Error::Forbidden(format!(
-                "tenant `{tenant}` is disabled; enable it to trigger runs"
-            )));
-        }
-        Ok(())
+        let disabled = self.tenants.tenant(tenant).is_some_and(|t| t.disabled);
+        admission::check_enabled(tenant, disabled).map_err(Error::from)
     }
 
     /// One run of this tenant.

@@ -9,9 +9,8 @@ use crate::model::ids::TaskKey;
 use crate::model::{
     Millis, RECORD_FORMAT, RunRecord, RunStatus, StepRunRecord, StepStatus, TriggerKind,
 };
-use crate::scheduler::clock::rfc3339;
 use crate::scheduler::core::run::{event, set_run, set_step};
-use crate::scheduler::{Error, Result, TriggerRequest, core as decide};
+use crate::scheduler::{Error, Result, TriggerRequest, admission, core as decide};
 use crate::store::rules::FIRST_REVISION;
 use crate::store::{Insert, NewRun, new_id};
 use crate::task::TaskSpec;
@@ -101,32 +100,23 @@ impl Actor {
         self.queued_runs.values().sum()
     }
 
-    /// Whether a new run of `priority` must be shed (recorded, not run).
+    /// Whether a new run of `priority` must be shed (recorded, not run):
+    /// [`admission::shed`] against the runs waiting now.
     pub(super) fn shed_reason(&self, priority: u8) -> Option<String> {
-        let total = self.total_queued_runs();
-        (total >= self.config.high_water && priority < self.config.shed_below_priority).then(|| {
-            format!(
-                "shed: {total} runs waiting is past the high-water mark of {}; priority {priority} is below {}",
-                self.config.high_water, self.config.shed_below_priority
-            )
-        })
+        admission::shed(
+            self.total_queued_runs(),
+            self.config.high_water,
+            self.config.shed_below_priority,
+            priority,
+        )
     }
 
-    /// Why a new run of `tenant` is recorded as cancelled instead of queued:
-    /// the tenant is disabled, or out of fuel and set to refuse.
+    /// Why a new run of `tenant` is recorded as cancelled instead of queued
+    /// ([`admission::recorded_refusal`]): the tenant is disabled, or out of
+    /// fuel and set to refuse.
     pub(super) fn tenant_refusal(&mut self, tenant: &str, now: Millis) -> Option<String> {
         let q = self.quotas.get_mut(tenant)?;
-        if q.disabled {
-            return Some(format!("refused: tenant `{tenant}` is disabled"));
-        }
-        q.roll(now);
-        (q.exhausted() && q.refuses_when_exhausted()).then(|| {
-            format!(
-                "refused: tenant `{tenant}` used its {} for the window ending {}",
-                q.exhausted_budget(),
-                rfc3339(q.window_end())
-            )
-        })
+        admission::recorded_refusal(tenant, q.disabled, || q.refusing(now))
     }
 
     /// Checks a trigger and creates its run (answered once stored), or
@@ -155,42 +145,23 @@ impl Actor {
             .get(req.tenant.as_str())
             .copied()
             .unwrap_or(0);
-        let tenant_cap = self
-            .quotas
-            .get(req.tenant.as_str())
-            .and_then(|q| q.quota.max_queued_runs)
-            .map_or(usize::MAX, |n| n as usize);
-        if queued >= self.config.max_queued_per_tenant.min(tenant_cap) {
-            return Err(Error::QueueFull {
-                tenant: req.tenant.to_string(),
-                queued,
-                retry_after: std::time::Duration::from_secs(5),
-            });
-        }
+        let quota = self.quotas.get(req.tenant.as_str());
+        admission::check_queue(
+            &req.tenant,
+            queued,
+            self.config.max_queued_per_tenant,
+            quota.and_then(|q| q.quota.max_queued_runs),
+        )?;
         self.check_run_bytes(&req.tenant, &input)?;
         if let Some(q) = self.quotas.get_mut(req.tenant.as_str()) {
-            q.roll(now);
-            if q.exhausted() && q.refuses_when_exhausted() {
-                let wait = (q.window_end() - now).max(1000);
-                return Err(Error::Quota {
-                    message: format!(
-                        "tenant `{}` used its {} for the window ending {}; runs are refused until then",
-                        req.tenant,
-                        q.exhausted_budget(),
-                        rfc3339(q.window_end())
-                    ),
-                    retry_after: std::time::Duration::from_millis(wait as u64),
-                });
-            }
-            if let Err(wait) = q.take_trigger(now) {
-                return Err(Error::Quota {
-                    message: format!(
-                        "tenant `{}` is over its trigger rate of {}/s",
-                        req.tenant,
-                        q.quota.trigger_rate_per_sec.unwrap_or_default()
-                    ),
-                    retry_after: wait,
-                });
+            admission::check_budget(&req.tenant, q.refusing(now), now)?;
+            if let Err(retry_after) = q.take_trigger(now) {
+                return Err(admission::LimitRefusal::TriggerRate {
+                    tenant: req.tenant.to_string(),
+                    rate: q.quota.trigger_rate_per_sec.unwrap_or_default(),
+                    retry_after,
+                }
+                .into());
             }
         }
         let priority = req
@@ -224,17 +195,12 @@ impl Actor {
             });
         let stored = self.store.run_bytes(tenant)?;
         let unstored = self.unstored_bytes.get(tenant).copied().unwrap_or(0);
-        let new = run_weight(input);
-        if stored.saturating_add(unstored).saturating_add(new) > limit {
-            return Err(Error::RunBytesQuota(format!(
-                "tenant `{tenant}` keeps {} of run data and allows {} (quota `run_bytes`); \
-                 a new run of ~{} does not fit: wait for retention to delete finished runs, \
-                 shorten their retention, or raise the quota",
-                crate::model::show_bytes(stored.saturating_add(unstored)),
-                crate::model::show_bytes(limit),
-                crate::model::show_bytes(new)
-            )));
-        }
+        admission::check_run_bytes(
+            tenant,
+            stored.saturating_add(unstored),
+            run_weight(input),
+            limit,
+        )?;
         Ok(())
     }
 

@@ -14,7 +14,10 @@
 //! - [`fire`]: which instants of a time trigger fire (catch-up), which of
 //!   those are skipped or queued behind an active run (overlap), which held
 //!   run goes next, where a saved or resumed schedule starts, which `after`
-//!   triggers a run's end fires.
+//!   triggers a run's end fires;
+//! - [`admission`]: whether a new run is let in (the request's own checks,
+//!   the tenant's limits of the moment, shedding), for the service's early
+//!   answer and the actor's decision alike.
 //!
 //! Nothing here reads a clock or a random source of its own: the instant
 //! comes in [`Ctx`], the backoff's jitter and dead letters' ids through
@@ -34,6 +37,7 @@
 //! runs. It also keeps what is not a decision about a run: tenant quotas,
 //! the dispatch queue, plugins, inputs, the store and the runner.
 
+pub(crate) mod admission;
 pub(crate) mod attempt;
 pub(crate) mod control;
 pub(crate) mod fire;
