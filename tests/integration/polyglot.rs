@@ -214,7 +214,8 @@ async fn a_javascript_variable_written_by_one_attempt_is_invisible_to_the_next()
 /// (the scaffolds' wrappers are not used) still traps, and the error says
 /// what the plugin threw: the Python type, message and innermost frame from
 /// the traceback; for JavaScript the failed conversion componentize-js
-/// printed and how to throw an error ax reads.
+/// printed, that the thrown `Error`'s message is lost there, and the
+/// scaffold's wrapper that keeps it.
 #[tokio::test]
 async fn an_exception_escaping_run_is_named_in_the_error() {
     if polyglot_dir().is_none() {
@@ -233,7 +234,9 @@ async fn an_exception_escaping_run_is_named_in_the_error() {
         ),
         (
             "throw_js",
-            "\"undefined\" is not one of the cases of error-kind (to return an error, throw {",
+            "\"undefined\" is not one of the cases of error-kind (the thrown value has no \
+             `kind`: an `Error` such as a `TypeError`, whose message and line componentize-js \
+             does not print; export `run` as `task(run)` from the scaffold's ax.js",
         ),
     ] {
         let plugin = runtime.load(&bytes(name).unwrap()).expect("plugin loads");

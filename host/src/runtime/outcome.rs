@@ -96,11 +96,28 @@ fn guest_exception(stderr: &str) -> Option<String> {
     let lines: Vec<&str> = stderr.lines().collect();
     let stack = lines.iter().rposition(|l| l.trim_end() == "Stack:")?;
     let thrown = lines[..stack].iter().rev().find(|l| !l.trim().is_empty())?;
-    Some(format!(
-        "{NOT_WIT}: {} (to return an error, throw {{ kind: \"fatal\" or \"retryable\", \
-         message }})",
-        thrown.trim()
-    ))
+    let thrown = thrown.trim();
+    Some(format!("{NOT_WIT}: {thrown} ({})", javascript_hint(thrown)))
+}
+
+/// The lowering componentize-js 0.23 reports when the thrown value has no
+/// `kind` at all.
+const JS_NO_KIND: &str = "\"undefined\" is not one of the cases of error-kind";
+
+/// What to do about a JavaScript throw componentize-js could not lower.
+/// A value without `kind` is nearly always an `Error` from a bug (or a
+/// thrown string), and componentize-js prints neither its message nor its
+/// stack, only the failed lowering: the error says so and names the
+/// scaffold's wrapper, which keeps them (issue 34, item 2).
+fn javascript_hint(thrown: &str) -> &'static str {
+    if thrown.starts_with(JS_NO_KIND) {
+        "the thrown value has no `kind`: an `Error` such as a `TypeError`, whose message \
+         and line componentize-js does not print; export `run` as `task(run)` from the \
+         scaffold's ax.js to see them here, or throw { kind: \"fatal\" or \"retryable\", \
+         message }"
+    } else {
+        "to return an error, throw { kind: \"fatal\" or \"retryable\", message }"
+    }
 }
 
 /// The last Python traceback in `stderr` as `Type: message (at file:line, in
@@ -238,11 +255,31 @@ mod tests {
         assert!(
             error.starts_with(
                 "the plugin threw an exception that is not an error of the WIT interface: \
-                 \"undefined\" is not one of the cases of error-kind (to return an error, throw {"
+                 \"undefined\" is not one of the cases of error-kind (the thrown value has \
+                 no `kind`: an `Error` such as a `TypeError`"
             ),
             "{error}"
         );
+        // Where the lost message can be had: the scaffold's wrapper.
+        assert!(
+            error.contains("`task(run)` from the scaffold's ax.js"),
+            "{error}"
+        );
         assert!(!error.contains("wasm trap"), "{error}");
+    }
+
+    #[test]
+    fn a_javascript_throw_with_a_wrong_kind_is_told_the_kinds() {
+        let stderr = JS_STDERR.replace("\"undefined\"", "\"fatl\"");
+        let error = trapped_with(&stderr).error.unwrap();
+        assert!(
+            error.ends_with(
+                "\"fatl\" is not one of the cases of error-kind (to return an error, \
+                 throw { kind: \"fatal\" or \"retryable\", message })"
+            ),
+            "{error}"
+        );
+        assert!(!error.contains("ax.js"), "{error}");
     }
 
     #[test]
