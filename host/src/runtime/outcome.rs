@@ -121,34 +121,59 @@ fn javascript_hint(thrown: &str) -> &'static str {
 }
 
 /// The last Python traceback in `stderr` as `Type: message (at file:line, in
-/// function)`, the frame being the innermost one, its file without folders.
+/// function)`, the frame being the innermost one of the plugin's own code,
+/// its file without folders. When the exception was raised deeper, in the
+/// standard library or a dependency (`json.loads` of bad text), that frame
+/// follows: `(at app.py:8, in run; raised at decoder.py:363, in raw_decode)`,
+/// so the error names the plugin's line rather than only the library's.
 fn python_exception(stderr: &str) -> Option<String> {
     let start = stderr.rfind("Traceback (most recent call last):")?;
-    let mut frame = None;
+    // (frame as shown, whether it is the plugin's own code)
+    let mut innermost: Option<(String, bool)> = None;
+    let mut own = None;
     for line in stderr[start..].lines().skip(1) {
         if let Some(rest) = line.trim_start().strip_prefix("File \"") {
             // `File "/0/app.py", line 6, in pick`
-            let (file, rest) = rest.split_once('"')?;
-            let file = file.rsplit('/').next().unwrap_or(file);
+            let (path, rest) = rest.split_once('"')?;
+            let file = path.rsplit('/').next().unwrap_or(path);
             let mut parts = rest.trim_start_matches(',').split(',').map(str::trim);
             let line_no = parts.next()?.strip_prefix("line ")?;
             let function = parts.next().and_then(|f| f.strip_prefix("in "));
-            frame = Some(match function {
+            let shown = match function {
                 Some(function) => format!("{file}:{line_no}, in {function}"),
                 None => format!("{file}:{line_no}"),
-            });
+            };
+            let is_own = is_plugin_source(path);
+            if is_own {
+                own = Some(shown.clone());
+            }
+            innermost = Some((shown, is_own));
         } else if line.starts_with(char::is_whitespace) || line.trim().is_empty() {
             // A frame's source line (when the source was bundled).
             continue;
         } else {
             // The first unindented line: `IndexError: list index out of range`.
-            return Some(match frame {
-                Some(frame) => format!("{} (at {frame})", line.trim()),
-                None => line.trim().to_owned(),
+            let exception = line.trim();
+            return Some(match (own, innermost) {
+                (_, None) => exception.to_owned(),
+                (Some(own), Some((deeper, false))) => {
+                    format!("{exception} (at {own}; raised at {deeper})")
+                }
+                (_, Some((frame, _))) => format!("{exception} (at {frame})"),
             });
         }
     }
     None
+}
+
+/// Whether a traceback's file is the plugin's own code rather than what
+/// componentize-py bundles around it: the standard library, under
+/// `/python/`, or a package whose path names a `site-packages` folder. The
+/// plugin's folders are `/0/`, `/1/`, … in the order of `-p`; a dependency
+/// bundled from such a folder counts as the plugin's, so its innermost frame
+/// is shown alone, as before.
+fn is_plugin_source(path: &str) -> bool {
+    !path.starts_with("/python/") && !path.contains("/site-packages/")
 }
 
 /// The prefix every trap's message carries, once.
@@ -244,6 +269,32 @@ mod tests {
                 "the plugin threw an exception that is not an error of the WIT interface: \
                  IndexError: list index out of range (at app.py:6, in pick)"
             )
+        );
+    }
+
+    /// What componentize-py 0.25 prints for `json.loads("not json")` in
+    /// `run`: the innermost frames are the standard library's.
+    const PYTHON_LIBRARY_STDERR: &str = "Traceback (most recent call last):\n  File \"/0/app.py\", line 8, in run\n  File \"/python/json/__init__.py\", line 346, in loads\n  File \"/python/json/decoder.py\", line 345, in decode\n  File \"/python/json/decoder.py\", line 363, in raw_decode\njson.decoder.JSONDecodeError: Expecting value: line 1 column 1 (char 0)\n\nthread '<unnamed>' (1) panicked at runtime/src/lib.rs:1293:29:\nPython function threw an unexpected exception\n";
+
+    #[test]
+    fn a_python_exception_raised_in_a_library_names_the_plugins_line_first() {
+        let report = trapped_with(PYTHON_LIBRARY_STDERR);
+        assert_eq!(
+            report.error.as_deref(),
+            Some(
+                "the plugin threw an exception that is not an error of the WIT interface: \
+                 json.decoder.JSONDecodeError: Expecting value: line 1 column 1 (char 0) \
+                 (at app.py:8, in run; raised at decoder.py:363, in raw_decode)"
+            )
+        );
+    }
+
+    #[test]
+    fn a_python_exception_only_in_library_frames_names_the_innermost() {
+        let stderr = "Traceback (most recent call last):\n  File \"/1/site-packages/lib/x.py\", line 3, in f\nValueError: bad\n";
+        assert_eq!(
+            python_exception(stderr).as_deref(),
+            Some("ValueError: bad (at x.py:3, in f)")
         );
     }
 
