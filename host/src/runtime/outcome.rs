@@ -1,6 +1,8 @@
 //! Outcome mapping: how an attempt that did not return cleanly ended — a
 //! timeout, output over its limit or not JSON, fuel exhausted, memory
-//! refused, a trap (with the guest's panic message when it printed one).
+//! refused, a trap (with what the guest printed of why: a Python traceback,
+//! a failed JavaScript error conversion, a Rust panic, else stderr's last
+//! line).
 //! Plugin misbehaviour is an [`Outcome`] in the report, never an error.
 
 use wasmtime::Trap;
@@ -78,9 +80,29 @@ pub(super) fn classify_trap(
             message = exception;
         } else if let Some(panic) = panic_message(&report.stderr) {
             message = format!("{message}; {panic}");
+        } else if let Some(tail) = stderr_tail(&report.stderr) {
+            // A guest this module does not know (TinyGo's `panic: …`, a C
+            // `assert`) usually says why on its last line before aborting.
+            message = format!("{message}; stderr ends: {tail}");
         }
     }
     report.error = Some(message);
+}
+
+/// The longest [`stderr_tail`] kept in an error; the rest is in the attempt.
+const STDERR_TAIL_CHARS: usize = 200;
+
+/// The last line of `stderr` that says something, at most
+/// [`STDERR_TAIL_CHARS`]; StarlingMonkey's own abort notice is not one.
+fn stderr_tail(stderr: &str) -> Option<String> {
+    let line = stderr
+        .lines()
+        .map(str::trim)
+        .rfind(|l| !l.is_empty() && *l != "Redirecting call to abort() to mozalloc_abort")?;
+    Some(match line.char_indices().nth(STDERR_TAIL_CHARS) {
+        Some((cut, _)) => format!("{}…", &line[..cut]),
+        None => line.to_owned(),
+    })
 }
 
 /// What the guest did, when a trap follows an exception that escaped `run`
@@ -343,6 +365,34 @@ mod tests {
                 "wasm trap: wasm `unreachable` instruction executed; \
                  thread '<unnamed>' panicked at src/lib.rs:5:5: boom"
             )
+        );
+    }
+
+    #[test]
+    fn an_unknown_guest_trap_keeps_the_last_line_of_stderr() {
+        // What TinyGo prints before its `unreachable`.
+        let report = trapped_with(
+            "starting\npanic: runtime error: index out of range [3] with length 1\n\n",
+        );
+        assert_eq!(
+            report.error.as_deref(),
+            Some(
+                "wasm trap: wasm `unreachable` instruction executed; stderr ends: \
+                 panic: runtime error: index out of range [3] with length 1"
+            )
+        );
+        let long = "x".repeat(500);
+        let error = trapped_with(&long).error.unwrap();
+        assert!(error.ends_with(&format!("{}…", "x".repeat(200))), "{error}");
+        assert!(
+            !trapped_with("\nRedirecting call to abort() to mozalloc_abort\n")
+                .error
+                .unwrap()
+                .contains("stderr ends"),
+        );
+        assert_eq!(
+            trapped_with("").error.as_deref(),
+            Some("wasm trap: wasm `unreachable` instruction executed")
         );
     }
 
