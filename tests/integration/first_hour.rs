@@ -444,7 +444,8 @@ fn trigger_input_the_task_never_reads_is_warned_about() {
 /// `ax run show` of a step whose plugin let an exception escape `run`
 /// (without the scaffolds' wrappers) names the exception, once prefixed:
 /// the Python type, message and innermost frame, the JavaScript conversion
-/// that failed, never `wasm trap: wasm trap:` (issue 34, items 2 and 3).
+/// that failed with why (an `Error` has no `kind`), never `wasm trap: wasm
+/// trap:` (issue 34, items 2 and 3).
 #[test]
 fn run_show_names_the_exception_a_python_or_javascript_plugin_threw() {
     let Some(dir) = crate::polyglot::polyglot_dir() else {
@@ -460,7 +461,8 @@ fn run_show_names_the_exception_a_python_or_javascript_plugin_threw() {
         ),
         (
             "throw-js",
-            "\"undefined\" is not one of the cases of error-kind",
+            "\"undefined\" is not one of the cases of error-kind (the thrown value has no \
+             `kind`: an `Error` such as a `TypeError`",
         ),
     ] {
         let wasm = dir.join(format!("{}.wasm", name.replace('-', "_")));

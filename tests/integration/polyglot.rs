@@ -210,11 +210,52 @@ async fn a_javascript_variable_written_by_one_attempt_is_invisible_to_the_next()
     state_does_not_survive_an_attempt("remember_js").await;
 }
 
+/// An exception the Python standard library raised (`json.loads` of text
+/// that is not JSON) names the plugin's line that called it, then the
+/// library's frame: the innermost frame alone pointed into `decoder.py`,
+/// away from the plugin's bug (issue 34, item 3).
+#[tokio::test]
+async fn a_python_exception_raised_in_the_standard_library_names_the_plugins_line() {
+    if polyglot_dir().is_none() {
+        return;
+    }
+    let runtime = Runtime::new(RuntimeConfig {
+        cache_dir: Some(cache_dir()),
+        ..RuntimeConfig::default()
+    })
+    .unwrap();
+    let plugin = runtime
+        .load(&bytes("throw_py").unwrap())
+        .expect("plugin loads");
+    let input = r#"{"parse": "not json"}"#;
+    let report = runtime
+        .run(
+            &plugin,
+            &context("throw_py"),
+            input,
+            &polyglot_limits(),
+            None,
+        )
+        .await
+        .expect("no host fault");
+    assert_eq!(report.outcome, Outcome::Trapped, "{report:?}");
+    let error = report.error.unwrap_or_default();
+    assert!(
+        error.starts_with(
+            "the plugin threw an exception that is not an error of the WIT interface: \
+             json.decoder.JSONDecodeError: Expecting value: line 1 column 1 (char 0) \
+             (at app.py:21, in run; raised at decoder.py:"
+        ),
+        "{error}"
+    );
+}
+
 /// An exception that escapes `run` without becoming the WIT's `task-error`
 /// (the scaffolds' wrappers are not used) still traps, and the error says
 /// what the plugin threw: the Python type, message and innermost frame from
 /// the traceback; for JavaScript the failed conversion componentize-js
-/// printed and how to throw an error ax reads.
+/// printed, that the thrown `Error`'s message is lost there, and the
+/// scaffold's wrapper that keeps it.
 #[tokio::test]
 async fn an_exception_escaping_run_is_named_in_the_error() {
     if polyglot_dir().is_none() {
@@ -233,7 +274,9 @@ async fn an_exception_escaping_run_is_named_in_the_error() {
         ),
         (
             "throw_js",
-            "\"undefined\" is not one of the cases of error-kind (to return an error, throw {",
+            "\"undefined\" is not one of the cases of error-kind (the thrown value has no \
+             `kind`: an `Error` such as a `TypeError`, whose message and line componentize-js \
+             does not print; export `run` as `task(run)` from the scaffold's ax.js",
         ),
     ] {
         let plugin = runtime.load(&bytes(name).unwrap()).expect("plugin loads");

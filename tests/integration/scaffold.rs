@@ -387,6 +387,35 @@ fn a_python_scaffold_reports_an_uncaught_index_error_with_its_line() {
     );
 }
 
+/// An exception raised inside the standard library (`json.loads` of text
+/// that is not JSON) names the plugin's line that called it first, then the
+/// library's frame it was raised at (issue 34, item 3).
+#[test]
+fn a_python_scaffold_names_its_own_line_when_a_library_raises() {
+    let Some(tools) = tool("Python", "python/bin/componentize-py") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let project = scaffold(tmp.path(), "scaffold-py-lib", "python");
+    let anchor = "        progress.report(100, \"done\")";
+    add_bug(&project, "app.py", anchor, "        json.loads(name)");
+    let line = std::fs::read_to_string(project.join("app.py"))
+        .unwrap()
+        .lines()
+        .position(|l| l.contains("json.loads(name)"))
+        .unwrap()
+        + 1;
+    let wasm = build_python(&tools, &project);
+    let report = exec_failing(&wasm, &tmp.path().join("cache"), r#"{"name": "ci"}"#);
+    assert_eq!(report["outcome"], "failed", "{report}");
+    let error = report["error"].as_str().unwrap_or_default();
+    let expected = format!(
+        "uncaught JSONDecodeError: Expecting value: line 1 column 1 (char 0) \
+         (at app.py:{line}, in run; raised at decoder.py:"
+    );
+    assert!(error.starts_with(&expected), "{report}");
+}
+
 #[test]
 fn a_javascript_scaffold_builds_with_componentize_js_and_runs() {
     let Some(tools) = tool("JavaScript", "node/node_modules/.bin/componentize-js") else {

@@ -17,7 +17,8 @@
 //!   the `wasm32-wasip2` target.
 //! - `python`: `app.py`, `ax.py` (`@task`, which turns an exception escaping
 //!   `run` into the WIT's `task-error` with its type, message and innermost
-//!   frame), `build.sh`, which installs the pinned
+//!   frame in the project, and the library frame it was raised at when
+//!   deeper), `build.sh`, which installs the pinned
 //!   componentize-py into `.venv` on first use, and `pyproject.toml` with the
 //!   version `ax plugin push` reads (Cargo.toml and package.json hold it for
 //!   the other two).

@@ -1,6 +1,8 @@
 //! Outcome mapping: how an attempt that did not return cleanly ended — a
 //! timeout, output over its limit or not JSON, fuel exhausted, memory
-//! refused, a trap (with the guest's panic message when it printed one).
+//! refused, a trap (with what the guest printed of why: a Python traceback,
+//! a failed JavaScript error conversion, a Rust panic, else stderr's last
+//! line).
 //! Plugin misbehaviour is an [`Outcome`] in the report, never an error.
 
 use wasmtime::Trap;
@@ -78,9 +80,29 @@ pub(super) fn classify_trap(
             message = exception;
         } else if let Some(panic) = panic_message(&report.stderr) {
             message = format!("{message}; {panic}");
+        } else if let Some(tail) = stderr_tail(&report.stderr) {
+            // A guest this module does not know (TinyGo's `panic: …`, a C
+            // `assert`) usually says why on its last line before aborting.
+            message = format!("{message}; stderr ends: {tail}");
         }
     }
     report.error = Some(message);
+}
+
+/// The longest [`stderr_tail`] kept in an error; the rest is in the attempt.
+const STDERR_TAIL_CHARS: usize = 200;
+
+/// The last line of `stderr` that says something, at most
+/// [`STDERR_TAIL_CHARS`]; StarlingMonkey's own abort notice is not one.
+fn stderr_tail(stderr: &str) -> Option<String> {
+    let line = stderr
+        .lines()
+        .map(str::trim)
+        .rfind(|l| !l.is_empty() && *l != "Redirecting call to abort() to mozalloc_abort")?;
+    Some(match line.char_indices().nth(STDERR_TAIL_CHARS) {
+        Some((cut, _)) => format!("{}…", &line[..cut]),
+        None => line.to_owned(),
+    })
 }
 
 /// What the guest did, when a trap follows an exception that escaped `run`
@@ -96,42 +118,84 @@ fn guest_exception(stderr: &str) -> Option<String> {
     let lines: Vec<&str> = stderr.lines().collect();
     let stack = lines.iter().rposition(|l| l.trim_end() == "Stack:")?;
     let thrown = lines[..stack].iter().rev().find(|l| !l.trim().is_empty())?;
-    Some(format!(
-        "{NOT_WIT}: {} (to return an error, throw {{ kind: \"fatal\" or \"retryable\", \
-         message }})",
-        thrown.trim()
-    ))
+    let thrown = thrown.trim();
+    Some(format!("{NOT_WIT}: {thrown} ({})", javascript_hint(thrown)))
+}
+
+/// The lowering componentize-js 0.23 reports when the thrown value has no
+/// `kind` at all.
+const JS_NO_KIND: &str = "\"undefined\" is not one of the cases of error-kind";
+
+/// What to do about a JavaScript throw componentize-js could not lower.
+/// A value without `kind` is nearly always an `Error` from a bug (or a
+/// thrown string), and componentize-js prints neither its message nor its
+/// stack, only the failed lowering: the error says so and names the
+/// scaffold's wrapper, which keeps them (issue 34, item 2).
+fn javascript_hint(thrown: &str) -> &'static str {
+    if thrown.starts_with(JS_NO_KIND) {
+        "the thrown value has no `kind`: an `Error` such as a `TypeError`, whose message \
+         and line componentize-js does not print; export `run` as `task(run)` from the \
+         scaffold's ax.js to see them here, or throw { kind: \"fatal\" or \"retryable\", \
+         message }"
+    } else {
+        "to return an error, throw { kind: \"fatal\" or \"retryable\", message }"
+    }
 }
 
 /// The last Python traceback in `stderr` as `Type: message (at file:line, in
-/// function)`, the frame being the innermost one, its file without folders.
+/// function)`, the frame being the innermost one of the plugin's own code,
+/// its file without folders. When the exception was raised deeper, in the
+/// standard library or a dependency (`json.loads` of bad text), that frame
+/// follows: `(at app.py:8, in run; raised at decoder.py:363, in raw_decode)`,
+/// so the error names the plugin's line rather than only the library's.
 fn python_exception(stderr: &str) -> Option<String> {
     let start = stderr.rfind("Traceback (most recent call last):")?;
-    let mut frame = None;
+    // (frame as shown, whether it is the plugin's own code)
+    let mut innermost: Option<(String, bool)> = None;
+    let mut own = None;
     for line in stderr[start..].lines().skip(1) {
         if let Some(rest) = line.trim_start().strip_prefix("File \"") {
             // `File "/0/app.py", line 6, in pick`
-            let (file, rest) = rest.split_once('"')?;
-            let file = file.rsplit('/').next().unwrap_or(file);
+            let (path, rest) = rest.split_once('"')?;
+            let file = path.rsplit('/').next().unwrap_or(path);
             let mut parts = rest.trim_start_matches(',').split(',').map(str::trim);
             let line_no = parts.next()?.strip_prefix("line ")?;
             let function = parts.next().and_then(|f| f.strip_prefix("in "));
-            frame = Some(match function {
+            let shown = match function {
                 Some(function) => format!("{file}:{line_no}, in {function}"),
                 None => format!("{file}:{line_no}"),
-            });
+            };
+            let is_own = is_plugin_source(path);
+            if is_own {
+                own = Some(shown.clone());
+            }
+            innermost = Some((shown, is_own));
         } else if line.starts_with(char::is_whitespace) || line.trim().is_empty() {
             // A frame's source line (when the source was bundled).
             continue;
         } else {
             // The first unindented line: `IndexError: list index out of range`.
-            return Some(match frame {
-                Some(frame) => format!("{} (at {frame})", line.trim()),
-                None => line.trim().to_owned(),
+            let exception = line.trim();
+            return Some(match (own, innermost) {
+                (_, None) => exception.to_owned(),
+                (Some(own), Some((deeper, false))) => {
+                    format!("{exception} (at {own}; raised at {deeper})")
+                }
+                (_, Some((frame, _))) => format!("{exception} (at {frame})"),
             });
         }
     }
     None
+}
+
+/// Whether a traceback's file is the plugin's own code rather than what
+/// componentize-py bundles around it: the standard library, under
+/// `/python/`, or a package whose path names a `site-packages` folder. The
+/// plugin's folders are `/0/`, `/1/`, … in the order of `-p`; a dependency
+/// bundled from such a folder counts as the plugin's, so its innermost frame
+/// is shown alone, as before.
+fn is_plugin_source(path: &str) -> bool {
+    !path.starts_with("/python/") && !path.contains("/site-packages/")
 }
 
 /// The prefix every trap's message carries, once.
@@ -230,6 +294,32 @@ mod tests {
         );
     }
 
+    /// What componentize-py 0.25 prints for `json.loads("not json")` in
+    /// `run`: the innermost frames are the standard library's.
+    const PYTHON_LIBRARY_STDERR: &str = "Traceback (most recent call last):\n  File \"/0/app.py\", line 8, in run\n  File \"/python/json/__init__.py\", line 346, in loads\n  File \"/python/json/decoder.py\", line 345, in decode\n  File \"/python/json/decoder.py\", line 363, in raw_decode\njson.decoder.JSONDecodeError: Expecting value: line 1 column 1 (char 0)\n\nthread '<unnamed>' (1) panicked at runtime/src/lib.rs:1293:29:\nPython function threw an unexpected exception\n";
+
+    #[test]
+    fn a_python_exception_raised_in_a_library_names_the_plugins_line_first() {
+        let report = trapped_with(PYTHON_LIBRARY_STDERR);
+        assert_eq!(
+            report.error.as_deref(),
+            Some(
+                "the plugin threw an exception that is not an error of the WIT interface: \
+                 json.decoder.JSONDecodeError: Expecting value: line 1 column 1 (char 0) \
+                 (at app.py:8, in run; raised at decoder.py:363, in raw_decode)"
+            )
+        );
+    }
+
+    #[test]
+    fn a_python_exception_only_in_library_frames_names_the_innermost() {
+        let stderr = "Traceback (most recent call last):\n  File \"/1/site-packages/lib/x.py\", line 3, in f\nValueError: bad\n";
+        assert_eq!(
+            python_exception(stderr).as_deref(),
+            Some("ValueError: bad (at x.py:3, in f)")
+        );
+    }
+
     #[test]
     fn a_javascript_throw_that_is_no_task_error_says_so_with_the_stderr_line() {
         let report = trapped_with(JS_STDERR);
@@ -238,11 +328,31 @@ mod tests {
         assert!(
             error.starts_with(
                 "the plugin threw an exception that is not an error of the WIT interface: \
-                 \"undefined\" is not one of the cases of error-kind (to return an error, throw {"
+                 \"undefined\" is not one of the cases of error-kind (the thrown value has \
+                 no `kind`: an `Error` such as a `TypeError`"
             ),
             "{error}"
         );
+        // Where the lost message can be had: the scaffold's wrapper.
+        assert!(
+            error.contains("`task(run)` from the scaffold's ax.js"),
+            "{error}"
+        );
         assert!(!error.contains("wasm trap"), "{error}");
+    }
+
+    #[test]
+    fn a_javascript_throw_with_a_wrong_kind_is_told_the_kinds() {
+        let stderr = JS_STDERR.replace("\"undefined\"", "\"fatl\"");
+        let error = trapped_with(&stderr).error.unwrap();
+        assert!(
+            error.ends_with(
+                "\"fatl\" is not one of the cases of error-kind (to return an error, \
+                 throw { kind: \"fatal\" or \"retryable\", message })"
+            ),
+            "{error}"
+        );
+        assert!(!error.contains("ax.js"), "{error}");
     }
 
     #[test]
@@ -255,6 +365,34 @@ mod tests {
                 "wasm trap: wasm `unreachable` instruction executed; \
                  thread '<unnamed>' panicked at src/lib.rs:5:5: boom"
             )
+        );
+    }
+
+    #[test]
+    fn an_unknown_guest_trap_keeps_the_last_line_of_stderr() {
+        // What TinyGo prints before its `unreachable`.
+        let report = trapped_with(
+            "starting\npanic: runtime error: index out of range [3] with length 1\n\n",
+        );
+        assert_eq!(
+            report.error.as_deref(),
+            Some(
+                "wasm trap: wasm `unreachable` instruction executed; stderr ends: \
+                 panic: runtime error: index out of range [3] with length 1"
+            )
+        );
+        let long = "x".repeat(500);
+        let error = trapped_with(&long).error.unwrap();
+        assert!(error.ends_with(&format!("{}…", "x".repeat(200))), "{error}");
+        assert!(
+            !trapped_with("\nRedirecting call to abort() to mozalloc_abort\n")
+                .error
+                .unwrap()
+                .contains("stderr ends"),
+        );
+        assert_eq!(
+            trapped_with("").error.as_deref(),
+            Some("wasm trap: wasm `unreachable` instruction executed")
         );
     }
 

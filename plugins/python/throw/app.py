@@ -1,9 +1,9 @@
-"""throw (Python): lets an `IndexError` escape `run`, without the scaffold's
-`ax.task` wrapper, so the host has to say what the plugin did from the
-traceback componentize-py prints (tests: `polyglot::*exception*`).
-Built by scripts/polyglot-plugins with componentize-py against ../../../wit.
-"""
+"""throw (Python): an `IndexError` (with input `{"parse": "x"}`, a `JSONDecodeError`
+from the standard library) escapes `run` without the scaffold's `ax.task`, so the host
+says what the plugin did from the traceback componentize-py prints (tests:
+`polyglot::*exception*`). Built by scripts/polyglot-plugins with componentize-py."""
 
+import json
 import wit_world
 from wit_world.imports.types import Context
 
@@ -14,4 +14,9 @@ def third(items: list) -> int:
 
 class WitWorld(wit_world.WitWorld):
     def run(self, ctx: Context, input: str) -> str:
+        # With {"parse": TEXT}, a `JSONDecodeError` raised inside the
+        # standard library instead.
+        text = json.loads(input).get("parse")
+        if text is not None:
+            return str(json.loads(text))
         return str(third([1]))
