@@ -492,7 +492,9 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     "kind", "entries", "bytes", "per run"
                 );
                 let runs = checked.runs.max(1) as f64;
-                for (kind, size) in &checked.kinds {
+                let files = ("inputs/".to_owned(), &checked.input_files);
+                let kinds = checked.kinds.iter().map(|(k, s)| (k.clone(), s));
+                for (kind, size) in kinds.chain((files.1.entries > 0).then_some(files)) {
                     println!(
                         "{kind:<8} {:>10} {:>12} {:>9.0}",
                         size.entries,

@@ -74,6 +74,17 @@ pub(super) fn remove_file_if_present(path: &Path) -> Result<()> {
     }
 }
 
+/// The bytes of the files in folder `dir` (0 when it cannot be read).
+pub(super) fn dir_size(dir: &Path) -> u64 {
+    fs::read_dir(dir)
+        .map(|dir| {
+            dir.filter_map(|entry| entry.ok()?.metadata().ok())
+                .map(|meta| meta.len())
+                .sum::<u64>()
+        })
+        .unwrap_or(0)
+}
+
 /// Removes temporary files a crash left in `blobs/` (best effort).
 pub(super) fn remove_stale_tmp_files(blobs: &Path) {
     let Ok(dir) = fs::read_dir(blobs) else {

@@ -34,6 +34,7 @@ use std::sync::{Arc, Weak};
 use serde::Serialize;
 use serde_json::Value;
 
+use super::inputs::Input;
 use super::keys::{VALUE_FORMAT, decode, encode, key};
 use super::{SledStore, lock, sled_error};
 use crate::model::{Millis, RunRecord, RunStatus, StepRunRecord, TriggerKind};
@@ -175,8 +176,8 @@ impl SledStore {
                 None => return Ok(None),
             }
         }
-        if let Some(parts) = head.and_then(|h| h.input_parts) {
-            match self.read_input(run_key, &run.id, parts)? {
+        if let Some(apart) = head.map(|h| h.input).filter(|i| *i != Input::Inline) {
+            match self.read_input(run_key, &run.id, apart)? {
                 Some(input) => run.input = input,
                 None => return Ok(None),
             }
@@ -228,8 +229,8 @@ impl SledStore {
 pub(super) struct Shape {
     /// Its steps are under their own keys ([`super::steps`]).
     pub(super) steps_apart: bool,
-    /// Its input is in this many chunks ([`super::inputs`]).
-    pub(super) input_parts: Option<usize>,
+    /// Where its input is ([`super::inputs`]).
+    pub(super) input: Input,
 }
 
 /// `run` as stored: its definition named by `def`, not held; its steps and
@@ -262,7 +263,14 @@ pub(super) fn encode_run(run: &RunRecord, def: &str, shape: Shape) -> Result<Vec
         revision: *revision,
         def,
         step_count: shape.steps_apart.then_some(steps.len()),
-        input_parts: shape.input_parts,
+        input_parts: match shape.input {
+            Input::Chunks(n) => Some(n),
+            _ => None,
+        },
+        input_bytes: match shape.input {
+            Input::File(n) => Some(n),
+            _ => None,
+        },
         id,
         tenant,
         task,
@@ -274,7 +282,7 @@ pub(super) fn encode_run(run: &RunRecord, def: &str, shape: Shape) -> Result<Vec
         created_at: *created_at,
         started_at: *started_at,
         finished_at: *finished_at,
-        input: shape.input_parts.is_none().then_some(input),
+        input: (shape.input == Input::Inline).then_some(input),
         idempotency_key,
         upstream_run,
         steps: (!shape.steps_apart).then_some(steps.as_slice()),
@@ -293,6 +301,8 @@ struct StoredRun<'a> {
     step_count: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
     input_parts: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    input_bytes: Option<u64>,
     id: &'a str,
     tenant: &'a str,
     task: &'a str,
@@ -314,13 +324,14 @@ struct StoredRun<'a> {
 }
 
 /// What a stored run record says first: its revision, the digest of its
-/// definition (`None` in a record of format 3, which holds the definition)
-/// and, when its steps or its input are stored apart, how many there are.
+/// definition (`None` in a record of format 3, which holds the definition),
+/// when its steps are stored apart how many there are, and where its input
+/// is.
 pub(super) struct Head<'a> {
     pub(super) revision: u64,
     pub(super) def: Option<&'a str>,
     pub(super) step_count: Option<usize>,
-    pub(super) input_parts: Option<usize>,
+    pub(super) input: Input,
 }
 
 /// The [`Head`] of stored run `bytes`, read from the first bytes without
@@ -347,12 +358,18 @@ pub(super) fn head(bytes: &[u8]) -> Option<Head<'_>> {
         None => (None, rest),
     };
     let (step_count, rest) = count(rest, b",\"step_count\":")?;
-    let (input_parts, _) = count(rest, b",\"input_parts\":")?;
+    let (input_parts, rest) = count(rest, b",\"input_parts\":")?;
+    let (input_bytes, _) = count(rest, b",\"input_bytes\":")?;
+    let input = match (input_parts, input_bytes) {
+        (Some(n), _) => Input::Chunks(n),
+        (None, Some(n)) => Input::File(n as u64),
+        (None, None) => Input::Inline,
+    };
     Some(Head {
         revision,
         def,
         step_count,
-        input_parts,
+        input,
     })
 }
 

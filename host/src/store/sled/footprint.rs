@@ -26,6 +26,8 @@
 
 use std::collections::BTreeMap;
 
+use super::definitions::head;
+use super::inputs::Input;
 use super::keys::{corrupt_key, decode, encode, key, split_parts};
 use super::logs::StoredLogs;
 use super::{SledStore, lock, sled_error};
@@ -124,7 +126,10 @@ pub(super) fn weigh_all(store: &SledStore) -> Result<Weight> {
         let parts = split_parts(&k[prefix.len()..]).ok_or_else(|| corrupt_key(&k))?;
         let [tenant, id] = <[String; 2]>::try_from(parts).map_err(|_| corrupt_key(&k))?;
         let mut bytes = match store.db.get(key("run", &[&id])).map_err(sled_error)? {
-            Some(record) => signed(record.len()),
+            Some(record) => match head(&record).map(|h| h.input) {
+                Some(Input::File(len)) => signed(record.len()) + len as i64,
+                _ => signed(record.len()),
+            },
             None => 0,
         };
         for kind in ["ev", "rec", "step", "inp"] {

@@ -7,6 +7,8 @@
 //!   logs larger than [`LOG_INLINE_MAX`]. Content-addressed, written atomically
 //!   (temporary file, fsync, rename, directory fsync) and checked against their
 //!   digest when read.
+//! - `inputs/<run>`: run inputs over 64 KiB, written atomically before the
+//!   run's batch (`inputs.rs`).
 //! - `store-format`: the store format, written once the database is created.
 //!   It outlives a database that sled "recovers" as empty (sled 0.34 opens a
 //!   database with a garbled log as an empty one), so that case is refused.
@@ -103,7 +105,6 @@ mod steps;
 mod upgrade;
 mod usage;
 
-use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -278,14 +279,7 @@ impl Operations for SledStore {
 
     fn size_on_disk(&self) -> u64 {
         let db = self.db.size_on_disk().unwrap_or(0);
-        let blobs = fs::read_dir(&self.blobs)
-            .map(|dir| {
-                dir.filter_map(|entry| entry.ok()?.metadata().ok())
-                    .map(|meta| meta.len())
-                    .sum::<u64>()
-            })
-            .unwrap_or(0);
-        db + blobs
+        db + blobs::dir_size(&self.blobs) + blobs::dir_size(&self.dir.join(inputs::INPUTS_DIR))
     }
 }
 

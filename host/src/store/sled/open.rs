@@ -42,7 +42,10 @@ use crate::store::{Error, Result, kv, secrets};
 /// 6: a write's events in a compact encoding (`events.rs`), which an older
 /// ax cannot read; a store of format 5 and before keeps its JSON events
 /// (read as they are), so the upgrade only marks it.
-pub const STORE_FORMAT: u32 = 6;
+/// 7: inputs over 64 KiB in files of `inputs/` (`inputs.rs`), which an
+/// older ax would miss; a store of format 6 keeps its chunks (read as they
+/// are, moved at a run's next write), so the upgrade only marks it.
+pub const STORE_FORMAT: u32 = 7;
 
 /// Name of the file, beside `db/`, holding the store format.
 const FORMAT_FILE: &str = "store-format";
@@ -180,6 +183,8 @@ impl SledStore {
         super::counts::build_counts(&store)?;
         super::footprint::build_run_bytes(&store)?;
         super::upgrade::upgrade(&store)?;
+        super::inputs::remove_orphan_inputs(&store)
+            .map_err(|e| unusable(format!("cannot tidy {}/: {e}", super::inputs::INPUTS_DIR)))?;
         super::runs::build_key_expiry(
             &store,
             crate::task::retention::DEFAULT_IDEMPOTENCY_TTL.as_millis() as crate::model::Millis,
@@ -219,6 +224,9 @@ pub struct Checked {
     /// (`run`, `ev`, `rec`, ...; docs/ARCHITECTURE.md tables them): where
     /// the store's bytes go, before sled's own overhead and compaction.
     pub kinds: std::collections::BTreeMap<String, KindSize>,
+    /// The files of `inputs/` (`inputs.rs`): the run data kept outside the
+    /// database.
+    pub input_files: KindSize,
 }
 
 /// The entries of one kind of key and their bytes ([`Checked::kinds`]).
@@ -256,6 +264,7 @@ impl SledStore {
             runs: 0,
             definitions: 0,
             kinds: Default::default(),
+            input_files: KindSize::default(),
         };
         if format < STORE_FORMAT {
             return Ok(checked);
@@ -273,6 +282,11 @@ impl SledStore {
             size.bytes += (k.len() + v.len()) as u64;
         })
         .map_err(unusable)?;
+        let inputs = data_dir.join(super::inputs::INPUTS_DIR);
+        checked.input_files = KindSize {
+            entries: fs::read_dir(&inputs).map_or(0, |dir| dir.count()),
+            bytes: super::blobs::dir_size(&inputs),
+        };
         checked.runs = checked.kinds.get("run").map_or(0, |k| k.entries);
         checked.definitions = checked.kinds.get("def").map_or(0, |k| k.entries);
         Ok(checked)
@@ -677,12 +691,14 @@ mod tests {
         fs::write(dir.path().join(FORMAT_FILE), "1\n").unwrap();
         {
             let db = sled::open(dir.path().join("db")).unwrap();
-            db.insert(key("sys", &["format"]), encode("7").unwrap())
+            let newer = (STORE_FORMAT + 1).to_string();
+            db.insert(key("sys", &["format"]), encode(&newer).unwrap())
                 .unwrap();
             db.flush().unwrap();
         }
         let message = unusable(SledStore::open(dir.path()));
-        assert!(message.contains("store format 7"), "{message}");
+        let newer = format!("store format {}", STORE_FORMAT + 1);
+        assert!(message.contains(&newer), "{message}");
     }
 
     #[test]

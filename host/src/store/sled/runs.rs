@@ -11,7 +11,7 @@
 use super::counts::{QueueDelta, Side};
 use super::definitions::{Shape, encode_run, head};
 use super::footprint::{self, Weight, signed};
-use super::inputs::parts;
+use super::inputs::{Input, place};
 use super::keys::{
     corrupt_key, decode, decode_index, decode_part, encode, fire_key, indexes_of, instant_part,
     key, push_part, run_indexes,
@@ -29,6 +29,12 @@ use crate::tenant::UsageBucket;
 
 /// [`Runs::insert_runs`](crate::store::Runs::insert_runs).
 pub(super) fn insert(store: &SledStore, runs: &[NewRun]) -> Result<Vec<Insert>> {
+    // Input files synced before the lock (`inputs.rs`); a run refused below
+    // has its file removed again.
+    let places: Vec<Input> = runs.iter().map(|new| place(&new.run.input)).collect();
+    for (new, &at) in runs.iter().zip(&places) {
+        store.write_input_file(&new.run, at)?;
+    }
     let _serial = lock(&store.claim_lock);
     let mut batch = sled::Batch::default();
     let mut outcomes = Vec::with_capacity(runs.len());
@@ -38,7 +44,7 @@ pub(super) fn insert(store: &SledStore, runs: &[NewRun]) -> Result<Vec<Insert>> 
     let mut queued = QueueDelta::default();
     let mut weight = Weight::default();
     let mut references = std::collections::HashMap::new();
-    for new in runs {
+    for (new, &input) in runs.iter().zip(&places) {
         let run = &new.run;
         let run_key = key("run", &[&run.id]);
         let idem_key = run
@@ -59,15 +65,13 @@ pub(super) fn insert(store: &SledStore, runs: &[NewRun]) -> Result<Vec<Insert>> 
         store.refer(&mut batch, &def, &mut references)?;
         let shape = Shape {
             steps_apart: apart(run.steps.len()),
-            input_parts: parts(&run.input),
+            input,
         };
         let record = encode_run(run, &def.digest, shape)?;
         weight.add(&run.tenant, signed(record.len()));
         batch.insert(run_key.clone(), record);
         store.step_changes(&mut batch, &mut weight, run, Vec::new(), None)?;
-        if shape.input_parts.is_some() {
-            store.put_input(&mut batch, &mut weight, run)?;
-        }
+        store.put_input(&mut batch, &mut weight, run, input)?;
         for (index_key, value) in run_indexes(run) {
             batch.insert(index_key, value);
         }
@@ -92,6 +96,12 @@ pub(super) fn insert(store: &SledStore, runs: &[NewRun]) -> Result<Vec<Insert>> 
         store.count_changes(&mut batch, &queued, Side::Claims)?;
         store.weigh(&mut batch, &weight, footprint::Side::Claims)?;
         store.apply(batch)?;
+    }
+    for ((new, outcome), at) in runs.iter().zip(&outcomes).zip(&places) {
+        let stored_before = matches!(outcome, Insert::Existing(run) if run.id == new.run.id);
+        if matches!(at, Input::File(_)) && *outcome != Insert::Created && !stored_before {
+            store.remove_input_file(&new.run.id)?;
+        }
     }
     Ok(outcomes)
 }
@@ -148,7 +158,7 @@ pub(super) fn write(
             let apart = apart(run.steps.len());
             let shape = Shape {
                 steps_apart: apart,
-                input_parts: parts(&run.input),
+                input: place(&run.input),
             };
             let record = encode_run(run, &def.digest, shape)?;
             let steps = if apart {
@@ -162,7 +172,7 @@ pub(super) fn write(
                     run,
                     record,
                     steps,
-                    input_apart: shape.input_parts.is_some(),
+                    input: shape.input,
                     first,
                     def: def.digest,
                 },
@@ -344,10 +354,17 @@ pub(super) fn delete(store: &SledStore, id: &str) -> Result<bool> {
     let _blobs = lock(&store.blob_lock);
     let mut batch = sled::Batch::default();
     let mut bytes = 0;
+    let mut input_file = false;
     if let Some(record) = store.db.get(key("run", &[id])).map_err(sled_error)? {
         bytes += signed(record.len());
-        if let Some(digest) = head(&record).and_then(|h| h.def) {
-            store.release(&mut batch, digest)?;
+        if let Some(head) = head(&record) {
+            if let Some(digest) = head.def {
+                store.release(&mut batch, digest)?;
+            }
+            if let Input::File(len) = head.input {
+                bytes += len as i64;
+                input_file = true;
+            }
         }
     }
     batch.remove(key("run", &[id]));
@@ -385,6 +402,9 @@ pub(super) fn delete(store: &SledStore, id: &str) -> Result<bool> {
     store.weigh(&mut batch, &weight, footprint::Side::Runs)?;
     store.apply(batch)?;
     store.release_log_blobs(blobs)?;
+    if input_file {
+        store.remove_input_file(id)?;
+    }
     Ok(true)
 }
 
@@ -456,7 +476,7 @@ impl SledStore {
             run,
             record,
             steps,
-            input_apart,
+            input,
             first,
             def,
         } = change;
@@ -482,16 +502,16 @@ impl SledStore {
                     head.revision,
                     head.def.map(str::to_owned),
                     head.step_count,
-                    head.input_parts,
+                    head.input,
                 ),
                 None => (
                     decode::<Revision>(&run_key, bytes)?.revision,
                     None,
                     None,
-                    None,
+                    Input::Inline,
                 ),
             },
-            None => (0, None, None, None),
+            None => (0, None, None, Input::Inline),
         };
         if old.is_some() && stored_def.as_deref() != Some(def.as_str()) {
             return Err(definition_changed(&run.id));
@@ -509,12 +529,12 @@ impl SledStore {
         }
         batch.insert(run_key, record);
         self.step_changes(batch, weight, run, steps, stored_steps)?;
-        // An input never changes: its chunks are written once, or when a
-        // record of an earlier format held it.
-        match (input_apart, stored_input) {
-            (true, None) => self.put_input(batch, weight, run)?,
-            (false, Some(_)) => self.remove_input(batch, weight, &run.tenant, &run.id)?,
-            _ => {}
+        // An input never changes: it is stored once, or again when a record
+        // of an earlier format kept it elsewhere. A file left behind that
+        // way is removed at the next open (`inputs::remove_orphan_inputs`).
+        if std::mem::discriminant(&input) != std::mem::discriminant(&stored_input) {
+            self.remove_input(batch, weight, &run.tenant, &run.id, stored_input)?;
+            self.put_input(batch, weight, run, input)?;
         }
         if !unchanged {
             // Same tenant: the old entries follow from the index entry alone;
@@ -548,8 +568,8 @@ struct RunChange<'a> {
     record: Vec<u8>,
     /// Its changed steps, encoded, when it keeps them apart.
     steps: Vec<(usize, Vec<u8>)>,
-    /// Whether it keeps its input apart.
-    input_apart: bool,
+    /// Where its input is kept.
+    input: Input,
     /// The revision of its first record in the write: the stored one + 1.
     first: u64,
     /// The digest of its definition, which must be the stored one.

@@ -17,6 +17,7 @@ use std::collections::HashMap;
 
 use super::definitions::{Shape, encode_run, head};
 use super::footprint::{self, Weight, signed};
+use super::inputs::Input;
 use super::keys::{encode, key};
 use super::steps::apart;
 use super::{SledStore, lock, sled_error};
@@ -50,10 +51,10 @@ pub(super) fn upgrade(store: &SledStore) -> Result<()> {
             }
             seen += 1;
             last = Some(k.to_vec());
-            let (named, input_parts) = match head(&v) {
+            let (named, input) = match head(&v) {
                 Some(h) if h.step_count.is_some() => continue,
-                Some(h) => (h.def.map(str::to_owned), h.input_parts),
-                None => (None, None),
+                Some(h) => (h.def.map(str::to_owned), h.input),
+                None => (None, Input::Inline),
             };
             if let Some(digest) = &named {
                 let many = match many_steps.get(digest) {
@@ -94,7 +95,7 @@ pub(super) fn upgrade(store: &SledStore) -> Result<()> {
             };
             let shape = Shape {
                 steps_apart: apart,
-                input_parts,
+                input,
             };
             let record = encode_run(&run, &digest, shape)?;
             weight.add(&run.tenant, signed(record.len()) - signed(v.len()));
