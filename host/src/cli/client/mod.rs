@@ -129,6 +129,14 @@ pub(super) enum ClientCommand {
     Secret(secrets::SecretArgs),
 }
 
+impl ClientCommand {
+    /// Whether the command runs a task in this process (`ax task run
+    /// --local`) rather than asking a server.
+    pub(super) fn runs_locally(&self) -> bool {
+        matches!(self, ClientCommand::Task(args) if args.runs_locally())
+    }
+}
+
 /// A failed command: what `error: CODE: message` prints.
 #[derive(Debug)]
 struct Failure {
