@@ -1,5 +1,6 @@
 //! The `ax` command line. `ax exec` runs a plugin locally in the sandbox (no
-//! server); `ax bench` measures the runtime; the client commands (`ax plugin`,
+//! server), `ax task run --local` a whole task ([`local`]); `ax bench`
+//! measures the runtime; the client commands (`ax plugin`,
 //! `ax task`, `ax trigger`, `ax runs`, …, see [`client`]) talk to a server
 //! over HTTP and need no async runtime; `ax completions SHELL` prints a
 //! completion script (clap_complete), `ax status` a health summary; `ax plugin

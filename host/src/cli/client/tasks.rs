@@ -1,7 +1,8 @@
 //! `ax task apply|validate|list|show|pause|resume|delete|next`: a task's
 //! definition and its trigger (checks before saving: [`super::task_check`]).
 //! `ax task apply -f DIR/` applies a directory's definitions in one request,
-//! all or nothing.
+//! all or nothing. `ax task run -f FILE --local` runs one in this process,
+//! with no server ([`crate::cli::local`]), and prints it here.
 
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
