@@ -4,7 +4,7 @@ use clap::Parser as _;
 
 fn main() -> std::process::ExitCode {
     let cli = ax::cli::Cli::parse();
-    ax::cli::init_tracing(cli.json_logs());
+    ax::cli::init_tracing(cli.json_logs(), cli.log_filter());
     match ax::cli::run(cli) {
         Ok(code) => code,
         Err(e) => {

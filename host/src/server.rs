@@ -1,6 +1,8 @@
 //! Wiring for `ax serve`: open the store, build the runtime and the
 //! scheduler, settle the admin token, optionally load the demo, serve HTTP
-//! until SIGINT/SIGTERM, then stop the scheduler. The adapter that runs the
+//! until SIGINT/SIGTERM, then stop the scheduler. The scheduler and the
+//! facade over the store and the runtime are started by [`start_core`],
+//! which `ax task run --local` calls too, without HTTP. The adapter that runs the
 //! scheduler's attempts in the wasm runtime is wiring too ([`runner`]), and
 //! so is returning freed heap to the system ([`trim`]).
 
@@ -213,6 +215,74 @@ pub async fn start(config: Config, demo: bool) -> anyhow::Result<Server> {
         },
         ..RuntimeConfig::default()
     })?;
+    let shutdown = CancellationToken::new();
+    let Core {
+        ax,
+        scheduler: scheduler_task,
+    } = start_core(&config, store.clone(), runtime, shutdown.clone()).await?;
+    // Recovered: the read of every entry no longer competes with it.
+    if let Some(sled) = check_later.upgrade() {
+        sled.check_in_background();
+    }
+    // Versions accepted but not compiled when the host last stopped.
+    ax.resume_compiles()?;
+    let token_hash = admin_token(store.as_ref(), config.admin_token.as_deref())?;
+    if demo {
+        load_demo(&ax).await?;
+    }
+    let addr = listener.local_addr()?;
+    let state = ApiState {
+        ax: ax.clone(),
+        admin_token_sha256: token_hash,
+        metrics_token_sha256: config
+            .metrics_token
+            .as_deref()
+            .map(crate::api::auth::hash_token),
+    };
+    let http = tokio::spawn(api::serve(
+        listener,
+        state,
+        config.connections.clone(),
+        shutdown.clone(),
+    ));
+    // Retention: stops with everything else; its deletions go through the scheduler.
+    crate::scheduler::retention::spawn_sweeper(
+        ax.store.clone(),
+        ax.scheduler.clone(),
+        ax.clock.clone(),
+        config.retention.clone(),
+        shutdown.clone(),
+    );
+    trim::spawn(shutdown.clone());
+    tracing::info!(%addr, data_dir = %config.data_dir.display(), "ax is serving");
+    Ok(Server {
+        ax,
+        addr,
+        shutdown,
+        http,
+        scheduler: scheduler_task,
+    })
+}
+
+/// The core of a host, without its HTTP side: the facade over `store`,
+/// `runtime` and a running scheduler, and the scheduler's task (it ends
+/// once `shutdown` fires). `ax serve` starts it on its data directory;
+/// `ax task run --local` on a memory store, to run one task in-process.
+pub struct Core {
+    /// The facade.
+    pub ax: Ax,
+    /// The scheduler's task.
+    pub scheduler: tokio::task::JoinHandle<()>,
+}
+
+/// Starts the scheduler on `store` and `runtime` with `config`'s queue,
+/// caps, memory and alert settings, and builds the facade over them.
+pub async fn start_core(
+    config: &Config,
+    store: Arc<dyn Store>,
+    runtime: Runtime,
+    shutdown: CancellationToken,
+) -> anyhow::Result<Core> {
     let mut queue =
         QueueConfig::for_cores(std::thread::available_parallelism().map_or(2, |n| n.get()));
     if let Some(c) = config.concurrency {
@@ -253,7 +323,6 @@ pub async fn start(config: Config, demo: bool) -> anyhow::Result<Server> {
         ..SchedulerConfig::default()
     };
     config.memory.apply(&mut scheduler_config);
-    let shutdown = CancellationToken::new();
     crate::scheduler::alerts::validate_config(&config.alerts)
         .await
         .map_err(|e| anyhow::anyhow!("config: {e}"))?;
@@ -290,10 +359,6 @@ pub async fn start(config: Config, demo: bool) -> anyhow::Result<Server> {
         shutdown.clone(),
     )
     .await?;
-    // Recovered: the read of every entry no longer competes with it.
-    if let Some(sled) = check_later.upgrade() {
-        sled.check_in_background();
-    }
     for t in tenants.tenants() {
         scheduler
             .stats()
@@ -315,42 +380,8 @@ pub async fn start(config: Config, demo: bool) -> anyhow::Result<Server> {
         )
         .with_max_compiling(config.plugin_compiling_per_tenant),
     };
-    // Versions accepted but not compiled when the host last stopped.
-    ax.resume_compiles()?;
-    let token_hash = admin_token(store.as_ref(), config.admin_token.as_deref())?;
-    if demo {
-        load_demo(&ax).await?;
-    }
-    let addr = listener.local_addr()?;
-    let state = ApiState {
-        ax: ax.clone(),
-        admin_token_sha256: token_hash,
-        metrics_token_sha256: config
-            .metrics_token
-            .as_deref()
-            .map(crate::api::auth::hash_token),
-    };
-    let http = tokio::spawn(api::serve(
-        listener,
-        state,
-        config.connections.clone(),
-        shutdown.clone(),
-    ));
-    // Retention: stops with everything else; its deletions go through the scheduler.
-    crate::scheduler::retention::spawn_sweeper(
-        ax.store.clone(),
-        ax.scheduler.clone(),
-        ax.clock.clone(),
-        config.retention.clone(),
-        shutdown.clone(),
-    );
-    trim::spawn(shutdown.clone());
-    tracing::info!(%addr, data_dir = %config.data_dir.display(), "ax is serving");
-    Ok(Server {
+    Ok(Core {
         ax,
-        addr,
-        shutdown,
-        http,
         scheduler: scheduler_task,
     })
 }

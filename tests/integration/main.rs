@@ -21,6 +21,7 @@ mod first_hour;
 mod full_disk;
 mod layers;
 mod live;
+mod local_run;
 mod logs;
 mod metrics;
 mod openapi;

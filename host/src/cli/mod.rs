@@ -1,5 +1,6 @@
 //! The `ax` command line. `ax exec` runs a plugin locally in the sandbox (no
-//! server); `ax bench` measures the runtime; the client commands (`ax plugin`,
+//! server), `ax task run --local` a whole task ([`local`]); `ax bench`
+//! measures the runtime; the client commands (`ax plugin`,
 //! `ax task`, `ax trigger`, `ax runs`, …, see [`client`]) talk to a server
 //! over HTTP and need no async runtime; `ax completions SHELL` prints a
 //! completion script (clap_complete), `ax status` a health summary; `ax plugin
@@ -28,6 +29,7 @@ macro_rules! print {
 mod build;
 mod client;
 mod exec;
+mod local;
 mod scaffold;
 mod term;
 
@@ -69,6 +71,16 @@ impl Cli {
     /// Whether logs are JSON lines (`--log-format json` or `--log-json`).
     pub fn json_logs(&self) -> bool {
         self.log_format == Some(LogFormat::Json) || (self.log_json && self.log_format.is_none())
+    }
+
+    /// The log filter unless `RUST_LOG` says: ax's own `info` lines, but
+    /// only warnings for `ax task run --local`, whose output already says
+    /// what its scheduler's `info` lines would (each attempt's end, the run's).
+    pub fn log_filter(&self) -> &'static str {
+        match &self.command {
+            Command::Client(c) if c.runs_locally() => "warn",
+            _ => "warn,ax=info",
+        }
     }
 }
 
@@ -362,13 +374,13 @@ fn default_cache_dir() -> PathBuf {
         .join("artifacts")
 }
 
-/// Sets up `tracing` to stderr, filtered by `RUST_LOG` (default `info`).
-/// Colours only when stderr is a terminal: a log written to a file or a
-/// pipe keeps no ANSI escapes.
-pub fn init_tracing(json: bool) {
+/// Sets up `tracing` to stderr, filtered by `RUST_LOG` (default
+/// `default_filter`, see [`Cli::log_filter`]). Colours only when stderr is
+/// a terminal: a log written to a file or a pipe keeps no ANSI escapes.
+pub fn init_tracing(json: bool, default_filter: &str) {
     use std::io::IsTerminal as _;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,ax=info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::stderr().is_terminal())

@@ -3,7 +3,9 @@
 //! locally), `ax logs`, `ax events`, `ax dead-letters`, `ax cron`,
 //! `ax status`, `ax tenant`, `ax secret`): thin wrappers over the HTTP API (docs/API.md) that print aligned tables, or the
 //! server's JSON with `--json`. They block on plain HTTP calls (ureq) and
-//! need no async runtime. `ax cron next` computes locally, without a server.
+//! need no async runtime. `ax cron next` computes locally, without a server,
+//! and `ax task run --local` runs a task in the process
+//! ([`crate::cli::local`]), printing it as `ax logs` and `ax run show` do.
 //!
 //! Exit codes: 0 done, 1 a waited-for run did not succeed (failed or
 //! cancelled), 2 an error (printed as `error: CODE: message`), 124 a wait
@@ -100,7 +102,7 @@ fn flag_or_env(flag: &Option<String>, var: &str) -> Option<String> {
 pub(super) enum ClientCommand {
     /// Upload, list and delete plugins.
     Plugin(plugins::PluginArgs),
-    /// Apply (or --dry-run), validate, list, show, pause, resume and delete tasks.
+    /// Apply (or --dry-run), validate, run locally, list, show, pause, resume and delete tasks.
     Task(tasks::TaskArgs),
     /// Draw a task's DAG (text, dot, mermaid or json), with a run's step states.
     Graph(graph::GraphArgs),
@@ -127,6 +129,14 @@ pub(super) enum ClientCommand {
     Tenant(tenant::TenantArgs),
     /// Set, list and delete the tenant's secrets (values are write-only).
     Secret(secrets::SecretArgs),
+}
+
+impl ClientCommand {
+    /// Whether the command runs a task in this process (`ax task run
+    /// --local`) rather than asking a server.
+    pub(super) fn runs_locally(&self) -> bool {
+        matches!(self, ClientCommand::Task(args) if args.runs_locally())
+    }
 }
 
 /// A failed command: what `error: CODE: message` prints.

@@ -321,6 +321,11 @@ fn in_step_order(logs: &Value, run: &Value) -> Vec<Value> {
     attempts
 }
 
+/// A logs answer for people, in `run`'s step order (`ax logs`).
+pub(super) fn print_logs(logs: &Value, run: &Value) {
+    in_step_order(logs, run).iter().for_each(print_attempt_logs);
+}
+
 /// One attempt's logs for people: a header, log lines, stdout and stderr.
 fn print_attempt_logs(a: &Value) {
     println!(
@@ -363,11 +368,11 @@ pub(super) fn logs(args: LogsArgs) -> Outcome {
     if !args.follow {
         let run = client.get(&run_path)?;
         let v = client.get(&logs_path)?;
-        let attempts = in_step_order(&v, &run);
         if args.conn.json {
+            let attempts = in_step_order(&v, &run);
             print_json(&serde_json::json!({ "attempts": attempts }));
         } else {
-            attempts.iter().for_each(print_attempt_logs);
+            print_logs(&v, &run);
         }
         return done();
     }

@@ -1,7 +1,8 @@
 //! `ax task apply|validate|list|show|pause|resume|delete|next`: a task's
 //! definition and its trigger (checks before saving: [`super::task_check`]).
 //! `ax task apply -f DIR/` applies a directory's definitions in one request,
-//! all or nothing.
+//! all or nothing. `ax task run -f FILE --local` runs one in this process,
+//! with no server ([`crate::cli::local`]), and prints it here.
 
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
@@ -22,6 +23,13 @@ pub(in crate::cli) struct TaskArgs {
     command: TaskCommand,
 }
 
+impl TaskArgs {
+    /// Whether this is `ax task run --local`.
+    pub(super) fn runs_locally(&self) -> bool {
+        matches!(&self.command, TaskCommand::Run(run) if run.local)
+    }
+}
+
 #[derive(Debug, Subcommand)]
 enum TaskCommand {
     /// Create or replace a task from a YAML or JSON file (`-` reads stdin),
@@ -35,6 +43,22 @@ enum TaskCommand {
         #[arg(long)]
         dry_run: bool,
     },
+    /// Run a task once, now, and print its steps, outputs, errors and logs
+    /// (as `ax run show` and `ax logs`); exit 0 when the run succeeded, 1
+    /// when it did not, 2 on an error.
+    ///
+    /// With `--local` (the only mode for now) the whole DAG runs in this
+    /// process, without a server: the plugins the task names are read from
+    /// local files, the plugin of the project the task file is in from the
+    /// `build.output` of its `ax.yaml` (`ax build` writes it), any other
+    /// from `--plugin NAME=PATH.wasm`. Conditions, trigger rules, retries,
+    /// params and templates behave as on a server (it is the server's
+    /// scheduler). Large components are compiled with Winch, the fast tier,
+    /// and cached as `ax exec` does.
+    #[command(
+        after_help = "Example:\n  ax build && ax task run -f task.yaml --local -p name=you\n  ax task run -f pipeline.yaml --local --plugin extract=extract.wasm --input '{\"day\": \"2026-12-01\"}'"
+    )]
+    Run(RunArgs),
     /// Check a definition (YAML or JSON, `-` reads stdin) without saving it.
     Validate {
         /// The definition file.
@@ -70,6 +94,105 @@ enum TaskCommand {
         #[arg(short = 'n', long = "count", default_value_t = 5)]
         count: usize,
     },
+}
+
+/// `ax task run`'s flags.
+#[derive(Debug, Args)]
+struct RunArgs {
+    /// The definition file (YAML or JSON, `-` reads stdin).
+    #[arg(short = 'f', long = "file")]
+    file: PathBuf,
+    /// Run in this process against local plugin files, without a server.
+    #[arg(long)]
+    local: bool,
+    /// The component of plugin NAME (repeatable), for every plugin the task
+    /// names but the project's own.
+    #[arg(long = "plugin", value_name = "NAME=PATH")]
+    plugins: Vec<String>,
+    /// A value of one of the task's `params:` (repeatable), read as the
+    /// param's type; over `--input`'s and the defaults.
+    #[arg(short = 'p', long = "param", value_name = "NAME=VALUE")]
+    param: Vec<String>,
+    /// Trigger input (JSON), available to steps as `${input.*}`.
+    #[arg(long)]
+    input: Option<String>,
+    /// Where compiled artifacts are cached (`ax exec`'s cache by default).
+    #[arg(long, env = "AX_CACHE_DIR")]
+    cache_dir: Option<PathBuf>,
+    /// Compile every component with Cranelift (as `ax exec --optimized`).
+    #[arg(long)]
+    optimized: bool,
+}
+
+/// `ax task run --local`: the run made by [`crate::cli::local`], printed
+/// as `ax run show` and `ax logs` print one.
+fn run_local(args: RunArgs, json: bool) -> Outcome {
+    if !args.local {
+        return Err(Failure::new(
+            "usage",
+            "`ax task run` runs a task in this process and needs --local; on a server, \
+             `ax task apply -f FILE` then `ax trigger NAME --wait`",
+        ));
+    }
+    let text = read_definition(&args.file)?;
+    let spec = crate::task::parse(&text).map_err(|e| {
+        let at = if e.path.is_empty() {
+            String::new()
+        } else {
+            format!("{}: ", e.path)
+        };
+        Failure::new(
+            "invalid",
+            format!("{}: {at}{}", args.file.display(), e.message),
+        )
+    })?;
+    let mut plugins = std::collections::BTreeMap::new();
+    for entry in &args.plugins {
+        let (name, path) = entry.split_once('=').ok_or_else(|| {
+            Failure::new("usage", format!("--plugin {entry}: write NAME=PATH.wasm"))
+        })?;
+        plugins.insert(name.to_owned(), PathBuf::from(path));
+    }
+    let input = match &args.input {
+        Some(text) => Some(
+            serde_json::from_str(text)
+                .map_err(|e| Failure::new("usage", format!("--input is not JSON: {e}")))?,
+        ),
+        None => None,
+    };
+    let params = if args.param.is_empty() {
+        None
+    } else {
+        let declared = serde_json::to_value(&spec.params)
+            .map_err(|e| Failure::new("invalid", e.to_string()))?;
+        Some(
+            super::trigger::typed_params(&declared, &args.param)
+                .map_err(|m| Failure::new("usage", m))?,
+        )
+    };
+    let finished = crate::cli::local::run_blocking(crate::cli::local::LocalRun {
+        file: args.file,
+        text,
+        spec,
+        plugins,
+        input,
+        params,
+        cache_dir: args.cache_dir,
+        optimized: args.optimized,
+    })
+    .map_err(|e| Failure::new(e.code(), format!("{e:#}")))?;
+    if json {
+        print_json(&json!({ "run": finished.run, "logs": finished.logs["attempts"] }));
+    } else {
+        super::runs::print_logs(&finished.logs, &finished.run);
+        println!();
+        super::runs::print_run(&finished.run);
+    }
+    Ok(if finished.succeeded {
+        std::process::ExitCode::SUCCESS
+    } else {
+        std::process::ExitCode::from(1)
+    })
 }
 
 fn read_definition(file: &PathBuf) -> Result<String, Failure> {
@@ -219,6 +342,7 @@ pub(super) fn task(args: TaskArgs) -> Outcome {
         }
     };
     match args.command {
+        TaskCommand::Run(run) => return run_local(run, json),
         TaskCommand::Validate { file } => {
             let text = read_definition(&file)?;
             return super::task_check::validate(&client, &text, &file.display().to_string());

@@ -125,7 +125,7 @@ pub(super) fn trigger(args: TriggerArgs) -> Outcome {
 /// (`declared`: its `spec.params`): text for `string` and `enum`, parsed
 /// for `integer`, `number` and `boolean`. A name it does not declare is
 /// sent as text, for the server to refuse with the task's param names.
-fn typed_params(
+pub(super) fn typed_params(
     declared: &Value,
     pairs: &[String],
 ) -> Result<serde_json::Map<String, Value>, String> {
