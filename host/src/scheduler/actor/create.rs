@@ -440,16 +440,17 @@ impl Actor {
     /// the upstream run's outputs as input. The idempotency key
     /// `after:<run id>` makes a repeated finish (after a crash) start nothing twice.
     pub(super) fn fire_after(&mut self, rec: &RunRecord, now: Millis) {
-        // The store's `after` index, not a map of every task in memory.
-        let downs = match self.store.downstream_tasks(&rec.tenant, &rec.task) {
+        // The store's `after` index (cached by upstream, `tasks`), not a map
+        // of every task in memory.
+        let downs = match self.downstream_tasks(&rec.tenant, &rec.task) {
             Ok(downs) => downs,
             Err(e) => {
                 tracing::error!(upstream = %rec.task, error = %e, "cannot read the tasks started `after` it");
                 return;
             }
         };
-        for down in downs {
-            let loaded = match self.load_task(&rec.tenant, &down) {
+        for down in downs.iter() {
+            let loaded = match self.load_task(&rec.tenant, down) {
                 Ok(loaded) => loaded,
                 Err(e) => {
                     tracing::error!(upstream = %rec.task, task = %down, error = %e, "starting an `after` task failed");

@@ -129,6 +129,8 @@ pub(super) struct Actor {
     window: self::window::FireWindow,
     /// Parsed task definitions, bounded (`tasks`).
     tasks: self::tasks::TaskCache,
+    /// The store's `after` index by (tenant, upstream), bounded (`tasks`).
+    after: self::tasks::AfterCache,
     /// Active run ids per (tenant, task), oldest first.
     by_task: HashMap<TaskKey, TaskRuns>,
     /// Runs in `queued` state per tenant, parked ones included (for the
@@ -233,6 +235,7 @@ impl Actor {
         Self {
             queue: DispatchQueue::new(config.queue.clone(), now),
             tasks: self::tasks::TaskCache::new(config.task_cache),
+            after: self::tasks::AfterCache::new(config.task_cache),
             window: self::window::FireWindow::new(config.window.max_armed),
             store,
             runner,
@@ -501,6 +504,10 @@ impl Actor {
                 }
             }
             Command::PutTasks { records, reply } => {
+                let tenants: BTreeSet<_> = records.iter().map(|(r, _)| r.tenant.clone()).collect();
+                for tenant in tenants {
+                    self.forget_after_edges(&tenant);
+                }
                 let r = self.on_put_tasks(records);
                 answer(self, reply, r);
             }
@@ -512,6 +519,7 @@ impl Actor {
                 self.plugins.remove(&(tenant, name, version));
             }
             Command::TaskChanged { tenant, task } => {
+                self.forget_after_edges(&tenant);
                 self.tasks
                     .remove(&TaskKey::new(tenant.as_str(), task.as_str()));
                 self.guard(|a| a.on_task_changed(&tenant, &task))
@@ -521,6 +529,7 @@ impl Actor {
                 let _ = reply.send(Ok(()));
             }
             Command::PutTask { record, reply } => {
+                self.forget_after_edges(&record.tenant);
                 let r = self.on_put_task(*record);
                 answer(self, reply, r);
             }
@@ -529,6 +538,7 @@ impl Actor {
                 task,
                 reply,
             } => {
+                self.forget_after_edges(&tenant);
                 let r = self.store.delete_task(&tenant, &task).map_err(Error::from);
                 let key = TaskKey::new(tenant.as_str(), task.as_str());
                 self.window.forget(&key);
