@@ -11,6 +11,7 @@
 //! - `parked`: the head of the persistent queue held in memory, refilled;
 //! - `spill`: large inputs of queued runs left in the store until needed;
 //! - `create`: manual and `after` triggers, new runs, storing them per loop turn;
+//! - `run_bytes`: each tenant's run data as the `run_bytes` check estimates it;
 //! - `apply`: many task definitions stored in one write (bulk apply);
 //! - `fire`: time triggers, schedules, due timers, firing;
 //! - `window`: the fire window, the tasks armed in memory;
@@ -33,6 +34,7 @@ mod faults;
 mod fire;
 mod parked;
 mod recovery;
+mod run_bytes;
 mod spill;
 mod tasks;
 mod tenants;
@@ -136,10 +138,13 @@ pub(super) struct Actor {
     /// Runs in `queued` state per tenant, parked ones included (for the
     /// queue bound and shedding).
     queued_runs: HashMap<String, usize>,
-    /// Bytes of the runs created per tenant whose insert has not landed
-    /// yet: counted against `run_bytes` beside what the store holds, so a
-    /// burst of triggers in one turn sees itself (`create.rs`).
-    unstored_bytes: HashMap<String, u64>,
+    /// Each tenant's run data as the `run_bytes` check sees it: a reading
+    /// of the store's count plus the runs created since, landed or not, so
+    /// a burst of triggers in one turn sees itself (`run_bytes`).
+    run_bytes: self::run_bytes::RunBytes,
+    /// Readings of run bytes taken off this task come back here.
+    reads_tx: mpsc::UnboundedSender<self::run_bytes::ReadDone>,
+    reads_rx: Option<mpsc::UnboundedReceiver<self::run_bytes::ReadDone>>,
     /// Queued runs per tenant stored but not held in memory (`parked`).
     parked: HashMap<String, usize>,
     /// The same by task (they count for `overlap`).
@@ -225,6 +230,7 @@ impl Actor {
     ) -> Self {
         let (done_tx, done_rx) = mpsc::unbounded_channel();
         let (cond_tx, cond_rx) = mpsc::unbounded_channel();
+        let (reads_tx, reads_rx) = mpsc::unbounded_channel();
         let cond_pool = CondPool::new(config.cond_workers, config.cond_budget, cond_tx);
         let now = clock.now_ms();
         let generation = store.generation();
@@ -247,7 +253,9 @@ impl Actor {
             fire_timers: HashMap::new(),
             by_task: HashMap::new(),
             queued_runs: HashMap::new(),
-            unstored_bytes: HashMap::new(),
+            run_bytes: Default::default(),
+            reads_tx,
+            reads_rx: Some(reads_rx),
             parked: HashMap::new(),
             parked_by_task: HashMap::new(),
             spilled: HashSet::new(),
@@ -289,6 +297,7 @@ impl Actor {
     ) -> Option<mpsc::UnboundedReceiver<Command>> {
         let mut done_rx = self.done_rx.take().expect("taken once");
         let mut cond_rx = self.cond_rx.take().expect("taken once");
+        let mut reads_rx = self.reads_rx.take().expect("taken once");
         self.writer = Some(spawn_writer(
             self.store.clone(),
             &self.in_flight,
@@ -393,6 +402,7 @@ impl Actor {
                         }
                     }
                 }
+                Some(done) = reads_rx.recv() => self.run_bytes.read(done),
                 cmd = rx.recv() => {
                     let Some(cmd) = cmd else { break };
                     self.handle(cmd);
