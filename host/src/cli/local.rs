@@ -3,8 +3,10 @@
 //!
 //! It starts the host's core ([`crate::server::start_core`]: the real
 //! scheduler and the wasm runtime, without HTTP) on a memory store, uploads
-//! the plugin files the task names into it, saves the task (paused, so its
-//! own trigger does not fire), triggers one run and waits for its end. So
+//! the plugin files the task names into it, saves the task without its
+//! time trigger (checked as written, but saved without `cron`, `every`,
+//! `at`, `delay`: nothing but the one run asked for starts), triggers that
+//! run and waits for its end. So
 //! conditions, trigger rules, retries, params and templates behave exactly
 //! as on a server: they are the same code. What it prints is made by the
 //! client's `ax run show` and `ax logs` ([`super::client`]); this module
@@ -334,16 +336,22 @@ async fn run_on(
         source,
     };
     let task = &what.spec.name;
-    ax.put_task(tenant, task, &what.text)
-        .await
-        .map_err(invalid)?;
-    // The task's own trigger (cron, every, after) must not start runs of
-    // its own beside the one asked for.
-    if what.spec.trigger.is_some() {
-        ax.set_paused(tenant, task, true)
-            .await
-            .map_err(|e| host(e, format!("pausing task {task}")))?;
-    }
+    // Checked as written (a time trigger's own rules, params it needs
+    // defaults for), then saved without what fires it by time: the task's
+    // own schedule must not start a run beside the one asked for, not even
+    // in the moment between saving and pausing it.
+    let spec_error = |e: crate::task::SpecError| invalid(e.into());
+    crate::task::load(&what.text, &crate::task::Caps::UNLIMITED).map_err(spec_error)?;
+    crate::schedule::Trigger::compile(what.spec.trigger.as_ref(), chrono::Utc::now()).map_err(
+        |e| {
+            invalid(crate::service::Error::Invalid {
+                path: Some("trigger".into()),
+                message: e.to_string(),
+            })
+        },
+    )?;
+    let saved = crate::task::without_time_trigger(&what.text).map_err(spec_error)?;
+    ax.put_task(tenant, task, &saved).await.map_err(invalid)?;
     let (run, _) = ax
         .trigger(TriggerRequest {
             tenant: tenant.into(),
