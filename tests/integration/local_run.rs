@@ -139,6 +139,81 @@ fn a_two_step_task_with_a_condition_runs_locally_and_prints_both_steps() {
     );
 }
 
+/// A task that fires every second runs once, the run asked for: it is
+/// saved without its schedule, so no fire can come between saving and
+/// running. What it would be refused for on a server it is refused for
+/// here: its trigger is checked as written.
+#[test]
+fn a_scheduled_task_runs_once_and_its_trigger_is_checked_as_written() {
+    let tmp = tempfile::tempdir().unwrap();
+    let hello = plugin_flag("hello", "hello");
+    std::fs::write(
+        tmp.path().join("task.yaml"),
+        "name: each-second\ntrigger: { cron: '* * * * * *' }\nplugin: hello@1.0.0\n\
+         input: { name: once }\n",
+    )
+    .unwrap();
+    let out = ax_in(
+        tmp.path(),
+        &[
+            "task",
+            "run",
+            "-f",
+            "task.yaml",
+            "--local",
+            &hello,
+            "--json",
+        ],
+    );
+    let v: Value = serde_json::from_str(&ok(&out)).unwrap();
+    assert_eq!(v["run"]["status"], "succeeded", "{v}");
+    assert_eq!(v["run"]["trigger"], "manual", "{v}");
+    assert_eq!(v["run"]["steps"][0]["output"]["greeting"], "hello, once");
+
+    // A required param on a task nobody triggers by hand: refused, as
+    // `ax task apply` refuses it, though the local copy has no schedule.
+    std::fs::write(
+        tmp.path().join("task.yaml"),
+        "name: each-second\ntrigger: { every: 1s }\nparams: [{ name: who, type: string }]\n\
+         plugin: hello@1.0.0\ninput: { name: '${input.who}' }\n",
+    )
+    .unwrap();
+    let out = ax_in(
+        tmp.path(),
+        &[
+            "task",
+            "run",
+            "-f",
+            "task.yaml",
+            "--local",
+            &hello,
+            "-p",
+            "who=x",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("has no default, but the task's trigger fires it"),
+        "{stderr}"
+    );
+    // A time zone the scheduler cannot read: refused with the trigger's path.
+    std::fs::write(
+        tmp.path().join("task.yaml"),
+        "name: each-second\ntrigger: { cron: '0 0 2 * * ?', timezone: Europe/Pariss }\n\
+         plugin: hello@1.0.0\ninput: { name: x }\n",
+    )
+    .unwrap();
+    let out = ax_in(
+        tmp.path(),
+        &["task", "run", "-f", "task.yaml", "--local", &hello],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("trigger"), "{stderr}");
+    assert!(stderr.contains("Europe/Pariss"), "{stderr}");
+}
+
 #[test]
 fn a_failing_step_exits_1_with_its_error() {
     let tmp = tempfile::tempdir().unwrap();

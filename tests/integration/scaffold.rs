@@ -66,7 +66,7 @@ fn tool(lang: &str, relative: &str) -> Option<PathBuf> {
 
 /// Scaffolds `name` in `lang` into `<tmp>/<name>` and checks it lies outside
 /// the repository.
-fn scaffold(tmp: &Path, name: &str, lang: &str) -> PathBuf {
+pub(crate) fn scaffold(tmp: &Path, name: &str, lang: &str) -> PathBuf {
     let dir = tmp.join(name);
     let repo = std::fs::canonicalize(concat!(env!("CARGO_MANIFEST_DIR"), "/..")).unwrap();
     assert!(
@@ -195,6 +195,30 @@ fn run_on_server(tmp: &Path, project: &Path, wasm: &Path, name: &str) {
     assert_eq!(run["steps"][0]["output"]["greeting"], "hello, ax", "{run}");
 }
 
+/// Sets up `cmd` (an `ax` that builds a Rust scaffold) to build offline in
+/// a target directory shared by the tests, so the SDK and serde compile
+/// once; that directory.
+pub(crate) fn rust_build_env(cmd: &mut Command) -> PathBuf {
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("scaffold-rust-target");
+    // Offline: the SDK is in the project, and its crates.io dependencies
+    // are those host/build.rs already fetched for plugins/.
+    cmd.env("CARGO_NET_OFFLINE", "true")
+        // ax.yaml's output follows it, as cargo's does.
+        .env("CARGO_TARGET_DIR", &target);
+    // The outer cargo's flags are for the host build, not for this project.
+    for var in [
+        "RUSTFLAGS",
+        "CARGO_ENCODED_RUSTFLAGS",
+        "CARGO_BUILD_RUSTFLAGS",
+        "RUSTC_WRAPPER",
+        "RUSTC_WORKSPACE_WRAPPER",
+        "CARGO_BUILD_TARGET",
+    ] {
+        cmd.env_remove(var);
+    }
+    target
+}
+
 /// The Rust scaffold names its SDK by a path inside the project (the copy
 /// `ax plugin new` writes into `ax-plugin-sdk/`), never by a path into the
 /// checkout this `ax` was built from (issue 34, item 8); the build below
@@ -216,26 +240,8 @@ fn a_rust_scaffold_builds_outside_the_repository_and_runs() {
     for file in ["Cargo.toml", "src/lib.rs"] {
         assert!(project.join("ax-plugin-sdk").join(file).is_file(), "{file}");
     }
-    let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("scaffold-rust-target");
     let mut build = ax(&["build", "--dir"]);
-    build
-        .arg(&project)
-        // Offline: the SDK is in the project, and its crates.io dependencies
-        // are those host/build.rs already fetched for plugins/.
-        .env("CARGO_NET_OFFLINE", "true")
-        // ax.yaml's output follows it, as cargo's does.
-        .env("CARGO_TARGET_DIR", &target);
-    // The outer cargo's flags are for the host build, not for this project.
-    for var in [
-        "RUSTFLAGS",
-        "CARGO_ENCODED_RUSTFLAGS",
-        "CARGO_BUILD_RUSTFLAGS",
-        "RUSTC_WRAPPER",
-        "RUSTC_WORKSPACE_WRAPPER",
-        "CARGO_BUILD_TARGET",
-    ] {
-        build.env_remove(var);
-    }
+    let target = rust_build_env(build.arg(&project));
     let wasm = ax_build(&mut build);
     assert_eq!(
         wasm,

@@ -3,8 +3,10 @@
 //!
 //! It starts the host's core ([`crate::server::start_core`]: the real
 //! scheduler and the wasm runtime, without HTTP) on a memory store, uploads
-//! the plugin files the task names into it, saves the task (paused, so its
-//! own trigger does not fire), triggers one run and waits for its end. So
+//! the plugin files the task names into it, saves the task without its
+//! time trigger (checked as written, but saved without `cron`, `every`,
+//! `at`, `delay`: nothing but the one run asked for starts), triggers that
+//! run and waits for its end. So
 //! conditions, trigger rules, retries, params and templates behave exactly
 //! as on a server: they are the same code. What it prints is made by the
 //! client's `ax run show` and `ax logs` ([`super::client`]); this module
@@ -135,13 +137,66 @@ const POLL: Duration = Duration::from_millis(20);
 /// server's upload limit (32 MiB by default) does not apply.
 const MAX_PLUGIN_MB: usize = 1 << 10;
 
-/// Runs `what` on a runtime of its own; blocks until the run ended.
+/// What local runs share: an async runtime and the wasm runtime, whose
+/// loaded components stay in memory between runs (`ax dev` keeps one for
+/// its whole session, so a component that did not change is not loaded
+/// again). Each run still gets a core of its own on a new memory store.
+pub(super) struct Host {
+    /// Drives the core of each run.
+    tokio: tokio::runtime::Runtime,
+    /// The sandbox, opened as `ax exec` opens it.
+    wasm: crate::runtime::Runtime,
+}
+
+impl Host {
+    /// Opens the runtimes: artifacts cached in `cache_dir` (`ax exec`'s
+    /// default when `None`), Cranelift for every component when `optimized`.
+    pub(super) fn new(cache_dir: Option<PathBuf>, optimized: bool) -> Result<Self, Error> {
+        let tokio = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .context("starting the async runtime")?;
+        let wasm = super::exec::open_runtime(cache_dir, optimized)?;
+        Ok(Self { tokio, wasm })
+    }
+
+    /// Runs `what`; blocks until the run ended.
+    pub(super) fn run(&self, what: &LocalRun) -> Result<Finished, Error> {
+        self.tokio.block_on(run(&self.wasm, what))
+    }
+
+    /// Runs `what` unless `stop` fires first (`None` then: the run is
+    /// dropped, as a process ending drops it).
+    pub(super) fn run_or_stop(
+        &self,
+        what: &LocalRun,
+        stop: &CancellationToken,
+    ) -> Option<Result<Finished, Error>> {
+        self.tokio.block_on(async {
+            tokio::select! {
+                finished = run(&self.wasm, what) => Some(finished),
+                () = stop.cancelled() => None,
+            }
+        })
+    }
+
+    /// A token that fires on Ctrl-C (SIGINT), which then no longer ends
+    /// the process: the caller stops when it sees the token.
+    pub(super) fn on_ctrl_c(&self) -> CancellationToken {
+        let stop = CancellationToken::new();
+        let fire = stop.clone();
+        self.tokio.spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                fire.cancel();
+            }
+        });
+        stop
+    }
+}
+
+/// Runs `what` on runtimes of its own; blocks until the run ended.
 pub(super) fn run_blocking(what: LocalRun) -> Result<Finished, Error> {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?
-        .block_on(run(what))
+    Host::new(what.cache_dir.clone(), what.optimized)?.run(&what)
 }
 
 /// The local file of every plugin the task names, by name.
@@ -270,8 +325,8 @@ fn version_in(range: &str) -> Option<String> {
         .map(|v| v.to_string())
 }
 
-async fn run(what: LocalRun) -> Result<Finished, Error> {
-    let files = resolve(&what)?;
+async fn run(runtime: &crate::runtime::Runtime, what: &LocalRun) -> Result<Finished, Error> {
+    let files = resolve(what)?;
     let mut uploads = Vec::new();
     for (name, path) in &files {
         let refs = what
@@ -283,13 +338,12 @@ async fn run(what: LocalRun) -> Result<Finished, Error> {
         let (versions, tags) = versions_for(refs).map_err(Error::Usage)?;
         uploads.push((name, path, versions, tags));
     }
-    let runtime = super::exec::open_runtime(what.cache_dir.clone(), what.optimized)?;
     let mut bytes_of = BTreeMap::new();
     for (name, path, _, _) in &uploads {
         let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
         // Loaded here, so the upload below finds it ready and the output
         // says how it was compiled (or that it came from the cache).
-        super::exec::load_plugin(&runtime, bytes.clone(), &path.display().to_string()).await?;
+        super::exec::load_plugin(runtime, bytes.clone(), &path.display().to_string()).await?;
         bytes_of.insert(name.to_string(), bytes);
     }
     let config = crate::config::Config {
@@ -299,8 +353,8 @@ async fn run(what: LocalRun) -> Result<Finished, Error> {
     };
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let shutdown = CancellationToken::new();
-    let core = crate::server::start_core(&config, store, runtime, shutdown.clone()).await?;
-    let finished = run_on(&core.ax, &what, &uploads, &bytes_of).await;
+    let core = crate::server::start_core(&config, store, runtime.clone(), shutdown.clone()).await?;
+    let finished = run_on(&core.ax, what, &uploads, &bytes_of).await;
     shutdown.cancel();
     let _ = core.scheduler.await;
     finished
@@ -334,16 +388,22 @@ async fn run_on(
         source,
     };
     let task = &what.spec.name;
-    ax.put_task(tenant, task, &what.text)
-        .await
-        .map_err(invalid)?;
-    // The task's own trigger (cron, every, after) must not start runs of
-    // its own beside the one asked for.
-    if what.spec.trigger.is_some() {
-        ax.set_paused(tenant, task, true)
-            .await
-            .map_err(|e| host(e, format!("pausing task {task}")))?;
-    }
+    // Checked as written (a time trigger's own rules, params it needs
+    // defaults for), then saved without what fires it by time: the task's
+    // own schedule must not start a run beside the one asked for, not even
+    // in the moment between saving and pausing it.
+    let spec_error = |e: crate::task::SpecError| invalid(e.into());
+    crate::task::load(&what.text, &crate::task::Caps::UNLIMITED).map_err(spec_error)?;
+    crate::schedule::Trigger::compile(what.spec.trigger.as_ref(), chrono::Utc::now()).map_err(
+        |e| {
+            invalid(crate::service::Error::Invalid {
+                path: Some("trigger".into()),
+                message: e.to_string(),
+            })
+        },
+    )?;
+    let saved = crate::task::without_time_trigger(&what.text).map_err(spec_error)?;
+    ax.put_task(tenant, task, &saved).await.map_err(invalid)?;
     let (run, _) = ax
         .trigger(TriggerRequest {
             tenant: tenant.into(),

@@ -5,7 +5,9 @@
 //! over HTTP and need no async runtime; `ax completions SHELL` prints a
 //! completion script (clap_complete), `ax status` a health summary; `ax plugin
 //! new` writes a plugin project ([`scaffold`]) and `ax build` builds one with
-//! the command its `ax.yaml` names ([`build`]).
+//! the command its `ax.yaml` names ([`build`]); `ax dev` builds, runs the
+//! project's task locally and does it again on every change ([`dev`],
+//! watching with [`watch`]).
 
 // Every command below prints through these two: a closed stdout (`ax runs |
 // head -1`) ends the command quietly with exit 0 instead of std's panic
@@ -28,10 +30,12 @@ macro_rules! print {
 
 mod build;
 mod client;
+mod dev;
 mod exec;
 mod local;
 mod scaffold;
 mod term;
+mod watch;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -79,6 +83,7 @@ impl Cli {
     pub fn log_filter(&self) -> &'static str {
         match &self.command {
             Command::Client(c) if c.runs_locally() => "warn",
+            Command::Dev(_) => "warn",
             _ => "warn,ax=info",
         }
     }
@@ -93,6 +98,13 @@ enum Command {
     /// Build the plugin project in this folder (or --dir) with the command
     /// its `ax.yaml` names, and print where the component is.
     Build(build::BuildArgs),
+    /// Build the project in this folder (or --dir), run its task.yaml in
+    /// this process (as `ax task run --local`) and print the result; then
+    /// watch the sources and build and run again on every change.
+    #[command(
+        after_help = "Examples:\n  ax dev                      # build, run, watch; Ctrl-C stops\n  ax dev -p name=you          # the task's params, as ax trigger takes them\n  ax dev --once               # build and run once; exit 0 when the run succeeded"
+    )]
+    Dev(dev::DevArgs),
     /// Measure the runtime.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -519,6 +531,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Exec(args) => block_on(exec::exec(args)),
         Command::Build(args) => Ok(build::run(&args)),
+        Command::Dev(args) => Ok(dev::run(args)),
         Command::Bench(BenchCommand::Exec(args)) => block_on(exec::bench_exec(args)),
         Command::Bench(BenchCommand::Load(args)) => block_on(exec::bench_load(args)),
         // Blocking HTTP: no runtime needed.

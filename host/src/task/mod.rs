@@ -154,6 +154,35 @@ pub fn load(text: &str, caps: &Caps) -> Result<TaskSpec, SpecError> {
     Ok(spec)
 }
 
+/// The fields of `trigger:` that fire a task by time (`after` fires it
+/// when another task's run ends).
+const TIME_TRIGGER_FIELDS: [&str; 5] = ["cron", "timezone", "at", "delay", "every"];
+
+/// The same definition without what fires it by time, as JSON text: the
+/// trigger's `cron`, `timezone`, `at`, `delay` and `every` are removed (and
+/// `trigger:` itself when nothing is left of it); everything else, an
+/// `after` trigger included, is kept as written. `ax task run --local` saves
+/// this, so that no scheduled run starts beside the one it asks for (an
+/// `after` trigger cannot fire there: no other task exists). Errors as
+/// [`parse`] reads the text.
+pub fn without_time_trigger(text: &str) -> Result<String, SpecError> {
+    let mut tree = read_tree(text)?;
+    if let Some(task) = tree.as_object_mut() {
+        if let Some(trigger) = task.get_mut("trigger").and_then(|t| t.as_object_mut()) {
+            for field in TIME_TRIGGER_FIELDS {
+                trigger.remove(field);
+            }
+        }
+        let emptied = task
+            .get("trigger")
+            .is_some_and(|t| t.as_object().is_some_and(|t| t.is_empty()));
+        if emptied {
+            task.remove("trigger");
+        }
+    }
+    Ok(tree.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -355,5 +384,33 @@ pool: small
             );
         }
         assert_eq!(MAX_SPEC_NODES, 100_000, "update the *Limits* table");
+    }
+
+    #[test]
+    fn a_local_copy_keeps_everything_but_the_time_trigger() {
+        let yaml = "name: t\ntrigger: { cron: '* * * * * *', timezone: UTC }\nparams: [{ name: n, type: integer, default: 3 }]\nplugin: p@1.0.0\ninput: { n: '${input.n}' }\n";
+        let copy = without_time_trigger(yaml).unwrap();
+        let (original, copied) = (parse(yaml).unwrap(), parse(&copy).unwrap());
+        assert!(copied.trigger.is_none(), "{copy}");
+        assert!(!copied.fires_by_itself());
+        assert_eq!(copied.steps, original.steps);
+        assert_eq!(copied.params, original.params);
+        for trigger in [
+            "{ every: 1s }",
+            "{ at: '2030-01-01T00:00:00Z' }",
+            "{ delay: 5m }",
+        ] {
+            let yaml = format!("name: t\ntrigger: {trigger}\nplugin: p@1.0.0\n");
+            let copied = parse(&without_time_trigger(&yaml).unwrap()).unwrap();
+            assert!(copied.trigger.is_none(), "for {trigger}");
+        }
+        let yaml = "name: t\ntrigger: { after: [up], on: failure }\nplugin: p@1.0.0\n";
+        let copied = parse(&without_time_trigger(yaml).unwrap()).unwrap();
+        assert_eq!(copied.trigger, parse(yaml).unwrap().trigger, "after stays");
+        let yaml = "name: t\nplugin: p@1.0.0\n";
+        assert_eq!(
+            parse(&without_time_trigger(yaml).unwrap()).unwrap(),
+            parse(yaml).unwrap()
+        );
     }
 }

@@ -43,6 +43,8 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 
+pub(super) use tasks::{LocalFlags, print_local};
+
 use crate::cli::term::{Layout, safe};
 
 /// Where the server is and who we are: a flag, else its environment variable
@@ -141,7 +143,7 @@ impl ClientCommand {
 
 /// A failed command: what `error: CODE: message` prints.
 #[derive(Debug)]
-struct Failure {
+pub(super) struct Failure {
     code: String,
     message: String,
     /// The `details` of the server's error body (`null` otherwise): a
@@ -150,7 +152,7 @@ struct Failure {
 }
 
 impl Failure {
-    fn new(code: &str, message: impl Into<String>) -> Self {
+    pub(super) fn new(code: &str, message: impl Into<String>) -> Self {
         Self {
             code: code.to_string(),
             message: message.into(),
@@ -189,7 +191,7 @@ pub(super) fn run(command: ClientCommand) -> ExitCode {
 }
 
 /// Prints a failure on stderr as `error: CODE: message`.
-fn report(f: &Failure) {
+pub(super) fn report(f: &Failure) {
     eprintln!(
         "error: {}: {}",
         safe(&f.code, Layout::Line),

@@ -105,6 +105,13 @@ struct RunArgs {
     /// Run in this process against local plugin files, without a server.
     #[arg(long)]
     local: bool,
+    #[command(flatten)]
+    with: LocalFlags,
+}
+
+/// What a local run is given: `ax task run --local`'s flags, and `ax dev`'s.
+#[derive(Debug, Args)]
+pub(in crate::cli) struct LocalFlags {
     /// The component of plugin NAME (repeatable), for every plugin the task
     /// names but the project's own.
     #[arg(long = "plugin", value_name = "NAME=PATH")]
@@ -118,10 +125,83 @@ struct RunArgs {
     input: Option<String>,
     /// Where compiled artifacts are cached (`ax exec`'s cache by default).
     #[arg(long, env = "AX_CACHE_DIR")]
-    cache_dir: Option<PathBuf>,
+    pub(in crate::cli) cache_dir: Option<PathBuf>,
     /// Compile every component with Cranelift (as `ax exec --optimized`).
     #[arg(long)]
-    optimized: bool,
+    pub(in crate::cli) optimized: bool,
+}
+
+impl LocalFlags {
+    /// The run of the definition `text`, read from `file`, these flags ask for.
+    pub(in crate::cli) fn local_run(
+        &self,
+        file: &Path,
+        text: String,
+    ) -> Result<crate::cli::local::LocalRun, Failure> {
+        let spec = crate::task::parse(&text).map_err(|e| {
+            let at = if e.path.is_empty() {
+                String::new()
+            } else {
+                format!("{}: ", e.path)
+            };
+            Failure::new("invalid", format!("{}: {at}{}", file.display(), e.message))
+        })?;
+        let mut plugins = std::collections::BTreeMap::new();
+        for entry in &self.plugins {
+            let (name, path) = entry.split_once('=').ok_or_else(|| {
+                Failure::new("usage", format!("--plugin {entry}: write NAME=PATH.wasm"))
+            })?;
+            plugins.insert(name.to_owned(), PathBuf::from(path));
+        }
+        let input = match &self.input {
+            Some(text) => Some(
+                serde_json::from_str(text)
+                    .map_err(|e| Failure::new("usage", format!("--input is not JSON: {e}")))?,
+            ),
+            None => None,
+        };
+        let params = if self.param.is_empty() {
+            None
+        } else {
+            let declared = serde_json::to_value(&spec.params)
+                .map_err(|e| Failure::new("invalid", e.to_string()))?;
+            Some(
+                super::trigger::typed_params(&declared, &self.param)
+                    .map_err(|m| Failure::new("usage", m))?,
+            )
+        };
+        Ok(crate::cli::local::LocalRun {
+            file: file.to_path_buf(),
+            text,
+            spec,
+            plugins,
+            input,
+            params,
+            cache_dir: self.cache_dir.clone(),
+            optimized: self.optimized,
+        })
+    }
+}
+
+/// Prints a finished local run as `ax logs` then `ax run show` print one
+/// (`json`: one object with the run and its attempts' logs); its exit code:
+/// 0 when it succeeded, else 1.
+pub(in crate::cli) fn print_local(
+    finished: &crate::cli::local::Finished,
+    json: bool,
+) -> std::process::ExitCode {
+    if json {
+        print_json(&json!({ "run": finished.run, "logs": finished.logs["attempts"] }));
+    } else {
+        super::runs::print_logs(&finished.logs, &finished.run);
+        println!();
+        super::runs::print_run(&finished.run);
+    }
+    if finished.succeeded {
+        std::process::ExitCode::SUCCESS
+    } else {
+        std::process::ExitCode::from(1)
+    }
 }
 
 /// `ax task run --local`: the run made by [`crate::cli::local`], printed
@@ -135,64 +215,10 @@ fn run_local(args: RunArgs, json: bool) -> Outcome {
         ));
     }
     let text = read_definition(&args.file)?;
-    let spec = crate::task::parse(&text).map_err(|e| {
-        let at = if e.path.is_empty() {
-            String::new()
-        } else {
-            format!("{}: ", e.path)
-        };
-        Failure::new(
-            "invalid",
-            format!("{}: {at}{}", args.file.display(), e.message),
-        )
-    })?;
-    let mut plugins = std::collections::BTreeMap::new();
-    for entry in &args.plugins {
-        let (name, path) = entry.split_once('=').ok_or_else(|| {
-            Failure::new("usage", format!("--plugin {entry}: write NAME=PATH.wasm"))
-        })?;
-        plugins.insert(name.to_owned(), PathBuf::from(path));
-    }
-    let input = match &args.input {
-        Some(text) => Some(
-            serde_json::from_str(text)
-                .map_err(|e| Failure::new("usage", format!("--input is not JSON: {e}")))?,
-        ),
-        None => None,
-    };
-    let params = if args.param.is_empty() {
-        None
-    } else {
-        let declared = serde_json::to_value(&spec.params)
-            .map_err(|e| Failure::new("invalid", e.to_string()))?;
-        Some(
-            super::trigger::typed_params(&declared, &args.param)
-                .map_err(|m| Failure::new("usage", m))?,
-        )
-    };
-    let finished = crate::cli::local::run_blocking(crate::cli::local::LocalRun {
-        file: args.file,
-        text,
-        spec,
-        plugins,
-        input,
-        params,
-        cache_dir: args.cache_dir,
-        optimized: args.optimized,
-    })
-    .map_err(|e| Failure::new(e.code(), format!("{e:#}")))?;
-    if json {
-        print_json(&json!({ "run": finished.run, "logs": finished.logs["attempts"] }));
-    } else {
-        super::runs::print_logs(&finished.logs, &finished.run);
-        println!();
-        super::runs::print_run(&finished.run);
-    }
-    Ok(if finished.succeeded {
-        std::process::ExitCode::SUCCESS
-    } else {
-        std::process::ExitCode::from(1)
-    })
+    let what = args.with.local_run(&args.file, text)?;
+    let finished = crate::cli::local::run_blocking(what)
+        .map_err(|e| Failure::new(e.code(), format!("{e:#}")))?;
+    Ok(print_local(&finished, json))
 }
 
 fn read_definition(file: &PathBuf) -> Result<String, Failure> {
