@@ -186,22 +186,54 @@ impl Actor {
     /// are the runs a client can make without bound (fires and `after` runs
     /// follow the task definitions, which have their own bounds), and only
     /// they have a caller to answer.
-    fn check_run_bytes(&self, tenant: &str, input: &serde_json::Value) -> Result<()> {
+    ///
+    /// Far from the limit, a recent reading of the store's count (taken off
+    /// this task) admits the run without a store read; near it, and for
+    /// every refusal, the store is read here, exactly as before
+    /// (`run_bytes.rs` says why and how far the estimate can be off).
+    fn check_run_bytes(&mut self, tenant: &str, input: &serde_json::Value) -> Result<()> {
         let limit = self
             .quotas
             .get(tenant)
             .map_or(crate::tenant::DEFAULT_RUN_BYTES, |q| {
                 q.quota.run_bytes_limit()
             });
+        let new = run_weight(input);
+        let now = self.clock.now_ms();
+        if let Some(estimate) = self.run_bytes.estimate(tenant, now)
+            && admission::run_bytes_clear(estimate, new, limit)
+        {
+            self.refresh_run_bytes(tenant, now);
+            return Ok(());
+        }
         let stored = self.store.run_bytes(tenant)?;
-        let unstored = self.unstored_bytes.get(tenant).copied().unwrap_or(0);
-        admission::check_run_bytes(
-            tenant,
-            stored.saturating_add(unstored),
-            run_weight(input),
-            limit,
-        )?;
+        self.run_bytes.settle(tenant, stored, now);
+        let unstored = self.run_bytes.unstored(tenant);
+        admission::check_run_bytes(tenant, stored.saturating_add(unstored), new, limit)?;
         Ok(())
+    }
+
+    /// Reads `tenant`'s run bytes off this task if its reading is due for a
+    /// refresh; the result comes back as an event (`run_bytes`).
+    fn refresh_run_bytes(&mut self, tenant: &str, now: Millis) {
+        let Some(id) = self.run_bytes.start_reading(tenant, now) else {
+            return;
+        };
+        let (store, tx, tenant) = (
+            self.store.clone(),
+            self.reads_tx.clone(),
+            tenant.to_string(),
+        );
+        // Detached: a reading nobody takes up any more is dropped.
+        drop(super::off_actor(self.config.inline_store, move || {
+            let bytes = store.run_bytes(&tenant);
+            let _ = tx.send(super::run_bytes::ReadDone {
+                tenant,
+                id,
+                started_at: now,
+                bytes,
+            });
+        }));
     }
 
     /// Creates a run, to be stored with the others of this turn of the loop
@@ -259,10 +291,7 @@ impl Actor {
                     .or_default() += 1
             }
         }
-        *self
-            .unstored_bytes
-            .entry(rec.tenant.clone().into())
-            .or_default() += run_weight(&rec.input);
+        self.run_bytes.created(&rec.tenant, run_weight(&rec.input));
         // The key is remembered from the run's creation for the task's
         // `idempotency_ttl`, or the server's.
         let ttl = spec
@@ -353,11 +382,18 @@ impl Actor {
         let now = self.clock.now_ms();
         for (i, (new, (spec, actor, shed, reply))) in news.into_iter().zip(rest).enumerate() {
             let rec = new.run;
-            self.stored(&rec);
             let outcome = match &outcomes {
                 Ok(outcomes) => Ok(outcomes[i].clone()),
                 Err(e) => Err(Error::Store(e.duplicate())),
             };
+            // No longer unstored; counted as landed if it was created, or
+            // may have been (a failed write: over-counted until the next
+            // reading rather than under-counted).
+            self.run_bytes.landed(
+                &rec.tenant,
+                run_weight(&rec.input),
+                matches!(outcome, Ok(Insert::Created) | Err(_)),
+            );
             // A fire's runs refused for now: its schedule's progress went
             // with them, so the task fires again from its stored schedule
             // once the store writes (missed instants per `catch_up`).
@@ -389,18 +425,6 @@ impl Actor {
             };
             if let Some(reply) = reply {
                 let _ = reply.send(answer);
-            }
-        }
-    }
-
-    /// A created run's insert has landed (or failed): it no longer counts as
-    /// unstored against `run_bytes`.
-    fn stored(&mut self, rec: &RunRecord) {
-        let weight = run_weight(&rec.input);
-        if let Some(n) = self.unstored_bytes.get_mut(rec.tenant.as_str()) {
-            *n = n.saturating_sub(weight);
-            if *n == 0 {
-                self.unstored_bytes.remove(rec.tenant.as_str());
             }
         }
     }
@@ -448,16 +472,17 @@ impl Actor {
     /// the upstream run's outputs as input. The idempotency key
     /// `after:<run id>` makes a repeated finish (after a crash) start nothing twice.
     pub(super) fn fire_after(&mut self, rec: &RunRecord, now: Millis) {
-        // The store's `after` index, not a map of every task in memory.
-        let downs = match self.store.downstream_tasks(&rec.tenant, &rec.task) {
+        // The store's `after` index (cached by upstream, `tasks`), not a map
+        // of every task in memory.
+        let downs = match self.downstream_tasks(&rec.tenant, &rec.task) {
             Ok(downs) => downs,
             Err(e) => {
                 tracing::error!(upstream = %rec.task, error = %e, "cannot read the tasks started `after` it");
                 return;
             }
         };
-        for down in downs {
-            let loaded = match self.load_task(&rec.tenant, &down) {
+        for down in downs.iter() {
+            let loaded = match self.load_task(&rec.tenant, down) {
                 Ok(loaded) => loaded,
                 Err(e) => {
                     tracing::error!(upstream = %rec.task, task = %down, error = %e, "starting an `after` task failed");

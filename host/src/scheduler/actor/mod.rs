@@ -11,6 +11,7 @@
 //! - `parked`: the head of the persistent queue held in memory, refilled;
 //! - `spill`: large inputs of queued runs left in the store until needed;
 //! - `create`: manual and `after` triggers, new runs, storing them per loop turn;
+//! - `run_bytes`: each tenant's run data as the `run_bytes` check estimates it;
 //! - `apply`: many task definitions stored in one write (bulk apply);
 //! - `fire`: time triggers, schedules, due timers, firing;
 //! - `window`: the fire window, the tasks armed in memory;
@@ -33,6 +34,7 @@ mod faults;
 mod fire;
 mod parked;
 mod recovery;
+mod run_bytes;
 mod spill;
 mod tasks;
 mod tenants;
@@ -129,15 +131,20 @@ pub(super) struct Actor {
     window: self::window::FireWindow,
     /// Parsed task definitions, bounded (`tasks`).
     tasks: self::tasks::TaskCache,
+    /// The store's `after` index by (tenant, upstream), bounded (`tasks`).
+    after: self::tasks::AfterCache,
     /// Active run ids per (tenant, task), oldest first.
     by_task: HashMap<TaskKey, TaskRuns>,
     /// Runs in `queued` state per tenant, parked ones included (for the
     /// queue bound and shedding).
     queued_runs: HashMap<String, usize>,
-    /// Bytes of the runs created per tenant whose insert has not landed
-    /// yet: counted against `run_bytes` beside what the store holds, so a
-    /// burst of triggers in one turn sees itself (`create.rs`).
-    unstored_bytes: HashMap<String, u64>,
+    /// Each tenant's run data as the `run_bytes` check sees it: a reading
+    /// of the store's count plus the runs created since, landed or not, so
+    /// a burst of triggers in one turn sees itself (`run_bytes`).
+    run_bytes: self::run_bytes::RunBytes,
+    /// Readings of run bytes taken off this task come back here.
+    reads_tx: mpsc::UnboundedSender<self::run_bytes::ReadDone>,
+    reads_rx: Option<mpsc::UnboundedReceiver<self::run_bytes::ReadDone>>,
     /// Queued runs per tenant stored but not held in memory (`parked`).
     parked: HashMap<String, usize>,
     /// The same by task (they count for `overlap`).
@@ -223,6 +230,7 @@ impl Actor {
     ) -> Self {
         let (done_tx, done_rx) = mpsc::unbounded_channel();
         let (cond_tx, cond_rx) = mpsc::unbounded_channel();
+        let (reads_tx, reads_rx) = mpsc::unbounded_channel();
         let cond_pool = CondPool::new(config.cond_workers, config.cond_budget, cond_tx);
         let now = clock.now_ms();
         let generation = store.generation();
@@ -233,6 +241,7 @@ impl Actor {
         Self {
             queue: DispatchQueue::new(config.queue.clone(), now),
             tasks: self::tasks::TaskCache::new(config.task_cache),
+            after: self::tasks::AfterCache::new(config.task_cache),
             window: self::window::FireWindow::new(config.window.max_armed),
             store,
             runner,
@@ -244,7 +253,9 @@ impl Actor {
             fire_timers: HashMap::new(),
             by_task: HashMap::new(),
             queued_runs: HashMap::new(),
-            unstored_bytes: HashMap::new(),
+            run_bytes: Default::default(),
+            reads_tx,
+            reads_rx: Some(reads_rx),
             parked: HashMap::new(),
             parked_by_task: HashMap::new(),
             spilled: HashSet::new(),
@@ -286,6 +297,7 @@ impl Actor {
     ) -> Option<mpsc::UnboundedReceiver<Command>> {
         let mut done_rx = self.done_rx.take().expect("taken once");
         let mut cond_rx = self.cond_rx.take().expect("taken once");
+        let mut reads_rx = self.reads_rx.take().expect("taken once");
         self.writer = Some(spawn_writer(
             self.store.clone(),
             &self.in_flight,
@@ -390,6 +402,7 @@ impl Actor {
                         }
                     }
                 }
+                Some(done) = reads_rx.recv() => self.run_bytes.read(done),
                 cmd = rx.recv() => {
                     let Some(cmd) = cmd else { break };
                     self.handle(cmd);
@@ -501,6 +514,10 @@ impl Actor {
                 }
             }
             Command::PutTasks { records, reply } => {
+                let tenants: BTreeSet<_> = records.iter().map(|(r, _)| r.tenant.clone()).collect();
+                for tenant in tenants {
+                    self.forget_after_edges(&tenant);
+                }
                 let r = self.on_put_tasks(records);
                 answer(self, reply, r);
             }
@@ -512,6 +529,7 @@ impl Actor {
                 self.plugins.remove(&(tenant, name, version));
             }
             Command::TaskChanged { tenant, task } => {
+                self.forget_after_edges(&tenant);
                 self.tasks
                     .remove(&TaskKey::new(tenant.as_str(), task.as_str()));
                 self.guard(|a| a.on_task_changed(&tenant, &task))
@@ -521,6 +539,7 @@ impl Actor {
                 let _ = reply.send(Ok(()));
             }
             Command::PutTask { record, reply } => {
+                self.forget_after_edges(&record.tenant);
                 let r = self.on_put_task(*record);
                 answer(self, reply, r);
             }
@@ -529,6 +548,7 @@ impl Actor {
                 task,
                 reply,
             } => {
+                self.forget_after_edges(&tenant);
                 let r = self.store.delete_task(&tenant, &task).map_err(Error::from);
                 let key = TaskKey::new(tenant.as_str(), task.as_str());
                 self.window.forget(&key);

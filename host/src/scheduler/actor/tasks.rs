@@ -7,6 +7,19 @@
 //! Measured: parsing a small task's stored JSON costs about as much as
 //! creating its run; without the cache each fire of a task outside the
 //! window, and each `after` start, would parse it again.
+//!
+//! The `after` index ([`Catalog::downstream_tasks`](crate::store::Catalog::downstream_tasks):
+//! the tasks started when a task's run ends) is cached the same way, by
+//! (tenant, upstream), in an [`Lru`] of its own: it was read from the store
+//! on the actor's task at every finished run, most often to learn that no
+//! task waits for it. It is cached here rather than read off the actor with
+//! the answer coming back as an event (as `when` conditions are): the index
+//! changes only with a task's definition, and every such change passes
+//! through the actor ([`Actor::forget_after_edges`], called before the store
+//! write), so a cached answer is exactly what the store would say, and the
+//! ended run's `after` runs are still created in the same turn (an event
+//! would have held the ended run's write for another turn, and reordered
+//! its `after` runs against the triggers of that turn).
 
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap};
@@ -33,16 +46,22 @@ pub(super) struct Saved {
     pub(super) trigger: Arc<crate::schedule::Trigger>,
 }
 
-/// Least-recently-used cache of parsed definitions, at most `capacity`.
-pub(super) struct TaskCache {
+/// Least-recently-used cache of parsed definitions.
+pub(super) type TaskCache = Lru<Loaded>;
+
+/// The tasks whose `trigger.after` names a task, by (tenant, upstream).
+pub(super) type AfterCache = Lru<Arc<[String]>>;
+
+/// Least-recently-used cache by task, at most `capacity` entries.
+pub(super) struct Lru<V> {
     capacity: usize,
     tick: u64,
-    entries: HashMap<TaskKey, (u64, Loaded)>,
+    entries: HashMap<TaskKey, (u64, V)>,
     /// Entries by last use, oldest first.
     by_use: BTreeMap<u64, TaskKey>,
 }
 
-impl TaskCache {
+impl<V: Clone> Lru<V> {
     pub(super) fn new(capacity: usize) -> Self {
         Self {
             capacity: capacity.max(1),
@@ -53,7 +72,7 @@ impl TaskCache {
     }
 
     /// The cached definition, marked as just used.
-    fn get(&mut self, key: &TaskKey) -> Option<Loaded> {
+    fn get(&mut self, key: &TaskKey) -> Option<V> {
         let (used, loaded) = self.entries.get_mut(key)?;
         self.by_use.remove(used);
         self.tick += 1;
@@ -62,7 +81,7 @@ impl TaskCache {
         Some(loaded.clone())
     }
 
-    pub(super) fn insert(&mut self, key: TaskKey, loaded: Loaded) {
+    pub(super) fn insert(&mut self, key: TaskKey, loaded: V) {
         self.remove(&key);
         while self.entries.len() >= self.capacity {
             let Some((_, oldest)) = self.by_use.pop_first() else {
@@ -80,6 +99,19 @@ impl TaskCache {
         if let Some((used, _)) = self.entries.remove(key) {
             self.by_use.remove(&used);
         }
+    }
+
+    /// Forgets every entry of `tenant` (one of its tasks changed).
+    /// O(entries): task changes are rare beside the reads it saves.
+    pub(super) fn remove_tenant(&mut self, tenant: &str) {
+        let by_use = &mut self.by_use;
+        self.entries.retain(|key, (used, _)| {
+            let keep = key.tenant != tenant;
+            if !keep {
+                by_use.remove(used);
+            }
+            keep
+        });
     }
 
     /// Entries held (for the bounded-memory tests and gauges).
@@ -108,6 +140,31 @@ impl Actor {
         };
         self.tasks.insert(key, loaded.clone());
         Ok(loaded)
+    }
+
+    /// The tasks of `tenant` started when a run of `upstream` ends, from the
+    /// cache or the store's `after` index.
+    pub(super) fn downstream_tasks(
+        &mut self,
+        tenant: &str,
+        upstream: &str,
+    ) -> crate::store::Result<Arc<[String]>> {
+        let key = TaskKey::new(tenant, upstream);
+        if let Some(downs) = self.after.get(&key) {
+            return Ok(downs);
+        }
+        let downs: Arc<[String]> = self.store.downstream_tasks(tenant, upstream)?.into();
+        self.after.insert(key, downs.clone());
+        Ok(downs)
+    }
+
+    /// A task of `tenant` is about to be saved or deleted (called before
+    /// the store write, so no later read sees the old index), or was changed
+    /// elsewhere (`TaskChanged`, as for the definitions): its `after` edges
+    /// may change, so the cached index of the whole tenant goes (the task's
+    /// old upstreams are not known here).
+    pub(super) fn forget_after_edges(&mut self, tenant: &str) {
+        self.after.remove_tenant(tenant);
     }
 }
 
@@ -160,5 +217,21 @@ mod tests {
         }
         assert_eq!(cache.len(), 2);
         assert_eq!(cache.by_use.len(), 2, "the use order is bounded too");
+    }
+
+    #[test]
+    fn forgetting_a_tenant_drops_its_entries_and_keeps_the_others() {
+        let mut cache: AfterCache = Lru::new(10);
+        cache.insert(TaskKey::new("t", "a"), Arc::from(vec!["b".to_string()]));
+        cache.insert(TaskKey::new("t", "c"), Arc::from(Vec::new()));
+        cache.insert(TaskKey::new("u", "a"), Arc::from(vec!["d".to_string()]));
+        cache.remove_tenant("t");
+        assert_eq!(cache.len(), 1);
+        assert_eq!(cache.by_use.len(), 1, "the use order follows");
+        assert!(cache.get(&TaskKey::new("t", "a")).is_none());
+        assert_eq!(
+            cache.get(&TaskKey::new("u", "a")).as_deref(),
+            Some(&["d".to_string()][..])
+        );
     }
 }

@@ -13,7 +13,8 @@
 //! - what depends on the moment, decided by the actor
 //!   (`scheduler::actor::create`, `Actor::check_trigger`), a
 //!   [`LimitRefusal`]: the tenant's queue bound ([`check_queue`]), its run
-//!   data against `run_bytes` ([`check_run_bytes`]), its window's budget
+//!   data against `run_bytes` ([`check_run_bytes`]; admitted on an estimate
+//!   far from the limit, [`run_bytes_clear`]), its window's budget
 //!   used up under `out_of_fuel: refuse` ([`check_budget`]), its trigger
 //!   rate ([`LimitRefusal::TriggerRate`]; the token bucket itself is
 //!   `scheduler::quota`'s);
@@ -231,6 +232,17 @@ pub(crate) fn check_run_bytes(
     Ok(())
 }
 
+/// Whether an estimate of the tenant's run data (`estimate`: a recent
+/// reading of the store's count plus what was created since) admits a new
+/// run of `new` bytes without reading the exact count: only when it stays
+/// below 7/8 of `limit`. The eighth left is for what the estimate does not
+/// see (writes since the reading that are not new runs); nearer the limit,
+/// and for every refusal, the caller decides on the exact count with
+/// [`check_run_bytes`].
+pub(crate) fn run_bytes_clear(estimate: u64, new: u64, limit: u64) -> bool {
+    estimate.saturating_add(new) <= limit - limit / 8
+}
+
 /// A tenant whose window budget is used up under `out_of_fuel: refuse`
 /// (`exhausted`) refuses new runs until the window ends, at `now`.
 pub(crate) fn check_budget(
@@ -385,6 +397,15 @@ mod tests {
             "the queue of tenant `t` is full (3 runs waiting); retry in 5s"
         );
         assert!(check_queue("t", 0, 10, Some(0)).is_err(), "a cap of 0");
+    }
+
+    #[test]
+    fn an_estimate_admits_only_below_seven_eighths_of_the_limit() {
+        assert!(run_bytes_clear(0, 100, 800));
+        assert!(run_bytes_clear(600, 100, 800));
+        assert!(!run_bytes_clear(601, 100, 800), "the last eighth is exact");
+        assert!(!run_bytes_clear(u64::MAX, 1, u64::MAX));
+        assert!(!run_bytes_clear(0, 1, 0));
     }
 
     #[test]

@@ -53,6 +53,33 @@ async fn an_after_trigger_starts_the_downstream_task_with_upstream_outputs() {
     );
 }
 
+/// The actor caches the `after` index by upstream: a task saved with or
+/// without `after`, or deleted, changes what the next run of the upstream
+/// starts, with no run in between.
+#[tokio::test(start_paused = true)]
+async fn after_edges_follow_saves_and_deletes_at_once() {
+    let h = Harness::start().await;
+    h.put_task("name: up\nplugin: ok@1.0.0\n").await;
+    h.put_task("name: down\ntrigger: { after: [up] }\nplugin: ok@1.0.0\n")
+        .await;
+    let starts = async |h: &Harness| {
+        let run = h.trigger("up", serde_json::json!({})).await;
+        h.wait_terminal(&run.id).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        (h.runs("down").len(), h.runs("other").len())
+    };
+    assert_eq!(starts(&h).await, (1, 0));
+    h.put_task("name: down\nplugin: ok@1.0.0\n").await;
+    assert_eq!(starts(&h).await, (1, 0), "down no longer waits for up");
+    h.put_task("name: other\ntrigger: { after: [up] }\nplugin: ok@1.0.0\n")
+        .await;
+    h.put_task("name: down\ntrigger: { after: [up] }\nplugin: ok@1.0.0\n")
+        .await;
+    assert_eq!(starts(&h).await, (2, 1), "a new and a restored edge");
+    h.scheduler.delete_task("t", "other").await.unwrap();
+    assert_eq!(starts(&h).await, (3, 1), "a deleted task starts nothing");
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_one_success_join_runs_when_one_branch_failed() {
     let h = Harness::start().await;

@@ -89,3 +89,53 @@ async fn host_caps_lower_the_defaults_at_every_start() {
     assert_eq!(attempt.outcome, Some(Outcome::FuelExhausted), "{attempt:?}");
     assert_eq!(attempt.fuel_consumed, 50);
 }
+
+/// `run_bytes`: triggers far from the limit are admitted on the actor's
+/// estimate, the refusal is decided on the store's exact count, and room
+/// that retention frees is seen by the very next trigger.
+#[tokio::test(start_paused = true)]
+async fn run_bytes_refuses_on_the_exact_count_and_sees_freed_room_at_once() {
+    const LIMIT: u64 = 64 << 10;
+    const INPUT: usize = 4_000;
+    let quota = crate::tenant::Quota {
+        run_bytes: Some(LIMIT),
+        ..Default::default()
+    };
+    let store = Arc::new(MemoryStore::new());
+    store.put_tenant(&tenant_record("a", quota)).unwrap();
+    let h = Harness::start_with(store, test_config()).await;
+    h.put_task_for("a", "name: job\nplugin: ok@1.0.0\n").await;
+    let input = serde_json::json!({ "x": "y".repeat(INPUT) });
+    let trigger = || {
+        h.scheduler.trigger(TriggerRequest {
+            tenant: "a".into(),
+            task: "job".into(),
+            input: Some(input.clone()),
+            actor: "test".into(),
+            ..Default::default()
+        })
+    };
+    let mut created = Vec::new();
+    let refusal = loop {
+        match trigger().await {
+            Ok((run, _)) => created.push(h.wait_terminal(&run.id).await),
+            Err(e) => break e,
+        }
+        assert!(created.len() < 64, "never refused");
+    };
+    assert!(matches!(refusal, Error::RunBytesQuota(_)), "{refusal}");
+    assert!(created.len() >= 4, "{} runs created", created.len());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let stored = h.store.run_bytes("a").unwrap();
+    assert!(
+        stored + INPUT as u64 > LIMIT - (2 << 10),
+        "refused with {stored} bytes stored against {LIMIT}"
+    );
+    for run in &created {
+        h.store.delete_run(&run.id).unwrap();
+    }
+    assert!(h.store.run_bytes("a").unwrap() < LIMIT / 2);
+    trigger()
+        .await
+        .expect("room freed by deletes is seen at once");
+}
