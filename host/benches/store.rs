@@ -24,9 +24,9 @@ fn run(id: &str, steps: usize) -> RunRecord {
     RunRecord {
         format: RECORD_FORMAT,
         revision: 1,
-        id: id.to_owned(),
-        tenant: "default".to_owned(),
-        task: "fan".to_owned(),
+        id: id.into(),
+        tenant: "default".into(),
+        task: "fan".into(),
         spec: Arc::new(spec),
         status: RunStatus::Running,
         reason: None,

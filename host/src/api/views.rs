@@ -361,9 +361,9 @@ impl From<RunRecord> for RunView {
         Self {
             attempts_stopping: (stopping > 0).then_some(stopping as u32),
             warnings: Vec::new(),
-            id: r.id,
-            tenant: r.tenant,
-            task: r.task,
+            id: r.id.into(),
+            tenant: r.tenant.into(),
+            task: r.task.into(),
             status: r.status,
             reason: r.reason,
             priority: r.priority,

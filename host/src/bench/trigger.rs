@@ -133,7 +133,7 @@ async fn in_process_clients(
                     })
                     .await?;
                 latencies.push(t.elapsed().as_secs_f64() * 1e3);
-                ids.push(run.id);
+                ids.push(run.id.into_string());
             }
             anyhow::Ok((latencies, ids))
         });

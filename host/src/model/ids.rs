@@ -75,6 +75,12 @@ macro_rules! string_id {
             }
         }
 
+        impl From<&$name> for String {
+            fn from(value: &$name) -> String {
+                value.0.clone()
+            }
+        }
+
         impl From<$name> for String {
             fn from(value: $name) -> String {
                 value.0
@@ -90,6 +96,30 @@ macro_rules! string_id {
         impl PartialEq<&str> for $name {
             fn eq(&self, other: &&str) -> bool {
                 self.0 == *other
+            }
+        }
+
+        impl PartialEq<String> for $name {
+            fn eq(&self, other: &String) -> bool {
+                &self.0 == other
+            }
+        }
+
+        impl PartialEq<$name> for String {
+            fn eq(&self, other: &$name) -> bool {
+                self == &other.0
+            }
+        }
+
+        impl PartialEq<$name> for str {
+            fn eq(&self, other: &$name) -> bool {
+                self == other.0
+            }
+        }
+
+        impl PartialEq<$name> for &str {
+            fn eq(&self, other: &$name) -> bool {
+                *self == other.0
             }
         }
     };

@@ -16,6 +16,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use self::ids::{RunId, TaskName, TenantId};
+
 /// Default fuel per attempt: about half a second of busy compute on this class
 /// of machine (~2e9 fuel/s measured), plenty for a report step, small enough
 /// that a runaway loop is stopped quickly.
@@ -555,11 +557,11 @@ pub struct RunRecord {
     #[serde(default)]
     pub revision: u64,
     /// Unique id, sortable by creation time.
-    pub id: String,
+    pub id: RunId,
     /// Owning tenant.
-    pub tenant: String,
+    pub tenant: TenantId,
     /// Task name.
-    pub task: String,
+    pub task: TaskName,
     /// Snapshot of the task definition the run was started from, shared
     /// with the task record it was made from (and every run made from it):
     /// a run is cloned at every write, and its definition is its largest
@@ -593,7 +595,7 @@ pub struct RunRecord {
     pub idempotency_key: Option<String>,
     /// The run whose end started this one (`trigger: after`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub upstream_run: Option<String>,
+    pub upstream_run: Option<RunId>,
     /// Step runs, in the task's step order. Absent where a store keeps
     /// them apart and joins them back when reading (sled's large runs,
     /// `store/sled/steps.rs`).

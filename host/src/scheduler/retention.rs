@@ -292,18 +292,18 @@ impl Walk {
             if !self.chooser.delete(run, policy_of)? {
                 continue;
             }
-            if !self.open.contains_key(&run.tenant) {
+            if !self.open.contains_key(run.tenant.as_str()) {
                 let open = store
                     .list_dead_letters(&run.tenant, true)?
                     .into_iter()
                     .map(|d| d.run_id)
                     .collect();
-                self.open.insert(run.tenant.clone(), open);
+                self.open.insert(run.tenant.clone().into(), open);
             }
-            if self.open[&run.tenant].contains(&run.id) {
+            if self.open[run.tenant.as_str()].contains(run.id.as_str()) {
                 page.kept_for_dead_letters += 1;
             } else {
-                page.chosen.push(run.id.clone());
+                page.chosen.push(run.id.clone().into());
             }
         }
         self.after = runs.into_iter().last();
@@ -415,7 +415,7 @@ mod tests {
         RunSummary {
             tenant: "t".into(),
             task: task.into(),
-            id: format!("r{ms:012x}{n:06x}0000"),
+            id: format!("r{ms:012x}{n:06x}0000").into(),
             status,
         }
     }
@@ -442,7 +442,7 @@ mod tests {
         let chosen = choose(runs, &policies, &RetentionConfig::default(), 5_000);
         let ids: Vec<(String, i64)> = chosen
             .iter()
-            .map(|r| (r.task.clone(), id_millis(&r.id).unwrap()))
+            .map(|r| (r.task.to_string(), id_millis(&r.id).unwrap()))
             .collect();
         // Task a keeps its newest finished run (4 000); b keeps its one run (default 1000).
         assert_eq!(ids, vec![("a".into(), 2_000), ("a".into(), 1_000)]);

@@ -29,6 +29,7 @@ use super::{
     SyncTicket, Tenancy,
 };
 use crate::capability::kv::{KvNamespace, KvResult, KvStore, SetOutcome};
+use crate::model::ids::{RunId, TaskName, TenantId};
 use crate::model::record::AttemptRecord;
 use crate::model::{
     DeadLetter, Event, Millis, PluginRecord, PluginTag, RunRecord, ScheduleState, TaskRecord,
@@ -328,11 +329,11 @@ impl<L: Layer> Runs for Layered<L> {
         self.0.read(|s| s.queued_runs(tenant, limit))
     }
 
-    fn queued_ids(&self, tenant: &str, limit: usize) -> Result<Vec<String>> {
+    fn queued_ids(&self, tenant: &str, limit: usize) -> Result<Vec<RunId>> {
         self.0.read(|s| s.queued_ids(tenant, limit))
     }
 
-    fn queued_counts(&self) -> Result<Vec<(String, String, usize)>> {
+    fn queued_counts(&self) -> Result<Vec<(TenantId, TaskName, usize)>> {
         self.0.read(|s| s.queued_counts())
     }
 

@@ -17,7 +17,7 @@ use super::{
         missing_run, queue_position, select_page, take_lease,
     },
 };
-use crate::model::ids::TaskKey;
+use crate::model::ids::{RunId, TaskKey, TaskName, TenantId};
 use crate::model::record::AttemptRecord;
 use crate::model::{
     DeadLetter, Event, Millis, PluginRecord, PluginTag, RunRecord, RunStatus, ScheduleState,
@@ -39,13 +39,13 @@ struct State {
     /// Keyed by (tenant, task).
     schedules: BTreeMap<TaskKey, ScheduleState>,
     /// Keyed by id; ids sort by creation time.
-    runs: BTreeMap<String, RunRecord>,
+    runs: BTreeMap<RunId, RunRecord>,
     /// (tenant, task, key) → run id.
-    idempotency: HashMap<(String, String, String), String>,
+    idempotency: HashMap<(TenantId, TaskName, String), RunId>,
     /// (expires at, (tenant, task, key)) → run id: the keys by expiry.
-    key_expiry: BTreeMap<(Millis, (String, String, String)), String>,
+    key_expiry: BTreeMap<(Millis, (TenantId, TaskName, String)), RunId>,
     /// (tenant, task, scheduled_for) → run id, for runs inserted with `unique_fire`.
-    fires: HashMap<(String, String, Millis), String>,
+    fires: HashMap<(TenantId, TaskName, Millis), RunId>,
     /// Run id → events, oldest first.
     events: HashMap<String, Vec<Event>>,
     /// Run id → (step, attempt) → logs.
@@ -99,7 +99,7 @@ impl State {
             let old = std::mem::replace(slot, run.clone());
             self.weigh(&old.tenant, -weight(&old));
             self.weigh(&run.tenant, weight(run) + events_weight(events));
-            let log = self.events.entry(run.id.clone()).or_default();
+            let log = self.events.entry(run.id.clone().into()).or_default();
             log.extend_from_slice(events);
         }
         for u in usage {
@@ -121,7 +121,7 @@ impl State {
     fn tenant_of(&self, id: &str, fallback: &str) -> String {
         self.runs
             .get(id)
-            .map_or_else(|| fallback.to_owned(), |r| r.tenant.clone())
+            .map_or_else(|| fallback.to_owned(), |r| r.tenant.clone().into())
     }
 
     fn put_alerts(&mut self, alerts: &[OutboxAlert]) {
@@ -409,7 +409,7 @@ impl Runs for MemoryStore {
             key_expires_at,
         } in runs
         {
-            let existing = |id: Option<&String>| id.and_then(|id| state.runs.get(id)).cloned();
+            let existing = |id: Option<&RunId>| id.and_then(|id| state.runs.get(id)).cloned();
             let key_owner = run.idempotency_key.as_ref().and_then(|key| {
                 let key = (run.tenant.clone(), run.task.clone(), key.clone());
                 state.idempotency.get(&key).cloned()
@@ -451,7 +451,7 @@ impl Runs for MemoryStore {
                     .insert(key2(&schedule.tenant, &schedule.task), schedule.clone());
             }
             state.weigh(&run.tenant, weight(run) + events_weight(events));
-            let log = state.events.entry(run.id.clone()).or_default();
+            let log = state.events.entry(run.id.clone().into()).or_default();
             log.extend_from_slice(events);
             outcomes.push(Insert::Created);
         }
@@ -494,7 +494,8 @@ impl Runs for MemoryStore {
             (Some(tenant), None) => run.tenant == *tenant,
             (None, _) => true,
         });
-        let entries = in_scope.map(|(id, run)| Ok((id.clone(), run.status, run.task.clone())));
+        let entries =
+            in_scope.map(|(id, run)| Ok((id.to_string(), run.status, run.task.to_string())));
         let task_filter = if query.tenant.is_none() {
             query.task.as_deref()
         } else {
@@ -508,7 +509,10 @@ impl Runs for MemoryStore {
             query.limit,
             self.scan_limit,
         )?;
-        let runs = ids.iter().filter_map(|id| state.runs.get(id)).cloned();
+        let runs = ids
+            .iter()
+            .filter_map(|id| state.runs.get(id.as_str()))
+            .cloned();
         Ok(RunPage {
             runs: runs.collect(),
             next,
@@ -535,7 +539,7 @@ impl Runs for MemoryStore {
         Ok(queued.into_iter().take(limit).cloned().collect())
     }
 
-    fn queued_ids(&self, tenant: &str, limit: usize) -> Result<Vec<String>> {
+    fn queued_ids(&self, tenant: &str, limit: usize) -> Result<Vec<RunId>> {
         Ok(self
             .queued_runs(tenant, limit)?
             .into_iter()
@@ -543,9 +547,9 @@ impl Runs for MemoryStore {
             .collect())
     }
 
-    fn queued_counts(&self) -> Result<Vec<(String, String, usize)>> {
+    fn queued_counts(&self) -> Result<Vec<(TenantId, TaskName, usize)>> {
         let state = self.state();
-        let mut counts: BTreeMap<(String, String), usize> = BTreeMap::new();
+        let mut counts: BTreeMap<(TenantId, TaskName), usize> = BTreeMap::new();
         for r in state
             .runs
             .values()
@@ -589,7 +593,7 @@ impl Runs for MemoryStore {
         let mut state = self.state();
         // Everything before (now + 1, the least key): the keys due at `now`
         // or earlier. A key that never expires (`Millis::MAX`) is never due.
-        let least = (String::new(), String::new(), String::new());
+        let least = (TenantId::default(), TaskName::default(), String::new());
         let due: Vec<_> = state
             .key_expiry
             .range(..(now.saturating_add(1), least))

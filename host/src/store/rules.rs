@@ -163,7 +163,7 @@ pub fn check_revisions<'a>(
         };
         if run.revision != before + 1 {
             return Err(Error::Conflict {
-                id: run.id.clone(),
+                id: run.id.clone().into(),
                 stored: before,
                 given: run.revision,
             });

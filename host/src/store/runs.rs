@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::Result;
 use super::outbox::OutboxAlert;
+use crate::model::ids::{RunId, TaskName, TenantId};
 use crate::model::record::AttemptRecord;
 use crate::model::{
     DeadLetter, Event, LogRecord, Millis, Progress, RunRecord, RunStatus, ScheduleState,
@@ -105,7 +106,7 @@ pub enum Insert {
     Existing(Box<RunRecord>),
     /// The idempotency key belongs to a run that retention has deleted (its
     /// id here); the key is remembered until it expires: nothing was written.
-    Forgotten(String),
+    Forgotten(RunId),
 }
 
 /// Which runs to list, newest first.
@@ -160,11 +161,11 @@ pub struct AttemptLogs {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RunSummary {
     /// Owning tenant.
-    pub tenant: String,
+    pub tenant: TenantId,
     /// Task name.
-    pub task: String,
+    pub task: TaskName,
     /// Run id (sorts by creation; see [`super::rules::new_id`]).
-    pub id: String,
+    pub id: RunId,
     /// Current state.
     pub status: RunStatus,
 }
@@ -217,12 +218,12 @@ pub trait Runs {
     fn queued_runs(&self, tenant: &str, limit: usize) -> Result<Vec<RunRecord>>;
     /// The ids of [`Runs::queued_runs`], from the index alone (no record
     /// read): what the scheduler scans past its head with.
-    fn queued_ids(&self, tenant: &str, limit: usize) -> Result<Vec<String>>;
+    fn queued_ids(&self, tenant: &str, limit: usize) -> Result<Vec<RunId>>;
     /// Queued runs counted per (tenant, task), by tenant then task: what
     /// recovery reads instead of the queue, so a store answers it without
     /// reading a key per queued run (sled keeps counters beside the queue's
     /// index, `sled/counts.rs`).
-    fn queued_counts(&self) -> Result<Vec<(String, String, usize)>>;
+    fn queued_counts(&self) -> Result<Vec<(TenantId, TaskName, usize)>>;
     /// Deletes a terminal run with its events, logs and fire key
     /// (retention). Its idempotency key stays until it expires.
     fn delete_run(&self, id: &str) -> Result<bool>;

@@ -17,7 +17,7 @@ impl Actor {
         Entry {
             run_id: run_id.to_string(),
             step,
-            tenant: run.rec.tenant.clone(),
+            tenant: run.rec.tenant.clone().into(),
             pool: self.queue.pool_for(run.spec.steps[step].pool.as_deref()),
             priority: run.rec.priority,
             enqueued_at: now,
@@ -72,7 +72,7 @@ impl Actor {
                         run_id: id.to_string(),
                         step: i,
                         token: self.cond_token,
-                        tenant: run.rec.tenant.clone(),
+                        tenant: run.rec.tenant.clone().into(),
                     });
                 }
                 Effect::ReleaseAt(at) => {
@@ -116,7 +116,7 @@ impl Actor {
                 Effect::LeftQueue => {
                     if let Some(run) = self.runs.get(id) {
                         self.queued_runs
-                            .entry(run.rec.tenant.clone())
+                            .entry(run.rec.tenant.clone().into())
                             .and_modify(|n| *n = n.saturating_sub(1));
                     }
                 }

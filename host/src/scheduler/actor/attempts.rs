@@ -100,7 +100,7 @@ impl Actor {
         // Leaving the queue is the only effect of a start.
         if effects.contains(&Effect::LeftQueue) {
             self.queued_runs
-                .entry(run.rec.tenant.clone())
+                .entry(run.rec.tenant.clone().into())
                 .and_modify(|n| *n = n.saturating_sub(1));
         }
         if let Some(late) = late {
@@ -141,9 +141,9 @@ impl Actor {
         let request = AttemptRequest {
             digest: plugin.digest,
             ctx: AttemptContext {
-                run_id: run.rec.id.clone(),
-                tenant: run.rec.tenant.clone(),
-                task: run.rec.task.clone(),
+                run_id: run.rec.id.clone().into(),
+                tenant: run.rec.tenant.clone().into(),
+                task: run.rec.task.clone().into(),
                 step: spec.name.clone(),
                 attempt: number,
                 scheduled_for: rfc3339(run.rec.scheduled_for),
@@ -179,7 +179,7 @@ impl Actor {
                     step: i,
                     attempt: number,
                     tenant,
-                    task,
+                    task: task.into(),
                     pool,
                     grant,
                     wall_cut,

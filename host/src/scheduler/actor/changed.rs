@@ -35,7 +35,10 @@ impl StoredSteps {
             let run = &write.run;
             let before = match earlier.insert(&run.id, i) {
                 Some(j) => Some((runs[j].run.revision, &runs[j].run.steps)),
-                None => self.runs.get(&run.id).map(|(rev, steps)| (*rev, steps)),
+                None => self
+                    .runs
+                    .get(run.id.as_str())
+                    .map(|(rev, steps)| (*rev, steps)),
             };
             marks.push(match before {
                 Some((revision, steps)) if revision + 1 == run.revision => {
@@ -57,9 +60,9 @@ impl StoredSteps {
         for RunWrite { run, .. } in runs {
             // A queued run waits (and may wait long): kept only once it runs.
             if run.status.is_terminal() || run.status == RunStatus::Queued {
-                self.runs.remove(&run.id);
+                self.runs.remove(run.id.as_str());
             } else {
-                self.runs.insert(run.id, (run.revision, run.steps));
+                self.runs.insert(run.id.into(), (run.revision, run.steps));
             }
         }
     }

@@ -162,18 +162,21 @@ impl Actor {
         self.store.update_run(&mut rec, &events)?;
         let key = TaskKey::new(&rec.tenant, &rec.task);
         self.track(key, &rec.id, false);
-        *self.queued_runs.entry(rec.tenant.clone()).or_default() += 1;
+        *self
+            .queued_runs
+            .entry(rec.tenant.clone().into())
+            .or_default() += 1;
         let id = rec.id.clone();
         self.runs
-            .insert(id.clone(), ActiveRun::new(rec, spec, false));
+            .insert(id.clone().into(), ActiveRun::new(rec, spec, false));
         let mut events = Vec::new();
         self.advance(&id, now, actor, &mut events)?;
         Ok(
             match self
                 .runs
-                .get(&id)
+                .get(id.as_str())
                 .map(|r| r.rec.clone())
-                .or_else(|| self.finished.get(&id).cloned())
+                .or_else(|| self.finished.get(id.as_str()).cloned())
             {
                 Some(r) => r,
                 None => self

@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 
 use super::active::ActiveRun;
 use super::{Actor, Origin, TriggerReply};
-use crate::model::ids::TaskKey;
+use crate::model::ids::{RunId, TaskKey};
 use crate::model::{
     Millis, RECORD_FORMAT, RunRecord, RunStatus, StepRunRecord, StepStatus, TriggerKind,
 };
@@ -73,9 +73,9 @@ impl Actor {
         RunRecord {
             format: RECORD_FORMAT,
             revision: FIRST_REVISION,
-            id: new_id("r", now),
-            tenant: task.tenant.clone(),
-            task: task.name.clone(),
+            id: new_id("r", now).into(),
+            tenant: task.tenant.clone().into(),
+            task: task.name.clone().into(),
             spec: task.spec.clone(),
             status: RunStatus::Queued,
             reason: None,
@@ -87,7 +87,7 @@ impl Actor {
             finished_at: None,
             input,
             idempotency_key: key,
-            upstream_run,
+            upstream_run: upstream_run.map(RunId::from),
             steps: spec
                 .steps
                 .iter()
@@ -284,7 +284,12 @@ impl Actor {
             }
             // Counted at once, so the triggers of one turn see each other
             // against the queue bounds; undone if the run is not created.
-            None => *self.queued_runs.entry(rec.tenant.clone()).or_default() += 1,
+            None => {
+                *self
+                    .queued_runs
+                    .entry(rec.tenant.clone().into())
+                    .or_default() += 1
+            }
         }
         self.run_bytes.created(&rec.tenant, run_weight(&rec.input));
         // The key is remembered from the run's creation for the task's
@@ -402,7 +407,7 @@ impl Actor {
             let created = matches!(outcome, Ok(Insert::Created));
             if !created && shed.is_none() {
                 self.queued_runs
-                    .entry(rec.tenant.clone())
+                    .entry(rec.tenant.clone().into())
                     .and_modify(|n| *n = n.saturating_sub(1));
             }
             let answer = match outcome {
@@ -412,9 +417,9 @@ impl Actor {
                 }
                 Ok(Insert::Existing(existing)) => Ok((*existing, false)),
                 Ok(Insert::Forgotten(run)) => Err(Error::RunDeleted {
-                    task: rec.task.clone(),
+                    task: rec.task.clone().into(),
                     key: rec.idempotency_key.clone().unwrap_or_default(),
-                    run,
+                    run: run.into(),
                 }),
                 Ok(Insert::Created) => self.on_created(rec, spec, shed.is_some(), &actor, now),
             };
@@ -450,14 +455,14 @@ impl Actor {
         self.track(key, &rec.id, held);
         let id = rec.id.clone();
         self.runs
-            .insert(id.clone(), ActiveRun::new(rec, spec, held));
+            .insert(id.clone().into(), ActiveRun::new(rec, spec, held));
         let mut events = Vec::new();
         self.advance(&id, now, actor, &mut events)?;
         let rec = self
             .runs
-            .get(&id)
+            .get(id.as_str())
             .map(|r| r.rec.clone())
-            .or_else(|| self.finished.get(&id).cloned());
+            .or_else(|| self.finished.get(id.as_str()).cloned());
         rec.map(|rec| (rec, true))
             .ok_or_else(|| Error::NotFound(format!("run `{id}`")))
     }
@@ -488,7 +493,7 @@ impl Actor {
                 .spec
                 .trigger
                 .as_ref()
-                .filter(|t| t.after.contains(&rec.task))
+                .filter(|t| t.after.iter().any(|a| *a == rec.task))
                 .map(|t| t.on.unwrap_or_default());
             if !on.is_some_and(|on| decide::fire::after_fires(on, rec.status)) {
                 continue;
@@ -506,12 +511,12 @@ impl Actor {
                 scheduled_for: now,
                 input,
                 idempotency_key: Some(format!("after:{}", rec.id)),
-                upstream_run: Some(rec.id.clone()),
+                upstream_run: Some(rec.id.clone().into()),
                 priority: loaded.spec.priority,
             };
             let new = self.new_run(&loaded.record, &loaded.spec, origin, now);
             self.create_run(new, (*loaded.spec).clone(), false, "scheduler", now, None);
-            *self.after_holds.entry(rec.id.clone()).or_default() += 1;
+            *self.after_holds.entry(rec.id.clone().into()).or_default() += 1;
         }
     }
 

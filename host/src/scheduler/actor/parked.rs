@@ -67,7 +67,7 @@ impl Actor {
 
     /// Counts a stored run as parked.
     pub(super) fn park(&mut self, rec: &RunRecord) {
-        *self.parked.entry(rec.tenant.clone()).or_default() += 1;
+        *self.parked.entry(rec.tenant.clone().into()).or_default() += 1;
         *self
             .parked_by_task
             .entry(TaskKey::new(&rec.tenant, &rec.task))
@@ -75,10 +75,10 @@ impl Actor {
     }
 
     pub(super) fn unpark_count(&mut self, rec: &RunRecord) {
-        if let Some(n) = self.parked.get_mut(&rec.tenant) {
+        if let Some(n) = self.parked.get_mut(rec.tenant.as_str()) {
             *n = n.saturating_sub(1);
             if *n == 0 {
-                self.parked.remove(&rec.tenant);
+                self.parked.remove(rec.tenant.as_str());
             }
         }
         let key = TaskKey::new(&rec.tenant, &rec.task);
@@ -178,7 +178,7 @@ impl Actor {
                     &mut events,
                 );
                 self.queued_runs
-                    .entry(rec.tenant.clone())
+                    .entry(rec.tenant.clone().into())
                     .and_modify(|n| *n = n.saturating_sub(1));
                 self.store.update_run(&mut rec, &events)?;
                 return Ok(());
@@ -190,7 +190,7 @@ impl Actor {
         self.track(key, &rec.id, held);
         let id = rec.id.clone();
         self.runs
-            .insert(id.clone(), ActiveRun::new(rec, spec, held));
+            .insert(id.clone().into(), ActiveRun::new(rec, spec, held));
         // As at recovery: a run parked by a restart may have steps that were
         // already queued (or attempts lost) before it; they are queued again.
         self.recover_run(&id, now)?;
@@ -205,7 +205,8 @@ impl Actor {
         }
         match self.store.get_run(id)? {
             Some(rec)
-                if rec.status == RunStatus::Queued && self.parked.contains_key(&rec.tenant) =>
+                if rec.status == RunStatus::Queued
+                    && self.parked.contains_key(rec.tenant.as_str()) =>
             {
                 self.take_up_parked(rec, now)
             }

@@ -50,8 +50,8 @@ impl Actor {
             active.extend(self.store.queued_runs(tenant, self.config.queue_head)?);
         }
         for (tenant, task, n) in &counts {
-            *self.queued_runs.entry(tenant.clone()).or_default() += n;
-            *self.parked.entry(tenant.clone()).or_default() += n;
+            *self.queued_runs.entry(tenant.clone().into()).or_default() += n;
+            *self.parked.entry(tenant.clone().into()).or_default() += n;
             *self
                 .parked_by_task
                 .entry(TaskKey::new(tenant, task))
@@ -63,7 +63,7 @@ impl Actor {
         for rec in active.iter().filter(|r| r.status == RunStatus::Queued) {
             self.unpark_count(rec);
             self.queued_runs
-                .entry(rec.tenant.clone())
+                .entry(rec.tenant.clone().into())
                 .and_modify(|n| *n = n.saturating_sub(1));
         }
         active.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
@@ -91,12 +91,15 @@ impl Actor {
             let held = rec.status == RunStatus::Queued
                 && decide::fire::held_on_create(rec.trigger, spec.overlap, active);
             if rec.status == RunStatus::Queued {
-                *self.queued_runs.entry(rec.tenant.clone()).or_default() += 1;
+                *self
+                    .queued_runs
+                    .entry(rec.tenant.clone().into())
+                    .or_default() += 1;
             }
             self.track(key, &rec.id, held);
             let id = rec.id.clone();
             self.runs
-                .insert(id.clone(), ActiveRun::new(rec, spec, held));
+                .insert(id.clone().into(), ActiveRun::new(rec, spec, held));
             self.recover_run(&id, now)?;
             self.spill(&id);
         }

@@ -238,7 +238,7 @@ pub(super) fn spawn_writer(
 fn rebase(store: &dyn Store, runs: &mut [RunWrite]) -> crate::store::Result<()> {
     let mut last: HashMap<String, u64> = HashMap::new();
     for RunWrite { run: rec, .. } in runs.iter_mut() {
-        let before = match last.get(&rec.id) {
+        let before = match last.get(rec.id.as_str()) {
             Some(&revision) => revision,
             None => match store.get_run(&rec.id)? {
                 Some(stored) => stored.revision,
@@ -247,7 +247,7 @@ fn rebase(store: &dyn Store, runs: &mut [RunWrite]) -> crate::store::Result<()> 
             },
         };
         rec.revision = before + 1;
-        last.insert(rec.id.clone(), rec.revision);
+        last.insert(rec.id.clone().into(), rec.revision);
     }
     Ok(())
 }
@@ -368,7 +368,7 @@ impl Actor {
         let queued: Vec<String> = runs
             .iter()
             .filter(|w| w.run.status == crate::model::RunStatus::Queued)
-            .map(|w| w.run.id.clone())
+            .map(|w| w.run.id.to_string())
             .collect();
         for id in queued {
             self.spill(&id);
@@ -386,7 +386,7 @@ impl Actor {
                 }
                 let seq = self
                     .in_flight
-                    .send(runs.iter().map(|w| w.run.id.clone()).collect());
+                    .send(runs.iter().map(|w| w.run.id.to_string()).collect());
                 if let Err(mpsc::error::SendError(job)) = writer.send(WriteJob {
                     runs,
                     usage,

@@ -575,9 +575,9 @@ fn alert(kind: &str, run: &RunRecord, at: Millis, reason: Option<String>, text: 
     Alert {
         id: String::new(),
         kind: kind.into(),
-        tenant: run.tenant.clone(),
-        task: run.task.clone(),
-        run_id: run.id.clone(),
+        tenant: run.tenant.clone().into(),
+        task: run.task.clone().into(),
+        run_id: run.id.clone().into(),
         step: None,
         status: run.status.as_str().into(),
         reason,

@@ -229,9 +229,9 @@ pub(crate) fn failed<R: rand::Rng>(
     if exhausted {
         let dead = DeadLetter {
             id: (retries.dead_letter_id)(now),
-            tenant: run.rec.tenant.clone(),
-            task: run.rec.task.clone(),
-            run_id: run.rec.id.clone(),
+            tenant: run.rec.tenant.clone().into(),
+            task: run.rec.task.clone().into(),
+            run_id: run.rec.id.clone().into(),
             step: run.rec.steps[i].name.clone(),
             input: run.rec.steps[i].input.clone(),
             error: Some(error),

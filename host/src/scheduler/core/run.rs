@@ -79,7 +79,7 @@ pub(crate) fn event(
     actor: &str,
 ) -> Event {
     Event {
-        run_id: run.id.clone(),
+        run_id: run.id.clone().into(),
         step: step.map(|(s, _)| s.to_string()),
         attempt: step.and_then(|(_, a)| a),
         from: from.map(str::to_string),

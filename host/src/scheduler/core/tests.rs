@@ -37,7 +37,7 @@ fn state(yaml: &str) -> RunState {
         revision: 1,
         id: "r1".into(),
         tenant: "t".into(),
-        task: spec.name.clone(),
+        task: spec.name.clone().into(),
         spec: serde_json::Value::Null.into(),
         status: RunStatus::Queued,
         reason: None,

@@ -607,11 +607,11 @@ impl Sim {
                             t.tenant, t.name, run.id
                         ));
                     }
-                    self.world.keys.entry(k).or_insert(run.id.clone());
+                    self.world.keys.entry(k).or_insert(run.id.clone().into());
                 }
-                self.world.rounds.entry(run.id.clone()).or_insert(1);
+                self.world.rounds.entry(run.id.clone().into()).or_insert(1);
                 self.world.accepted.push(Accepted {
-                    id: run.id.clone(),
+                    id: run.id.clone().into(),
                     tenant: t.tenant.clone(),
                     task: t.name.clone(),
                     key: key.clone(),
@@ -756,7 +756,7 @@ impl Sim {
             .lock()
             .expect("runner log")
             .cancelled
-            .insert(run.id.clone(), epoch);
+            .insert(run.id.clone().into(), epoch);
         let r = self
             .ask(self.scheduler().cancel(&RunId::new(run.id.as_str()), "sim"))
             .await;
@@ -774,7 +774,7 @@ impl Sim {
             .ask(self.scheduler().retry(&RunId::new(run.id.as_str()), "sim"))
             .await;
         if r.as_ref().is_some_and(Result::is_ok) {
-            *self.world.rounds.entry(run.id.clone()).or_insert(1) += 1;
+            *self.world.rounds.entry(run.id.clone().into()).or_insert(1) += 1;
         }
         let at = self.now_rel();
         self.note(format!("{at} retry {}: {}", check::name(&run), short(&r)));

@@ -14,6 +14,7 @@
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use crate::model::ids::{RunId, TaskName, TenantId};
 use crate::model::{
     DeadLetter, Event, Millis, PluginRecord, PluginTag, RunRecord, ScheduleState, TaskRecord,
 };
@@ -393,11 +394,11 @@ impl Runs for SimStore {
         self.inner().queued_runs(tenant, limit)
     }
 
-    fn queued_ids(&self, tenant: &str, limit: usize) -> Result<Vec<String>> {
+    fn queued_ids(&self, tenant: &str, limit: usize) -> Result<Vec<RunId>> {
         self.inner().queued_ids(tenant, limit)
     }
 
-    fn queued_counts(&self) -> Result<Vec<(String, String, usize)>> {
+    fn queued_counts(&self) -> Result<Vec<(TenantId, TaskName, usize)>> {
         self.inner().queued_counts()
     }
 

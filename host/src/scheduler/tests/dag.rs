@@ -46,7 +46,7 @@ async fn an_after_trigger_starts_the_downstream_task_with_upstream_outputs() {
         down.steps[0].output,
         Some(serde_json::json!({ "echo": { "got": 5 } }))
     );
-    assert_eq!(down.input["upstream"]["run_id"], run.id);
+    assert_eq!(down.input["upstream"]["run_id"], run.id.as_str());
     assert!(
         h.runs("on_fail").is_empty(),
         "on: failure must not fire for a success"

@@ -90,7 +90,7 @@ async fn a_refill_while_runs_are_being_written_takes_none_up_twice() {
             ..Default::default()
         })
         .collect();
-    let ids: Vec<String> = h
+    let ids: Vec<RunId> = h
         .scheduler
         .trigger_batch(requests)
         .await
@@ -133,7 +133,7 @@ async fn parked_runs_come_back_in_dispatch_order() {
     for id in low.iter().chain(&high) {
         h.wait_terminal(id).await;
     }
-    let started = |id: &String| h.store.get_run(id).unwrap().unwrap().started_at.unwrap();
+    let started = |id: &RunId| h.store.get_run(id).unwrap().unwrap().started_at.unwrap();
     let last_high = high.iter().map(started).max().unwrap();
     let low_after = low.iter().filter(|id| started(id) > last_high).count();
     assert!(
@@ -151,11 +151,7 @@ async fn a_cancelled_parked_run_is_cancelled_and_never_runs() {
         ids.push(trigger_with(&h, "q", n, None).await.id);
     }
     let last = ids.last().unwrap().clone();
-    let cancelled = h
-        .scheduler
-        .cancel(&last.clone().into(), "test")
-        .await
-        .unwrap();
+    let cancelled = h.scheduler.cancel(&last.clone(), "test").await.unwrap();
     assert_eq!(cancelled.status, RunStatus::Cancelled);
     for id in &ids {
         h.wait_terminal(id).await;

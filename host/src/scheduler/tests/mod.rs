@@ -29,6 +29,7 @@ use chrono::{DateTime, TimeZone, Utc};
 use tokio_util::sync::CancellationToken;
 
 use super::*;
+use crate::model::ids::RunId;
 use crate::model::{
     AttemptReport, ErrorKind, Outcome, PluginRecord, RECORD_FORMAT, RunStatus, StepStatus,
     TaskRecord,
@@ -150,8 +151,8 @@ impl Runner for FakeRunner {
 }
 
 /// A run's id as the scheduler's run-control calls take it.
-fn run_id(run: &RunRecord) -> crate::model::ids::RunId {
-    crate::model::ids::RunId::new(run.id.as_str())
+fn run_id(run: &RunRecord) -> RunId {
+    run.id.clone()
 }
 
 /// A first version of the task `yaml` defines, as the service stores it.

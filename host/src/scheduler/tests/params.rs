@@ -122,7 +122,7 @@ async fn an_after_run_takes_the_defaults_and_upstream() {
     let down = h.wait_terminal(&downs[0].id).await;
     assert_eq!(down.input["limit"], 10);
     assert_eq!(down.input["day"], "2026-01-01");
-    assert_eq!(down.input["upstream"]["run_id"], up.id);
+    assert_eq!(down.input["upstream"]["run_id"], up.id.as_str());
     assert_eq!(
         down.steps[0].output,
         Some(json!({"echo": {"rows": 5, "n": 10}}))

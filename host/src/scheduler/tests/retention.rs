@@ -30,15 +30,16 @@ async fn a_sweep_over_many_pages_keeps_each_tasks_newest_runs() {
         run.id = format!(
             "r{:012x}{id:08x}",
             now.timestamp_millis() - 1_000_000 + i64::from(id)
-        );
+        )
+        .into();
         run.task = task.into();
         run.status = status;
         run.idempotency_key = None;
         h.store.insert_run(&run, false, None, &[]).unwrap();
         run.id
     };
-    let bigs: Vec<String> = (0..big).map(|_| put("big", RunStatus::Succeeded)).collect();
-    let smalls: Vec<String> = (0..3).map(|_| put("small", RunStatus::Failed)).collect();
+    let bigs: Vec<RunId> = (0..big).map(|_| put("big", RunStatus::Succeeded)).collect();
+    let smalls: Vec<RunId> = (0..3).map(|_| put("small", RunStatus::Failed)).collect();
     let queued = put("big", RunStatus::Queued);
     let store: Arc<dyn Store> = h.store.clone();
     let clock: Arc<dyn Clock> = h.clock.clone();
@@ -48,8 +49,8 @@ async fn a_sweep_over_many_pages_keeps_each_tasks_newest_runs() {
     // The template run is the newest finished run of `big`.
     assert_eq!(report.scanned, big + 3 + 2, "{report:?}");
     assert_eq!(report.deleted, (big + 1 - 10) as u64, "{report:?}");
-    let left = |task: &str| -> Vec<String> {
-        let mut ids: Vec<String> = h
+    let left = |task: &str| -> Vec<RunId> {
+        let mut ids: Vec<RunId> = h
             .store
             .run_summaries()
             .unwrap()
@@ -60,7 +61,7 @@ async fn a_sweep_over_many_pages_keeps_each_tasks_newest_runs() {
         ids.sort();
         ids
     };
-    let mut want: Vec<String> = bigs[big - 9..].to_vec();
+    let mut want: Vec<RunId> = bigs[big - 9..].to_vec();
     want.push(queued);
     want.push(template.id.clone());
     want.sort();

@@ -420,9 +420,9 @@ pub fn queued_runs_come_in_dispatch_order_per_tenant<S: Store>(make: Make<S>) {
     assert_eq!(
         counts,
         [
-            ("t1".to_owned(), "a".to_owned(), 3),
-            ("t1".to_owned(), "b".to_owned(), 1),
-            ("t2".to_owned(), "a".to_owned(), 1),
+            ("t1".into(), "a".into(), 3),
+            ("t1".into(), "b".into(), 1),
+            ("t2".into(), "a".into(), 1),
         ]
     );
 

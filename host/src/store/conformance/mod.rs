@@ -139,9 +139,9 @@ pub(crate) fn run(id: &str, tenant: &str, task: &str, status: RunStatus) -> RunR
     RunRecord {
         format: RECORD_FORMAT,
         revision: 1,
-        id: id.to_owned(),
-        tenant: tenant.to_owned(),
-        task: task.to_owned(),
+        id: id.to_owned().into(),
+        tenant: tenant.to_owned().into(),
+        task: task.to_owned().into(),
         spec: json!({"steps": [{"name": "s1", "plugin": "echo@1.0.0"}]}).into(),
         status,
         reason: None,

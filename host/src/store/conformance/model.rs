@@ -8,6 +8,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::{Make, SCAN, all_pages, attempt_logs, dead, event, ids, run, run_id, schedule, task};
+use crate::model::ids::{RunId, TaskName, TenantId};
 use crate::model::{DeadLetter, Event, Millis, RunRecord, RunStatus, ScheduleState, TaskRecord};
 use crate::store::prelude::*;
 use crate::store::{AttemptLogs, Insert, NewRun, RunQuery, id_millis};
@@ -16,10 +17,10 @@ use crate::store::{AttemptLogs, Insert, NewRun, RunQuery, id_millis};
 #[derive(Default)]
 struct Model {
     runs: Vec<RunRecord>,
-    idempotency: HashMap<(String, String, String), String>,
+    idempotency: HashMap<(TenantId, TaskName, String), RunId>,
     /// (expires at, (tenant, task, key)) → run id.
-    key_expiry: BTreeMap<(Millis, (String, String, String)), String>,
-    fires: HashMap<(String, String, Millis), String>,
+    key_expiry: BTreeMap<(Millis, (TenantId, TaskName, String)), RunId>,
+    fires: HashMap<(TenantId, TaskName, Millis), RunId>,
     events: HashMap<String, Vec<Event>>,
     schedules: BTreeMap<(String, String), ScheduleState>,
     tasks: BTreeMap<(String, String), TaskRecord>,
@@ -78,7 +79,7 @@ impl Model {
                 .insert((s.tenant.clone(), s.task.clone()), s.clone());
         }
         self.events
-            .entry(run.id.clone())
+            .entry(run.id.clone().into())
             .or_default()
             .extend_from_slice(events);
         Insert::Created
@@ -90,7 +91,7 @@ impl Model {
         };
         *slot = run.clone();
         self.events
-            .entry(run.id.clone())
+            .entry(run.id.clone().into())
             .or_default()
             .extend_from_slice(events);
         true
@@ -183,7 +184,7 @@ fn some_run_id(rng: &mut StdRng, model: &Model) -> String {
     if model.runs.is_empty() || rng.random_bool(0.1) {
         return run_id(rng.random_range(0..1_000), rng.random());
     }
-    pick(rng, &model.runs).id
+    pick(rng, &model.runs).id.into()
 }
 
 fn random_events(rng: &mut StdRng, run_id: &str, clock: i64) -> Vec<Event> {
@@ -409,7 +410,7 @@ pub fn random_operations_match_the_model<S: Store>(make: Make<S>, seeds: u64) {
         assert_eq!(store.active_runs().unwrap(), model.active(), "{context}");
         for r in &model.runs {
             assert_eq!(store.get_run(&r.id).unwrap().as_ref(), Some(r), "{context}");
-            let want = model.events.get(&r.id).cloned().unwrap_or_default();
+            let want = model.events.get(r.id.as_str()).cloned().unwrap_or_default();
             assert_eq!(store.events(&r.id).unwrap(), want, "{context}: events");
         }
         for (id, by_attempt) in &model.logs {

@@ -56,7 +56,7 @@ pub fn known_idempotency_key_returns_the_run_and_writes_nothing<S: Store>(make: 
 
     // The key is scoped to (tenant, task).
     let mut other_task = second.clone();
-    other_task.task = "b".to_owned();
+    other_task.task = "b".to_owned().into();
     created(store.insert_run(&other_task, false, None, &[]).unwrap());
     let mut other_tenant = run(&run_id(3, 3), "t2", "a", RunStatus::Queued);
     other_tenant.idempotency_key = Some("k".to_owned());
@@ -71,27 +71,27 @@ pub fn unique_fire_allows_one_run_per_task_and_instant<S: Store>(make: Make<S>) 
     created(store.insert_run(&fired, true, None, &[]).unwrap());
 
     let mut again = fired.clone();
-    again.id = run_id(2, 2);
+    again.id = run_id(2, 2).into();
     let outcome = store.insert_run(&again, true, None, &[]).unwrap();
     assert_eq!(outcome, Insert::Existing(Box::new(fired.clone())));
 
     // Without `unique_fire` (a manual trigger) the same instant is fine, and
     // it does not claim the instant either.
     let mut manual = fired.clone();
-    manual.id = run_id(3, 3);
+    manual.id = run_id(3, 3).into();
     manual.scheduled_for = 120_000;
     created(store.insert_run(&manual, false, None, &[]).unwrap());
     let mut cron = manual.clone();
-    cron.id = run_id(4, 4);
+    cron.id = run_id(4, 4).into();
     created(store.insert_run(&cron, true, None, &[]).unwrap());
 
     // Other task, other instant: distinct fires.
     let mut other = fired.clone();
-    other.id = run_id(5, 5);
-    other.task = "b".to_owned();
+    other.id = run_id(5, 5).into();
+    other.task = "b".to_owned().into();
     created(store.insert_run(&other, true, None, &[]).unwrap());
     let mut later = fired.clone();
-    later.id = run_id(6, 6);
+    later.id = run_id(6, 6).into();
     later.scheduled_for = 180_000;
     created(store.insert_run(&later, true, None, &[]).unwrap());
 }
@@ -250,7 +250,7 @@ pub fn write_runs_writes_many_runs_and_usage_at_once<S: Store>(make: Make<S>) {
     );
     // The unknown run is reported, and only it is left out.
     let err = written.expect_err("an unknown run is an error").to_string();
-    assert!(err.contains(&ghost.id), "{err}");
+    assert!(err.contains(ghost.id.as_str()), "{err}");
     assert_eq!(store.get_run(&ghost.id).unwrap(), None);
     assert!(store.events(&ghost.id).unwrap().is_empty());
     assert_eq!(store.get_run(&a.id).unwrap(), Some(a.clone()));
@@ -335,7 +335,7 @@ pub fn delete_run_removes_everything_and_frees_its_fire<S: Store>(make: Make<S>)
     // The fire instant is free again; the idempotency key is not, it
     // answers with the deleted run's id until it expires.
     let mut again = r.clone();
-    again.id = run_id(3, 3);
+    again.id = run_id(3, 3).into();
     assert_eq!(
         store.insert_run(&again, true, None, &[]).unwrap(),
         Insert::Forgotten(r.id.clone())

@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 
 use super::keys::{corrupt_key, decode, encode, key, split_parts};
 use super::{SledStore, lock, sled_error};
+use crate::model::ids::{TaskName, TenantId};
 use crate::model::{RunRecord, RunStatus};
 use crate::store::Result;
 
@@ -157,7 +158,7 @@ fn fold(store: &SledStore, tasks: HashSet<(String, String)>) -> Result<()> {
 
 /// [`Runs::queued_counts`](crate::store::Runs::queued_counts): the
 /// counters, not the queue.
-pub(super) fn queued_counts(store: &SledStore) -> Result<Vec<(String, String, usize)>> {
+pub(super) fn queued_counts(store: &SledStore) -> Result<Vec<(TenantId, TaskName, usize)>> {
     let prefix = key("qn", &[]);
     let mut counts: BTreeMap<(String, String), i64> = BTreeMap::new();
     for item in store.scan(&prefix) {
@@ -169,7 +170,7 @@ pub(super) fn queued_counts(store: &SledStore) -> Result<Vec<(String, String, us
     Ok(counts
         .into_iter()
         .filter(|(_, n)| *n > 0)
-        .map(|((tenant, task), n)| (tenant, task, n as usize))
+        .map(|((tenant, task), n)| (tenant.into(), task.into(), n as usize))
         .collect())
 }
 
@@ -233,11 +234,11 @@ mod tests {
     /// The counters, as `queued_counts` answers, against the `q` index
     /// counted key by key.
     fn check(store: &SledStore) {
-        let recounted: Vec<(String, String, usize)> = count_queue(store)
+        let recounted: Vec<(TenantId, TaskName, usize)> = count_queue(store)
             .unwrap()
             .0
             .into_iter()
-            .map(|((tenant, task), n)| (tenant, task, n as usize))
+            .map(|((tenant, task), n)| (tenant.into(), task.into(), n as usize))
             .collect();
         assert_eq!(queued_counts(store).unwrap(), recounted);
     }
@@ -283,8 +284,8 @@ mod tests {
                 let batch: Vec<NewRun> = (0..1 + next(4))
                     .map(|i| {
                         let mut r = run(&format!("r{step:05}{i}"), statuses[next(2)]);
-                        r.tenant = format!("t{}", next(2));
-                        r.task = format!("k{}", next(3));
+                        r.tenant = format!("t{}", next(2)).into();
+                        r.task = format!("k{}", next(3)).into();
                         NewRun {
                             run: r,
                             unique_fire: false,
@@ -305,7 +306,7 @@ mod tests {
                     r.status = statuses[next(statuses.len())];
                     r.next_revision();
                     if next(10) == 0 {
-                        r.tenant = format!("t{}", next(2));
+                        r.tenant = format!("t{}", next(2)).into();
                     }
                     writes.push((r.clone(), Vec::new()));
                 }
@@ -361,7 +362,7 @@ mod tests {
         let store = SledStore::open(dir.path()).unwrap();
         assert_eq!(
             queued_counts(&store).unwrap(),
-            [("t1".to_owned(), "a".to_owned(), 2)]
+            [("t1".into(), "a".into(), 2)]
         );
         check(&store);
         let format: String = store.get(&key("sys", &["format"])).unwrap().unwrap();

@@ -37,6 +37,7 @@ use serde_json::Value;
 use super::inputs::Input;
 use super::keys::{VALUE_FORMAT, decode, encode, key};
 use super::{SledStore, lock, sled_error};
+use crate::model::ids::RunId;
 use crate::model::{Millis, RunRecord, RunStatus, StepRunRecord, TriggerKind};
 use crate::store::rules::digest_of;
 use crate::store::{Error, Result};
@@ -318,7 +319,7 @@ struct StoredRun<'a> {
     input: Option<&'a Value>,
     idempotency_key: &'a Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    upstream_run: &'a Option<String>,
+    upstream_run: &'a Option<RunId>,
     #[serde(skip_serializing_if = "Option::is_none")]
     steps: Option<&'a [StepRunRecord]>,
 }

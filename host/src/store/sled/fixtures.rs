@@ -20,9 +20,9 @@ pub(super) fn run(id: &str, status: RunStatus) -> RunRecord {
     RunRecord {
         format: RECORD_FORMAT,
         revision: 1,
-        id: id.to_owned(),
-        tenant: "t1".to_owned(),
-        task: "a".to_owned(),
+        id: id.to_owned().into(),
+        tenant: "t1".to_owned().into(),
+        task: "a".to_owned().into(),
         spec: json!({"steps": [{"name": "s1"}]}).into(),
         status,
         reason: None,

@@ -414,7 +414,7 @@ mod tests {
             first.input = big.clone();
             first.idempotency_key = Some("k".to_owned());
             let mut second = first.clone();
-            second.id = "r2".to_owned();
+            second.id = "r2".to_owned().into();
             let outcomes = store
                 .insert_runs(&[new_run(first.clone()), new_run(second)])
                 .unwrap();

@@ -121,6 +121,7 @@ use super::{
     AttemptLogs, Catalog, Error, Insert, Lease, Leases, NewRun, Operations, Outbox, Result,
     RunPage, RunQuery, RunSummary, RunWrite, Runs, SyncTicket, Tenancy, rules,
 };
+use crate::model::ids::{RunId, TaskName, TenantId};
 use crate::model::record::AttemptRecord;
 use crate::model::{
     DeadLetter, Event, Millis, PluginRecord, PluginTag, RECORD_FORMAT, RunRecord, ScheduleState,
@@ -436,11 +437,11 @@ impl Runs for SledStore {
         runs::queued(self, tenant, limit)
     }
 
-    fn queued_ids(&self, tenant: &str, limit: usize) -> Result<Vec<String>> {
+    fn queued_ids(&self, tenant: &str, limit: usize) -> Result<Vec<RunId>> {
         runs::queued_ids(self, tenant, limit)
     }
 
-    fn queued_counts(&self) -> Result<Vec<(String, String, usize)>> {
+    fn queued_counts(&self) -> Result<Vec<(TenantId, TaskName, usize)>> {
         counts::queued_counts(self)
     }
 

@@ -19,6 +19,7 @@ use super::keys::{
 use super::logs::StoredLogs;
 use super::steps::{apart, encode_changed};
 use super::{SledStore, lock, sled_error};
+use crate::model::ids::RunId;
 use crate::model::{Event, Millis, RunRecord};
 use crate::store::prelude::*;
 use crate::store::rules::{definition_changed, list_floor, list_start, missing_run, select_page};
@@ -132,7 +133,7 @@ pub(super) fn write(
                 let before = order[i].0.revision;
                 if run.revision != before + 1 {
                     return Err(Error::Conflict {
-                        id: run.id.clone(),
+                        id: run.id.clone().into(),
                         stored: before,
                         given: run.revision,
                     });
@@ -300,12 +301,13 @@ fn queued_id(k: &[u8]) -> Result<String> {
 
 /// [`Runs::queued_runs`](crate::store::Runs::queued_runs): `q/{tenant}/…`.
 pub(super) fn queued(store: &SledStore, tenant: &str, limit: usize) -> Result<Vec<RunRecord>> {
-    records(store, queued_ids(store, tenant, limit)?)
+    records(store, ids_in_queue(store, &key("q", &[tenant]), limit)?)
 }
 
 /// [`Runs::queued_ids`](crate::store::Runs::queued_ids): keys only.
-pub(super) fn queued_ids(store: &SledStore, tenant: &str, limit: usize) -> Result<Vec<String>> {
-    ids_in_queue(store, &key("q", &[tenant]), limit)
+pub(super) fn queued_ids(store: &SledStore, tenant: &str, limit: usize) -> Result<Vec<RunId>> {
+    let ids = ids_in_queue(store, &key("q", &[tenant]), limit)?;
+    Ok(ids.into_iter().map(RunId::from).collect())
 }
 
 /// [`Runs::run_summaries_page`](crate::store::Runs::run_summaries_page):
@@ -332,9 +334,9 @@ pub(super) fn summaries_page(
             let [tenant, task, id] = <[String; 3]>::try_from(parts).map_err(|_| corrupt_key(&k))?;
             let (status, _) = decode_index(&k, &v)?;
             Ok(RunSummary {
-                tenant,
-                task,
-                id,
+                tenant: tenant.into(),
+                task: task.into(),
+                id: id.into(),
                 status,
             })
         })
@@ -447,7 +449,7 @@ impl SledStore {
             // A key outlives its run until it expires.
             return Ok(Some(match self.get_run(&owner)? {
                 Some(existing) => Insert::Existing(Box::new(existing)),
-                None => Insert::Forgotten(owner),
+                None => Insert::Forgotten(owner.into()),
             }));
         }
         if let Some(claim) = fire_key {
@@ -518,7 +520,7 @@ impl SledStore {
         }
         if first != stored + 1 {
             return Err(Error::Conflict {
-                id: run.id.clone(),
+                id: run.id.clone().into(),
                 stored,
                 given: first,
             });
@@ -759,7 +761,7 @@ mod tests {
         let ttl = crate::task::retention::DEFAULT_IDEMPOTENCY_TTL.as_millis() as Millis;
         assert_eq!(store.expire_keys(created + ttl - 1, 10).unwrap(), 0);
         let mut again = r.clone();
-        again.id = "r00000000000007d0000000".to_owned();
+        again.id = "r00000000000007d0000000".to_owned().into();
         assert!(matches!(
             store.insert_run(&again, false, None, &[]).unwrap(),
             Insert::Existing(_)

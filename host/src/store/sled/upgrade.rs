@@ -148,7 +148,7 @@ mod tests {
     /// Run `i` of [`old_store`].
     fn expected(i: usize) -> RunRecord {
         let mut r = run(&format!("r{i:06}"), RunStatus::Succeeded);
-        r.tenant = format!("t{}", i % 3);
+        r.tenant = format!("t{}", i % 3).into();
         r.spec = Arc::new(spec(i));
         let template = r.steps[0].clone();
         r.steps = (0..step_count(i))
