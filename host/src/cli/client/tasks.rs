@@ -221,7 +221,7 @@ fn run_local(args: RunArgs, json: bool) -> Outcome {
     Ok(print_local(&finished, json))
 }
 
-fn read_definition(file: &PathBuf) -> Result<String, Failure> {
+fn read_definition(file: &Path) -> Result<String, Failure> {
     if file.as_os_str() == "-" {
         let mut text = String::new();
         std::io::stdin()
@@ -336,6 +336,36 @@ fn apply_dir(client: &Client, dir: &Path, json: bool) -> Outcome {
     done()
 }
 
+/// `ax task apply -f FILE`: the definition of `file` saved under the name
+/// it gives (`PUT /v1/tasks/{name}`); whether it was created (else
+/// replaced), and the server's task.
+pub(super) fn apply_file(client: &Client, file: &Path) -> Result<(bool, Value), Failure> {
+    let text = read_definition(file)?;
+    // The URL names the task: read the name with the server's own parser.
+    let spec = crate::task::parse(&text).map_err(|e| {
+        let at = if e.path.is_empty() {
+            String::new()
+        } else {
+            format!("{}: ", e.path)
+        };
+        Failure::new("invalid", format!("{}: {at}{}", file.display(), e.message))
+    })?;
+    let content_type = if text.trim_start().starts_with('{') {
+        "application/json"
+    } else {
+        "application/yaml"
+    };
+    let (status, v) = client.call(
+        "PUT",
+        &format!("/v1/tasks/{}", enc(&spec.name)),
+        Body::Raw {
+            content_type,
+            bytes: text.into_bytes(),
+        },
+    )?;
+    Ok((status == 201, v))
+}
+
 fn task_row(t: &Value) -> Vec<String> {
     vec![
         cell(&t["name"]),
@@ -382,30 +412,8 @@ pub(super) fn task(args: TaskArgs) -> Outcome {
         }
         TaskCommand::Apply { file, .. } if file.is_dir() => return apply_dir(&client, &file, json),
         TaskCommand::Apply { file, .. } => {
-            let text = read_definition(&file)?;
-            // The URL names the task: read the name with the server's own parser.
-            let spec = crate::task::parse(&text).map_err(|e| {
-                let at = if e.path.is_empty() {
-                    String::new()
-                } else {
-                    format!("{}: ", e.path)
-                };
-                Failure::new("invalid", format!("{}: {at}{}", file.display(), e.message))
-            })?;
-            let content_type = if text.trim_start().starts_with('{') {
-                "application/json"
-            } else {
-                "application/yaml"
-            };
-            let (status, v) = client.call(
-                "PUT",
-                &format!("/v1/tasks/{}", enc(&spec.name)),
-                Body::Raw {
-                    content_type,
-                    bytes: text.into_bytes(),
-                },
-            )?;
-            show(&v, if status == 201 { "created" } else { "replaced" });
+            let (created, v) = apply_file(&client, &file)?;
+            show(&v, if created { "created" } else { "replaced" });
         }
         TaskCommand::List => {
             // Every page: a listing of tasks is short enough to read whole.
