@@ -127,14 +127,14 @@ fn deploy_builds_pushes_and_applies_a_rust_scaffold_and_refuses_changed_bytes() 
         "the old one still runs"
     );
 
-    // Bumped, and the task following the 0.1 line: deployed and run.
+    // Bumped: deployed, with a warning while the task still names 0.1.0;
+    // once it follows the 0.1 line, the change runs.
     edit(
         &project,
         "Cargo.toml",
         "version = \"0.1.0\"",
         "version = \"0.1.1\"",
     );
-    edit(&project, "task.yaml", "deploy-rs@0.1.0", "deploy-rs@^0.1");
     let out = ax_deploy(url, &project, &[]);
     let shown = both(&out);
     assert_eq!(out.status.code(), Some(0), "{shown}");
@@ -142,6 +142,24 @@ fn deploy_builds_pushes_and_applies_a_rust_scaffold_and_refuses_changed_bytes() 
         shown.contains("push: deploy-rs@0.1.1 uploaded (version from Cargo.toml)"),
         "{shown}"
     );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(
+            "warning: step `deploy-rs` of ./task.yaml runs deploy-rs@0.1.0, not \
+             deploy-rs@0.1.1 just pushed: write `deploy-rs@0.1.1` there, or \
+             `deploy-rs@^0.1` to follow new versions"
+        ),
+        "{shown}"
+    );
+    assert_eq!(
+        trigger(url, "deploy-rs"),
+        "hello, ax",
+        "as the warning says"
+    );
+    edit(&project, "task.yaml", "deploy-rs@0.1.0", "deploy-rs@^0.1");
+    let out = ax_deploy(url, &project, &["--no-build"]);
+    let shown = both(&out);
+    assert_eq!(out.status.code(), Some(0), "{shown}");
+    assert!(!shown.contains("warning:"), "{shown}");
     assert_eq!(trigger(url, "deploy-rs"), "hello!! ax");
 
     // A broken source: the deploy stops at the build with cargo's error.

@@ -13,7 +13,9 @@
 //!    are found and the deploy goes on; other bytes under that version are
 //!    refused (409), and the failure says which file's version to bump;
 //! 3. **apply**: the project's `task.yaml` (or `-f`) saved as `ax task
-//!    apply -f` saves it ([`super::tasks::apply_file`]).
+//!    apply -f` saves it ([`super::tasks::apply_file`]); a step that names
+//!    the plugin by another exact version, or a range the pushed one is not
+//!    in, is warned about (it goes on running the old one).
 //!
 //! One line per stage, then the command that runs the task. A failed stage
 //! prints the error (`error: CODE: message`, as every client command) and
@@ -33,6 +35,7 @@ use super::output::{cell, print_json, short_digest};
 use super::plugins::{self, VersionFrom};
 use super::{Conn, Failure, Outcome};
 use crate::cli::build::{self, Manifest};
+use crate::task::{TaskSpec, VersionSelector};
 
 /// `ax deploy`'s flags.
 #[derive(Debug, Args)]
@@ -166,8 +169,8 @@ fn stages(args: &DeployArgs) -> Result<ExitCode, Stopped> {
     // apply
     let file = args.file.clone().unwrap_or_else(|| dir.join("task.yaml"));
     let client = Client::new(&args.conn);
-    let (created, task) =
-        super::tasks::apply_file(&client, &file).map_err(Stopped::at(Stage::Apply))?;
+    let applied = super::tasks::apply_file(&client, &file).map_err(Stopped::at(Stage::Apply))?;
+    let (created, task) = (applied.created, &applied.task);
     say(
         json,
         &format!(
@@ -179,6 +182,16 @@ fn stages(args: &DeployArgs) -> Result<ExitCode, Stopped> {
             cell(&task["next_fire"])
         ),
     );
+    let version = cell(&record["version"]);
+    for (step, selector) in not_following(&applied.spec, &manifest.name, &version) {
+        eprintln!(
+            "warning: step `{step}` of {} runs {name}@{selector}, not {name}@{version} just \
+             pushed: write `{name}@{version}` there, or `{name}@{}` to follow new versions",
+            file.display(),
+            caret(&version),
+            name = manifest.name,
+        );
+    }
     let run = format!("ax trigger {} --wait", cell(&task["name"]));
     if json {
         print_json(&json!({
@@ -257,4 +270,56 @@ fn push(args: &DeployArgs, manifest: &Manifest, component: &Path) -> Result<Valu
         ),
     );
     Ok(record)
+}
+
+/// The steps of `spec` that run plugin `name` by an exact version or a
+/// range that `version`, just pushed, is not: `(step, selector)`. A tag is
+/// left out (moving it is a choice, `ax plugin tag`), and so is a range the
+/// version is in, although a higher version in it would run instead.
+fn not_following(spec: &TaskSpec, name: &str, version: &str) -> Vec<(String, String)> {
+    spec.steps
+        .iter()
+        .filter(|s| s.plugin.name == name)
+        .filter(|s| match &s.plugin.version {
+            VersionSelector::Exact(v) => v != version,
+            VersionSelector::Range(r) => !r.matches(version),
+            VersionSelector::Tag(_) => false,
+        })
+        .map(|s| (s.name.clone(), s.plugin.version.to_string()))
+        .collect()
+}
+
+/// `^MAJOR.MINOR` of a version: the range that follows its compatible
+/// updates (`0.1.2` → `^0.1`, every `0.1.x`).
+fn caret(version: &str) -> String {
+    let mut parts = version.split(['.', '-', '+']);
+    match (parts.next(), parts.next()) {
+        (Some(major), Some(minor)) => format!("^{major}.{minor}"),
+        _ => format!("^{version}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steps_naming_another_version_or_a_range_without_it_are_found() {
+        let spec = crate::task::parse(
+            "name: t\nsteps:\n  - { name: exact, plugin: greet@0.1.0 }\n  \
+             - { name: same, plugin: greet@0.1.1 }\n  - { name: range, plugin: greet@^0.1 }\n  \
+             - { name: old, plugin: greet@~0.0.9 }\n  - { name: tag, plugin: greet@stable }\n  \
+             - { name: other, plugin: hello@1.0.0 }\n",
+        )
+        .unwrap();
+        assert_eq!(
+            not_following(&spec, "greet", "0.1.1"),
+            vec![
+                ("exact".to_owned(), "0.1.0".to_owned()),
+                ("old".to_owned(), "~0.0.9".to_owned())
+            ]
+        );
+        assert_eq!(caret("0.1.1"), "^0.1");
+        assert_eq!(caret("2.3.0-rc.1"), "^2.3");
+    }
 }

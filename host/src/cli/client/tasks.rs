@@ -336,10 +336,19 @@ fn apply_dir(client: &Client, dir: &Path, json: bool) -> Outcome {
     done()
 }
 
+/// A definition saved by [`apply_file`].
+pub(super) struct Applied {
+    /// Created (201), else replaced.
+    pub(super) created: bool,
+    /// The server's task.
+    pub(super) task: Value,
+    /// The definition as the server's parser read it.
+    pub(super) spec: crate::task::TaskSpec,
+}
+
 /// `ax task apply -f FILE`: the definition of `file` saved under the name
-/// it gives (`PUT /v1/tasks/{name}`); whether it was created (else
-/// replaced), and the server's task.
-pub(super) fn apply_file(client: &Client, file: &Path) -> Result<(bool, Value), Failure> {
+/// it gives (`PUT /v1/tasks/{name}`).
+pub(super) fn apply_file(client: &Client, file: &Path) -> Result<Applied, Failure> {
     let text = read_definition(file)?;
     // The URL names the task: read the name with the server's own parser.
     let spec = crate::task::parse(&text).map_err(|e| {
@@ -355,7 +364,7 @@ pub(super) fn apply_file(client: &Client, file: &Path) -> Result<(bool, Value), 
     } else {
         "application/yaml"
     };
-    let (status, v) = client.call(
+    let (status, task) = client.call(
         "PUT",
         &format!("/v1/tasks/{}", enc(&spec.name)),
         Body::Raw {
@@ -363,7 +372,11 @@ pub(super) fn apply_file(client: &Client, file: &Path) -> Result<(bool, Value), 
             bytes: text.into_bytes(),
         },
     )?;
-    Ok((status == 201, v))
+    Ok(Applied {
+        created: status == 201,
+        task,
+        spec,
+    })
 }
 
 fn task_row(t: &Value) -> Vec<String> {
@@ -412,8 +425,13 @@ pub(super) fn task(args: TaskArgs) -> Outcome {
         }
         TaskCommand::Apply { file, .. } if file.is_dir() => return apply_dir(&client, &file, json),
         TaskCommand::Apply { file, .. } => {
-            let (created, v) = apply_file(&client, &file)?;
-            show(&v, if created { "created" } else { "replaced" });
+            let applied = apply_file(&client, &file)?;
+            let how = if applied.created {
+                "created"
+            } else {
+                "replaced"
+            };
+            show(&applied.task, how);
         }
         TaskCommand::List => {
             // Every page: a listing of tasks is short enough to read whole.
