@@ -1,7 +1,8 @@
 //! `ax deploy` on the real binary: a Rust scaffold (built with cargo as `ax
 //! build` builds it, in the target directory the `scaffold` tests share)
 //! deployed to a real `ax serve`, then run with `ax trigger --wait`; a
-//! deploy again without a change keeps the uploaded version, a change
+//! deploy again without a change builds nothing and keeps the uploaded
+//! version, a change
 //! without a new version is refused with what to bump, and a broken source
 //! stops the deploy at the build.
 
@@ -83,10 +84,16 @@ fn deploy_builds_pushes_and_applies_a_rust_scaffold_and_refuses_changed_bytes() 
     }
     assert_eq!(trigger(url, "deploy-rs"), "hello, ax");
 
-    // Again without a change: the same bytes, kept; the task replaced.
+    // Again without a change: not built (no source is newer than the
+    // component), the same bytes kept, the task replaced.
     let out = ax_deploy(url, &project, &[]);
     let shown = both(&out);
     assert_eq!(out.status.code(), Some(0), "{shown}");
+    assert!(
+        shown.contains("build: up to date: no source changed since "),
+        "{shown}"
+    );
+    assert!(!shown.contains("build: building"), "{shown}");
     assert!(
         shown.contains("push: deploy-rs@0.1.0 already uploaded with the same bytes, kept"),
         "{shown}"
@@ -155,10 +162,12 @@ fn deploy_builds_pushes_and_applies_a_rust_scaffold_and_refuses_changed_bytes() 
         "hello, ax",
         "as the warning says"
     );
+    // A changed task.yaml is applied, not built.
     edit(&project, "task.yaml", "deploy-rs@0.1.0", "deploy-rs@^0.1");
-    let out = ax_deploy(url, &project, &["--no-build"]);
+    let out = ax_deploy(url, &project, &[]);
     let shown = both(&out);
     assert_eq!(out.status.code(), Some(0), "{shown}");
+    assert!(shown.contains("build: up to date"), "{shown}");
     assert!(!shown.contains("warning:"), "{shown}");
     assert_eq!(trigger(url, "deploy-rs"), "hello!! ax");
 

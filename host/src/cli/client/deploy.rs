@@ -3,8 +3,11 @@
 //! the command a user would otherwise type, through the same functions:
 //!
 //! 1. **build**: `ax.yaml`'s build ([`crate::cli::build::build`], what
-//!    `ax build` runs); `--no-build` takes the component already at its
-//!    `build.output`;
+//!    `ax build` runs), unless its `build.output` is newer than every
+//!    source (`ax dev`'s sources, [`crate::cli::watch`], but the task file):
+//!    componentize-py and componentize-js write other bytes on every build,
+//!    and a deploy again without a change must find the same bytes;
+//!    `--no-build` takes the component at `build.output` as it is;
 //! 2. **push**: the component uploaded as `NAME@VERSION`, NAME from
 //!    `ax.yaml`, VERSION from the project's manifest
 //!    ([`super::manifest::find_version`], what `ax plugin push` reads), then
@@ -35,6 +38,7 @@ use super::output::{cell, print_json, short_digest};
 use super::plugins::{self, VersionFrom};
 use super::{Conn, Failure, Outcome};
 use crate::cli::build::{self, Manifest};
+use crate::cli::watch::Snapshot;
 use crate::task::{TaskSpec, VersionSelector};
 
 /// `ax deploy`'s flags.
@@ -121,6 +125,8 @@ fn stages(args: &DeployArgs) -> Result<ExitCode, Stopped> {
     let manifest = Manifest::read(dir)
         .map_err(|e| Stopped::at(Stage::Build)(Failure::new("invalid", e.to_string())))?;
 
+    let task_file = args.file.clone().unwrap_or_else(|| dir.join("task.yaml"));
+
     // build
     let component = if args.no_build {
         let output = manifest
@@ -140,6 +146,16 @@ fn stages(args: &DeployArgs) -> Result<ExitCode, Stopped> {
         say(
             json,
             &format!("build: skipped (--no-build): {}", output.display()),
+        );
+        output
+    } else if let Some(output) = up_to_date(dir, &manifest, &task_file)? {
+        say(
+            json,
+            &format!(
+                "build: up to date: no source changed since {} was built (`ax build` to \
+                 build anyway)",
+                output.display()
+            ),
         );
         output
     } else {
@@ -167,7 +183,7 @@ fn stages(args: &DeployArgs) -> Result<ExitCode, Stopped> {
     let record = push(args, &manifest, &component)?;
 
     // apply
-    let file = args.file.clone().unwrap_or_else(|| dir.join("task.yaml"));
+    let file = task_file;
     let client = Client::new(&args.conn);
     let applied = super::tasks::apply_file(&client, &file).map_err(Stopped::at(Stage::Apply))?;
     let (created, task) = (applied.created, &applied.task);
@@ -204,6 +220,36 @@ fn stages(args: &DeployArgs) -> Result<ExitCode, Stopped> {
         println!("deployed; run it: {run}");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Whether the build can be skipped: `build.output` exists and no source
+/// of the project (as `ax dev` watches them, the task file left out: it is
+/// applied, not built) was modified after it. The output, or none when
+/// the build must run. Why: componentize-py and componentize-js do not
+/// write the same bytes twice, so without this a deploy again without a
+/// change would be refused as other bytes under the same version; and it
+/// saves their 5 to 10 s.
+fn up_to_date(
+    dir: &Path,
+    manifest: &Manifest,
+    task_file: &Path,
+) -> Result<Option<PathBuf>, Stopped> {
+    let output = manifest
+        .output_in(dir)
+        .map_err(|e| Stopped::at(Stage::Build)(Failure::new("invalid", e.to_string())))?;
+    let Ok(built) = std::fs::metadata(&output).and_then(|m| m.modified()) else {
+        return Ok(None);
+    };
+    let sources = Snapshot::take(dir);
+    if sources.truncated {
+        return Ok(None);
+    }
+    // The snapshot names files as `dir` joined with their path.
+    let except = dir.join(task_file.strip_prefix(dir).unwrap_or(task_file));
+    Ok(match sources.newest(&except) {
+        Some((_, modified)) if modified < built => Some(output),
+        _ => None,
+    })
 }
 
 /// The push stage: uploads the component as `NAME@VERSION` and waits for
