@@ -227,7 +227,8 @@ fn plugin_new_reads_an_underscore_name_as_the_readme_file_name_does() {
         shown.contains("`my_plugin` is named `my-plugin`"),
         "{shown}"
     );
-    assert!(shown.contains("ax plugin push my_plugin.wasm"), "{shown}");
+    assert!(shown.contains("keeps `_`, my_plugin.wasm,"), "{shown}");
+    assert!(shown.contains("\n  ax deploy "), "{shown}");
     assert!(shown.contains("ax trigger my-plugin --wait"), "{shown}");
     let task = std::fs::read_to_string(tmp.path().join("p/task.yaml")).unwrap();
     assert!(task.contains("plugin: my-plugin@"), "{task}");
