@@ -52,8 +52,8 @@ pub(in crate::cli) struct DeployArgs {
     /// The task to apply (default: `task.yaml` in the project folder).
     #[arg(short = 'f', long = "file")]
     file: Option<PathBuf>,
-    /// Do not build: push the component already at `ax.yaml`'s
-    /// `build.output`.
+    /// Do not build, even when a source is newer: push the component
+    /// already at `ax.yaml`'s `build.output`.
     #[arg(long)]
     no_build: bool,
     /// Seconds the push waits at most for the server to compile the component.

@@ -110,12 +110,15 @@ pub(super) enum ClientCommand {
     /// pyproject.toml carries (as `ax plugin push`), wait for the server to
     /// compile it, and apply its task.yaml (as `ax task apply`).
     ///
-    /// The same version again with the same bytes is kept and the deploy
-    /// goes on; with other bytes the server refuses it (versions are
-    /// immutable): bump the version in the project's manifest. A failed
-    /// stage stops the deploy and is named (`deploy: stopped at push`).
-    /// Exit 0 deployed, 1 the build or the server's compilation failed, 2
-    /// any other error, 124 the compilation outlasted --timeout.
+    /// A line per stage (build, push, apply), then `ax trigger NAME --wait`.
+    /// The build runs only when a source is newer than the component
+    /// (`build: up to date` otherwise). The same version again with the
+    /// same bytes is kept and the deploy goes on; with other bytes the
+    /// server refuses it (versions are immutable): bump the version in the
+    /// project's manifest. A failed stage stops the deploy and is named
+    /// (`deploy: stopped at push`). Exit 0 deployed, 1 the build or the
+    /// server's compilation failed, 2 any other error, 124 the compilation
+    /// outlasted --timeout.
     #[command(
         after_help = "Examples:\n  ax deploy && ax trigger greet --wait   # build, push, apply; then run it\n  ax deploy --dir greet --no-build       # push what ax build built last\n  AX_URL=https://ax.example.com AX_TOKEN=... ax deploy"
     )]
