@@ -227,7 +227,8 @@ fn plugin_new_reads_an_underscore_name_as_the_readme_file_name_does() {
         shown.contains("`my_plugin` is named `my-plugin`"),
         "{shown}"
     );
-    assert!(shown.contains("ax plugin push my_plugin.wasm"), "{shown}");
+    assert!(shown.contains("keeps `_`, my_plugin.wasm,"), "{shown}");
+    assert!(shown.contains("\n  ax deploy "), "{shown}");
     assert!(shown.contains("ax trigger my-plugin --wait"), "{shown}");
     let task = std::fs::read_to_string(tmp.path().join("p/task.yaml")).unwrap();
     assert!(task.contains("plugin: my-plugin@"), "{task}");
@@ -301,6 +302,26 @@ fn plugin_push_takes_the_version_from_the_project_manifest() {
         &["plugin", "push", &wasm, "--version", "9.0.0", "--json"],
     );
     assert_eq!(pushed(&out), "greet-rs@9.0.0");
+
+    // Other bytes under a version the server holds: refused (versions are
+    // immutable), with what names a new one: the manifest, or --version.
+    let echo = std::fs::read(plugin_path("echo")).unwrap();
+    std::fs::write(release.join("greet_rs.wasm"), &echo).unwrap();
+    for (extra, hint) in [
+        (&[][..], "greet-rs/Cargo.toml (now 0.4.2)"),
+        (&["--version", "9.0.0"][..], "pass a new --version"),
+    ] {
+        let mut args = vec!["plugin", "push", wasm.as_str()];
+        args.extend_from_slice(extra);
+        let out = ax_in(url, &elsewhere, &args);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("already exists with another digest"),
+            "{stderr}"
+        );
+        assert!(stderr.contains(hint), "{stderr}");
+    }
 
     // No version anywhere: an error naming the files looked at.
     let bare = tmp.path().join("bare");

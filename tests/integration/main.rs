@@ -16,6 +16,7 @@ mod connections;
 mod contract;
 mod crash;
 mod dag;
+mod deploy;
 mod dev;
 mod durable_alerts;
 mod first_hour;

@@ -143,6 +143,32 @@ impl Manifest {
     }
 }
 
+impl Manifest {
+    /// The line before a build: `building NAME (LANG): COMMAND`.
+    pub(super) fn building(&self) -> String {
+        format!(
+            "building {} ({}): {}",
+            self.name,
+            self.lang.as_str(),
+            self.build.command
+        )
+    }
+
+    /// The line after a build begun at `started` that wrote `output`:
+    /// `built NAME in 4.2s: /abs/path.wasm (0.1 MiB)`.
+    pub(super) fn built(&self, output: &Path, started: Instant) -> String {
+        let shown = std::path::absolute(output).unwrap_or_else(|_| output.to_path_buf());
+        let bytes = std::fs::metadata(&shown).map_or(0, |m| m.len());
+        format!(
+            "built {} in {:.1}s: {} ({:.1} MiB)",
+            self.name,
+            started.elapsed().as_secs_f64(),
+            shown.display(),
+            bytes as f64 / f64::from(1 << 20)
+        )
+    }
+}
+
 /// `text` with `${NAME}` and `${NAME:-default}` replaced by `var(NAME)`
 /// (the default when it is unset or empty, as the shell does); an unset
 /// variable without a default is an error, so a path never silently loses
@@ -219,24 +245,11 @@ pub(super) fn run(args: &BuildArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    println!(
-        "building {} ({}): {}",
-        manifest.name,
-        manifest.lang.as_str(),
-        manifest.build.command
-    );
+    println!("{}", manifest.building());
     let started = Instant::now();
     match build(&args.dir, &manifest) {
         Ok(output) => {
-            let shown = std::path::absolute(&output).unwrap_or(output);
-            let bytes = std::fs::metadata(&shown).map_or(0, |m| m.len());
-            println!(
-                "built {} in {:.1}s: {} ({:.1} MiB)",
-                manifest.name,
-                started.elapsed().as_secs_f64(),
-                shown.display(),
-                bytes as f64 / f64::from(1 << 20)
-            );
+            println!("{}", manifest.built(&output, started));
             ExitCode::SUCCESS
         }
         Err(e @ Error::Manifest { .. }) => {

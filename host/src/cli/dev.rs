@@ -190,15 +190,7 @@ fn cycle(host: &Host, args: &DevArgs, file: &Path, stop: &CancellationToken) -> 
         Ok(m) => m,
         Err(e) => return fail("invalid", e.to_string()),
     };
-    say(
-        args.json,
-        &format!(
-            "building {} ({}): {}",
-            manifest.name,
-            manifest.lang.as_str(),
-            manifest.build.command
-        ),
-    );
+    say(args.json, &manifest.building());
     let started = Instant::now();
     if let Err(e) = build::build(&args.dir, &manifest) {
         if stop.is_cancelled() {

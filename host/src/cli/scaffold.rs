@@ -452,7 +452,7 @@ pub(super) fn summary(created: &Created) -> String {
     if let Some(typed) = &created.typed {
         out.push_str(&format!(
             "`{typed}` is named `{name}` (plugin and task names use `-`; the built file keeps `_`, \
-             and `ax plugin push` reads it back as `{name}`)\n",
+             {wasm}, and `ax plugin push` reads it back as `{name}`)\n",
             name = created.name
         ));
     }
@@ -461,8 +461,8 @@ pub(super) fn summary(created: &Created) -> String {
         out.push_str(&format!(" {f}"));
     }
     out.push_str(&format!(
-        "\nnext:\n  cd {dir}\n  ax build\n  ax exec {wasm} --input '{{\"name\": \"ax\"}}'\n  \
-         ax plugin push {wasm} && ax task apply -f task.yaml\n  \
+        "\nnext:\n  cd {dir}\n  ax dev --once                 # build, run task.yaml here, no server (ax dev: on every change)\n  \
+         ax deploy                     # build, push, apply task.yaml on the server of AX_URL\n  \
          ax trigger {name} --wait\n",
         name = created.name,
     ));
@@ -570,7 +570,7 @@ mod tests {
                 .output
                 .replace("${CARGO_TARGET_DIR:-target}", "target");
             assert_eq!(output, created.wasm, "{text}");
-            assert!(summary(&created).contains("\n  ax build\n"));
+            assert!(summary(&created).contains("\n  ax deploy "));
         }
     }
 

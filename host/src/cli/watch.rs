@@ -134,6 +134,16 @@ impl Snapshot {
         changed
     }
 
+    /// The source modified last, but `except`, with its time; none when
+    /// there is no other source.
+    pub(super) fn newest(&self, except: &Path) -> Option<(&Path, SystemTime)> {
+        self.files
+            .iter()
+            .filter(|(path, _)| path.as_path() != except)
+            .map(|(path, stamp)| (path.as_path(), stamp.modified))
+            .max_by_key(|(_, modified)| *modified)
+    }
+
     /// The earliest modification time among `paths` that this snapshot
     /// has (a removed file has none).
     pub(super) fn earliest(&self, paths: &[PathBuf]) -> Option<SystemTime> {
@@ -230,6 +240,25 @@ mod tests {
         ] {
             assert!(!skipped(name, dir), "{name} is skipped");
         }
+    }
+
+    #[test]
+    fn the_newest_source_is_found_but_the_one_left_out() {
+        let snapshot = Snapshot::of(&[
+            ("/p/src/lib.rs", stamp(5, 1)),
+            ("/p/task.yaml", stamp(9, 1)),
+            ("/p/Cargo.toml", stamp(2, 1)),
+        ]);
+        let at = |secs| SystemTime::UNIX_EPOCH + Duration::from_secs(secs);
+        assert_eq!(
+            snapshot.newest(Path::new("/p/none")),
+            Some((Path::new("/p/task.yaml"), at(9)))
+        );
+        assert_eq!(
+            snapshot.newest(Path::new("/p/task.yaml")),
+            Some((Path::new("/p/src/lib.rs"), at(5)))
+        );
+        assert_eq!(Snapshot::default().newest(Path::new("/p/x")), None);
     }
 
     #[test]

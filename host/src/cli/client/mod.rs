@@ -1,4 +1,4 @@
-//! The client subcommands (`ax plugin`, `ax task`, `ax graph`, `ax trigger`,
+//! The client subcommands (`ax plugin`, `ax deploy`, `ax task`, `ax graph`, `ax trigger`,
 //! `ax runs`, `ax run` (with `ax run replay`, which re-executes an attempt
 //! locally), `ax logs`, `ax events`, `ax dead-letters`, `ax cron`,
 //! `ax status`, `ax tenant`, `ax secret`): thin wrappers over the HTTP API (docs/API.md) that print aligned tables, or the
@@ -17,7 +17,7 @@
 //! drawing), through `safe(.., Layout::Block)`; tables escape every cell
 //! again. `--json` prints the server's JSON as it came.
 //!
-//! One file per command group (`plugins`, `tasks`, `graph`, `trigger`,
+//! One file per command group (`plugins`, `deploy`, `tasks`, `graph`, `trigger`,
 //! `runs`, `dead_letters`, `alerts`, `cron`, `status`, `tenant`); what they share is
 //! here (the connection flags, the failure type, the dispatch), in `http`
 //! (the HTTP client) and in `output` (printing).
@@ -25,6 +25,7 @@
 mod alerts;
 mod cron;
 mod dead_letters;
+mod deploy;
 mod graph;
 mod http;
 mod manifest;
@@ -104,6 +105,24 @@ fn flag_or_env(flag: &Option<String>, var: &str) -> Option<String> {
 pub(super) enum ClientCommand {
     /// Upload, list and delete plugins.
     Plugin(plugins::PluginArgs),
+    /// Build the project in this folder (or --dir) as `ax build`, push the
+    /// component with the version its Cargo.toml, package.json or
+    /// pyproject.toml carries (as `ax plugin push`), wait for the server to
+    /// compile it, and apply its task.yaml (as `ax task apply`).
+    ///
+    /// A line per stage (build, push, apply), then `ax trigger NAME --wait`.
+    /// The build runs only when a source is newer than the component
+    /// (`build: up to date` otherwise). The same version again with the
+    /// same bytes is kept and the deploy goes on; with other bytes the
+    /// server refuses it (versions are immutable): bump the version in the
+    /// project's manifest. A failed stage stops the deploy and is named
+    /// (`deploy: stopped at push`). Exit 0 deployed, 1 the build or the
+    /// server's compilation failed, 2 any other error, 124 the compilation
+    /// outlasted --timeout.
+    #[command(
+        after_help = "Examples:\n  ax deploy && ax trigger greet --wait   # build, push, apply; then run it\n  ax deploy --dir greet --no-build       # push what ax build built last\n  AX_URL=https://ax.example.com AX_TOKEN=... ax deploy"
+    )]
+    Deploy(deploy::DeployArgs),
     /// Apply (or --dry-run), validate, run locally, list, show, pause, resume and delete tasks.
     Task(tasks::TaskArgs),
     /// Draw a task's DAG (text, dot, mermaid or json), with a run's step states.
@@ -167,6 +186,7 @@ type Outcome = Result<ExitCode, Failure>;
 pub(super) fn run(command: ClientCommand) -> ExitCode {
     let result = match command {
         ClientCommand::Plugin(args) => plugins::plugin(args),
+        ClientCommand::Deploy(args) => deploy::deploy(args),
         ClientCommand::Task(args) => tasks::task(args),
         ClientCommand::Graph(args) => graph::graph(args),
         ClientCommand::Trigger(args) => trigger::trigger(args),

@@ -4,7 +4,7 @@
 //! tags, show one version, delete a version no task pins, set or move a tag,
 //! delete a tag. (`ax plugin new`, local, is `crate::cli::scaffold`.)
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -141,24 +141,16 @@ pub(super) fn plugin(args: PluginArgs) -> Outcome {
             wait,
             timeout,
         } => {
-            let bytes = std::fs::read(&file)
-                .map_err(|e| Failure::new("io", format!("reading {}: {e}", file.display())))?;
-            let version = match version {
-                Some(v) => v,
+            let (version, from) = match version {
+                Some(v) => (v, VersionFrom::Flag),
                 None => {
                     let cwd = std::env::current_dir().unwrap_or_default();
                     let found = super::manifest::find_version(&file, &cwd)
                         .map_err(|e| Failure::new("usage", e))?;
-                    eprintln!(
-                        "version {} from {}",
-                        found.version,
-                        found
-                            .file
-                            .strip_prefix(&cwd)
-                            .unwrap_or(&found.file)
-                            .display()
-                    );
-                    found.version
+                    let shown = found.file.strip_prefix(&cwd).unwrap_or(&found.file);
+                    eprintln!("version {} from {}", found.version, shown.display());
+                    let from = VersionFrom::Manifest(shown.to_path_buf());
+                    (found.version, from)
                 }
             };
             let name = match name {
@@ -174,27 +166,10 @@ pub(super) fn plugin(args: PluginArgs) -> Outcome {
                         )
                     })?,
             };
-            let progress = crate::cli::term::UploadProgress::new(
-                &format!("{name}@{version}"),
-                bytes.len() as u64,
-            );
-            let path = format!(
-                "/v1/plugins{}",
-                query(&[
-                    ("name", Some(name.clone())),
-                    ("version", Some(version.clone()))
-                ])
-            );
-            let (status, v) = client.post(
-                &path,
-                Body::Upload {
-                    content_type: "application/wasm",
-                    bytes,
-                    progress,
-                },
-            )?;
+            let up = upload(&client, &file, &name, &version, &from)?;
+            let v = up.record;
             if !args.conn.json {
-                let what = if status == 201 {
+                let what = if up.created {
                     "uploaded"
                 } else {
                     "already uploaded (same bytes)"
@@ -306,6 +281,70 @@ pub(super) fn plugin(args: PluginArgs) -> Outcome {
     done()
 }
 
+/// Where a pushed version was named: what to change for a new one.
+pub(super) enum VersionFrom {
+    /// `--version`.
+    Flag,
+    /// The project's manifest (`Cargo.toml`, `package.json`, `pyproject.toml`).
+    Manifest(PathBuf),
+}
+
+/// A version the server holds after [`upload`].
+pub(super) struct Uploaded {
+    /// The server's record of the version (`name`, `version`, `digest`,
+    /// `size`, `status`, …).
+    pub(super) record: Value,
+    /// Stored by this upload (201), rather than found with the same bytes (200).
+    pub(super) created: bool,
+}
+
+/// Uploads `file` as `name@version` (`POST /v1/plugins`, with a progress
+/// bar). Versions are immutable on the server: the same bytes again are
+/// found (not `created`), other bytes are refused with 409 `conflict`,
+/// whose message this completes with how to name a new version (`from`).
+pub(super) fn upload(
+    client: &Client,
+    file: &Path,
+    name: &str,
+    version: &str,
+    from: &VersionFrom,
+) -> Result<Uploaded, Failure> {
+    let bytes = std::fs::read(file)
+        .map_err(|e| Failure::new("io", format!("reading {}: {e}", file.display())))?;
+    let progress =
+        crate::cli::term::UploadProgress::new(&format!("{name}@{version}"), bytes.len() as u64);
+    let path = format!(
+        "/v1/plugins{}",
+        query(&[
+            ("name", Some(name.to_owned())),
+            ("version", Some(version.to_owned()))
+        ])
+    );
+    let body = Body::Upload {
+        content_type: "application/wasm",
+        bytes,
+        progress,
+    };
+    match client.post(&path, body) {
+        Ok((status, record)) => Ok(Uploaded {
+            record,
+            created: status == 201,
+        }),
+        // The upload's one 409: this version holds other bytes.
+        Err(mut f) if f.code == "conflict" => {
+            let bump = match from {
+                VersionFrom::Flag => "pass a new --version".to_owned(),
+                VersionFrom::Manifest(manifest) => {
+                    format!("bump the version in {} (now {version})", manifest.display())
+                }
+            };
+            f.message = format!("{}; {bump}", f.message);
+            Err(f)
+        }
+        Err(f) => Err(f),
+    }
+}
+
 /// `PUT /v1/plugins/{name}/tags/{tag}`: the tag's answer.
 fn set_tag(
     client: &Client,
@@ -360,7 +399,58 @@ fn print_version(v: &Value) {
 
 /// Polls an uploaded version until its compilation ends: 0 when `ready`, 1
 /// when `failed` (the reason on stderr), 124 after `timeout`.
-fn wait_compiled(client: &Client, conn: &Conn, mut v: Value, timeout: Duration) -> Outcome {
+fn wait_compiled(client: &Client, conn: &Conn, v: Value, timeout: Duration) -> Outcome {
+    let what = format!("{}@{}", cell(&v["name"]), cell(&v["version"]));
+    let started = Instant::now();
+    let Some(v) = compiled(client, v, timeout)? else {
+        super::report(&Failure::new(
+            "timeout",
+            format!(
+                "{what} is still compiling after {}s (`ax plugin show {what}` to look again)",
+                timeout.as_secs()
+            ),
+        ));
+        return Ok(ExitCode::from(super::EXIT_WAIT_TIMED_OUT));
+    };
+    if conn.json {
+        print_json(&v);
+    } else if v["status"] == "ready" {
+        println!(
+            "ready: {what} (compiled in {:.1}s{})",
+            started.elapsed().as_secs_f64(),
+            tier_note(&v)
+        );
+    }
+    if v["status"] == "failed" {
+        super::report(&Failure::new(
+            "compile_failed",
+            format!("{what} did not compile: {}", cell(&v["error"])),
+        ));
+        return Ok(ExitCode::from(1));
+    }
+    done()
+}
+
+/// `; on Winch's code …` for a version ready on the baseline tier, else
+/// nothing: a large component is ready on Winch's code first
+/// (docs/PLUGINS.md, "Winch first, Cranelift behind") and runs slower until
+/// Cranelift's replaces it.
+pub(super) fn tier_note(v: &Value) -> &'static str {
+    if v["tier"] == "baseline" {
+        "; on Winch's code until Cranelift's, compiling now, replaces it"
+    } else {
+        ""
+    }
+}
+
+/// Polls the uploaded version `v` (the server's record) while it is
+/// `compiling`, with a progress bar: its last record (`ready` or `failed`),
+/// or none when `timeout` passed first.
+pub(super) fn compiled(
+    client: &Client,
+    mut v: Value,
+    timeout: Duration,
+) -> Result<Option<Value>, Failure> {
     let what = format!("{}@{}", cell(&v["name"]), cell(&v["version"]));
     let path = format!(
         "/v1/plugins/{}/{}",
@@ -374,14 +464,7 @@ fn wait_compiled(client: &Client, conn: &Conn, mut v: Value, timeout: Duration) 
             if let Some(p) = &progress {
                 p.finish();
             }
-            super::report(&Failure::new(
-                "timeout",
-                format!(
-                    "{what} is still compiling after {}s (`ax plugin show {what}` to look again)",
-                    timeout.as_secs()
-                ),
-            ));
-            return Ok(ExitCode::from(super::EXIT_WAIT_TIMED_OUT));
+            return Ok(None);
         }
         std::thread::sleep(COMPILE_POLL);
         v = client.get(&path)?;
@@ -389,29 +472,7 @@ fn wait_compiled(client: &Client, conn: &Conn, mut v: Value, timeout: Duration) 
     if let Some(p) = &progress {
         p.finish();
     }
-    if conn.json {
-        print_json(&v);
-    } else if v["status"] == "ready" {
-        // A large component is ready on Winch's code first (docs/PLUGINS.md,
-        // "Winch first, Cranelift behind"): say so, it runs slower until then.
-        let behind = if v["tier"] == "baseline" {
-            "; on Winch's code until Cranelift's, compiling now, replaces it"
-        } else {
-            ""
-        };
-        println!(
-            "ready: {what} (compiled in {:.1}s{behind})",
-            started.elapsed().as_secs_f64()
-        );
-    }
-    if v["status"] == "failed" {
-        super::report(&Failure::new(
-            "compile_failed",
-            format!("{what} did not compile: {}", cell(&v["error"])),
-        ));
-        return Ok(ExitCode::from(1));
-    }
-    done()
+    Ok(Some(v))
 }
 
 /// How often `--wait` asks: a compilation takes from a tenth of a second

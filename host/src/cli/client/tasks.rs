@@ -221,7 +221,7 @@ fn run_local(args: RunArgs, json: bool) -> Outcome {
     Ok(print_local(&finished, json))
 }
 
-fn read_definition(file: &PathBuf) -> Result<String, Failure> {
+fn read_definition(file: &Path) -> Result<String, Failure> {
     if file.as_os_str() == "-" {
         let mut text = String::new();
         std::io::stdin()
@@ -336,6 +336,49 @@ fn apply_dir(client: &Client, dir: &Path, json: bool) -> Outcome {
     done()
 }
 
+/// A definition saved by [`apply_file`].
+pub(super) struct Applied {
+    /// Created (201), else replaced.
+    pub(super) created: bool,
+    /// The server's task.
+    pub(super) task: Value,
+    /// The definition as the server's parser read it.
+    pub(super) spec: crate::task::TaskSpec,
+}
+
+/// `ax task apply -f FILE`: the definition of `file` saved under the name
+/// it gives (`PUT /v1/tasks/{name}`).
+pub(super) fn apply_file(client: &Client, file: &Path) -> Result<Applied, Failure> {
+    let text = read_definition(file)?;
+    // The URL names the task: read the name with the server's own parser.
+    let spec = crate::task::parse(&text).map_err(|e| {
+        let at = if e.path.is_empty() {
+            String::new()
+        } else {
+            format!("{}: ", e.path)
+        };
+        Failure::new("invalid", format!("{}: {at}{}", file.display(), e.message))
+    })?;
+    let content_type = if text.trim_start().starts_with('{') {
+        "application/json"
+    } else {
+        "application/yaml"
+    };
+    let (status, task) = client.call(
+        "PUT",
+        &format!("/v1/tasks/{}", enc(&spec.name)),
+        Body::Raw {
+            content_type,
+            bytes: text.into_bytes(),
+        },
+    )?;
+    Ok(Applied {
+        created: status == 201,
+        task,
+        spec,
+    })
+}
+
 fn task_row(t: &Value) -> Vec<String> {
     vec![
         cell(&t["name"]),
@@ -382,30 +425,13 @@ pub(super) fn task(args: TaskArgs) -> Outcome {
         }
         TaskCommand::Apply { file, .. } if file.is_dir() => return apply_dir(&client, &file, json),
         TaskCommand::Apply { file, .. } => {
-            let text = read_definition(&file)?;
-            // The URL names the task: read the name with the server's own parser.
-            let spec = crate::task::parse(&text).map_err(|e| {
-                let at = if e.path.is_empty() {
-                    String::new()
-                } else {
-                    format!("{}: ", e.path)
-                };
-                Failure::new("invalid", format!("{}: {at}{}", file.display(), e.message))
-            })?;
-            let content_type = if text.trim_start().starts_with('{') {
-                "application/json"
+            let applied = apply_file(&client, &file)?;
+            let how = if applied.created {
+                "created"
             } else {
-                "application/yaml"
+                "replaced"
             };
-            let (status, v) = client.call(
-                "PUT",
-                &format!("/v1/tasks/{}", enc(&spec.name)),
-                Body::Raw {
-                    content_type,
-                    bytes: text.into_bytes(),
-                },
-            )?;
-            show(&v, if status == 201 { "created" } else { "replaced" });
+            show(&applied.task, how);
         }
         TaskCommand::List => {
             // Every page: a listing of tasks is short enough to read whole.
