@@ -138,14 +138,7 @@ impl LocalFlags {
         file: &Path,
         text: String,
     ) -> Result<crate::cli::local::LocalRun, Failure> {
-        let spec = crate::task::parse(&text).map_err(|e| {
-            let at = if e.path.is_empty() {
-                String::new()
-            } else {
-                format!("{}: ", e.path)
-            };
-            Failure::new("invalid", format!("{}: {at}{}", file.display(), e.message))
-        })?;
+        let spec = parse_definition(file, &text)?;
         let mut plugins = std::collections::BTreeMap::new();
         for entry in &self.plugins {
             let (name, path) = entry.split_once('=').ok_or_else(|| {
@@ -231,6 +224,19 @@ fn read_definition(file: &Path) -> Result<String, Failure> {
     }
     std::fs::read_to_string(file)
         .map_err(|e| Failure::new("io", format!("reading {}: {e}", file.display())))
+}
+
+/// The task definition `text`, read from `file`, parsed by the server's
+/// own parser; an error names the file and the field.
+fn parse_definition(file: &Path, text: &str) -> Result<crate::task::TaskSpec, Failure> {
+    crate::task::parse(text).map_err(|e| {
+        let at = if e.path.is_empty() {
+            String::new()
+        } else {
+            format!("{}: ", e.path)
+        };
+        Failure::new("invalid", format!("{}: {at}{}", file.display(), e.message))
+    })
 }
 
 /// Definitions one bulk apply holds (the server's bound).
@@ -351,14 +357,7 @@ pub(super) struct Applied {
 pub(super) fn apply_file(client: &Client, file: &Path) -> Result<Applied, Failure> {
     let text = read_definition(file)?;
     // The URL names the task: read the name with the server's own parser.
-    let spec = crate::task::parse(&text).map_err(|e| {
-        let at = if e.path.is_empty() {
-            String::new()
-        } else {
-            format!("{}: ", e.path)
-        };
-        Failure::new("invalid", format!("{}: {at}{}", file.display(), e.message))
-    })?;
+    let spec = parse_definition(file, &text)?;
     let content_type = if text.trim_start().starts_with('{') {
         "application/json"
     } else {
