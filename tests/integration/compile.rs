@@ -75,9 +75,18 @@ async fn a_component_that_does_not_compile_becomes_failed_with_its_reason() {
     assert_eq!(v["status"], "failed", "{v}");
     let error = v["error"].as_str().expect("a reason");
     assert!(error.contains("`run` export does not match"), "{error}");
-    // Its bytes are gone; its record stays, with the reason.
+    // Its bytes go; its record stays, with the reason. The bytes are
+    // deleted just after the status is written, so a reader may see
+    // `failed` a moment before they are gone.
     let store = live.server.as_ref().expect("running").ax.store.clone();
-    assert!(store.get_blob(&digest).expect("the store").is_none());
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while store.get_blob(&digest).expect("the store").is_some() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the bytes of a version that failed to compile are still stored"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 
     // A task may not name it.
     let r = live

@@ -135,6 +135,19 @@ enum StoreCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Bring a PostgreSQL database's schema to this ax's version (the
+    /// embedded, versioned migrations, each applied once under a lock, so
+    /// hosts starting together do not race), or with `--dry-run` print what
+    /// would run and change nothing. A schema newer than this ax's is
+    /// refused.
+    Migrate {
+        /// The database: postgres://USER:PASSWORD@HOST:PORT/DATABASE.
+        #[arg(long, env = "AX_STORE")]
+        store: String,
+        /// Print the pending migrations and their SQL; apply nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -377,6 +390,39 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 }
 
 /// Where `ax exec` keeps compiled artifacts unless told otherwise.
+/// `ax store migrate`: applies the pending migrations of a PostgreSQL
+/// store, or prints them (`--dry-run`).
+fn store_migrate(url: &str, dry_run: bool) -> anyhow::Result<()> {
+    let db = crate::store::postgres::Database::connect(url, 1)?;
+    let shown = db.pool().shown().to_string();
+    let latest = crate::store::postgres::latest();
+    if !dry_run {
+        let applied = db.migrate()?;
+        for m in &applied {
+            println!("applied migration {} ({})", m.version, m.name);
+        }
+        println!("{shown}: schema version {latest}, current");
+        return Ok(());
+    }
+    let plan = db.plan()?;
+    if plan.pending.is_empty() {
+        println!(
+            "{shown}: schema version {}, current: nothing would run",
+            plan.current
+        );
+        return Ok(());
+    }
+    println!(
+        "{shown}: schema version {}, this ax's is {latest}; {} migration(s) would run (dry run: nothing applied)",
+        plan.current,
+        plan.pending.len()
+    );
+    for m in &plan.pending {
+        println!("\n-- migration {}: {}\n{}", m.version, m.name, m.sql.trim_end());
+    }
+    Ok(())
+}
+
 fn default_cache_dir() -> PathBuf {
     std::env::var_os("XDG_CACHE_HOME")
         .map(PathBuf::from)
@@ -490,6 +536,10 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 dir: args.dir,
             };
             print_stats(&crate::bench::scale(config)?, args.json)
+        }
+        Command::Store(StoreCommand::Migrate { store, dry_run }) => {
+            store_migrate(&store, dry_run)?;
+            Ok(ExitCode::SUCCESS)
         }
         Command::Store(StoreCommand::Check { data_dir, json }) => {
             let checked = crate::store::SledStore::check(&data_dir)?;

@@ -36,6 +36,7 @@ mod leases;
 pub mod memory;
 mod operations;
 mod outbox;
+pub mod postgres;
 mod resolve;
 pub mod rules;
 mod runs;

@@ -1,0 +1,331 @@
+//! ax on PostgreSQL (issue 35, being built in steps; docs/ARCHITECTURE.md,
+//! "The PostgreSQL store").
+//!
+//! Landed so far: the connection pool behind the synchronous seam
+//! (`pool.rs`), the schema as embedded, versioned migrations applied under
+//! a lock (`migrate.rs`, `ax store migrate`), and a scratch database per
+//! test ([`testing`]). The [`Store`](super::Store) traits on it come next;
+//! until they pass the conformance suite, `ax serve` does not offer this
+//! store.
+
+mod migrate;
+mod outputs;
+pub mod pool;
+pub mod testing;
+
+pub use self::migrate::{MIGRATIONS, Migration, Plan, latest};
+pub use self::pool::Pool;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio_postgres::{Client, Transaction};
+
+use super::{Error, Result};
+
+/// A PostgreSQL database holding an ax store.
+pub struct Database {
+    pool: Pool,
+}
+
+impl Database {
+    /// Connects to `url` with at most `connections` connections; nothing is
+    /// written (see [`Database::migrate`]).
+    pub fn connect(url: &str, connections: usize) -> Result<Database> {
+        Ok(Database {
+            pool: Pool::connect(url, connections)?,
+        })
+    }
+
+    /// The connections.
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// Where the schema stands and what [`Database::migrate`] would apply;
+    /// writes nothing. A schema newer than this binary's is an error.
+    pub fn plan(&self) -> Result<Plan> {
+        let conn = self.pool.get()?;
+        migrate::plan(&conn, self.pool.shown())
+    }
+
+    /// Applies the pending migrations (each once, whoever else migrates the
+    /// same database at the same time); returns what it applied.
+    pub fn migrate(&self) -> Result<Vec<Migration>> {
+        let mut conn = self.pool.get()?;
+        migrate::migrate(&mut conn, self.pool.shown())
+    }
+}
+
+/// The store on PostgreSQL: the concepts of the [`Store`](super::Store)
+/// seam, each in a file of its own here, over one [`Database`].
+pub struct PgStore {
+    db: Database,
+    /// Index rows one `list_runs` examines at most (`rules::MAX_SCAN`).
+    scan_limit: usize,
+}
+
+impl PgStore {
+    /// Connects to `url` and brings its schema to this binary's version
+    /// ([`Database::migrate`]).
+    pub fn open(url: &str, connections: usize) -> Result<PgStore> {
+        let db = Database::connect(url, connections)?;
+        db.migrate()?;
+        Ok(PgStore {
+            db,
+            scan_limit: super::rules::MAX_SCAN,
+        })
+    }
+
+    /// The same store examining at most `limit` index rows per `list_runs`
+    /// (the conformance suite probes the bound with a small one).
+    pub fn with_scan_limit(mut self, limit: usize) -> Self {
+        self.scan_limit = limit.max(1);
+        self
+    }
+
+    /// Index rows one `list_runs` examines at most.
+    pub fn scan_limit(&self) -> usize {
+        self.scan_limit
+    }
+
+    /// The database.
+    pub fn database(&self) -> &Database {
+        &self.db
+    }
+}
+
+/// What a query inside [`Database::with`] or [`Database::transaction`]
+/// can fail with: the driver's error (mapped to the store's at the end,
+/// knowing the database) or the store's own (a conflict, a corrupt record).
+#[derive(Debug)]
+pub enum Fail {
+    /// The driver's.
+    Pg(tokio_postgres::Error),
+    /// The store's.
+    Store(Error),
+}
+
+impl From<tokio_postgres::Error> for Fail {
+    fn from(e: tokio_postgres::Error) -> Self {
+        Fail::Pg(e)
+    }
+}
+
+impl From<Error> for Fail {
+    fn from(e: Error) -> Self {
+        Fail::Store(e)
+    }
+}
+
+/// Results inside [`Database::with`] and [`Database::transaction`].
+pub type PgResult<T> = std::result::Result<T, Fail>;
+
+impl Database {
+    /// Runs `f` on a connection of the pool (one statement, or several
+    /// that need not be atomic), waiting for it on this thread.
+    pub fn with<T>(&self, f: impl AsyncFnOnce(&mut Client) -> PgResult<T>) -> Result<T> {
+        let mut conn = self.pool.get()?;
+        pool::block(f(&mut conn)).map_err(|e| self.fail(e))
+    }
+
+    /// Runs `f` in one transaction (read committed), committed when `f`
+    /// returns `Ok` and rolled back when it fails: all of its writes are
+    /// stored or none.
+    pub fn transaction<T>(
+        &self,
+        f: impl AsyncFnOnce(&Transaction<'_>) -> PgResult<T>,
+    ) -> Result<T> {
+        let mut conn = self.pool.get()?;
+        pool::block(async {
+            let tx = conn.transaction().await?;
+            let value = f(&tx).await?;
+            tx.commit().await?;
+            Ok(value)
+        })
+        .map_err(|e| self.fail(e))
+    }
+
+    /// `e` as the store's error (a driver error knowing this database).
+    pub fn fail(&self, e: Fail) -> Error {
+        match e {
+            Fail::Pg(e) => pool::error(self.pool.shown(), &e),
+            Fail::Store(e) => e,
+        }
+    }
+}
+
+/// A name (tenant, task, plugin, step, id…) as a text column holds it.
+/// PostgreSQL's text cannot hold NUL, which the store's names may (the seam
+/// does not forbid it; the API's rules do), so NUL and U+0001 are escaped in
+/// a way that keeps byte order: `\0` → `\1\1`, `\1` → `\1\2`. Every
+/// other name is stored as it is, readable in `psql`. [`name`] undoes it.
+pub fn key(name: &str) -> std::borrow::Cow<'_, str> {
+    if !name.contains(['\0', '\u{1}']) {
+        return std::borrow::Cow::Borrowed(name);
+    }
+    let mut out = String::with_capacity(name.len() + 2);
+    for c in name.chars() {
+        match c {
+            '\0' => out.push_str("\u{1}\u{1}"),
+            '\u{1}' => out.push_str("\u{1}\u{2}"),
+            c => out.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// A name read back from a text column ([`key`] undone).
+pub fn name(column: &str) -> String {
+    if !column.contains('\u{1}') {
+        return column.to_string();
+    }
+    let mut out = String::with_capacity(column.len());
+    let mut chars = column.chars();
+    while let Some(c) = chars.next() {
+        match (c, c == '\u{1}') {
+            (_, true) => out.push(if chars.next() == Some('\u{1}') {
+                '\0'
+            } else {
+                '\u{1}'
+            }),
+            (c, false) => out.push(c),
+        }
+    }
+    out
+}
+
+/// A record as stored in a `record` column: its JSON, as the API and the
+/// sled store write it.
+pub fn encode<T: Serialize>(value: &T) -> PgResult<Vec<u8>> {
+    serde_json::to_vec(value)
+        .map_err(|e| Fail::Store(Error::Backend(format!("encoding a record: {e}"))))
+}
+
+/// A `record` column read back; `key` names the row in the error when the
+/// bytes are not the record (never a panic).
+pub fn decode<T: DeserializeOwned>(key: &str, bytes: &[u8]) -> PgResult<T> {
+    serde_json::from_slice(bytes).map_err(|e| {
+        Fail::Store(Error::Corrupt {
+            key: key.to_string(),
+            reason: e.to_string(),
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::TestDatabase;
+    use super::*;
+    use crate::store::Error;
+
+    fn tables(db: &Database) -> Vec<String> {
+        let conn = db.pool().get().expect("a connection");
+        pool::block(conn.query(
+            "SELECT tablename::text FROM pg_tables WHERE schemaname = current_schema() ORDER BY 1",
+            &[],
+        ))
+        .expect("listed")
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+    }
+
+    #[test]
+    fn names_with_nul_are_escaped_keeping_their_order() {
+        let mut names = ["a", "a\0b", "a\u{1}", "a\u{1}\u{1}", "a\u{2}", "", "\0", "b"];
+        names.sort_unstable();
+        let keys: Vec<String> = names.iter().map(|n| key(n).into_owned()).collect();
+        let mut sorted = keys.clone();
+        sorted.sort_unstable();
+        assert_eq!(keys, sorted);
+        for (n, k) in names.iter().zip(&keys) {
+            assert!(!k.contains('\0'), "{k:?}");
+            assert_eq!(name(k), *n);
+        }
+        assert!(matches!(key("plain"), std::borrow::Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn a_dry_run_lists_every_migration_and_writes_nothing() {
+        let Some(scratch) = TestDatabase::create() else {
+            return;
+        };
+        let db = Database::connect(scratch.url(), 2).expect("connects");
+        let plan = db.plan().expect("planned");
+        assert_eq!(plan.current, 0);
+        assert_eq!(plan.pending, MIGRATIONS.to_vec());
+        assert!(tables(&db).is_empty(), "{:?}", tables(&db));
+    }
+
+    #[test]
+    fn migrations_apply_once_even_when_hosts_start_together() {
+        let Some(scratch) = TestDatabase::create() else {
+            return;
+        };
+        let applied: Vec<usize> = std::thread::scope(|s| {
+            let starts: Vec<_> = (0..4)
+                .map(|_| {
+                    s.spawn(|| {
+                        let db = Database::connect(scratch.url(), 1).expect("connects");
+                        db.migrate().expect("migrated").len()
+                    })
+                })
+                .collect();
+            starts.into_iter().map(|h| h.join().expect("joined")).collect()
+        });
+        assert_eq!(applied.iter().sum::<usize>(), MIGRATIONS.len(), "{applied:?}");
+        let db = Database::connect(scratch.url(), 1).expect("connects");
+        let plan = db.plan().expect("planned");
+        assert_eq!((plan.current, plan.pending.len()), (latest(), 0));
+        assert!(db.migrate().expect("migrated again").is_empty());
+        let tables = tables(&db);
+        for table in ["ax_runs", "ax_tasks", "ax_fires", "ax_schema_migrations"] {
+            assert!(tables.iter().any(|t| t == table), "{table}: {tables:?}");
+        }
+    }
+
+    #[test]
+    fn a_schema_newer_than_this_ax_is_refused_and_left_alone() {
+        let Some(scratch) = TestDatabase::create() else {
+            return;
+        };
+        let db = Database::connect(scratch.url(), 1).expect("connects");
+        db.migrate().expect("migrated");
+        let newer = latest() + 1;
+        {
+            let conn = db.pool().get().expect("a connection");
+            pool::block(conn.execute(
+                "INSERT INTO ax_schema_migrations (version, name) VALUES ($1, 'from the future')",
+                &[&newer],
+            ))
+            .expect("written");
+        }
+        for result in [db.plan().map(|_| ()), db.migrate().map(|_| ())] {
+            let Err(e @ Error::Unusable { .. }) = result else {
+                panic!("a newer schema was accepted: {result:?}");
+            };
+            let text = e.to_string();
+            assert!(
+                text.contains(&format!("schema is version {newer}, newer than this ax's")),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_server_that_does_not_answer_is_one_clear_error() {
+        let port = {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bound");
+            listener.local_addr().expect("an address").port()
+        };
+        let url = format!("postgres://ax:hunter2@127.0.0.1:{port}/ax");
+        let Err(e) = Database::connect(&url, 1) else {
+            panic!("connected to a closed port");
+        };
+        let text = e.to_string();
+        assert!(matches!(e, Error::Unusable { .. }), "{text}");
+        assert!(text.contains(&format!("127.0.0.1:{port}")), "{text}");
+        assert!(!text.contains("hunter2"), "{text}");
+        assert!(text.contains("check the URL"), "{text}");
+    }
+}
