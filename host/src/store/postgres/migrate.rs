@@ -58,7 +58,7 @@ pub struct Plan {
 
 /// What the database holds and what would run, without writing anything
 /// (`ax store migrate --dry-run`). Refuses a schema newer than this binary.
-pub fn plan(client: &Client, shown: &str) -> Result<Plan> {
+pub(super) fn plan(client: &Client, shown: &str) -> Result<Plan> {
     let current = current(client, shown)?;
     refuse_newer(current, shown)?;
     Ok(Plan {
@@ -69,7 +69,7 @@ pub fn plan(client: &Client, shown: &str) -> Result<Plan> {
 
 /// Applies every pending migration under the migration lock; returns what
 /// it applied (nothing when the schema is current).
-pub fn migrate(client: &mut Client, shown: &str) -> Result<Vec<Migration>> {
+pub(super) fn migrate(client: &mut Client, shown: &str) -> Result<Vec<Migration>> {
     let fail = |e: tokio_postgres::Error| error(shown, &e);
     block(async {
         let tx = client.transaction().await.map_err(fail)?;

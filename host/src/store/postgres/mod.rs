@@ -11,6 +11,7 @@
 mod migrate;
 mod outputs;
 pub mod pool;
+mod runs;
 pub mod testing;
 
 pub use self::migrate::{MIGRATIONS, Migration, Plan, latest};

@@ -15,7 +15,7 @@ use crate::model::{DeadLetter, Event};
 use crate::store::{AttemptLogs, Result};
 
 /// Adds `delta` bytes (negative: settles) to `tenant`'s run data.
-pub async fn charge(tx: &Transaction<'_>, tenant: &str, delta: i64) -> PgResult<()> {
+pub(super) async fn charge(tx: &Transaction<'_>, tenant: &str, delta: i64) -> PgResult<()> {
     if delta == 0 {
         return Ok(());
     }
@@ -29,7 +29,7 @@ pub async fn charge(tx: &Transaction<'_>, tenant: &str, delta: i64) -> PgResult<
 }
 
 /// Bytes of run data `tenant` keeps.
-pub fn run_bytes(db: &Database, tenant: &str) -> Result<u64> {
+pub(super) fn run_bytes(db: &Database, tenant: &str) -> Result<u64> {
     db.with(async |c| {
         let row = c
             .query_opt(
@@ -43,14 +43,14 @@ pub fn run_bytes(db: &Database, tenant: &str) -> Result<u64> {
 
 /// Appends `events` to run `run_id`, in order (inside the write that made
 /// them); returns the bytes they add.
-pub async fn append_events(tx: &Transaction<'_>, run_id: &str, events: &[Event]) -> PgResult<i64> {
+pub(super) async fn append_events(tx: &Transaction<'_>, run_id: &str, events: &[Event]) -> PgResult<i64> {
     let mut bytes = 0;
     for event in events {
         let record = encode(event)?;
         bytes += record.len() as i64;
         tx.execute(
-            "INSERT INTO ax_events (run_id, record) VALUES ($1, $2)",
-            &[&key(run_id), &record],
+            "INSERT INTO ax_events (run_id, bytes, record) VALUES ($1, $2, $3)",
+            &[&key(run_id), &(record.len() as i64), &record],
         )
         .await?;
     }
@@ -58,7 +58,7 @@ pub async fn append_events(tx: &Transaction<'_>, run_id: &str, events: &[Event])
 }
 
 /// A run's events, oldest first.
-pub fn events(db: &Database, run_id: &str) -> Result<Vec<Event>> {
+pub(super) fn events(db: &Database, run_id: &str) -> Result<Vec<Event>> {
     db.with(async |c| {
         let rows = c
             .query(
@@ -74,7 +74,7 @@ pub fn events(db: &Database, run_id: &str) -> Result<Vec<Event>> {
 
 /// Stores (or replaces) one attempt's captured output, charged to the
 /// run's tenant when the run is stored, else to `tenant`.
-pub fn put_logs(db: &Database, tenant: &str, run_id: &str, logs: &AttemptLogs) -> Result<()> {
+pub(super) fn put_logs(db: &Database, tenant: &str, run_id: &str, logs: &AttemptLogs) -> Result<()> {
     let record = encode(logs).map_err(|e| db.fail(e))?;
     let attempt = i64::from(logs.attempt);
     db.transaction(async |tx| {
@@ -102,7 +102,7 @@ pub fn put_logs(db: &Database, tenant: &str, run_id: &str, logs: &AttemptLogs) -
 }
 
 /// A run's captured output, by step then attempt.
-pub fn logs(db: &Database, run_id: &str) -> Result<Vec<AttemptLogs>> {
+pub(super) fn logs(db: &Database, run_id: &str) -> Result<Vec<AttemptLogs>> {
     db.with(async |c| {
         let rows = c
             .query(
@@ -117,7 +117,7 @@ pub fn logs(db: &Database, run_id: &str) -> Result<Vec<AttemptLogs>> {
 }
 
 /// Keeps the record of one attempt, replacing one kept before.
-pub fn put_record(db: &Database, record: &AttemptRecord) -> Result<()> {
+pub(super) fn put_record(db: &Database, record: &AttemptRecord) -> Result<()> {
     let ctx = &record.context;
     let bytes_of = encode(record).map_err(|e| db.fail(e))?;
     let attempt = i64::from(ctx.attempt);
@@ -154,7 +154,7 @@ pub fn put_record(db: &Database, record: &AttemptRecord) -> Result<()> {
 }
 
 /// The record of one attempt, if kept.
-pub fn get_record(
+pub(super) fn get_record(
     db: &Database,
     run_id: &str,
     step: &str,
@@ -175,7 +175,7 @@ pub fn get_record(
 
 /// Removes what a deleted run left behind (its logs and records: events and
 /// fire keys go with the run row), settling their bytes.
-pub async fn delete_outputs(tx: &Transaction<'_>, run_id: &str) -> PgResult<()> {
+pub(super) async fn delete_outputs(tx: &Transaction<'_>, run_id: &str) -> PgResult<()> {
     for table in ["ax_logs", "ax_attempt_records"] {
         let rows = tx
             .query(
@@ -193,7 +193,7 @@ pub async fn delete_outputs(tx: &Transaction<'_>, run_id: &str) -> PgResult<()> 
 }
 
 /// Creates or replaces a dead letter.
-pub fn put_dead_letter(db: &Database, dead: &DeadLetter) -> Result<()> {
+pub(super) fn put_dead_letter(db: &Database, dead: &DeadLetter) -> Result<()> {
     let record = encode(dead).map_err(|e| db.fail(e))?;
     db.with(async |c| {
         c.execute(
@@ -213,7 +213,7 @@ pub fn put_dead_letter(db: &Database, dead: &DeadLetter) -> Result<()> {
 }
 
 /// One dead letter.
-pub fn get_dead_letter(db: &Database, id: &str) -> Result<Option<DeadLetter>> {
+pub(super) fn get_dead_letter(db: &Database, id: &str) -> Result<Option<DeadLetter>> {
     db.with(async |c| {
         let row = c
             .query_opt(
@@ -227,7 +227,7 @@ pub fn get_dead_letter(db: &Database, id: &str) -> Result<Option<DeadLetter>> {
 }
 
 /// A tenant's dead letters, newest first (`open_only`: unresolved ones).
-pub fn list_dead_letters(db: &Database, tenant: &str, open_only: bool) -> Result<Vec<DeadLetter>> {
+pub(super) fn list_dead_letters(db: &Database, tenant: &str, open_only: bool) -> Result<Vec<DeadLetter>> {
     db.with(async |c| {
         let rows = c
             .query(

@@ -75,6 +75,8 @@ CREATE TABLE ax_runs (
     task     text COLLATE "C" NOT NULL,
     status   text COLLATE "C" NOT NULL,
     revision bigint NOT NULL,
+    -- sha256 of the run's task definition: fixed when the run is inserted.
+    spec_digest text COLLATE "C" NOT NULL,
     -- The persistent queue's order while queued (rules::queue_position).
     queue_position bigint,
     -- Bytes of the record as stored, counted in ax_tenant_bytes.
@@ -113,6 +115,7 @@ CREATE INDEX ax_idempotency_keys_expiry ON ax_idempotency_keys (expires_at);
 CREATE TABLE ax_events (
     run_id text COLLATE "C" NOT NULL REFERENCES ax_runs (id) ON DELETE CASCADE,
     seq    bigint GENERATED ALWAYS AS IDENTITY,
+    bytes  bigint NOT NULL,
     record bytea NOT NULL,
     PRIMARY KEY (run_id, seq)
 );

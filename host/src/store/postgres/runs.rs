@@ -1,0 +1,661 @@
+//! [`Runs`] on PostgreSQL: one row per run in `ax_runs` (its record, with
+//! the columns its indexes need: status, queue position, revision), the
+//! idempotency keys and unique fires in tables whose primary keys are the
+//! guarantees, events, logs and records beside them (`outputs.rs`).
+//!
+//! Decisions:
+//! - **Inserts lock per tenant.** `insert_runs` checks a run's id, its
+//!   idempotency key and its fire, then inserts it; a transaction-scoped
+//!   advisory lock per tenant (taken in name order, so two batches cannot
+//!   deadlock) keeps another host's insert from slipping between the check
+//!   and the write. The primary keys would refuse a duplicate anyway; the
+//!   lock turns that refusal into the answer the seam promises (`Existing`)
+//!   instead of a failed batch.
+//! - **A write is a compare-and-set under row locks.** `write_runs_with_alerts`
+//!   locks the rows it writes (`FOR UPDATE`, in id order), checks their
+//!   revisions with [`check_revisions`], then updates them: a stale writer
+//!   is refused with nothing stored, as on sled.
+//! - A run's record is stored whole (JSON, definition included) and its
+//!   definition's digest beside it, so a write that changes the definition
+//!   is refused without reading the stored record. Keeping definitions and
+//!   step runs in rows of their own is the next step (issue 35).
+
+use std::collections::{BTreeSet, HashMap};
+
+use tokio_postgres::{GenericClient, Transaction};
+
+use super::{PgResult, PgStore, decode, encode, key, name, outputs};
+use crate::model::ids::{RunId, TaskName, TenantId};
+use crate::model::record::AttemptRecord;
+use crate::model::{DeadLetter, Event, Millis, RunRecord, RunStatus, ScheduleState};
+use crate::store::rules::{
+    check_revisions, definition_changed, digest_of, list_floor, list_start, missing_run,
+    queue_position, select_page,
+};
+use crate::store::{
+    AttemptLogs, Insert, NewRun, OutboxAlert, Result, RunPage, RunQuery, RunSummary, RunWrite,
+    Runs,
+};
+use crate::tenant::UsageBucket;
+
+/// Index rows a `list_runs` reads per query while it fills a page.
+const LIST_CHUNK: usize = 256;
+
+/// A run as written: its record's bytes and its definition's digest,
+/// computed before the transaction starts.
+struct Encoded {
+    record: Vec<u8>,
+    spec: String,
+}
+
+fn encoded(run: &RunRecord) -> PgResult<Encoded> {
+    Ok(Encoded {
+        record: encode(run)?,
+        spec: digest_of(&encode(&*run.spec)?),
+    })
+}
+
+impl Runs for PgStore {
+    fn insert_runs(&self, runs: &[NewRun]) -> Result<Vec<Insert>> {
+        let rows: Vec<Encoded> = runs
+            .iter()
+            .map(|n| encoded(&n.run))
+            .collect::<PgResult<_>>()
+            .map_err(|e| self.db.fail(e))?;
+        let tenants: BTreeSet<&str> = runs.iter().map(|n| n.run.tenant.as_str()).collect();
+        self.db.transaction(async |tx| {
+            for tenant in &tenants {
+                tx.execute(
+                    "SELECT pg_advisory_xact_lock(hashtextextended($1, 35))",
+                    &[&key(tenant)],
+                )
+                .await?;
+            }
+            let mut outcomes = Vec::with_capacity(runs.len());
+            for (new, row) in runs.iter().zip(&rows) {
+                match existing(tx, new).await? {
+                    Some(found) => outcomes.push(found),
+                    None => {
+                        insert(tx, new, row).await?;
+                        outcomes.push(Insert::Created);
+                    }
+                }
+            }
+            Ok(outcomes)
+        })
+    }
+
+    fn write_runs_with_alerts(
+        &self,
+        runs: &[RunWrite],
+        usage: &[UsageBucket],
+        alerts: &[OutboxAlert],
+    ) -> Result<()> {
+        let rows: Vec<Encoded> = runs
+            .iter()
+            .map(|w| encoded(&w.run))
+            .collect::<PgResult<_>>()
+            .map_err(|e| self.db.fail(e))?;
+        let mut ids: Vec<String> = runs.iter().map(|w| key(&w.run.id).into_owned()).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let missing = self.db.transaction(async |tx| {
+            let locked = tx
+                .query(
+                    "SELECT id, revision, spec_digest, tenant, bytes FROM ax_runs
+                     WHERE id = ANY($1) ORDER BY id FOR UPDATE",
+                    &[&ids],
+                )
+                .await?;
+            let mut stored: HashMap<String, Stored> = locked
+                .iter()
+                .map(|r| {
+                    let stored = Stored {
+                        revision: r.get::<_, i64>(1) as u64,
+                        spec: r.get(2),
+                        tenant: name(r.get(3)),
+                        bytes: r.get(4),
+                    };
+                    (name(r.get(0)), stored)
+                })
+                .collect();
+            check_revisions(runs.iter().map(|w| &w.run), |id| {
+                Ok(stored.get(id).map(|s| s.revision))
+            })?;
+            for (w, row) in runs.iter().zip(&rows) {
+                if stored.get(w.run.id.as_str()).is_some_and(|s| s.spec != row.spec) {
+                    return Err(definition_changed(&w.run.id).into());
+                }
+            }
+            let mut missing = None;
+            for (w, row) in runs.iter().zip(&rows) {
+                let run = &w.run;
+                let Some(before) = stored.get_mut(run.id.as_str()) else {
+                    missing.get_or_insert_with(|| run.id.to_string());
+                    continue;
+                };
+                let bytes = row.record.len() as i64;
+                tx.execute(
+                    "UPDATE ax_runs SET tenant = $2, task = $3, status = $4, revision = $5,
+                         queue_position = $6, bytes = $7, record = $8
+                     WHERE id = $1",
+                    &[
+                        &key(&run.id),
+                        &key(&run.tenant),
+                        &key(&run.task),
+                        &run.status.as_str(),
+                        &(run.revision as i64),
+                        &queue_position(run),
+                        &bytes,
+                        &row.record,
+                    ],
+                )
+                .await?;
+                let events = outputs::append_events(tx, &run.id, &w.events).await?;
+                outputs::charge(tx, &before.tenant, -before.bytes).await?;
+                outputs::charge(tx, &run.tenant, bytes + events).await?;
+                before.bytes = bytes;
+                before.tenant = run.tenant.to_string();
+            }
+            add_usage(tx, usage).await?;
+            write_alerts(tx, alerts).await?;
+            Ok(missing)
+        })?;
+        missing.map_or(Ok(()), |id| Err(missing_run(&id)))
+    }
+
+    fn get_run(&self, id: &str) -> Result<Option<RunRecord>> {
+        self.db.with(async |c| read_run(&*c, id).await)
+    }
+
+    fn list_runs(&self, query: &RunQuery) -> Result<RunPage> {
+        let scope = match (&query.tenant, &query.task) {
+            (Some(tenant), Some(task)) => Scope::Task(key(tenant).into_owned(), key(task).into_owned()),
+            (Some(tenant), None) => Scope::Tenant(key(tenant).into_owned()),
+            (None, _) => Scope::All,
+        };
+        let task_filter = if query.tenant.is_none() {
+            query.task.as_deref()
+        } else {
+            None
+        };
+        // The index in scope, newest first, read a chunk at a time as
+        // select_page consumes it (a page usually needs one chunk).
+        let chunk = LIST_CHUNK.max(query.limit.saturating_add(1));
+        let mut below = list_start(query).map(|c| key(&c).into_owned());
+        let mut buffered = std::collections::VecDeque::new();
+        let mut exhausted = false;
+        let entries = std::iter::from_fn(|| {
+            if buffered.is_empty() && !exhausted {
+                match self.index_chunk(&scope, below.as_deref(), chunk) {
+                    Ok(rows) => {
+                        exhausted = rows.len() < chunk;
+                        below = rows.last().map(|(id, _, _): &(String, RunStatus, String)| {
+                            key(id).into_owned()
+                        });
+                        buffered.extend(rows.into_iter().map(Ok));
+                    }
+                    Err(e) => {
+                        exhausted = true;
+                        return Some(Err(e));
+                    }
+                }
+            }
+            buffered.pop_front()
+        });
+        let (ids, next) = select_page(
+            entries,
+            task_filter,
+            query.status,
+            list_floor(query).as_deref(),
+            query.limit,
+            self.scan_limit(),
+        )?;
+        let keys: Vec<String> = ids.iter().map(|id| key(id).into_owned()).collect();
+        let mut runs = self.db.with(async |c| {
+            let rows = c
+                .query("SELECT id, record FROM ax_runs WHERE id = ANY($1)", &[&keys])
+                .await?;
+            rows.iter()
+                .map(|r| {
+                    let id = name(r.get(0));
+                    let run: RunRecord = decode(&format!("run {id}"), r.get(1))?;
+                    Ok((id, run))
+                })
+                .collect::<PgResult<HashMap<String, RunRecord>>>()
+        })?;
+        // Deleted between the index read and this one: left out, as the
+        // other stores do.
+        let runs = ids.iter().filter_map(|id| runs.remove(id)).collect();
+        Ok(RunPage { runs, next })
+    }
+
+    fn running_runs(&self) -> Result<Vec<RunRecord>> {
+        self.records(
+            "SELECT id, record FROM ax_runs WHERE status = 'running' ORDER BY id",
+            &[],
+        )
+    }
+
+    fn queued_runs(&self, tenant: &str, limit: usize) -> Result<Vec<RunRecord>> {
+        self.records(
+            "SELECT id, record FROM ax_runs WHERE tenant = $1 AND status = 'queued'
+             ORDER BY queue_position, id LIMIT $2",
+            &[&key(tenant), &limit_of(limit)],
+        )
+    }
+
+    fn queued_ids(&self, tenant: &str, limit: usize) -> Result<Vec<RunId>> {
+        self.db.with(async |c| {
+            let rows = c
+                .query(
+                    "SELECT id FROM ax_runs WHERE tenant = $1 AND status = 'queued'
+                     ORDER BY queue_position, id LIMIT $2",
+                    &[&key(tenant), &limit_of(limit)],
+                )
+                .await?;
+            Ok(rows.iter().map(|r| name(r.get(0)).into()).collect())
+        })
+    }
+
+    fn queued_counts(&self) -> Result<Vec<(TenantId, TaskName, usize)>> {
+        self.db.with(async |c| {
+            let rows = c
+                .query(
+                    "SELECT tenant, task, count(*) FROM ax_runs WHERE status = 'queued'
+                     GROUP BY tenant, task ORDER BY tenant, task",
+                    &[],
+                )
+                .await?;
+            Ok(rows
+                .iter()
+                .map(|r| {
+                    let n = usize::try_from(r.get::<_, i64>(2)).unwrap_or(0);
+                    (name(r.get(0)).into(), name(r.get(1)).into(), n)
+                })
+                .collect())
+        })
+    }
+
+    fn delete_run(&self, id: &str) -> Result<bool> {
+        self.db.transaction(async |tx| {
+            let Some(row) = tx
+                .query_opt(
+                    "SELECT tenant, status, bytes FROM ax_runs WHERE id = $1 FOR UPDATE",
+                    &[&key(id)],
+                )
+                .await?
+            else {
+                return Ok(false);
+            };
+            let status: RunStatus = parse_status(id, row.get(1))?;
+            if !status.is_terminal() {
+                return Ok(false);
+            }
+            let tenant = name(row.get(0));
+            let events: i64 = tx
+                .query_one(
+                    "WITH gone AS (DELETE FROM ax_events WHERE run_id = $1 RETURNING bytes)
+                     SELECT coalesce(sum(bytes), 0)::bigint FROM gone",
+                    &[&key(id)],
+                )
+                .await?
+                .get(0);
+            // Its fire goes with it (foreign key); its idempotency key stays
+            // until it expires (`expire_keys`).
+            tx.execute("DELETE FROM ax_runs WHERE id = $1", &[&key(id)])
+                .await?;
+            outputs::delete_outputs(tx, id).await?;
+            outputs::charge(tx, &tenant, -(row.get::<_, i64>(2) + events)).await?;
+            Ok(true)
+        })
+    }
+
+    fn expire_keys(&self, now: Millis, limit: usize) -> Result<usize> {
+        self.db.with(async |c| {
+            let n = c
+                .execute(
+                    "DELETE FROM ax_idempotency_keys WHERE ctid IN (
+                         SELECT ctid FROM ax_idempotency_keys WHERE expires_at <= $1
+                         ORDER BY expires_at, tenant, task, key LIMIT $2)",
+                    &[&now, &limit_of(limit)],
+                )
+                .await?;
+            Ok(usize::try_from(n).unwrap_or(usize::MAX))
+        })
+    }
+
+    fn run_summaries_page(
+        &self,
+        after: Option<&RunSummary>,
+        limit: usize,
+    ) -> Result<Vec<RunSummary>> {
+        self.db.with(async |c| {
+            let rows = match after {
+                Some(a) => {
+                    c.query(
+                        "SELECT tenant, task, id, status FROM ax_runs
+                         WHERE (tenant, task, id) < ($1, $2, $3)
+                         ORDER BY tenant DESC, task DESC, id DESC LIMIT $4",
+                        &[&key(&a.tenant), &key(&a.task), &key(&a.id), &limit_of(limit)],
+                    )
+                    .await?
+                }
+                None => {
+                    c.query(
+                        "SELECT tenant, task, id, status FROM ax_runs
+                         ORDER BY tenant DESC, task DESC, id DESC LIMIT $1",
+                        &[&limit_of(limit)],
+                    )
+                    .await?
+                }
+            };
+            rows.iter()
+                .map(|r| {
+                    let id = name(r.get(2));
+                    Ok(RunSummary {
+                        tenant: name(r.get(0)).into(),
+                        task: name(r.get(1)).into(),
+                        status: parse_status(&id, r.get(3))?,
+                        id: id.into(),
+                    })
+                })
+                .collect()
+        })
+    }
+
+    fn events(&self, run_id: &str) -> Result<Vec<Event>> {
+        outputs::events(&self.db, run_id)
+    }
+
+    fn run_bytes(&self, tenant: &str) -> Result<u64> {
+        outputs::run_bytes(&self.db, tenant)
+    }
+
+    fn put_logs(&self, tenant: &str, run_id: &str, logs: &AttemptLogs) -> Result<()> {
+        outputs::put_logs(&self.db, tenant, run_id, logs)
+    }
+
+    fn logs(&self, run_id: &str) -> Result<Vec<AttemptLogs>> {
+        outputs::logs(&self.db, run_id)
+    }
+
+    fn put_record(&self, record: &AttemptRecord) -> Result<()> {
+        outputs::put_record(&self.db, record)
+    }
+
+    fn get_record(&self, run_id: &str, step: &str, attempt: u32) -> Result<Option<AttemptRecord>> {
+        outputs::get_record(&self.db, run_id, step, attempt)
+    }
+
+    fn put_dead_letter(&self, dead: &DeadLetter) -> Result<()> {
+        outputs::put_dead_letter(&self.db, dead)
+    }
+
+    fn get_dead_letter(&self, id: &str) -> Result<Option<DeadLetter>> {
+        outputs::get_dead_letter(&self.db, id)
+    }
+
+    fn list_dead_letters(&self, tenant: &str, open_only: bool) -> Result<Vec<DeadLetter>> {
+        outputs::list_dead_letters(&self.db, tenant, open_only)
+    }
+}
+
+/// What `write_runs_with_alerts` reads of a stored run before it writes.
+struct Stored {
+    revision: u64,
+    spec: String,
+    tenant: String,
+    bytes: i64,
+}
+
+/// Which runs a listing reads.
+enum Scope {
+    Task(String, String),
+    Tenant(String),
+    All,
+}
+
+impl PgStore {
+    /// Up to `n` index entries `(id, status, task)` of `scope` below `below`
+    /// (exclusive), newest first.
+    fn index_chunk(
+        &self,
+        scope: &Scope,
+        below: Option<&str>,
+        n: usize,
+    ) -> Result<Vec<(String, RunStatus, String)>> {
+        let n = limit_of(n);
+        self.db.with(async |c| {
+            let rows = match scope {
+                Scope::Task(tenant, task) => {
+                    c.query(
+                        "SELECT id, status, task FROM ax_runs
+                         WHERE tenant = $1 AND task = $2 AND ($3::text IS NULL OR id < $3)
+                         ORDER BY id DESC LIMIT $4",
+                        &[tenant, task, &below, &n],
+                    )
+                    .await?
+                }
+                Scope::Tenant(tenant) => {
+                    c.query(
+                        "SELECT id, status, task FROM ax_runs
+                         WHERE tenant = $1 AND ($2::text IS NULL OR id < $2)
+                         ORDER BY id DESC LIMIT $3",
+                        &[tenant, &below, &n],
+                    )
+                    .await?
+                }
+                Scope::All => {
+                    c.query(
+                        "SELECT id, status, task FROM ax_runs
+                         WHERE ($1::text IS NULL OR id < $1)
+                         ORDER BY id DESC LIMIT $2",
+                        &[&below, &n],
+                    )
+                    .await?
+                }
+            };
+            rows.iter()
+                .map(|r| {
+                    let id = name(r.get(0));
+                    let status = parse_status(&id, r.get(1))?;
+                    Ok((id, status, name(r.get(2))))
+                })
+                .collect()
+        })
+    }
+
+    /// Run records a query selects as `(id, record)`, in its order.
+    fn records(
+        &self,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<Vec<RunRecord>> {
+        self.db.with(async |c| {
+            let rows = c.query(sql, params).await?;
+            rows.iter()
+                .map(|r| decode(&format!("run {}", name(r.get(0))), r.get(1)))
+                .collect()
+        })
+    }
+}
+
+/// A stored run read back.
+async fn read_run(c: &impl GenericClient, id: &str) -> PgResult<Option<RunRecord>> {
+    let row = c
+        .query_opt("SELECT record FROM ax_runs WHERE id = $1", &[&key(id)])
+        .await?;
+    row.map(|r| decode(&format!("run {id}"), r.get(0)))
+        .transpose()
+}
+
+/// What already answers for `new` (its id, its idempotency key, its fire),
+/// if anything does.
+async fn existing(tx: &Transaction<'_>, new: &NewRun) -> PgResult<Option<Insert>> {
+    let run = &new.run;
+    if let Some(found) = read_run(tx, &run.id).await? {
+        return Ok(Some(Insert::Existing(Box::new(found))));
+    }
+    if let Some(idempotency) = &run.idempotency_key {
+        let owner = tx
+            .query_opt(
+                "SELECT run_id FROM ax_idempotency_keys
+                 WHERE tenant = $1 AND task = $2 AND key = $3",
+                &[&key(&run.tenant), &key(&run.task), &key(idempotency)],
+            )
+            .await?;
+        if let Some(owner) = owner {
+            // A key outlives its run until it expires.
+            let owner = name(owner.get(0));
+            return Ok(Some(match read_run(tx, &owner).await? {
+                Some(found) => Insert::Existing(Box::new(found)),
+                None => Insert::Forgotten(owner.into()),
+            }));
+        }
+    }
+    if new.unique_fire {
+        let fired = tx
+            .query_opt(
+                "SELECT r.record FROM ax_fires f JOIN ax_runs r ON r.id = f.run_id
+                 WHERE f.tenant = $1 AND f.task = $2 AND f.scheduled_for = $3",
+                &[&key(&run.tenant), &key(&run.task), &run.scheduled_for],
+            )
+            .await?;
+        if let Some(fired) = fired {
+            let found = decode(&format!("fire of {}", run.id), fired.get(0))?;
+            return Ok(Some(Insert::Existing(Box::new(found))));
+        }
+    }
+    Ok(None)
+}
+
+/// Stores a new run with its key, its fire, its schedule's progress and its
+/// events, and charges its bytes.
+async fn insert(tx: &Transaction<'_>, new: &NewRun, row: &Encoded) -> PgResult<()> {
+    let run = &new.run;
+    let (id, tenant, task) = (key(&run.id), key(&run.tenant), key(&run.task));
+    let bytes = row.record.len() as i64;
+    tx.execute(
+        "INSERT INTO ax_runs (id, tenant, task, status, revision, spec_digest,
+             queue_position, bytes, record)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+        &[
+            &id,
+            &tenant,
+            &task,
+            &run.status.as_str(),
+            &(run.revision as i64),
+            &row.spec,
+            &queue_position(run),
+            &bytes,
+            &row.record,
+        ],
+    )
+    .await?;
+    if let Some(idempotency) = &run.idempotency_key {
+        tx.execute(
+            "INSERT INTO ax_idempotency_keys (tenant, task, key, run_id, expires_at)
+             VALUES ($1, $2, $3, $4, $5)",
+            &[&tenant, &task, &key(idempotency), &id, &new.key_expires_at],
+        )
+        .await?;
+    }
+    if new.unique_fire {
+        tx.execute(
+            "INSERT INTO ax_fires (tenant, task, scheduled_for, run_id) VALUES ($1, $2, $3, $4)",
+            &[&tenant, &task, &run.scheduled_for, &id],
+        )
+        .await?;
+    }
+    if let Some(schedule) = &new.schedule {
+        write_schedule(tx, schedule).await?;
+    }
+    let events = outputs::append_events(tx, &run.id, &new.events).await?;
+    outputs::charge(tx, &run.tenant, bytes + events).await
+}
+
+/// Writes a schedule's state with its next-fire column.
+async fn write_schedule(tx: &Transaction<'_>, schedule: &ScheduleState) -> PgResult<()> {
+    let next_fire = if schedule.paused {
+        None
+    } else {
+        schedule.next_fire
+    };
+    tx.execute(
+        "INSERT INTO ax_schedules (tenant, task, next_fire, record) VALUES ($1, $2, $3, $4)
+         ON CONFLICT (tenant, task) DO UPDATE
+         SET next_fire = excluded.next_fire, record = excluded.record",
+        &[
+            &key(&schedule.tenant),
+            &key(&schedule.task),
+            &next_fire,
+            &encode(schedule)?,
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Adds usage buckets to the stored ones (`UsageBucket::add`).
+async fn add_usage(tx: &Transaction<'_>, usage: &[UsageBucket]) -> PgResult<()> {
+    for bucket in usage {
+        let (tenant, task) = (key(&bucket.tenant), key(&bucket.task));
+        let stored = tx
+            .query_opt(
+                "SELECT record FROM ax_usage WHERE tenant = $1 AND hour = $2 AND task = $3 FOR UPDATE",
+                &[&tenant, &bucket.hour, &task],
+            )
+            .await?;
+        let merged = match stored {
+            Some(row) => {
+                let mut merged: UsageBucket = decode("usage bucket", row.get(0))?;
+                merged.add(bucket);
+                merged
+            }
+            None => bucket.clone(),
+        };
+        tx.execute(
+            "INSERT INTO ax_usage (tenant, hour, task, record) VALUES ($1, $2, $3, $4)
+             ON CONFLICT (tenant, hour, task) DO UPDATE SET record = excluded.record",
+            &[&tenant, &bucket.hour, &task, &encode(&merged)?],
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// Creates or replaces outbox alerts by id.
+async fn write_alerts(tx: &Transaction<'_>, alerts: &[OutboxAlert]) -> PgResult<()> {
+    for alert in alerts {
+        tx.execute(
+            "INSERT INTO ax_alerts (id, tenant, status, next_try, record) VALUES ($1, $2, $3, $4, $5)
+             ON CONFLICT (id) DO UPDATE SET tenant = excluded.tenant, status = excluded.status,
+                 next_try = excluded.next_try, record = excluded.record",
+            &[
+                &key(&alert.id),
+                &key(&alert.tenant),
+                &alert.status.as_str(),
+                &alert.next_try,
+                &encode(alert)?,
+            ],
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+fn parse_status(id: &str, text: &str) -> PgResult<RunStatus> {
+    text.parse().map_err(|e: String| {
+        crate::store::Error::Corrupt {
+            key: format!("run {id}"),
+            reason: e,
+        }
+        .into()
+    })
+}
+
+/// A `LIMIT` parameter.
+fn limit_of(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
