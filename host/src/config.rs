@@ -152,30 +152,48 @@ impl ConnectionsConfig {
 /// KiB or bytes) rather than a plan; sled's cache is only a cache.
 pub const MAX_STORE_CACHE_MB: u64 = 64 << 10;
 
-/// The embedded store (`store:` in the config file).
+/// Most connections `store.connections` may open to PostgreSQL.
+pub const MAX_STORE_CONNECTIONS: usize = 256;
+
+/// The store (`store:` in the config file): the embedded sled store in the
+/// data directory, or PostgreSQL when `url` is set.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct StoreConfig {
     /// sled's page cache, MiB (`cache_capacity`; 64 by default, sled's own
     /// default is 1024). Why this size: docs/OPERATIONS.md, *The store's cache*.
     pub cache_mb: u64,
+    /// A PostgreSQL database (`postgres://USER:PASSWORD@HOST:PORT/DB`; also
+    /// `--store` and `AX_STORE`) instead of sled.
+    pub url: Option<String>,
+    /// Connections to PostgreSQL at most.
+    pub connections: usize,
 }
 
 impl Default for StoreConfig {
     fn default() -> Self {
         Self {
             cache_mb: crate::store::SledStore::DEFAULT_CACHE_BYTES >> 20,
+            url: None,
+            connections: crate::store::postgres::pool::DEFAULT_SIZE,
         }
     }
 }
 
 impl StoreConfig {
-    /// `cache_mb` from 1 to [`MAX_STORE_CACHE_MB`]. The error names the field.
+    /// `cache_mb` from 1 to [`MAX_STORE_CACHE_MB`], `connections` from 1 to
+    /// [`MAX_STORE_CONNECTIONS`]. The error names the field.
     pub fn validate(&self) -> Result<(), String> {
         if self.cache_mb == 0 || self.cache_mb > MAX_STORE_CACHE_MB {
             return Err(format!(
                 "cache_mb: {} is not in 1..={MAX_STORE_CACHE_MB} (MiB)",
                 self.cache_mb
+            ));
+        }
+        if self.connections == 0 || self.connections > MAX_STORE_CONNECTIONS {
+            return Err(format!(
+                "connections: {} is not in 1..={MAX_STORE_CONNECTIONS}",
+                self.connections
             ));
         }
         Ok(())
@@ -393,7 +411,8 @@ impl Config {
     }
 
     /// Reads `path` (YAML or JSON), or the defaults without a file; then
-    /// applies `AX_LISTEN`, `AX_DATA_DIR`, `AX_ADMIN_TOKEN`, `AX_METRICS_TOKEN`.
+    /// applies `AX_LISTEN`, `AX_STORE`, `AX_DATA_DIR`, `AX_ADMIN_TOKEN`,
+    /// `AX_METRICS_TOKEN`.
     pub fn load(path: Option<&Path>) -> Result<Self, Error> {
         let mut config = match path {
             Some(path) => {
@@ -413,6 +432,11 @@ impl Config {
                 value: listen.clone(),
                 source,
             })?;
+        }
+        if let Ok(url) = std::env::var("AX_STORE")
+            && !url.is_empty()
+        {
+            config.store.url = Some(url);
         }
         if let Some(dir) = std::env::var_os("AX_DATA_DIR") {
             config.data_dir = PathBuf::from(dir);

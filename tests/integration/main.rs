@@ -31,6 +31,7 @@ mod params;
 mod plugin_tags;
 mod plugins_quota;
 mod polyglot;
+mod postgres;
 mod replay;
 mod retention;
 mod sandbox;

@@ -304,6 +304,12 @@ struct ServeArgs {
     /// Data directory (store, plugin blobs, compiled artifacts).
     #[arg(long)]
     data_dir: Option<PathBuf>,
+    /// A PostgreSQL database to keep everything in instead of the embedded
+    /// store (postgres://USER:PASSWORD@HOST:PORT/DATABASE; also `store.url`
+    /// in the config file and `AX_STORE`). The data directory still holds
+    /// the compiled-artifact cache.
+    #[arg(long)]
+    store: Option<String>,
     /// Config file (YAML or JSON); flags and `AX_*` variables override it.
     #[arg(long)]
     config: Option<PathBuf>,
@@ -418,7 +424,12 @@ fn store_migrate(url: &str, dry_run: bool) -> anyhow::Result<()> {
         plan.pending.len()
     );
     for m in &plan.pending {
-        println!("\n-- migration {}: {}\n{}", m.version, m.name, m.sql.trim_end());
+        println!(
+            "\n-- migration {}: {}\n{}",
+            m.version,
+            m.name,
+            m.sql.trim_end()
+        );
     }
     Ok(())
 }
@@ -465,6 +476,9 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             if let Some(dir) = args.data_dir {
                 config.data_dir = dir;
+            }
+            if let Some(url) = args.store {
+                config.store.url = Some(url);
             }
             crate::server::serve(config, args.demo).await?;
             Ok(ExitCode::SUCCESS)

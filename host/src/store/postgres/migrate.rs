@@ -12,9 +12,7 @@
 //! Decisions (written down here, as the issue leaves them open):
 //! - A migration is never edited once released; a change is a new file.
 //!   Migration 1 is the schema the store is first released with.
-//! - The tables live in the connection's current schema (`search_path`), so
-//!   an operator can give ax a schema of its own with
-//!   `?options=-csearch_path%3Dax` in the URL.
+//! - The tables live in the connection's current schema (`search_path`).
 
 use tokio_postgres::Client;
 

@@ -233,7 +233,16 @@ mod tests {
 
     #[test]
     fn names_with_nul_are_escaped_keeping_their_order() {
-        let mut names = ["a", "a\0b", "a\u{1}", "a\u{1}\u{1}", "a\u{2}", "", "\0", "b"];
+        let mut names = [
+            "a",
+            "a\0b",
+            "a\u{1}",
+            "a\u{1}\u{1}",
+            "a\u{2}",
+            "",
+            "\0",
+            "b",
+        ];
         names.sort_unstable();
         let keys: Vec<String> = names.iter().map(|n| key(n).into_owned()).collect();
         let mut sorted = keys.clone();
@@ -272,9 +281,16 @@ mod tests {
                     })
                 })
                 .collect();
-            starts.into_iter().map(|h| h.join().expect("joined")).collect()
+            starts
+                .into_iter()
+                .map(|h| h.join().expect("joined"))
+                .collect()
         });
-        assert_eq!(applied.iter().sum::<usize>(), MIGRATIONS.len(), "{applied:?}");
+        assert_eq!(
+            applied.iter().sum::<usize>(),
+            MIGRATIONS.len(),
+            "{applied:?}"
+        );
         let db = Database::connect(scratch.url(), 1).expect("connects");
         let plan = db.plan().expect("planned");
         assert_eq!((plan.current, plan.pending.len()), (latest(), 0));

@@ -43,7 +43,11 @@ pub(super) fn run_bytes(db: &Database, tenant: &str) -> Result<u64> {
 
 /// Appends `events` to run `run_id`, in order (inside the write that made
 /// them); returns the bytes they add.
-pub(super) async fn append_events(tx: &Transaction<'_>, run_id: &str, events: &[Event]) -> PgResult<i64> {
+pub(super) async fn append_events(
+    tx: &Transaction<'_>,
+    run_id: &str,
+    events: &[Event],
+) -> PgResult<i64> {
     let mut bytes = 0;
     for event in events {
         let record = encode(event)?;
@@ -74,7 +78,12 @@ pub(super) fn events(db: &Database, run_id: &str) -> Result<Vec<Event>> {
 
 /// Stores (or replaces) one attempt's captured output, charged to the
 /// run's tenant when the run is stored, else to `tenant`.
-pub(super) fn put_logs(db: &Database, tenant: &str, run_id: &str, logs: &AttemptLogs) -> Result<()> {
+pub(super) fn put_logs(
+    db: &Database,
+    tenant: &str,
+    run_id: &str,
+    logs: &AttemptLogs,
+) -> Result<()> {
     let record = encode(logs).map_err(|e| db.fail(e))?;
     let attempt = i64::from(logs.attempt);
     db.transaction(async |tx| {
@@ -179,9 +188,7 @@ pub(super) async fn delete_outputs(tx: &Transaction<'_>, run_id: &str) -> PgResu
     for table in ["ax_logs", "ax_attempt_records"] {
         let rows = tx
             .query(
-                &format!(
-                    "DELETE FROM {table} WHERE run_id = $1 RETURNING tenant, bytes"
-                ),
+                &format!("DELETE FROM {table} WHERE run_id = $1 RETURNING tenant, bytes"),
                 &[&key(run_id)],
             )
             .await?;
@@ -227,7 +234,11 @@ pub(super) fn get_dead_letter(db: &Database, id: &str) -> Result<Option<DeadLett
 }
 
 /// A tenant's dead letters, newest first (`open_only`: unresolved ones).
-pub(super) fn list_dead_letters(db: &Database, tenant: &str, open_only: bool) -> Result<Vec<DeadLetter>> {
+pub(super) fn list_dead_letters(
+    db: &Database,
+    tenant: &str,
+    open_only: bool,
+) -> Result<Vec<DeadLetter>> {
     db.with(async |c| {
         let rows = c
             .query(

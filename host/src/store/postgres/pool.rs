@@ -120,9 +120,9 @@ impl Pool {
             }),
             freed: Condvar::new(),
         };
-        let first = pool.open().map_err(|e| Error::Unusable {
+        let first = pool.open().map_err(|reason| Error::Unusable {
             path: pool.shown.clone(),
-            reason: e.to_string(),
+            reason,
             hint: "check the URL, that the server runs and that the user may connect".into(),
         })?;
         let mut slots = pool.lock();
@@ -162,7 +162,10 @@ impl Pool {
                     pool: self,
                     client: None,
                 };
-                conn.client = Some(self.open()?);
+                let client = self.open().map_err(|reason| {
+                    Error::Unavailable(format!("PostgreSQL at {}: {reason}", self.shown))
+                })?;
+                conn.client = Some(client);
                 return Ok(conn);
             }
             let left = deadline.saturating_duration_since(std::time::Instant::now());
@@ -180,8 +183,9 @@ impl Pool {
         }
     }
 
-    /// Opens one connection, its I/O driven by the pool's runtime.
-    fn open(&self) -> Result<Client> {
+    /// Opens one connection, its I/O driven by the pool's runtime; the
+    /// error is what went wrong, for a message.
+    fn open(&self) -> std::result::Result<Client, String> {
         let config = self.config.clone();
         let shown = self.shown.clone();
         let task = self.runtime().spawn(async move {
@@ -195,8 +199,8 @@ impl Pool {
         });
         match block(task) {
             Ok(Ok(client)) => Ok(client),
-            Ok(Err(e)) => Err(unavailable(&self.shown, &e)),
-            Err(e) => Err(Error::Backend(format!("connecting to {}: {e}", self.shown))),
+            Ok(Err(e)) => Err(describe(&e)),
+            Err(e) => Err(e.to_string()),
         }
     }
 
@@ -232,7 +236,8 @@ pub fn error(shown: &str, e: &tokio_postgres::Error) -> Error {
     let class = e.code().map(|c| &c.code()[..2]);
     let gone = e.is_closed()
         || matches!(class, Some("08" | "53" | "57"))
-        || (e.code().is_none() && std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>()));
+        || (e.code().is_none()
+            && std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>()));
     if gone {
         unavailable(shown, e)
     } else {
@@ -259,7 +264,14 @@ fn describe(e: &tokio_postgres::Error) -> String {
 /// `url` without its password (`postgres://user:***@host/db`).
 fn shown(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_string();
+        // key=value pairs: hide the value of `password`.
+        let pairs = url
+            .split_whitespace()
+            .map(|pair| match pair.split_once('=') {
+                Some(("password", _)) => "password=***",
+                _ => pair,
+            });
+        return pairs.collect::<Vec<_>>().join(" ");
     };
     let Some((userinfo, host)) = rest.rsplit_once('@') else {
         return url.to_string();
@@ -282,6 +294,10 @@ mod tests {
         );
         assert_eq!(shown("postgres://ax@db/ax"), "postgres://ax@db/ax");
         assert_eq!(shown("host=db user=ax"), "host=db user=ax");
+        assert_eq!(
+            shown("host=db password=s3cret user=ax"),
+            "host=db password=*** user=ax"
+        );
     }
 
     #[test]

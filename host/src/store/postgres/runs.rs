@@ -33,8 +33,7 @@ use crate::store::rules::{
     queue_position, select_page,
 };
 use crate::store::{
-    AttemptLogs, Insert, NewRun, OutboxAlert, Result, RunPage, RunQuery, RunSummary, RunWrite,
-    Runs,
+    AttemptLogs, Insert, NewRun, OutboxAlert, Result, RunPage, RunQuery, RunSummary, RunWrite, Runs,
 };
 use crate::tenant::UsageBucket;
 
@@ -123,7 +122,10 @@ impl Runs for PgStore {
                 Ok(stored.get(id).map(|s| s.revision))
             })?;
             for (w, row) in runs.iter().zip(&rows) {
-                if stored.get(w.run.id.as_str()).is_some_and(|s| s.spec != row.spec) {
+                if stored
+                    .get(w.run.id.as_str())
+                    .is_some_and(|s| s.spec != row.spec)
+                {
                     return Err(definition_changed(&w.run.id).into());
                 }
             }
@@ -170,7 +172,9 @@ impl Runs for PgStore {
 
     fn list_runs(&self, query: &RunQuery) -> Result<RunPage> {
         let scope = match (&query.tenant, &query.task) {
-            (Some(tenant), Some(task)) => Scope::Task(key(tenant).into_owned(), key(task).into_owned()),
+            (Some(tenant), Some(task)) => {
+                Scope::Task(key(tenant).into_owned(), key(task).into_owned())
+            }
             (Some(tenant), None) => Scope::Tenant(key(tenant).into_owned()),
             (None, _) => Scope::All,
         };
@@ -190,9 +194,9 @@ impl Runs for PgStore {
                 match self.index_chunk(&scope, below.as_deref(), chunk) {
                     Ok(rows) => {
                         exhausted = rows.len() < chunk;
-                        below = rows.last().map(|(id, _, _): &(String, RunStatus, String)| {
-                            key(id).into_owned()
-                        });
+                        below = rows
+                            .last()
+                            .map(|(id, _, _): &(String, RunStatus, String)| key(id).into_owned());
                         buffered.extend(rows.into_iter().map(Ok));
                     }
                     Err(e) => {
@@ -214,7 +218,10 @@ impl Runs for PgStore {
         let keys: Vec<String> = ids.iter().map(|id| key(id).into_owned()).collect();
         let mut runs = self.db.with(async |c| {
             let rows = c
-                .query("SELECT id, record FROM ax_runs WHERE id = ANY($1)", &[&keys])
+                .query(
+                    "SELECT id, record FROM ax_runs WHERE id = ANY($1)",
+                    &[&keys],
+                )
                 .await?;
             rows.iter()
                 .map(|r| {
@@ -337,7 +344,12 @@ impl Runs for PgStore {
                         "SELECT tenant, task, id, status FROM ax_runs
                          WHERE (tenant, task, id) < ($1, $2, $3)
                          ORDER BY tenant DESC, task DESC, id DESC LIMIT $4",
-                        &[&key(&a.tenant), &key(&a.task), &key(&a.id), &limit_of(limit)],
+                        &[
+                            &key(&a.tenant),
+                            &key(&a.task),
+                            &key(&a.id),
+                            &limit_of(limit),
+                        ],
                     )
                     .await?
                 }

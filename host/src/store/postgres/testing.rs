@@ -85,7 +85,9 @@ pub fn with_database(server: &str, name: &str) -> String {
         None => (server, String::new()),
     };
     let rest = base.split_once("://").map_or(base, |(_, r)| r);
-    let host_end = rest.find('/').map_or(base.len(), |i| base.len() - rest.len() + i);
+    let host_end = rest
+        .find('/')
+        .map_or(base.len(), |i| base.len() - rest.len() + i);
     format!("{}/{name}{query}", &base[..host_end])
 }
 
