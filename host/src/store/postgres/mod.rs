@@ -8,13 +8,25 @@
 //! until they pass the conformance suite, `ax serve` does not offer this
 //! store.
 
+mod catalog;
+#[cfg(test)]
+mod conformance_part;
+mod leases;
+mod maps;
 mod migrate;
+mod operations;
+mod outbox;
 mod outputs;
 pub mod pool;
+mod rows;
+mod tenancy;
 pub mod testing;
 
+pub use self::maps::PgMap;
 pub use self::migrate::{MIGRATIONS, Migration, Plan, latest};
 pub use self::pool::Pool;
+
+use std::sync::Arc;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -59,18 +71,28 @@ impl Database {
 /// The store on PostgreSQL: the concepts of the [`Store`](super::Store)
 /// seam, each in a file of its own here, over one [`Database`].
 pub struct PgStore {
-    db: Database,
+    /// Shared with the maps of the KV and secret stores.
+    db: Arc<Database>,
     /// Index rows one `list_runs` examines at most (`rules::MAX_SCAN`).
     scan_limit: usize,
+    /// The plugins' key-value store, over the map `kv`.
+    kv: Arc<super::kv::KvEngine<PgMap>>,
+    /// Tenants' secrets, over the map `secrets`.
+    secrets: Arc<super::secrets::SecretEngine<PgMap>>,
 }
 
 impl PgStore {
     /// Connects to `url` and brings its schema to this binary's version
     /// ([`Database::migrate`]).
     pub fn open(url: &str, connections: usize) -> Result<PgStore> {
-        let db = Database::connect(url, connections)?;
+        let db = Arc::new(Database::connect(url, connections)?);
         db.migrate()?;
         Ok(PgStore {
+            kv: Arc::new(super::kv::KvEngine::with_map(PgMap::new(db.clone(), "kv"))),
+            secrets: Arc::new(super::secrets::SecretEngine::with_map(PgMap::new(
+                db.clone(),
+                "secrets",
+            ))),
             db,
             scan_limit: super::rules::MAX_SCAN,
         })
@@ -232,7 +254,16 @@ mod tests {
 
     #[test]
     fn names_with_nul_are_escaped_keeping_their_order() {
-        let mut names = ["a", "a\0b", "a\u{1}", "a\u{1}\u{1}", "a\u{2}", "", "\0", "b"];
+        let mut names = [
+            "a",
+            "a\0b",
+            "a\u{1}",
+            "a\u{1}\u{1}",
+            "a\u{2}",
+            "",
+            "\0",
+            "b",
+        ];
         names.sort_unstable();
         let keys: Vec<String> = names.iter().map(|n| key(n).into_owned()).collect();
         let mut sorted = keys.clone();
@@ -271,9 +302,16 @@ mod tests {
                     })
                 })
                 .collect();
-            starts.into_iter().map(|h| h.join().expect("joined")).collect()
+            starts
+                .into_iter()
+                .map(|h| h.join().expect("joined"))
+                .collect()
         });
-        assert_eq!(applied.iter().sum::<usize>(), MIGRATIONS.len(), "{applied:?}");
+        assert_eq!(
+            applied.iter().sum::<usize>(),
+            MIGRATIONS.len(),
+            "{applied:?}"
+        );
         let db = Database::connect(scratch.url(), 1).expect("connects");
         let plan = db.plan().expect("planned");
         assert_eq!((plan.current, plan.pending.len()), (latest(), 0));
