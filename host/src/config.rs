@@ -565,6 +565,18 @@ mod tests {
             assert!(message.contains("1..=65536"), "{message}");
         }
         assert!(serde_saphyr::from_str::<Config>("store: { cache: 3 }\n").is_err());
+        let pg: Config =
+            serde_saphyr::from_str("store: { url: \"postgres://ax@db/ax\", connections: 4 }\n")
+                .unwrap();
+        assert_eq!(pg.store.url.as_deref(), Some("postgres://ax@db/ax"));
+        assert_eq!(pg.store.connections, 4);
+        assert_eq!(Config::default().store.url, None);
+        for bad in [0, MAX_STORE_CONNECTIONS + 1] {
+            let config: Config =
+                serde_saphyr::from_str(&format!("store: {{ connections: {bad} }}\n")).unwrap();
+            let message = config.store.validate().unwrap_err();
+            assert!(message.starts_with("connections: "), "{message}");
+        }
         assert!(serde_saphyr::from_str::<Config>("store: { cache_mb: -1 }\n").is_err());
     }
 }

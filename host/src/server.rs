@@ -147,6 +147,48 @@ fn admin_token(store: &dyn Store, configured: Option<&str>) -> anyhow::Result<[u
     Ok(h)
 }
 
+/// A sled store to check in the background once recovery is done.
+type CheckLater = std::sync::Weak<SledStore>;
+
+/// The store `config` names, behind the fault guard: PostgreSQL when
+/// `store.url` is set, else sled in the data directory (with, weakly, the
+/// sled store whose whole-database check starts once recovery is done).
+fn open_store(config: &Config) -> anyhow::Result<(Arc<dyn Store>, Option<CheckLater>)> {
+    if let Some(url) = &config.store.url {
+        let pg = crate::store::postgres::PgStore::open(url, config.store.connections)?;
+        tracing::info!(store = %pg.database().pool().shown(), "store: PostgreSQL");
+        // A refused write (the database away) is answered 503 until one
+        // succeeds again; the pool reconnects by itself, so nothing reopens.
+        let store = crate::store::guard::Guarded::guard(Arc::new(pg) as Arc<dyn Store>, None);
+        return Ok((Arc::new(store), None));
+    }
+    let sled = Arc::new(SledStore::open_unchecked(
+        &config.data_dir,
+        config.store.cache_bytes(),
+    )?);
+    // Held weakly: a store the guard replaces must be dropped for the
+    // directory to open again.
+    let check_later = Arc::downgrade(&sled);
+    // A write refused (full disk, I/O error) is answered 503 and held by the
+    // scheduler; sled keeps such an error until its database is reopened,
+    // which the guard does once the directory takes writes again
+    // (docs/RELIABILITY.md, "Store faults").
+    let reopen = {
+        let (dir, cache) = (config.data_dir.clone(), config.store.cache_bytes());
+        crate::store::guard::Reopen {
+            dir: config.data_dir.clone(),
+            open: Box::new(move || {
+                Ok(Arc::new(SledStore::open_with_cache(&dir, cache)?) as Arc<dyn Store>)
+            }),
+        }
+    };
+    let store: Arc<dyn Store> = Arc::new(crate::store::guard::Guarded::guard(
+        sled as Arc<dyn Store>,
+        Some(reopen),
+    ));
+    Ok((store, Some(check_later)))
+}
+
 /// Starts ax: store, runtime, scheduler, HTTP. Returns once listening.
 pub async fn start(config: Config, demo: bool) -> anyhow::Result<Server> {
     config
@@ -175,30 +217,7 @@ pub async fn start(config: Config, demo: bool) -> anyhow::Result<Server> {
         })?;
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("creating the data directory {}", config.data_dir.display()))?;
-    let sled = Arc::new(SledStore::open_unchecked(
-        &config.data_dir,
-        config.store.cache_bytes(),
-    )?);
-    // Held weakly: a store the guard replaces must be dropped for the
-    // directory to open again.
-    let check_later = Arc::downgrade(&sled);
-    // A write refused (full disk, I/O error) is answered 503 and held by the
-    // scheduler; sled keeps such an error until its database is reopened,
-    // which the guard does once the directory takes writes again
-    // (docs/RELIABILITY.md, "Store faults").
-    let reopen = {
-        let (dir, cache) = (config.data_dir.clone(), config.store.cache_bytes());
-        crate::store::guard::Reopen {
-            dir: config.data_dir.clone(),
-            open: Box::new(move || {
-                Ok(Arc::new(SledStore::open_with_cache(&dir, cache)?) as Arc<dyn Store>)
-            }),
-        }
-    };
-    let store: Arc<dyn Store> = Arc::new(crate::store::guard::Guarded::guard(
-        sled as Arc<dyn Store>,
-        Some(reopen),
-    ));
+    let (store, check_later) = open_store(&config)?;
     let runtime = Runtime::new(RuntimeConfig {
         cache_dir: Some(config.data_dir.join("artifacts")),
         max_instances: config.max_instances,
@@ -221,7 +240,7 @@ pub async fn start(config: Config, demo: bool) -> anyhow::Result<Server> {
         scheduler: scheduler_task,
     } = start_core(&config, store.clone(), runtime, shutdown.clone()).await?;
     // Recovered: the read of every entry no longer competes with it.
-    if let Some(sled) = check_later.upgrade() {
+    if let Some(sled) = check_later.and_then(|weak| weak.upgrade()) {
         sled.check_in_background();
     }
     // Versions accepted but not compiled when the host last stopped.

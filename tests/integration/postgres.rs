@@ -76,3 +76,71 @@ fn store_migrate_against_a_closed_port_is_one_line_without_the_password() {
     );
     assert_eq!(out.trim().lines().count(), 1, "{out}");
 }
+
+/// `ax serve --store postgres://…`: a task applied and triggered on one
+/// server runs to its end; a second server started on the same database
+/// after a SIGKILL of the first finds the run, its plugin and its task, and
+/// runs 20 runs accepted just before the kill to their end.
+#[test]
+fn ax_serve_on_postgres_runs_a_task_and_keeps_it_across_sigkill() {
+    use crate::crash::{AxProcess, call, new_agent};
+    let Some(scratch) = TestDatabase::create() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let store = std::ffi::OsString::from(scratch.url());
+    let args = [std::ffi::OsStr::new("--store"), store.as_os_str()];
+    let agent = new_agent();
+    let ax = AxProcess::start_with(&dir.path().join("a"), &args);
+    ax.upload(&agent, "echo");
+    let task = b"name: greet\nplugin: echo@1.0.0\ninput: {\"who\": \"pg\"}\n";
+    let (status, body) = call(
+        &agent,
+        "PUT",
+        &format!("{}/v1/tasks/greet", ax.url),
+        Some(task),
+        "application/yaml",
+    )
+    .expect("the server answers");
+    assert!((200..300).contains(&status), "{status} {body}");
+    let trigger = |url: &str| -> String {
+        let (status, run) = call(
+            &agent,
+            "POST",
+            &format!("{url}/v1/tasks/greet/runs"),
+            Some(b"{}"),
+            "application/json",
+        )
+        .expect("the server answers");
+        assert!((200..300).contains(&status), "{status} {run}");
+        run["id"].as_str().expect("a run id").to_string()
+    };
+    let wait = |url: &str, id: &str| -> serde_json::Value {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let (_, run) = call(&agent, "GET", &format!("{url}/v1/runs/{id}"), None, "")
+                .expect("the server answers");
+            if run["status"] == "succeeded" || run["status"] == "failed" {
+                return run;
+            }
+            assert!(std::time::Instant::now() < deadline, "{run}");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    };
+    let first = trigger(&ax.url);
+    let run = wait(&ax.url, &first);
+    assert_eq!(run["status"], "succeeded", "{run}");
+    assert_eq!(run["steps"][0]["output"]["input"]["who"], "pg", "{run}");
+    let accepted: Vec<String> = (0..20).map(|_| trigger(&ax.url)).collect();
+    ax.kill();
+
+    // Another data directory: everything but the compiled artifacts is in
+    // the database.
+    let ax = AxProcess::start_with(&dir.path().join("b"), &args);
+    assert_eq!(wait(&ax.url, &first)["status"], "succeeded");
+    for id in &accepted {
+        let run = wait(&ax.url, id);
+        assert_eq!(run["status"], "succeeded", "{run}");
+    }
+    assert_eq!(wait(&ax.url, &trigger(&ax.url))["status"], "succeeded");
+}

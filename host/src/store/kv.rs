@@ -241,7 +241,9 @@ fn user_key(prefix_len: usize, raw: &[u8]) -> String {
 }
 
 impl<M: OrderedMap> KvEngine<M> {
-    fn with_map(map: M) -> Self {
+    /// The KV store over `map` (the PostgreSQL store builds one over its
+    /// own map).
+    pub(crate) fn with_map(map: M) -> Self {
         Self {
             map,
             write: Mutex::new(()),

@@ -67,6 +67,14 @@ impl SledSecrets {
     }
 }
 
+impl<M: OrderedMap> SecretEngine<M> {
+    /// Secrets over `map` (the PostgreSQL store builds them over its own
+    /// map).
+    pub(crate) fn with_map(map: M) -> Self {
+        Self { map }
+    }
+}
+
 fn key(tenant: &str, name: &str) -> Vec<u8> {
     let mut k = tenant.as_bytes().to_vec();
     k.push(0);
@@ -143,10 +151,11 @@ impl<M: OrderedMap> SecretStore for SecretEngine<M> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn conformance(s: &dyn SecretStore) {
+    /// What every secret store does (run on each store).
+    pub(crate) fn conformance(s: &dyn SecretStore) {
         assert!(s.put_secret("a", "api", "v1", 10).unwrap());
         assert!(!s.put_secret("a", "api", "v2", 20).unwrap());
         s.put_secret("ab", "api", "other", 5).unwrap();

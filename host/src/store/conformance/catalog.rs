@@ -4,10 +4,21 @@
 use serde_json::json;
 
 use super::{Make, SCAN, plugin, run, schedule, task};
+use crate::model::ScheduleState;
 use crate::model::{Millis, RunStatus, TaskRecord};
 use crate::store::prelude::*;
 
-pub fn meta_values_round_trip<S: Store>(make: Make<S>) {
+/// Creates or replaces one task with its schedule, as
+/// [`StoreExt::put_task`] does, for stores tested on their catalog alone.
+fn put_task<S: Catalog>(
+    store: &S,
+    task: &TaskRecord,
+    schedule: &ScheduleState,
+) -> crate::store::Result<()> {
+    store.put_tasks(&[(task.clone(), schedule.clone())])
+}
+
+pub fn meta_values_round_trip<S: Operations>(make: Make<S>) {
     let (store, _dir) = make(SCAN);
     assert_eq!(store.get_meta("admin_token_hash").unwrap(), None);
     store.put_meta("admin_token_hash", "abc").unwrap();
@@ -20,7 +31,7 @@ pub fn meta_values_round_trip<S: Store>(make: Make<S>) {
     assert_eq!(store.get_meta("other").unwrap().as_deref(), Some(""));
 }
 
-pub fn blobs_are_content_addressed<S: Store>(make: Make<S>) {
+pub fn blobs_are_content_addressed<S: Catalog>(make: Make<S>) {
     let (store, _dir) = make(SCAN);
     let bytes = b"\0asm component bytes".repeat(100);
     let digest = store.put_blob(&bytes).unwrap();
@@ -35,7 +46,7 @@ pub fn blobs_are_content_addressed<S: Store>(make: Make<S>) {
     assert_eq!(store.get_blob(&digest).unwrap(), None);
 }
 
-pub fn plugins_are_listed_by_name_then_version<S: Store>(make: Make<S>) {
+pub fn plugins_are_listed_by_name_then_version<S: Catalog>(make: Make<S>) {
     let (store, _dir) = make(SCAN);
     for (name, version) in [
         ("b", "1.0.0"),
@@ -74,20 +85,12 @@ pub fn plugins_are_listed_by_name_then_version<S: Store>(make: Make<S>) {
     assert!(store.list_plugins("nobody").unwrap().is_empty());
 }
 
-pub fn tasks_are_stored_with_their_schedule<S: Store>(make: Make<S>) {
+pub fn tasks_are_stored_with_their_schedule<S: Catalog>(make: Make<S>) {
     let (store, _dir) = make(SCAN);
-    store
-        .put_task(&task("t1", "b", 1), &schedule("t1", "b", Some(60)))
-        .unwrap();
-    store
-        .put_task(&task("t1", "a", 1), &schedule("t1", "a", None))
-        .unwrap();
-    store
-        .put_task(&task("t0", "z", 1), &schedule("t0", "z", None))
-        .unwrap();
-    store
-        .put_task(&task("t1", "b", 2), &schedule("t1", "b", Some(120)))
-        .unwrap();
+    put_task(&store, &task("t1", "b", 1), &schedule("t1", "b", Some(60))).unwrap();
+    put_task(&store, &task("t1", "a", 1), &schedule("t1", "a", None)).unwrap();
+    put_task(&store, &task("t0", "z", 1), &schedule("t0", "z", None)).unwrap();
+    put_task(&store, &task("t1", "b", 2), &schedule("t1", "b", Some(120))).unwrap();
     assert_eq!(store.get_task("t1", "b").unwrap(), Some(task("t1", "b", 2)));
     assert_eq!(
         store.get_schedule("t1", "b").unwrap(),
@@ -113,11 +116,9 @@ pub fn tasks_are_stored_with_their_schedule<S: Store>(make: Make<S>) {
     assert_eq!(store.get_schedule("t1", "b").unwrap(), None);
 }
 
-pub fn put_tasks_stores_many_with_their_schedules_in_one_write<S: Store>(make: Make<S>) {
+pub fn put_tasks_stores_many_with_their_schedules_in_one_write<S: Catalog>(make: Make<S>) {
     let (store, _dir) = make(SCAN);
-    store
-        .put_task(&task("t1", "a", 1), &schedule("t1", "a", Some(10)))
-        .unwrap();
+    put_task(&store, &task("t1", "a", 1), &schedule("t1", "a", Some(10))).unwrap();
     let batch: Vec<_> = (0..50)
         .map(|i| {
             let name = format!("n{i:02}");
@@ -145,7 +146,7 @@ pub fn put_tasks_stores_many_with_their_schedules_in_one_write<S: Store>(make: M
     assert_eq!(store.list_tasks(None).unwrap().len(), 51);
 }
 
-pub fn schedules_round_trip<S: Store>(make: Make<S>) {
+pub fn schedules_round_trip<S: Catalog>(make: Make<S>) {
     let (store, _dir) = make(SCAN);
     let mut paused = schedule("t2", "a", Some(5));
     paused.paused = true;
@@ -161,7 +162,7 @@ pub fn schedules_round_trip<S: Store>(make: Make<S>) {
 }
 
 /// The names of schedules `due_schedules` returns, as `tenant/task@at`.
-fn due<S: Store>(store: &S, from: Millis, until: Millis, limit: usize) -> Vec<String> {
+fn due<S: Catalog>(store: &S, from: Millis, until: Millis, limit: usize) -> Vec<String> {
     store
         .due_schedules(from, until, limit)
         .unwrap()
@@ -172,18 +173,15 @@ fn due<S: Store>(store: &S, from: Millis, until: Millis, limit: usize) -> Vec<St
 
 pub fn the_next_fire_index_follows_every_schedule_write<S: Store>(make: Make<S>) {
     let (store, _dir) = make(SCAN);
-    store
-        .put_task(&task("t1", "a", 1), &schedule("t1", "a", Some(300)))
-        .unwrap();
-    store
-        .put_task(&task("t1", "b", 1), &schedule("t1", "b", Some(100)))
-        .unwrap();
-    store
-        .put_task(&task("t0", "c", 1), &schedule("t0", "c", Some(100)))
-        .unwrap();
-    store
-        .put_task(&task("t1", "never", 1), &schedule("t1", "never", None))
-        .unwrap();
+    put_task(&store, &task("t1", "a", 1), &schedule("t1", "a", Some(300))).unwrap();
+    put_task(&store, &task("t1", "b", 1), &schedule("t1", "b", Some(100))).unwrap();
+    put_task(&store, &task("t0", "c", 1), &schedule("t0", "c", Some(100))).unwrap();
+    put_task(
+        &store,
+        &task("t1", "never", 1),
+        &schedule("t1", "never", None),
+    )
+    .unwrap();
     // Earliest first, ties by tenant then task; the range is inclusive.
     assert_eq!(
         due(&store, 0, 300, 10),
@@ -197,9 +195,7 @@ pub fn the_next_fire_index_follows_every_schedule_write<S: Store>(make: Make<S>)
 
     // A replace moves the entry; a paused schedule has none; a schedule
     // written alone (firing progress) moves it too.
-    store
-        .put_task(&task("t1", "a", 2), &schedule("t1", "a", Some(50)))
-        .unwrap();
+    put_task(&store, &task("t1", "a", 2), &schedule("t1", "a", Some(50))).unwrap();
     let mut paused = schedule("t1", "b", Some(100));
     paused.paused = true;
     store.put_schedule(&paused).unwrap();
@@ -245,7 +241,7 @@ pub fn the_next_fire_index_follows_every_schedule_write<S: Store>(make: Make<S>)
     assert_eq!(due(&store, 0, 1000, 10), ["t1/b@100", "t0/c@700"]);
 }
 
-pub fn downstream_tasks_follow_the_after_triggers<S: Store>(make: Make<S>) {
+pub fn downstream_tasks_follow_the_after_triggers<S: Catalog>(make: Make<S>) {
     let (store, _dir) = make(SCAN);
     let after = |tenant: &str, name: &str, ups: &[&str]| {
         let mut t = task(tenant, name, 1);
@@ -253,46 +249,35 @@ pub fn downstream_tasks_follow_the_after_triggers<S: Store>(make: Make<S>) {
         t
     };
     let none = |tenant: &str, name: &str| schedule(tenant, name, None);
-    store
-        .put_task(&after("t1", "d1", &["up"]), &none("t1", "d1"))
-        .unwrap();
-    store
-        .put_task(&after("t1", "d2", &["up", "other"]), &none("t1", "d2"))
-        .unwrap();
-    store
-        .put_task(&after("t2", "d3", &["up"]), &none("t2", "d3"))
-        .unwrap();
-    store
-        .put_task(&task("t1", "up", 1), &none("t1", "up"))
-        .unwrap();
+    put_task(&store, &after("t1", "d1", &["up"]), &none("t1", "d1")).unwrap();
+    put_task(
+        &store,
+        &after("t1", "d2", &["up", "other"]),
+        &none("t1", "d2"),
+    )
+    .unwrap();
+    put_task(&store, &after("t2", "d3", &["up"]), &none("t2", "d3")).unwrap();
+    put_task(&store, &task("t1", "up", 1), &none("t1", "up")).unwrap();
     assert_eq!(store.downstream_tasks("t1", "up").unwrap(), ["d1", "d2"]);
     assert_eq!(store.downstream_tasks("t1", "other").unwrap(), ["d2"]);
     assert_eq!(store.downstream_tasks("t2", "up").unwrap(), ["d3"]);
     assert!(store.downstream_tasks("t1", "nobody").unwrap().is_empty());
 
     // A replace that drops an upstream drops the entry; a delete drops all.
-    store
-        .put_task(&after("t1", "d2", &["other"]), &none("t1", "d2"))
-        .unwrap();
+    put_task(&store, &after("t1", "d2", &["other"]), &none("t1", "d2")).unwrap();
     assert_eq!(store.downstream_tasks("t1", "up").unwrap(), ["d1"]);
     assert!(store.delete_task("t1", "d1").unwrap());
     assert!(store.downstream_tasks("t1", "up").unwrap().is_empty());
     assert_eq!(store.downstream_tasks("t1", "other").unwrap(), ["d2"]);
 }
 
-pub fn task_pages_are_ranges_by_name<S: Store>(make: Make<S>) {
+pub fn task_pages_are_ranges_by_name<S: Catalog>(make: Make<S>) {
     let (store, _dir) = make(SCAN);
     for name in ["b", "a", "a.b", "ab", "c"] {
-        store
-            .put_task(&task("t1", name, 1), &schedule("t1", name, None))
-            .unwrap();
+        put_task(&store, &task("t1", name, 1), &schedule("t1", name, None)).unwrap();
     }
-    store
-        .put_task(&task("t0", "a", 1), &schedule("t0", "a", None))
-        .unwrap();
-    store
-        .put_task(&task("t10", "a", 1), &schedule("t10", "a", None))
-        .unwrap();
+    put_task(&store, &task("t0", "a", 1), &schedule("t0", "a", None)).unwrap();
+    put_task(&store, &task("t10", "a", 1), &schedule("t10", "a", None)).unwrap();
     let page = |after: Option<&str>, limit: usize| -> Vec<String> {
         store
             .list_tasks_page("t1", after, limit)

@@ -7,7 +7,9 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use super::{Make, SCAN};
 use crate::store::prelude::*;
 
-pub fn leases_are_held_until_they_lapse_and_renewed_by_their_holder<S: Store>(make: Make<S>) {
+pub fn leases_are_held_until_they_lapse_and_renewed_by_their_holder<S: Leases + Sync>(
+    make: Make<S>,
+) {
     let (store, _dir) = make(SCAN);
     let a = store.take_lease("sweep", "a", 1_000, 2_000).unwrap();
     assert!(a.held_by("a", 1_000), "{a:?}");
@@ -54,7 +56,7 @@ pub fn leases_are_held_until_they_lapse_and_renewed_by_their_holder<S: Store>(ma
 /// Two takers on one store, on one clock, each taking a short lease as
 /// fast as it can: every token the store hands out goes to one holder
 /// only, so no two takers ever hold a lease under the same token.
-pub fn two_takers_never_hold_a_lease_under_one_token<S: Store>(make: Make<S>) {
+pub fn two_takers_never_hold_a_lease_under_one_token<S: Leases + Sync>(make: Make<S>) {
     const TRIES: usize = 400;
     let (store, _dir) = make(SCAN);
     let clock = AtomicI64::new(1);

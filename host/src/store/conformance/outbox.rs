@@ -27,7 +27,7 @@ fn ids(alerts: &[OutboxAlert]) -> Vec<&str> {
     alerts.iter().map(|a| a.id.as_str()).collect()
 }
 
-fn list(store: &impl Store, tenant: &str, status: Option<AlertStatus>) -> Vec<String> {
+fn list(store: &impl Outbox, tenant: &str, status: Option<AlertStatus>) -> Vec<String> {
     let query = AlertQuery {
         tenant: tenant.into(),
         status,
@@ -66,7 +66,7 @@ pub fn alerts_are_written_with_their_run<S: Store>(make: Make<S>) {
     assert_eq!(store.get_alert("nope").unwrap(), None);
 }
 
-pub fn due_alerts_come_in_next_try_order_and_follow_every_change<S: Store>(make: Make<S>) {
+pub fn due_alerts_come_in_next_try_order_and_follow_every_change<S: Outbox>(make: Make<S>) {
     let (store, _dir) = make(SCAN);
     store
         .put_alerts(&[
@@ -104,7 +104,7 @@ pub fn due_alerts_come_in_next_try_order_and_follow_every_change<S: Store>(make:
     assert_eq!(ids(&store.due_alerts(60, 10).unwrap()), ["a3"]);
 }
 
-pub fn alerts_are_listed_per_tenant_newest_first_with_a_cursor<S: Store>(make: Make<S>) {
+pub fn alerts_are_listed_per_tenant_newest_first_with_a_cursor<S: Outbox>(make: Make<S>) {
     let (store, _dir) = make(SCAN);
     let mut all = Vec::new();
     for n in 0..7 {
@@ -144,7 +144,7 @@ pub fn alerts_are_listed_per_tenant_newest_first_with_a_cursor<S: Store>(make: M
     );
 }
 
-pub fn trimming_keeps_the_newest_of_one_state_and_counts_follow<S: Store>(make: Make<S>) {
+pub fn trimming_keeps_the_newest_of_one_state_and_counts_follow<S: Outbox>(make: Make<S>) {
     let (store, _dir) = make(SCAN);
     let mut all = Vec::new();
     for n in 0..5 {

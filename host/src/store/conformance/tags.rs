@@ -3,7 +3,7 @@
 
 use super::{Make, SCAN, plugin};
 use crate::model::PluginTag;
-use crate::store::Store;
+use crate::store::Catalog;
 
 fn tag(tenant: &str, name: &str, tag: &str, version: &str, at: i64) -> PluginTag {
     PluginTag {
@@ -15,7 +15,7 @@ fn tag(tenant: &str, name: &str, tag: &str, version: &str, at: i64) -> PluginTag
     }
 }
 
-pub fn plugin_tags_are_keyed_by_tenant_name_and_tag<S: Store>(make: Make<S>) {
+pub fn plugin_tags_are_keyed_by_tenant_name_and_tag<S: Catalog>(make: Make<S>) {
     let (store, _dir) = make(SCAN);
     assert_eq!(store.get_plugin_tag("t1", "a", "stable").unwrap(), None);
     for (name, t, v) in [
@@ -52,7 +52,7 @@ pub fn plugin_tags_are_keyed_by_tenant_name_and_tag<S: Store>(make: Make<S>) {
     assert!(store.list_plugin_tags("nobody").unwrap().is_empty());
 }
 
-pub fn moving_a_tag_replaces_it_and_deleting_it_removes_only_it<S: Store>(make: Make<S>) {
+pub fn moving_a_tag_replaces_it_and_deleting_it_removes_only_it<S: Catalog>(make: Make<S>) {
     let (store, _dir) = make(SCAN);
     store.put_plugin(&plugin("t1", "a", "1.0.0")).unwrap();
     store

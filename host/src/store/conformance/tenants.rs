@@ -4,7 +4,7 @@ use super::{Make, SCAN};
 use crate::model::Millis;
 use crate::store::prelude::*;
 
-pub fn tenants_and_tokens_round_trip<S: Store>(make: Make<S>) {
+pub fn tenants_and_tokens_round_trip<S: Tenancy>(make: Make<S>) {
     use crate::tenant::{Quota, TenantRecord, new_token};
     let (store, _dir) = make(SCAN);
     assert!(store.list_tenants().unwrap().is_empty());

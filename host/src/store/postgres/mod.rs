@@ -1,21 +1,35 @@
-//! ax on PostgreSQL (issue 35, being built in steps; docs/ARCHITECTURE.md,
-//! "The PostgreSQL store").
+//! ax on PostgreSQL (issue 35, in steps; docs/ARCHITECTURE.md, "The
+//! PostgreSQL store"): `ax serve --store postgres://…`.
 //!
-//! Landed so far: the connection pool behind the synchronous seam
-//! (`pool.rs`), the schema as embedded, versioned migrations applied under
-//! a lock (`migrate.rs`, `ax store migrate`), and a scratch database per
-//! test ([`testing`]). The [`Store`](super::Store) traits on it come next;
-//! until they pass the conformance suite, `ax serve` does not offer this
-//! store.
+//! Every concept of the [`Store`](super::Store) seam, each in a file of its
+//! own (`catalog`, `runs` with `outputs`, `outbox`, `tenancy`, `leases`,
+//! `operations`, the KV and secret maps in `maps`), over one [`Database`]:
+//! the connection pool behind the synchronous seam (`pool.rs`) and the
+//! schema as embedded, versioned migrations applied under a lock
+//! (`migrate.rs`, `ax store migrate`). It passes the same conformance suite
+//! as memory and sled (`conformance_tests.rs`, on a scratch database per
+//! test: [`testing`]).
 
+mod catalog;
+#[cfg(test)]
+mod conformance_tests;
+mod leases;
+mod maps;
 mod migrate;
+mod operations;
+mod outbox;
 mod outputs;
 pub mod pool;
+mod rows;
 mod runs;
+mod tenancy;
 pub mod testing;
 
+pub use self::maps::PgMap;
 pub use self::migrate::{MIGRATIONS, Migration, Plan, latest};
 pub use self::pool::Pool;
+
+use std::sync::Arc;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -60,18 +74,28 @@ impl Database {
 /// The store on PostgreSQL: the concepts of the [`Store`](super::Store)
 /// seam, each in a file of its own here, over one [`Database`].
 pub struct PgStore {
-    db: Database,
+    /// Shared with the maps of the KV and secret stores.
+    db: Arc<Database>,
     /// Index rows one `list_runs` examines at most (`rules::MAX_SCAN`).
     scan_limit: usize,
+    /// The plugins' key-value store, over the map `kv`.
+    kv: Arc<super::kv::KvEngine<PgMap>>,
+    /// Tenants' secrets, over the map `secrets`.
+    secrets: Arc<super::secrets::SecretEngine<PgMap>>,
 }
 
 impl PgStore {
     /// Connects to `url` and brings its schema to this binary's version
     /// ([`Database::migrate`]).
     pub fn open(url: &str, connections: usize) -> Result<PgStore> {
-        let db = Database::connect(url, connections)?;
+        let db = Arc::new(Database::connect(url, connections)?);
         db.migrate()?;
         Ok(PgStore {
+            kv: Arc::new(super::kv::KvEngine::with_map(PgMap::new(db.clone(), "kv"))),
+            secrets: Arc::new(super::secrets::SecretEngine::with_map(PgMap::new(
+                db.clone(),
+                "secrets",
+            ))),
             db,
             scan_limit: super::rules::MAX_SCAN,
         })

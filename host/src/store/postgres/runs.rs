@@ -27,7 +27,7 @@ use tokio_postgres::{GenericClient, Transaction};
 use super::{PgResult, PgStore, decode, encode, key, name, outputs};
 use crate::model::ids::{RunId, TaskName, TenantId};
 use crate::model::record::AttemptRecord;
-use crate::model::{DeadLetter, Event, Millis, RunRecord, RunStatus, ScheduleState};
+use crate::model::{DeadLetter, Event, Millis, RunRecord, RunStatus};
 use crate::store::rules::{
     check_revisions, definition_changed, digest_of, list_floor, list_start, missing_run,
     queue_position, select_page,
@@ -159,8 +159,8 @@ impl Runs for PgStore {
                 before.bytes = bytes;
                 before.tenant = run.tenant.to_string();
             }
-            add_usage(tx, usage).await?;
-            write_alerts(tx, alerts).await?;
+            super::tenancy::add_usage(tx, usage).await?;
+            super::outbox::write_alerts(tx, alerts).await?;
             Ok(missing)
         })?;
         missing.map_or(Ok(()), |id| Err(missing_run(&id)))
@@ -248,7 +248,7 @@ impl Runs for PgStore {
         self.records(
             "SELECT id, record FROM ax_runs WHERE tenant = $1 AND status = 'queued'
              ORDER BY queue_position, id LIMIT $2",
-            &[&key(tenant), &limit_of(limit)],
+            &[&key(tenant), &super::rows::sql_limit(limit)],
         )
     }
 
@@ -258,7 +258,7 @@ impl Runs for PgStore {
                 .query(
                     "SELECT id FROM ax_runs WHERE tenant = $1 AND status = 'queued'
                      ORDER BY queue_position, id LIMIT $2",
-                    &[&key(tenant), &limit_of(limit)],
+                    &[&key(tenant), &super::rows::sql_limit(limit)],
                 )
                 .await?;
             Ok(rows.iter().map(|r| name(r.get(0)).into()).collect())
@@ -325,7 +325,7 @@ impl Runs for PgStore {
                     "DELETE FROM ax_idempotency_keys WHERE ctid IN (
                          SELECT ctid FROM ax_idempotency_keys WHERE expires_at <= $1
                          ORDER BY expires_at, tenant, task, key LIMIT $2)",
-                    &[&now, &limit_of(limit)],
+                    &[&now, &super::rows::sql_limit(limit)],
                 )
                 .await?;
             Ok(usize::try_from(n).unwrap_or(usize::MAX))
@@ -348,7 +348,7 @@ impl Runs for PgStore {
                             &key(&a.tenant),
                             &key(&a.task),
                             &key(&a.id),
-                            &limit_of(limit),
+                            &super::rows::sql_limit(limit),
                         ],
                     )
                     .await?
@@ -357,7 +357,7 @@ impl Runs for PgStore {
                     c.query(
                         "SELECT tenant, task, id, status FROM ax_runs
                          ORDER BY tenant DESC, task DESC, id DESC LIMIT $1",
-                        &[&limit_of(limit)],
+                        &[&super::rows::sql_limit(limit)],
                     )
                     .await?
                 }
@@ -437,7 +437,7 @@ impl PgStore {
         below: Option<&str>,
         n: usize,
     ) -> Result<Vec<(String, RunStatus, String)>> {
-        let n = limit_of(n);
+        let n = super::rows::sql_limit(n);
         self.db.with(async |c| {
             let rows = match scope {
                 Scope::Task(tenant, task) => {
@@ -581,80 +581,10 @@ async fn insert(tx: &Transaction<'_>, new: &NewRun, row: &Encoded) -> PgResult<(
         .await?;
     }
     if let Some(schedule) = &new.schedule {
-        write_schedule(tx, schedule).await?;
+        super::catalog::write_schedule(tx, schedule).await?;
     }
     let events = outputs::append_events(tx, &run.id, &new.events).await?;
     outputs::charge(tx, &run.tenant, bytes + events).await
-}
-
-/// Writes a schedule's state with its next-fire column.
-async fn write_schedule(tx: &Transaction<'_>, schedule: &ScheduleState) -> PgResult<()> {
-    let next_fire = if schedule.paused {
-        None
-    } else {
-        schedule.next_fire
-    };
-    tx.execute(
-        "INSERT INTO ax_schedules (tenant, task, next_fire, record) VALUES ($1, $2, $3, $4)
-         ON CONFLICT (tenant, task) DO UPDATE
-         SET next_fire = excluded.next_fire, record = excluded.record",
-        &[
-            &key(&schedule.tenant),
-            &key(&schedule.task),
-            &next_fire,
-            &encode(schedule)?,
-        ],
-    )
-    .await?;
-    Ok(())
-}
-
-/// Adds usage buckets to the stored ones (`UsageBucket::add`).
-async fn add_usage(tx: &Transaction<'_>, usage: &[UsageBucket]) -> PgResult<()> {
-    for bucket in usage {
-        let (tenant, task) = (key(&bucket.tenant), key(&bucket.task));
-        let stored = tx
-            .query_opt(
-                "SELECT record FROM ax_usage WHERE tenant = $1 AND hour = $2 AND task = $3 FOR UPDATE",
-                &[&tenant, &bucket.hour, &task],
-            )
-            .await?;
-        let merged = match stored {
-            Some(row) => {
-                let mut merged: UsageBucket = decode("usage bucket", row.get(0))?;
-                merged.add(bucket);
-                merged
-            }
-            None => bucket.clone(),
-        };
-        tx.execute(
-            "INSERT INTO ax_usage (tenant, hour, task, record) VALUES ($1, $2, $3, $4)
-             ON CONFLICT (tenant, hour, task) DO UPDATE SET record = excluded.record",
-            &[&tenant, &bucket.hour, &task, &encode(&merged)?],
-        )
-        .await?;
-    }
-    Ok(())
-}
-
-/// Creates or replaces outbox alerts by id.
-async fn write_alerts(tx: &Transaction<'_>, alerts: &[OutboxAlert]) -> PgResult<()> {
-    for alert in alerts {
-        tx.execute(
-            "INSERT INTO ax_alerts (id, tenant, status, next_try, record) VALUES ($1, $2, $3, $4, $5)
-             ON CONFLICT (id) DO UPDATE SET tenant = excluded.tenant, status = excluded.status,
-                 next_try = excluded.next_try, record = excluded.record",
-            &[
-                &key(&alert.id),
-                &key(&alert.tenant),
-                &alert.status.as_str(),
-                &alert.next_try,
-                &encode(alert)?,
-            ],
-        )
-        .await?;
-    }
-    Ok(())
 }
 
 fn parse_status(id: &str, text: &str) -> PgResult<RunStatus> {
@@ -665,9 +595,4 @@ fn parse_status(id: &str, text: &str) -> PgResult<RunStatus> {
         }
         .into()
     })
-}
-
-/// A `LIMIT` parameter.
-fn limit_of(n: usize) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
 }
