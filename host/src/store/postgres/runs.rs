@@ -238,15 +238,19 @@ impl Runs for PgStore {
     }
 
     fn running_runs(&self) -> Result<Vec<RunRecord>> {
-        self.records(
-            "SELECT id, record FROM ax_runs WHERE status = 'running' ORDER BY id",
+        super::rows::records(
+            &self.db,
+            "running run",
+            "SELECT record FROM ax_runs WHERE status = 'running' ORDER BY id",
             &[],
         )
     }
 
     fn queued_runs(&self, tenant: &str, limit: usize) -> Result<Vec<RunRecord>> {
-        self.records(
-            "SELECT id, record FROM ax_runs WHERE tenant = $1 AND status = 'queued'
+        super::rows::records(
+            &self.db,
+            "queued run",
+            "SELECT record FROM ax_runs WHERE tenant = $1 AND status = 'queued'
              ORDER BY queue_position, id LIMIT $2",
             &[&key(tenant), &super::rows::sql_limit(limit)],
         )
@@ -474,20 +478,6 @@ impl PgStore {
                     let status = parse_status(&id, r.get(1))?;
                     Ok((id, status, name(r.get(2))))
                 })
-                .collect()
-        })
-    }
-
-    /// Run records a query selects as `(id, record)`, in its order.
-    fn records(
-        &self,
-        sql: &str,
-        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
-    ) -> Result<Vec<RunRecord>> {
-        self.db.with(async |c| {
-            let rows = c.query(sql, params).await?;
-            rows.iter()
-                .map(|r| decode(&format!("run {}", name(r.get(0))), r.get(1)))
                 .collect()
         })
     }
