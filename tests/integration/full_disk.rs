@@ -72,7 +72,7 @@ fn fill(path: &Path) -> u64 {
 }
 
 /// A trigger of `task`: status, `Retry-After`, body.
-fn trigger(
+pub(crate) fn trigger(
     agent: &ureq::Agent,
     url: &str,
     task: &str,
@@ -101,7 +101,7 @@ fn trigger(
     ))
 }
 
-fn status_of(agent: &ureq::Agent, url: &str) -> u16 {
+pub(crate) fn status_of(agent: &ureq::Agent, url: &str) -> u16 {
     agent
         .get(url)
         .call()
@@ -110,7 +110,7 @@ fn status_of(agent: &ureq::Agent, url: &str) -> u16 {
 }
 
 /// Every run of `task` by scheduled instant (RFC 3339), counted.
-fn fires(agent: &ureq::Agent, url: &str, task: &str) -> BTreeMap<i64, usize> {
+pub(crate) fn fires(agent: &ureq::Agent, url: &str, task: &str) -> BTreeMap<i64, usize> {
     let mut by_instant = BTreeMap::new();
     let mut cursor: Option<String> = None;
     loop {

@@ -32,6 +32,7 @@ mod plugin_tags;
 mod plugins_quota;
 mod polyglot;
 mod postgres;
+mod postgres_restart;
 mod replay;
 mod retention;
 mod sandbox;
