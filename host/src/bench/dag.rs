@@ -35,11 +35,12 @@ impl fmt::Display for DagStats {
 }
 
 /// One run of a `steps`-step DAG (a root, `steps - 2` parallel steps needing
-/// it, a join needing them all) of the trivial `echo` plugin.
-pub async fn dag_overhead(steps: usize) -> anyhow::Result<DagStats> {
+/// it, a join needing them all) of the trivial `echo` plugin, on sled or on
+/// a new database of the PostgreSQL server `store` names.
+pub async fn dag_overhead(steps: usize, store: Option<&str>) -> anyhow::Result<DagStats> {
     let steps = steps.max(3);
     let dir = scratch_dir(9002);
-    let server = bench_server(&dir, None).await?;
+    let (server, _scratch) = bench_server(&dir, None, store).await?;
     let mut yaml = String::from("name: fan\nsteps:\n  - name: root\n    plugin: echo@1.0.0\n");
     for i in 0..steps - 2 {
         yaml.push_str(&format!(

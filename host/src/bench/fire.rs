@@ -59,7 +59,7 @@ pub async fn fire_lateness(
     aligned: bool,
 ) -> anyhow::Result<LatenessStats> {
     let dir = scratch_dir(9000);
-    let server = bench_server(&dir, None).await?;
+    let (server, _) = bench_server(&dir, None, None).await?;
     for i in 0..tasks {
         let trigger = if aligned {
             "cron: \"* * * * * ?\""

@@ -66,12 +66,23 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
     sorted[((sorted.len() as f64 * q) as usize).min(sorted.len() - 1)]
 }
 
+/// A database made for one benchmark on the PostgreSQL server `--store`
+/// names, dropped with this (after the benchmark's server stopped).
+type Scratch = Option<crate::store::postgres::testing::TestDatabase>;
+
 /// A server on `127.0.0.1:0` with its data in `dir`, no quotas in the way,
-/// and the demo `echo` plugin uploaded to the `default` tenant.
+/// and the demo `echo` plugin uploaded to the `default` tenant. With
+/// `store` (a PostgreSQL URL whose user may create databases), its store is
+/// a new database on that server instead of sled, so every measurement
+/// starts from an empty store as it does on sled.
 async fn bench_server(
     dir: &std::path::Path,
     concurrency: Option<usize>,
-) -> anyhow::Result<crate::server::Server> {
+    store: Option<&str>,
+) -> anyhow::Result<(crate::server::Server, Scratch)> {
+    let scratch = store
+        .map(crate::store::postgres::testing::TestDatabase::on)
+        .transpose()?;
     let config = crate::config::Config {
         listen: "127.0.0.1:0".parse()?,
         data_dir: dir.to_path_buf(),
@@ -79,11 +90,15 @@ async fn bench_server(
         concurrency,
         max_queued_per_tenant: 1_000_000,
         high_water: 1_000_000,
+        store: crate::config::StoreConfig {
+            url: scratch.as_ref().map(|db| db.url().to_string()),
+            ..crate::config::StoreConfig::default()
+        },
         ..crate::config::Config::default()
     };
     let server = crate::server::start(config, false).await?;
     upload_echo(&server).await?;
-    Ok(server)
+    Ok((server, scratch))
 }
 
 /// Uploads the embedded `echo` plugin as `echo@1.0.0` of `default` and

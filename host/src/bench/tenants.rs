@@ -137,7 +137,7 @@ pub async fn tenant_overhead(
     rounds: usize,
 ) -> anyhow::Result<TenantOverhead> {
     let dir = super::scratch_dir(9002);
-    let server = super::bench_server(&dir, None).await?;
+    let (server, _) = super::bench_server(&dir, None, None).await?;
     let ax = &server.ax;
     let quota = Quota {
         fuel_per_window: Some(u64::MAX / 2),

@@ -48,13 +48,15 @@ impl fmt::Display for ThroughputStats {
 
 /// `runs` manual triggers from `concurrency` clients through the service
 /// (each answered only once durable); measures until every run succeeded.
+/// On sled, or on a new database of the PostgreSQL server `store` names.
 pub async fn trigger_throughput(
     runs: usize,
     concurrency: usize,
     http: bool,
+    store: Option<&str>,
 ) -> anyhow::Result<ThroughputStats> {
     let dir = scratch_dir(9001);
-    let server = bench_server(&dir, None).await?;
+    let (server, _scratch) = bench_server(&dir, None, store).await?;
     server
         .ax
         .put_task("default", "bench", "name: bench\nplugin: echo@1.0.0\n")

@@ -291,6 +291,10 @@ struct BenchDagArgs {
     /// Steps in the DAG (at most a task's limit, 256).
     #[arg(long, default_value_t = crate::task::MAX_STEPS)]
     steps: usize,
+    /// Run on a new database of this PostgreSQL server (a URL whose user
+    /// may create databases; dropped after) instead of sled.
+    #[arg(long, value_name = "URL")]
+    store: Option<String>,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -346,6 +350,10 @@ struct BenchTriggerArgs {
     /// instead of calling the service in-process.
     #[arg(long)]
     http: bool,
+    /// Run on a new database of this PostgreSQL server (a URL whose user
+    /// may create databases; dropped after) instead of sled.
+    #[arg(long, value_name = "URL")]
+    store: Option<String>,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -500,11 +508,20 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             print_stats(&crate::bench::soak(config).await?, args.json)
         }),
         Command::Bench(BenchCommand::Dag(args)) => block_on(async move {
-            print_stats(&crate::bench::dag_overhead(args.steps).await?, args.json)
+            print_stats(
+                &crate::bench::dag_overhead(args.steps, args.store.as_deref()).await?,
+                args.json,
+            )
         }),
         Command::Bench(BenchCommand::Trigger(args)) => block_on(async move {
             print_stats(
-                &crate::bench::trigger_throughput(args.runs, args.concurrency, args.http).await?,
+                &crate::bench::trigger_throughput(
+                    args.runs,
+                    args.concurrency,
+                    args.http,
+                    args.store.as_deref(),
+                )
+                .await?,
                 args.json,
             )
         }),

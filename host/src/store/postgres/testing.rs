@@ -30,10 +30,20 @@ impl TestDatabase {
             eprintln!("skipped: {SERVER_VAR} is not set (scripts/test sets it)");
             return None;
         };
+        Some(Self::on(&server).unwrap_or_else(|e| panic!("{e}")))
+    }
+
+    /// Creates an empty database on `server` (a URL whose user may create
+    /// databases): a test's, or a benchmark's (`ax bench … --store`).
+    pub fn on(server: &str) -> crate::store::Result<TestDatabase> {
         let name = format!("ax_test_{:016x}", rand::random::<u64>());
-        admin(&server, &format!("CREATE DATABASE {name}"));
-        let url = with_database(&server, &name);
-        Some(TestDatabase { server, name, url })
+        try_admin(server, &format!("CREATE DATABASE {name}"))?;
+        let url = with_database(server, &name);
+        Ok(TestDatabase {
+            server: server.to_string(),
+            name,
+            url,
+        })
     }
 
     /// The scratch database's URL.
@@ -71,11 +81,16 @@ pub fn fixture(scan_limit: usize) -> crate::store::conformance::Fixture<super::P
 
 /// Runs one statement on the server's own database.
 fn admin(server: &str, sql: &str) {
-    let pool = Pool::connect(server, 1).expect("the test PostgreSQL server answers");
-    let conn = pool.get().expect("a connection");
+    try_admin(server, sql).unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// [`admin`], failing with what went wrong.
+fn try_admin(server: &str, sql: &str) -> crate::store::Result<()> {
+    let pool = Pool::connect(server, 1)?;
+    let conn = pool.get()?;
     block(conn.batch_execute(sql))
         .map_err(|e| error(pool.shown(), &e))
-        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        .map_err(|e| crate::store::Error::Backend(format!("{sql}: {e}")))
 }
 
 /// `server` (a URL) with its database replaced by `name`.
