@@ -7,6 +7,27 @@ use std::time::Duration;
 use ax::model::{AttemptContext, AttemptReport, Limits, TriggerKind};
 use ax::runtime::{Plugin, Runtime, RuntimeConfig};
 
+/// Whether the servers of the API, DAG and tenant tests run on PostgreSQL
+/// (`AX_TEST_STORE=postgres`; scripts/test runs those tests a second time
+/// so) instead of the store each test names.
+pub(crate) fn on_postgres() -> bool {
+    std::env::var("AX_TEST_STORE").as_deref() == Ok("postgres")
+}
+
+/// A scratch database for a server of those tests, under
+/// `AX_TEST_STORE=postgres` (on the server `AX_TEST_POSTGRES` names).
+pub(crate) fn scratch_database() -> Option<ax::store::postgres::testing::TestDatabase> {
+    if !on_postgres() {
+        return None;
+    }
+    let scratch = ax::store::postgres::testing::TestDatabase::create();
+    assert!(
+        scratch.is_some(),
+        "AX_TEST_STORE=postgres needs AX_TEST_POSTGRES (scripts/test sets both)"
+    );
+    scratch
+}
+
 /// Folder of the plugins built to wasm32-wasip2 by host/build.rs.
 pub(crate) fn plugin_path(name: &str) -> PathBuf {
     PathBuf::from(env!("AX_PLUGIN_DIR")).join(format!("{name}.wasm"))

@@ -30,6 +30,9 @@ pub(crate) struct AxProcess {
     child: Child,
     pub(crate) url: String,
     log: tempfile::NamedTempFile,
+    /// Under `AX_TEST_STORE=postgres`, the database it runs on (dropped
+    /// after the process is killed).
+    _scratch: Option<ax::store::postgres::testing::TestDatabase>,
 }
 
 impl AxProcess {
@@ -38,14 +41,26 @@ impl AxProcess {
         Self::start_with(data_dir, &[])
     }
 
-    /// [`AxProcess::start`] with more arguments for `ax serve`.
+    /// [`AxProcess::start`] with more arguments for `ax serve`. Under
+    /// `AX_TEST_STORE=postgres` (and without `--store` in `args`) it runs
+    /// on a scratch PostgreSQL database of its own.
     pub(crate) fn start_with(data_dir: &Path, args: &[&std::ffi::OsStr]) -> Self {
         let log = tempfile::NamedTempFile::new().expect("a log file for ax serve");
         let stderr = log.reopen().expect("the log file, for writing");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_ax"))
+        let scratch = if args.iter().any(|a| *a == "--store") {
+            None
+        } else {
+            crate::common::scratch_database()
+        };
+        let mut child = Command::new(env!("CARGO_BIN_EXE_ax"));
+        child
             .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
             .arg(data_dir)
-            .args(args)
+            .args(args);
+        if let Some(db) = &scratch {
+            child.args(["--store", db.url()]);
+        }
+        let mut child = child
             .env("AX_ADMIN_TOKEN", TOKEN)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())
@@ -53,7 +68,12 @@ impl AxProcess {
             .spawn()
             .expect("starting ax serve");
         let url = listening_url(&mut child).expect("ax serve exited before listening");
-        Self { child, url, log }
+        Self {
+            child,
+            url,
+            log,
+            _scratch: scratch,
+        }
     }
 
     /// Uploads the test plugin `name` (from `plugins/`) as version 1.0.0.

@@ -58,6 +58,8 @@ pub(crate) struct Host {
     app: Router,
     state: ApiState,
     shutdown: CancellationToken,
+    /// The database of a host on PostgreSQL, dropped last.
+    _scratch: Option<ax::store::postgres::testing::TestDatabase>,
 }
 
 impl Drop for Host {
@@ -83,8 +85,17 @@ impl Answer {
     }
 }
 
+/// A host on the memory store, or under `AX_TEST_STORE=postgres` on a
+/// scratch PostgreSQL database.
 pub(crate) async fn host() -> Host {
-    host_on(Arc::new(MemoryStore::new())).await
+    let Some(scratch) = crate::common::scratch_database() else {
+        return host_on(Arc::new(MemoryStore::new())).await;
+    };
+    let store =
+        ax::store::postgres::PgStore::open(scratch.url(), 4).expect("the scratch database opens");
+    let mut host = host_on(Arc::new(store)).await;
+    host._scratch = Some(scratch);
+    host
 }
 
 /// A [`host`] on `store`.
@@ -128,6 +139,7 @@ pub(crate) async fn host_on(store: Arc<dyn Store>) -> Host {
         app: router(state.clone()),
         state,
         shutdown,
+        _scratch: None,
     }
 }
 

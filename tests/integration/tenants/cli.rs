@@ -27,7 +27,16 @@ fn the_tenant_commands_work_and_tenants_survive_a_restart() {
     };
     let admin = crate::crash::TOKEN;
     let dir = tempfile::tempdir().unwrap();
-    let server = AxProcess::start(dir.path());
+    // Under `AX_TEST_STORE=postgres`, one database for both servers.
+    let scratch = crate::common::scratch_database();
+    let store = scratch
+        .as_ref()
+        .map(|db| std::ffi::OsString::from(db.url()));
+    let args: Vec<&std::ffi::OsStr> = match &store {
+        Some(url) => vec![std::ffi::OsStr::new("--store"), url.as_os_str()],
+        None => Vec::new(),
+    };
+    let server = AxProcess::start_with(dir.path(), &args);
     let (code, out, err) = ax(
         &server,
         admin,
@@ -101,7 +110,7 @@ fn the_tenant_commands_work_and_tenants_survive_a_restart() {
     assert!(out.contains("total"), "{out}");
 
     server.kill();
-    let server = AxProcess::start(dir.path());
+    let server = AxProcess::start_with(dir.path(), &args);
     let (code, out, err) = ax(&server, admin, &["tenant", "show", "acme", "--json"]);
     assert_eq!(code, Some(0), "{err}");
     let shown: Value = serde_json::from_str(&out).unwrap();
