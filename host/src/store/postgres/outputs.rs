@@ -7,6 +7,8 @@
 //! it); each row keeps the tenant it was charged to and its size, so
 //! deleting it settles exactly what writing it charged.
 
+use std::collections::BTreeMap;
+
 use tokio_postgres::Transaction;
 
 use super::{Database, PgResult, decode, encode, key};
@@ -16,16 +18,80 @@ use crate::store::{AttemptLogs, Result};
 
 /// Adds `delta` bytes (negative: settles) to `tenant`'s run data.
 pub(super) async fn charge(tx: &Transaction<'_>, tenant: &str, delta: i64) -> PgResult<()> {
-    if delta == 0 {
-        return Ok(());
+    let mut charges = Charges::default();
+    charges.add(tenant, delta);
+    charges.write(tx).await
+}
+
+/// Bytes to add to (or settle from) tenants' run data, summed per tenant
+/// and written in one statement, in tenant order (so two writers lock the
+/// counter rows in the same order).
+#[derive(Default)]
+pub(super) struct Charges(BTreeMap<String, i64>);
+
+impl Charges {
+    /// Adds `delta` bytes to `tenant`.
+    pub(super) fn add(&mut self, tenant: &str, delta: i64) {
+        *self.0.entry(key(tenant).into_owned()).or_default() += delta;
     }
-    tx.execute(
-        "INSERT INTO ax_tenant_bytes (tenant, bytes) VALUES ($1, $2)
-         ON CONFLICT (tenant) DO UPDATE SET bytes = ax_tenant_bytes.bytes + excluded.bytes",
-        &[&key(tenant), &delta],
-    )
-    .await?;
-    Ok(())
+
+    /// Writes the sums that are not zero.
+    pub(super) async fn write(self, tx: &Transaction<'_>) -> PgResult<()> {
+        let (tenants, deltas): (Vec<String>, Vec<i64>) =
+            self.0.into_iter().filter(|(_, delta)| *delta != 0).unzip();
+        if tenants.is_empty() {
+            return Ok(());
+        }
+        tx.execute(
+            "INSERT INTO ax_tenant_bytes (tenant, bytes)
+             SELECT * FROM unnest($1::text[], $2::int8[])
+             ON CONFLICT (tenant) DO UPDATE SET bytes = ax_tenant_bytes.bytes + excluded.bytes",
+            &[&tenants, &deltas],
+        )
+        .await?;
+        Ok(())
+    }
+}
+
+/// Events of one write (any number of runs), appended in one statement in
+/// the order they were pushed.
+#[derive(Default)]
+pub(super) struct Events {
+    run_ids: Vec<String>,
+    bytes: Vec<i64>,
+    records: Vec<Vec<u8>>,
+}
+
+impl Events {
+    /// Adds `events` of run `run_id`; returns the bytes they add.
+    pub(super) fn push(&mut self, run_id: &str, events: &[Event]) -> PgResult<i64> {
+        let mut added = 0;
+        for event in events {
+            let record = encode(event)?;
+            added += record.len() as i64;
+            self.run_ids.push(key(run_id).into_owned());
+            self.bytes.push(record.len() as i64);
+            self.records.push(record);
+        }
+        Ok(added)
+    }
+
+    /// Appends them (`seq` follows the order: the rows are inserted in it).
+    pub(super) async fn write(self, tx: &Transaction<'_>) -> PgResult<()> {
+        if self.run_ids.is_empty() {
+            return Ok(());
+        }
+        tx.execute(
+            "INSERT INTO ax_events (run_id, bytes, record)
+             SELECT run_id, bytes, record
+             FROM unnest($1::text[], $2::int8[], $3::bytea[]) WITH ORDINALITY
+                 AS e(run_id, bytes, record, n)
+             ORDER BY n",
+            &[&self.run_ids, &self.bytes, &self.records],
+        )
+        .await?;
+        Ok(())
+    }
 }
 
 /// Bytes of run data `tenant` keeps.
@@ -39,26 +105,6 @@ pub(super) fn run_bytes(db: &Database, tenant: &str) -> Result<u64> {
             .await?;
         Ok(row.map_or(0, |r| u64::try_from(r.get::<_, i64>(0)).unwrap_or(0)))
     })
-}
-
-/// Appends `events` to run `run_id`, in order (inside the write that made
-/// them); returns the bytes they add.
-pub(super) async fn append_events(
-    tx: &Transaction<'_>,
-    run_id: &str,
-    events: &[Event],
-) -> PgResult<i64> {
-    let mut bytes = 0;
-    for event in events {
-        let record = encode(event)?;
-        bytes += record.len() as i64;
-        tx.execute(
-            "INSERT INTO ax_events (run_id, bytes, record) VALUES ($1, $2, $3)",
-            &[&key(run_id), &(record.len() as i64), &record],
-        )
-        .await?;
-    }
-    Ok(bytes)
 }
 
 /// A run's events, oldest first.

@@ -129,36 +129,37 @@ impl Runs for PgStore {
                     return Err(definition_changed(&w.run.id).into());
                 }
             }
+            // The whole batch in a few statements, whatever its size: one
+            // update of every run (its last write, when a run is written
+            // twice), one insert of every event, one charge per tenant.
+            let last: HashMap<&str, usize> = runs
+                .iter()
+                .enumerate()
+                .map(|(i, w)| (w.run.id.as_str(), i))
+                .collect();
+            let mut updates = Updates::default();
+            let mut events = outputs::Events::default();
+            let mut charges = outputs::Charges::default();
             let mut missing = None;
-            for (w, row) in runs.iter().zip(&rows) {
+            for (i, (w, row)) in runs.iter().zip(&rows).enumerate() {
                 let run = &w.run;
                 let Some(before) = stored.get_mut(run.id.as_str()) else {
                     missing.get_or_insert_with(|| run.id.to_string());
                     continue;
                 };
                 let bytes = row.record.len() as i64;
-                tx.execute(
-                    "UPDATE ax_runs SET tenant = $2, task = $3, status = $4, revision = $5,
-                         queue_position = $6, bytes = $7, record = $8
-                     WHERE id = $1",
-                    &[
-                        &key(&run.id),
-                        &key(&run.tenant),
-                        &key(&run.task),
-                        &run.status.as_str(),
-                        &(run.revision as i64),
-                        &queue_position(run),
-                        &bytes,
-                        &row.record,
-                    ],
-                )
-                .await?;
-                let events = outputs::append_events(tx, &run.id, &w.events).await?;
-                outputs::charge(tx, &before.tenant, -before.bytes).await?;
-                outputs::charge(tx, &run.tenant, bytes + events).await?;
+                if last[run.id.as_str()] == i {
+                    updates.push(run, bytes, &row.record);
+                }
+                let added = events.push(&run.id, &w.events)?;
+                charges.add(&before.tenant, -before.bytes);
+                charges.add(&run.tenant, bytes + added);
                 before.bytes = bytes;
                 before.tenant = run.tenant.to_string();
             }
+            updates.write(tx).await?;
+            events.write(tx).await?;
+            charges.write(tx).await?;
             super::tenancy::add_usage(tx, usage).await?;
             super::outbox::write_alerts(tx, alerts).await?;
             Ok(missing)
@@ -573,8 +574,65 @@ async fn insert(tx: &Transaction<'_>, new: &NewRun, row: &Encoded) -> PgResult<(
     if let Some(schedule) = &new.schedule {
         super::catalog::write_schedule(tx, schedule).await?;
     }
-    let events = outputs::append_events(tx, &run.id, &new.events).await?;
-    outputs::charge(tx, &run.tenant, bytes + events).await
+    let mut events = outputs::Events::default();
+    let added = events.push(&run.id, &new.events)?;
+    events.write(tx).await?;
+    outputs::charge(tx, &run.tenant, bytes + added).await
+}
+
+/// Runs' new rows, written by one `UPDATE … FROM unnest(…)`.
+#[derive(Default)]
+struct Updates<'a> {
+    ids: Vec<String>,
+    tenants: Vec<String>,
+    tasks: Vec<String>,
+    statuses: Vec<&'static str>,
+    revisions: Vec<i64>,
+    positions: Vec<Millis>,
+    bytes: Vec<i64>,
+    records: Vec<&'a [u8]>,
+}
+
+impl<'a> Updates<'a> {
+    /// Adds `run`'s row (at most once per run: the statement updates a row
+    /// once whatever number of times it is named).
+    fn push(&mut self, run: &RunRecord, bytes: i64, record: &'a [u8]) {
+        self.ids.push(key(&run.id).into_owned());
+        self.tenants.push(key(&run.tenant).into_owned());
+        self.tasks.push(key(&run.task).into_owned());
+        self.statuses.push(run.status.as_str());
+        self.revisions.push(run.revision as i64);
+        self.positions.push(queue_position(run));
+        self.bytes.push(bytes);
+        self.records.push(record);
+    }
+
+    async fn write(self, tx: &Transaction<'_>) -> PgResult<()> {
+        if self.ids.is_empty() {
+            return Ok(());
+        }
+        tx.execute(
+            "UPDATE ax_runs AS r SET tenant = v.tenant, task = v.task, status = v.status,
+                 revision = v.revision, queue_position = v.position, bytes = v.bytes,
+                 record = v.record
+             FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int8[],
+                         $6::int8[], $7::int8[], $8::bytea[])
+                 AS v(id, tenant, task, status, revision, position, bytes, record)
+             WHERE r.id = v.id COLLATE \"C\"",
+            &[
+                &self.ids,
+                &self.tenants,
+                &self.tasks,
+                &self.statuses,
+                &self.revisions,
+                &self.positions,
+                &self.bytes,
+                &self.records,
+            ],
+        )
+        .await?;
+        Ok(())
+    }
 }
 
 fn parse_status(id: &str, text: &str) -> PgResult<RunStatus> {
