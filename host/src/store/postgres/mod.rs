@@ -19,6 +19,8 @@ mod migrate;
 mod operations;
 mod outbox;
 mod outputs;
+#[cfg(test)]
+mod plans_tests;
 pub mod pool;
 mod rows;
 mod runs;
