@@ -405,23 +405,56 @@ mod tests {
         let other = Pool::connect(scratch.url(), 1).expect("connects");
         {
             let killer = other.get().expect("taken");
-            block(killer.execute("SELECT pg_terminate_backend($1)", &[&pid])).expect("ended");
+            // With a timeout, it returns once the backend has exited (not
+            // only been signalled), so the next call cannot slip through.
+            let ended: bool =
+                block(killer.query_one("SELECT pg_terminate_backend($1, 10000)", &[&pid]))
+                    .expect("ended")
+                    .get(0);
+            assert!(ended);
         }
-        // The next call on the ended connection fails as unavailable, and
-        // the connection is dropped rather than given back.
-        let failed = db.with(async |c| Ok(c.simple_query("SELECT 1").await?.len()));
-        assert!(
-            failed.as_ref().is_err_and(Error::is_unavailable),
-            "{failed:?}"
-        );
-        let h = db.pool().health();
-        assert_eq!(h.connection_errors, 1);
-        assert_eq!((h.open, h.in_use), (0, 0));
-        // The next call opens a new one.
+        // The next call either finds the connection closed in the pool (the
+        // client saw it end) and opens another, or fails as unavailable on
+        // it and drops it (`Conn::note`): one connection error either way.
+        let next = db.with(async |c| Ok(c.simple_query("SELECT 1").await?.len()));
+        if let Err(e) = &next {
+            assert!(e.is_unavailable(), "{e}");
+        }
+        assert_eq!(db.pool().health().connection_errors, 1);
+        // The pool goes on with a new connection.
         db.with(async |c| Ok(c.simple_query("SELECT 1").await?.len()))
             .expect("answered");
         let h = db.pool().health();
-        assert_eq!((h.open, h.connection_errors), (1, 1));
+        assert_eq!((h.open, h.in_use, h.connection_errors), (1, 0, 1));
+    }
+
+    #[test]
+    fn a_call_whose_connection_ends_drops_it_and_a_cancelled_one_keeps_it() {
+        let Some(scratch) = super::super::testing::TestDatabase::create() else {
+            return;
+        };
+        let db = super::super::Database::connect(scratch.url(), 1).expect("connects");
+        // A statement cancelled by its timeout (57014): the connection is
+        // fine and goes back to the pool.
+        let cancelled = db.with(async |c| {
+            c.batch_execute("SET statement_timeout = 10").await?;
+            Ok(c.simple_query("SELECT pg_sleep(5)").await?.len())
+        });
+        assert!(cancelled.is_err());
+        let h = db.pool().health();
+        assert_eq!((h.open, h.connection_errors), (1, 0));
+        // The backend ends itself during the call (57P01): the connection
+        // is dropped, not given back, and counted.
+        let ended = db.with(async |c| {
+            Ok(
+                c.simple_query("SELECT pg_terminate_backend(pg_backend_pid())")
+                    .await?
+                    .len(),
+            )
+        });
+        assert!(ended.is_err_and(|e| e.is_unavailable()));
+        let h = db.pool().health();
+        assert_eq!((h.open, h.in_use, h.connection_errors), (0, 0, 1));
     }
 
     #[test]
