@@ -54,17 +54,33 @@ function stat(label, value, cls, title) {
   return h("div", { class: ["stat", cls], title }, h("div", { class: "value" }, value), h("div", { class: "label" }, label));
 }
 
+/** Readiness and the store's kind, from `/readyz` (`null`: not ready); on PostgreSQL the pool's use. */
+function storeStat(store) {
+  if (!store) return stat("store", "not ready", "bad");
+  const pool = store.pool;
+  const label = pool ? `store: ${store.kind}, ${pool.in_use} of ${pool.max} connections in use` : `store: ${store.kind || "?"}`;
+  const title = pool
+    ? `${pool.open} connections open, ${pool.connection_errors} connection errors since start, ${pool.calls} calls` +
+      (pool.mean_call_ms === null ? "" : `, mean ${pool.mean_call_ms.toFixed(2)} ms`)
+    : undefined;
+  return stat(label, "ready", pool && pool.connection_errors ? "" : "good", title);
+}
+
 /** Below this share of succeeded runs the success rate shows red. */
 const SUCCESS_TARGET = 0.95;
 
 /**
  * The four signals the seed articles run a scheduler by: backlog, running
  * work, success rate, start lateness (scheduled → started, p95 over recent
- * scheduled runs); plus readiness and open dead letters.
+ * scheduled runs); plus readiness (with the store's kind and, on
+ * PostgreSQL, its pool's use) and open dead letters.
  */
 async function overview(recentRuns) {
-  const [ready, queued, running, dead] = await Promise.all([
-    fetch("/readyz", { cache: "no-store" }).then((r) => r.ok, () => false),
+  const [store, queued, running, dead] = await Promise.all([
+    fetch("/readyz", { cache: "no-store" }).then(
+      async (r) => (r.ok ? (await r.json()).store || {} : null),
+      () => null,
+    ),
     get("/v1/runs?status=queued&limit=1000"),
     get("/v1/runs?status=running&limit=1000"),
     get("/v1/dead-letters"),
@@ -81,7 +97,7 @@ async function overview(recentRuns) {
   return h(
     "section",
     { class: "overview", "aria-label": "health" },
-    stat("store", ready ? "ready" : "not ready", ready ? "good" : "bad"),
+    storeStat(store),
     stat("queued", count(queued)),
     stat("running", count(running)),
     stat(

@@ -42,6 +42,13 @@ pub const DURATION_BUCKETS: &[f64] = &[
     0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0,
 ];
 
+/// Bucket bounds (seconds) of the store call histogram (PostgreSQL): a
+/// call on a local server takes a few hundred µs, one that waits for a free
+/// connection or a slow disk up to the 30 s checkout limit.
+pub const STORE_CALL_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 30.0,
+];
+
 /// A histogram with fixed bucket bounds, updated with relaxed atomics.
 #[derive(Debug)]
 pub struct Histogram {

@@ -84,6 +84,8 @@ fn status_summarises_health_backlog_success_and_next_fires() {
     let s: Value = serde_json::from_str(&ok(&ax(url, &["status", "--json"], &[]))).unwrap();
     assert_eq!(s["healthy"], true);
     assert_eq!(s["ready"], true);
+    assert_eq!(s["store"]["kind"], "sled", "{s}");
+    assert!(s["store"]["pool"].is_null(), "{s}");
     assert_eq!(s["queued"], 0);
     assert_eq!(s["running"], 0);
     assert_eq!(s["recent"]["runs"], 3);
@@ -101,6 +103,12 @@ fn status_summarises_health_backlog_success_and_next_fires() {
 
     let human = ok(&ax(url, &["status"], &[]));
     assert!(human.contains("healthy, ready"), "{human}");
+    assert!(
+        human
+            .lines()
+            .any(|l| l.split_whitespace().eq(["store", "sled"])),
+        "{human}"
+    );
     assert!(
         human.contains("66.7% of the last 3 finished runs (1 failed)"),
         "{human}"

@@ -143,6 +143,23 @@ async fn counters_match_the_work_done() {
     assert_eq!(value(&m, "ax_attempts_running"), 0.0);
     assert_eq!(value(&m, "ax_active_runs"), 0.0);
     assert!(value(&m, "ax_store_size_bytes") > 0.0);
+    // sled in the data directory, and no pool.
+    let info: Vec<_> = m
+        .keys()
+        .filter(|k| k.starts_with("ax_store_info"))
+        .collect();
+    assert_eq!(info.len(), 1, "{info:?}");
+    assert!(
+        info[0].starts_with("ax_store_info{kind=\"sled\",location=\""),
+        "{info:?}"
+    );
+    assert!(!m.keys().any(|k| k.starts_with("ax_store_pool")), "{m:#?}");
+    let ready = live.call("GET", "/readyz", &[], None).await.json();
+    assert_eq!(
+        ready["store"],
+        serde_json::json!({ "kind": "sled" }),
+        "{ready}"
+    );
     assert_eq!(
         value(
             &m,

@@ -2,7 +2,8 @@
 //! in `AX_TEST_POSTGRES`; each test makes a scratch database on it):
 //! `ax store migrate` applies the embedded migrations once, `--dry-run`
 //! prints them and changes nothing, and a server that does not answer is
-//! one clear line with exit 1, its password never printed.
+//! one clear line with exit 1, its password never printed; a server on it
+//! names its store and pool in `/readyz`, `/metrics` and `ax status`.
 
 use std::process::Command;
 
@@ -143,4 +144,82 @@ fn ax_serve_on_postgres_runs_a_task_and_keeps_it_across_sigkill() {
         assert_eq!(run["status"], "succeeded", "{run}");
     }
     assert_eq!(wait(&ax.url, &trigger(&ax.url))["status"], "succeeded");
+}
+
+/// `/readyz`, `/metrics` and `ax status` of a server on PostgreSQL name the
+/// store (`postgres`, its URL in `/metrics` only) and its pool's use.
+#[test]
+fn ax_serve_on_postgres_reports_its_store_and_pool() {
+    use crate::crash::{AxProcess, TOKEN, call, new_agent};
+    let Some(scratch) = TestDatabase::create() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let store = std::ffi::OsString::from(scratch.url());
+    let args = [std::ffi::OsStr::new("--store"), store.as_os_str()];
+    let agent = new_agent();
+    let ax = AxProcess::start_with(dir.path(), &args);
+
+    let (status, ready) =
+        call(&agent, "GET", &format!("{}/readyz", ax.url), None, "").expect("answers");
+    assert_eq!(status, 200, "{ready}");
+    assert_eq!(ready["store"]["kind"], "postgres", "{ready}");
+    let pool = &ready["store"]["pool"];
+    assert_eq!(pool["max"], 8, "the default store.connections: {ready}");
+    assert!(
+        pool["open"].as_u64().is_some_and(|n| (1..=8).contains(&n)),
+        "{ready}"
+    );
+    assert!(pool["in_use"].as_u64().is_some_and(|n| n <= 8), "{ready}");
+    assert_eq!(pool["connection_errors"], 0, "{ready}");
+    assert!(pool["calls"].as_u64().is_some_and(|n| n > 0), "{ready}");
+    assert!(
+        pool["mean_call_ms"].as_f64().is_some_and(|ms| ms > 0.0),
+        "{ready}"
+    );
+    assert!(ready["store"].get("location").is_none(), "{ready}");
+
+    let text = agent
+        .get(format!("{}/metrics", ax.url))
+        .header("Authorization", &format!("Bearer {TOKEN}"))
+        .call()
+        .expect("scraped")
+        .body_mut()
+        .read_to_string()
+        .expect("text");
+    let sample = |key: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("no sample {key} in\n{text}"))
+    };
+    let info = format!(
+        "ax_store_info{{kind=\"postgres\",location=\"{}\"}}",
+        scratch.url()
+    );
+    assert_eq!(sample(&info), 1.0);
+    assert_eq!(sample("ax_store_pool_max_connections"), 8.0);
+    let in_use = sample("ax_store_pool_connections{state=\"in_use\"}");
+    let idle = sample("ax_store_pool_connections{state=\"idle\"}");
+    assert!((1.0..=8.0).contains(&(in_use + idle)), "{text}");
+    assert_eq!(sample("ax_store_connection_errors_total"), 0.0);
+    assert!(sample("ax_store_query_seconds_count") > 0.0);
+    assert!(sample("ax_store_query_seconds_bucket{le=\"+Inf\"}") > 0.0);
+
+    let out = Command::new(env!("CARGO_BIN_EXE_ax"))
+        .args(["status"])
+        .env("AX_URL", &ax.url)
+        .env("AX_TOKEN", TOKEN)
+        .output()
+        .expect("ax runs");
+    let human = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    let line = human
+        .lines()
+        .find(|l| l.starts_with("store "))
+        .unwrap_or_else(|| panic!("no store line in {human}"));
+    assert!(
+        line.contains("postgres: ") && line.contains(" of 8 connections in use"),
+        "{line}"
+    );
+    assert!(line.contains("0 connection errors"), "{line}");
 }

@@ -356,6 +356,7 @@ fn render(
             0.0
         },
     );
+    store_metrics(&mut e, &state.ax.store.health());
     plugin_metrics(&mut e, &state.ax.runtime.stats());
 
     e.family(
@@ -375,6 +376,57 @@ fn render(
         );
     }
     e.finish()
+}
+
+/// Which store, and its connection pool when it has one (PostgreSQL).
+fn store_metrics(e: &mut Encoder, health: &crate::store::StoreHealth) {
+    e.family(
+        "ax_store_info",
+        "gauge",
+        "1, labelled with the store ax runs on: its kind (sled, postgres, memory) and location (data directory, or database URL without its password).",
+    )
+    .sample(
+        "ax_store_info",
+        &[
+            ("kind", health.kind.as_str()),
+            ("location", &health.location),
+        ],
+        1.0,
+    );
+    let Some(pool) = &health.pool else { return };
+    e.family(
+        "ax_store_pool_connections",
+        "gauge",
+        "Connections of the store's pool, by state: in_use (taken by a call) or idle.",
+    );
+    for (state, n) in [
+        ("in_use", pool.in_use),
+        ("idle", pool.open.saturating_sub(pool.in_use)),
+    ] {
+        e.sample("ax_store_pool_connections", &[("state", state)], n as f64);
+    }
+    e.family(
+        "ax_store_pool_max_connections",
+        "gauge",
+        "Connections the store's pool opens at most (store.connections).",
+    )
+    .sample("ax_store_pool_max_connections", &[], pool.max as f64);
+    e.family(
+        "ax_store_connection_errors_total",
+        "counter",
+        "Store connections that could not be opened or were found broken.",
+    )
+    .sample(
+        "ax_store_connection_errors_total",
+        &[],
+        pool.connection_errors as f64,
+    );
+    e.family(
+        "ax_store_query_seconds",
+        "histogram",
+        "Store calls (one or a few statements on one connection), from asking for a connection to giving it back.",
+    )
+    .histogram("ax_store_query_seconds", &[], &pool.calls);
 }
 
 /// The loaded-plugin cache and the compile gate (docs/RUNTIME.md).

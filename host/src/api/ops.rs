@@ -86,6 +86,7 @@ pub(super) async fn cron_next(
 pub(super) async fn healthz() -> Json<Health> {
     Json(Health {
         status: "ok".into(),
+        store: None,
     })
 }
 
@@ -95,6 +96,7 @@ pub(super) async fn healthz() -> Json<Health> {
 /// refuses writes (full disk, I/O error: triggers are refused, fires held).
 /// `/healthz` stays 200 meanwhile: the process lives, and ax resumes by
 /// itself once writes succeed (docs/RELIABILITY.md, "Store faults").
+/// The 200 body names the store's kind and, on PostgreSQL, its pool's use.
 #[utoipa::path(get, path = "/readyz", tag = "operations", security(()),
     responses((status = 200, body = Health)))]
 pub(super) async fn readyz(State(state): State<ApiState>) -> ApiResult<Json<Health>> {
@@ -121,6 +123,7 @@ pub(super) async fn readyz(State(state): State<ApiState>) -> ApiResult<Json<Heal
         }
         Ok(_) => Ok(Json(Health {
             status: "ready".into(),
+            store: Some(state.ax.store.health().into()),
         })),
         Err(e) => {
             tracing::warn!(error = %e, "readiness check: the store does not answer");

@@ -560,6 +560,58 @@ pub struct CronPreview {
 pub struct Health {
     /// `ok` (healthz) or `ready` (readyz).
     pub status: String,
+    /// Readyz only: which store ax runs on and how its connections fare.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub store: Option<StoreView>,
+}
+
+/// The store in `/readyz`. Its location (data directory, database URL) is
+/// left out: `/readyz` needs no token; `/metrics` names it
+/// (`ax_store_info`).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct StoreView {
+    /// `sled`, `postgres` or `memory`.
+    pub kind: String,
+    /// PostgreSQL only: the connection pool.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pool: Option<PoolView>,
+}
+
+/// A store's connection pool in `/readyz`, since the server started.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PoolView {
+    /// Connections open now (in use or idle).
+    pub open: usize,
+    /// Connections taken by a call now.
+    pub in_use: usize,
+    /// Connections the pool opens at most (`store.connections`).
+    pub max: usize,
+    /// Connections that could not be opened or were found broken.
+    pub connection_errors: u64,
+    /// Store calls made (each holding one connection).
+    pub calls: u64,
+    /// Their mean duration, ms, the wait for a free connection included;
+    /// absent before the first call.
+    pub mean_call_ms: Option<f64>,
+}
+
+impl From<crate::store::StoreHealth> for StoreView {
+    fn from(h: crate::store::StoreHealth) -> Self {
+        StoreView {
+            kind: h.kind.as_str().into(),
+            pool: h.pool.map(|p| {
+                let calls = p.calls.count();
+                PoolView {
+                    open: p.open,
+                    in_use: p.in_use,
+                    max: p.max,
+                    connection_errors: p.connection_errors,
+                    calls,
+                    mean_call_ms: (calls > 0).then(|| p.calls.sum() * 1e3 / calls as f64),
+                }
+            }),
+        }
+    }
 }
 
 #[cfg(test)]

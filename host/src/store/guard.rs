@@ -26,7 +26,7 @@ use super::secrets::{SecretInfo, SecretStore};
 use super::{
     AlertQuery, AlertStatus, AttemptLogs, Catalog, Error, Insert, Lease, Leases, NewRun,
     Operations, Outbox, OutboxAlert, Result, RunPage, RunQuery, RunSummary, RunWrite, Runs, Store,
-    SyncTicket, Tenancy,
+    StoreHealth, SyncTicket, Tenancy,
 };
 use crate::capability::kv::{KvNamespace, KvResult, KvStore, SetOutcome};
 use crate::model::ids::{RunId, TaskName, TenantId};
@@ -75,6 +75,13 @@ pub trait Layer: Send + Sync + 'static {
     /// See [`Operations::generation`](crate::store::Operations::generation).
     fn generation(&self) -> u64 {
         self.inner().map_or(0, |s| s.generation())
+    }
+    /// See [`Operations::health`](crate::store::Operations::health).
+    fn health(&self) -> StoreHealth {
+        self.inner().map_or_else(
+            |e| StoreHealth::new(crate::store::StoreKind::Memory, e.to_string()),
+            |s| s.health(),
+        )
     }
 }
 
@@ -203,6 +210,10 @@ impl<L: Layer> Operations for Layered<L> {
 
     fn generation(&self) -> u64 {
         self.0.generation()
+    }
+
+    fn health(&self) -> StoreHealth {
+        self.0.health()
     }
 }
 
@@ -485,6 +496,9 @@ pub struct Guard {
     generation: AtomicU64,
     /// When the last reopen was tried.
     tried: Mutex<Option<Instant>>,
+    /// The guarded store's kind and place, said while a reopen is pending
+    /// (a reopen opens the same store again).
+    opened: StoreHealth,
 }
 
 /// The store `ax serve` runs on: `store` guarded, reopened by `reopen`.
@@ -493,7 +507,12 @@ pub type Guarded = Layered<Guard>;
 impl Guarded {
     /// Guards `store` (reopened with `reopen` after a fault, if given).
     pub fn guard(store: Arc<dyn Store>, reopen: Option<Reopen>) -> Self {
+        let opened = StoreHealth {
+            pool: None,
+            ..store.health()
+        };
         Layered::new(Guard {
+            opened,
             current: RwLock::new(Some(store)),
             reopen,
             writable: Arc::new(AtomicBool::new(true)),
@@ -618,5 +637,10 @@ impl Layer for Guard {
 
     fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)
+    }
+
+    fn health(&self) -> StoreHealth {
+        self.read_current()
+            .map_or_else(|| self.opened.clone(), |s| s.health())
     }
 }

@@ -51,7 +51,7 @@ pub use self::catalog::Catalog;
 pub use self::error::{Error, Result};
 pub use self::ext::StoreExt;
 pub use self::leases::{Lease, Leases};
-pub use self::operations::{Operations, SyncTicket};
+pub use self::operations::{Operations, PoolHealth, StoreHealth, StoreKind, SyncTicket};
 pub use self::outbox::{AlertQuery, AlertStatus, Outbox, OutboxAlert};
 pub use self::resolve::{Unresolved, resolve_plugin};
 pub use self::rules::{id_millis, new_id};

@@ -1,6 +1,7 @@
 //! [`Operations`]: what keeps a store running rather than what it stores —
 //! durability tickets, metadata, the capability stores it hands out, its
-//! size, and whether it writes.
+//! size, whether it writes, and what it is ([`StoreHealth`]: its kind, where
+//! it lives and, for a store over a connection pool, the pool's use).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -9,6 +10,7 @@ use std::sync::Arc;
 use super::Result;
 use super::kv::KvStore;
 use super::secrets::SecretStore;
+use crate::metrics::Histogram;
 
 /// Resolves once every write made before the ticket was taken is on disk.
 pub struct SyncTicket(Pin<Box<dyn Future<Output = Result<()>> + Send>>);
@@ -28,6 +30,68 @@ impl SyncTicket {
     pub async fn wait(self) -> Result<()> {
         self.0.await
     }
+}
+
+/// Which implementation of the seam a store is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreKind {
+    /// The embedded default: sled in the data directory.
+    Sled,
+    /// A PostgreSQL database (`--store postgres://…`).
+    Postgres,
+    /// Nothing on disk (tests, the simulator).
+    Memory,
+}
+
+impl StoreKind {
+    /// `sled`, `postgres` or `memory`, as `/readyz` and `/metrics` name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StoreKind::Sled => "sled",
+            StoreKind::Postgres => "postgres",
+            StoreKind::Memory => "memory",
+        }
+    }
+}
+
+/// What a store says of itself for the probes, `/metrics` and `ax status`:
+/// cheap to take (no I/O; counters read from atomics).
+#[derive(Debug, Clone)]
+pub struct StoreHealth {
+    /// Which store.
+    pub kind: StoreKind,
+    /// Where it lives, fit to show: the data directory, or the database's
+    /// URL without its password.
+    pub location: String,
+    /// The connection pool of a store that has one (PostgreSQL).
+    pub pool: Option<PoolHealth>,
+}
+
+impl StoreHealth {
+    /// A store without a pool.
+    pub fn new(kind: StoreKind, location: impl Into<String>) -> Self {
+        Self {
+            kind,
+            location: location.into(),
+            pool: None,
+        }
+    }
+}
+
+/// The use of a store's connection pool, since the process started.
+#[derive(Debug, Clone)]
+pub struct PoolHealth {
+    /// Connections open now (in use or idle).
+    pub open: usize,
+    /// Connections taken by a call now.
+    pub in_use: usize,
+    /// Connections the pool opens at most (`store.connections`).
+    pub max: usize,
+    /// Connections that could not be opened or were found broken.
+    pub connection_errors: u64,
+    /// Seam calls timed from asking for a connection to giving it back
+    /// (the wait for a free one included), seconds.
+    pub calls: Arc<Histogram>,
 }
 
 /// Durability, metadata and health of a store.
@@ -62,5 +126,10 @@ pub trait Operations {
     /// state derived from the store rebuilds it from the store then.
     fn generation(&self) -> u64 {
         0
+    }
+    /// Which store this is and how its connections fare. A store that says
+    /// nothing is one without a disk or a pool.
+    fn health(&self) -> StoreHealth {
+        StoreHealth::new(StoreKind::Memory, "memory")
     }
 }

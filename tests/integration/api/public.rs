@@ -23,6 +23,10 @@ async fn health_and_readiness_need_no_token() {
         .send(Request::get("/readyz").body(Body::empty()).unwrap())
         .await;
     assert_eq!(ready.status, StatusCode::OK);
+    assert_eq!(
+        ready.body,
+        json!({ "status": "ready", "store": { "kind": "memory" } })
+    );
 }
 
 /// The dashboard's files need no token, carry a strict CSP and revalidate

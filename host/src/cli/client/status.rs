@@ -1,5 +1,6 @@
 //! `ax status`: the health of a server at a glance, from existing routes —
 //! the signals the seed articles run a scheduler by: is it up and ready,
+//! which store it runs on (with the pool's use on PostgreSQL, from `/readyz`),
 //! the backlog (queued runs), what is running, the recent success rate,
 //! start lateness of scheduled runs, open dead letters, the tenant's fuel
 //! window (with the admin token; a tenant token may not read it), and what
@@ -54,9 +55,9 @@ fn quantile(sorted: &[i64], p: f64) -> Option<i64> {
 fn gather(client: &Client) -> Result<Value, Failure> {
     let health = client.get("/healthz")?;
     // 503 is an answer here, not an error.
-    let ready = match client.get("/readyz") {
-        Ok(_) => true,
-        Err(f) if f.code == "unavailable" => false,
+    let (ready, store) = match client.get("/readyz") {
+        Ok(body) => (true, body["store"].clone()),
+        Err(f) if f.code == "unavailable" => (false, Value::Null),
         Err(f) => return Err(f),
     };
     let (queued, queued_more) = count(client, "queued")?;
@@ -98,6 +99,7 @@ fn gather(client: &Client) -> Result<Value, Failure> {
     Ok(json!({
         "healthy": health["status"] == "ok",
         "ready": ready,
+        "store": store,
         "queued": queued,
         "queued_more": queued_more,
         "running": running,
@@ -123,6 +125,29 @@ fn counted(n: &Value, more: &Value) -> String {
     } else {
         cell(n)
     }
+}
+
+/// The store's kind and, on PostgreSQL, its pool's use.
+fn store_line(store: &Value) -> String {
+    let Some(kind) = store["kind"].as_str() else {
+        return "- (not ready)".into();
+    };
+    let p = &store["pool"];
+    if p.is_null() {
+        return kind.to_string();
+    }
+    let mean = match p["mean_call_ms"].as_f64() {
+        Some(ms) => format!(", mean {ms:.2} ms"),
+        None => String::new(),
+    };
+    format!(
+        "{kind}: {} of {} connections in use ({} open), {} connection errors, {} calls{mean}",
+        cell(&p["in_use"]),
+        cell(&p["max"]),
+        cell(&p["open"]),
+        cell(&p["connection_errors"]),
+        cell(&p["calls"]),
+    )
 }
 
 fn print_human(url: &str, s: &Value) {
@@ -171,6 +196,7 @@ fn print_human(url: &str, s: &Value) {
     };
     let lines = [
         ("server", format!("{url}  {up}")),
+        ("store", store_line(&s["store"])),
         ("queued", counted(&s["queued"], &s["queued_more"])),
         ("running", counted(&s["running"], &s["running_more"])),
         ("success", rate),

@@ -16,6 +16,13 @@ use crate::model::{Millis, PluginRecord, PluginTag, ScheduleState, TaskRecord};
 use crate::store::rules::digest_of;
 use crate::store::{Catalog, Result};
 
+/// The next-fire window (`$1..=$2`, `$3` schedules at most): the partial
+/// index `ax_schedules_next_fire`, in its order (`plans_tests.rs` checks
+/// the plan).
+pub(super) const DUE_SCHEDULES: &str = "SELECT record FROM ax_schedules
+     WHERE next_fire IS NOT NULL AND next_fire >= $1 AND next_fire <= $2
+     ORDER BY next_fire, tenant, task LIMIT $3";
+
 /// Writes a schedule state with its next-fire index entry (inside a
 /// transaction that may write other things: `put_tasks`, a fire's run).
 pub(super) async fn write_schedule(tx: &Transaction<'_>, schedule: &ScheduleState) -> PgResult<()> {
@@ -290,13 +297,10 @@ impl Catalog for PgStore {
         until: Millis,
         limit: usize,
     ) -> Result<Vec<ScheduleState>> {
-        // The partial index ax_schedules_next_fire, in its order.
         records(
             &self.db,
             "schedule",
-            "SELECT record FROM ax_schedules
-             WHERE next_fire IS NOT NULL AND next_fire >= $1 AND next_fire <= $2
-             ORDER BY next_fire, tenant, task LIMIT $3",
+            DUE_SCHEDULES,
             &[&from, &until, &sql_limit(limit)],
         )
     }

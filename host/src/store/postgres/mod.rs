@@ -19,6 +19,8 @@ mod migrate;
 mod operations;
 mod outbox;
 mod outputs;
+#[cfg(test)]
+mod plans_tests;
 pub mod pool;
 mod rows;
 mod runs;
@@ -150,7 +152,8 @@ impl Database {
     /// that need not be atomic), waiting for it on this thread.
     pub fn with<T>(&self, f: impl AsyncFnOnce(&mut Client) -> PgResult<T>) -> Result<T> {
         let mut conn = self.pool.get()?;
-        pool::block(f(&mut conn)).map_err(|e| self.fail(e))
+        let result = pool::block(f(&mut conn));
+        result.map_err(|e| self.fail_on(&mut conn, e))
     }
 
     /// Runs `f` in one transaction (read committed), committed when `f`
@@ -167,7 +170,16 @@ impl Database {
             tx.commit().await?;
             Ok(value)
         })
-        .map_err(|e| self.fail(e))
+        .map_err(|e| self.fail_on(&mut conn, e))
+    }
+
+    /// [`Database::fail`] of a call on `conn`, which is dropped rather than
+    /// given back when the error says its connection ended.
+    fn fail_on(&self, conn: &mut pool::Conn<'_>, e: Fail) -> Error {
+        if let Fail::Pg(pg) = &e {
+            conn.note(pg);
+        }
+        self.fail(e)
     }
 
     /// `e` as the store's error (a driver error knowing this database).

@@ -8,7 +8,7 @@ use super::rows::execute;
 use super::{PgStore, key, name};
 use crate::store::kv::KvStore;
 use crate::store::secrets::SecretStore;
-use crate::store::{Operations, Result, SyncTicket};
+use crate::store::{Operations, Result, StoreHealth, StoreKind, SyncTicket};
 
 impl Operations for PgStore {
     fn sync_ticket(&self) -> SyncTicket {
@@ -60,5 +60,13 @@ impl Operations for PgStore {
             .ok()
             .and_then(|bytes| u64::try_from(bytes).ok())
             .unwrap_or(0)
+    }
+
+    fn health(&self) -> StoreHealth {
+        let pool = self.db.pool();
+        StoreHealth {
+            pool: Some(pool.health()),
+            ..StoreHealth::new(StoreKind::Postgres, pool.shown())
+        }
     }
 }

@@ -23,14 +23,21 @@
 //! [`Conn`] drops. A connection whose server went away is dropped and a
 //! new one opened by the next taker; while none can be opened, every call
 //! fails with [`Error::Unavailable`] (the API's 503 `store_unavailable`).
+//!
+//! The pool counts what `/metrics` and `/readyz` show of it
+//! ([`Pool::health`]): connections open and taken, connections that could
+//! not be opened or were found broken, and how long each call held (or
+//! waited for) a connection.
 
 use std::future::Future;
-use std::sync::{Condvar, Mutex};
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use tokio_postgres::{Client, Config, NoTls};
 
-use crate::store::{Error, Result};
+use crate::metrics::{Histogram, STORE_CALL_BUCKETS};
+use crate::store::{Error, PoolHealth, Result};
 
 /// Connections a pool opens at most, unless told otherwise.
 pub const DEFAULT_SIZE: usize = 8;
@@ -52,6 +59,11 @@ pub struct Pool {
     size: usize,
     state: Mutex<Slots>,
     freed: Condvar,
+    /// Connections that could not be opened or were found closed.
+    connection_errors: AtomicU64,
+    /// Each checkout, from asking to giving back (shared with the health
+    /// reports, which are read at scrape time).
+    calls: Arc<Histogram>,
 }
 
 struct Slots {
@@ -64,6 +76,21 @@ struct Slots {
 pub struct Conn<'a> {
     pool: &'a Pool,
     client: Option<Client>,
+    /// When the caller asked for it (the wait for a free one is part of
+    /// the call's latency).
+    asked: Instant,
+    /// A call on it failed as the connection ending ([`ends_connection`]):
+    /// dropped rather than given back, whether or not the client has
+    /// noticed yet that its connection task ended.
+    broken: bool,
+}
+
+impl Conn<'_> {
+    /// Marks the connection broken when `e` says it ended (see
+    /// [`ends_connection`]), so it is not given back to the pool.
+    pub fn note(&mut self, e: &tokio_postgres::Error) {
+        self.broken |= ends_connection(e);
+    }
 }
 
 impl std::ops::Deref for Conn<'_> {
@@ -83,11 +110,18 @@ impl Drop for Conn<'_> {
     fn drop(&mut self) {
         let mut slots = self.pool.state.lock().unwrap_or_else(|p| p.into_inner());
         match self.client.take() {
-            Some(client) if !client.is_closed() => slots.idle.push(client),
-            _ => slots.open -= 1,
+            Some(client) if !self.broken && !client.is_closed() => slots.idle.push(client),
+            Some(_) => {
+                // The server went away during or before the call.
+                slots.open -= 1;
+                self.pool.connection_errors.fetch_add(1, Ordering::Relaxed);
+            }
+            // Opening it failed (counted there).
+            None => slots.open -= 1,
         }
         drop(slots);
         self.pool.freed.notify_one();
+        self.pool.calls.observe(self.asked.elapsed().as_secs_f64());
     }
 }
 
@@ -119,6 +153,8 @@ impl Pool {
                 open: 0,
             }),
             freed: Condvar::new(),
+            connection_errors: AtomicU64::new(0),
+            calls: Arc::new(Histogram::new(STORE_CALL_BUCKETS)),
         };
         let first = pool.open().map_err(|reason| Error::Unusable {
             path: pool.shown.clone(),
@@ -137,20 +173,37 @@ impl Pool {
         &self.shown
     }
 
+    /// The pool's use now and since it was made.
+    pub fn health(&self) -> PoolHealth {
+        let slots = self.lock();
+        PoolHealth {
+            open: slots.open,
+            in_use: slots.open.saturating_sub(slots.idle.len()),
+            max: self.size,
+            connection_errors: self.connection_errors.load(Ordering::Relaxed),
+            calls: self.calls.clone(),
+        }
+    }
+
     /// Takes a connection: an idle one, else a new one while fewer than
     /// `size` are open, else waits for one to be given back.
     pub fn get(&self) -> Result<Conn<'_>> {
-        let deadline = std::time::Instant::now() + CHECKOUT_WAIT;
+        let asked = Instant::now();
+        let deadline = asked + CHECKOUT_WAIT;
         let mut slots = self.lock();
         loop {
             if let Some(client) = slots.idle.pop() {
                 if client.is_closed() {
+                    // Its server went away while it was idle.
                     slots.open -= 1;
+                    self.connection_errors.fetch_add(1, Ordering::Relaxed);
                     continue;
                 }
                 return Ok(Conn {
                     pool: self,
                     client: Some(client),
+                    asked,
+                    broken: false,
                 });
             }
             if slots.open < self.size {
@@ -161,14 +214,17 @@ impl Pool {
                 let mut conn = Conn {
                     pool: self,
                     client: None,
+                    asked,
+                    broken: false,
                 };
                 let client = self.open().map_err(|reason| {
+                    self.connection_errors.fetch_add(1, Ordering::Relaxed);
                     Error::Unavailable(format!("PostgreSQL at {}: {reason}", self.shown))
                 })?;
                 conn.client = Some(client);
                 return Ok(conn);
             }
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Err(Error::Unavailable(format!(
                     "all {} connections to {} are busy",
@@ -245,6 +301,19 @@ pub fn error(shown: &str, e: &tokio_postgres::Error) -> Error {
     }
 }
 
+/// Whether `e` means the connection it came from is gone: closed, an I/O
+/// error, a connection exception (class 08), or the server shutting down
+/// or ending it (57P01 admin shutdown — also `pg_terminate_backend` —,
+/// 57P02 crash shutdown, 57P03 cannot connect now). A full disk (53100) or
+/// a cancelled statement (57014) leaves the connection usable.
+pub fn ends_connection(e: &tokio_postgres::Error) -> bool {
+    let code = e.code().map(|c| c.code());
+    e.is_closed()
+        || matches!(code, Some(c) if c.starts_with("08") || matches!(c, "57P01" | "57P02" | "57P03"))
+        || (code.is_none()
+            && std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>()))
+}
+
 fn unavailable(shown: &str, e: &tokio_postgres::Error) -> Error {
     Error::Unavailable(format!("PostgreSQL at {shown}: {}", describe(e)))
 }
@@ -298,6 +367,94 @@ mod tests {
             shown("host=db password=s3cret user=ax"),
             "host=db password=*** user=ax"
         );
+    }
+
+    #[test]
+    fn the_pool_counts_connections_taken_and_calls() {
+        let Some(scratch) = super::super::testing::TestDatabase::create() else {
+            return;
+        };
+        let pool = Pool::connect(scratch.url(), 3).expect("connects");
+        let h = pool.health();
+        assert_eq!((h.open, h.in_use, h.max, h.connection_errors), (1, 0, 3, 0));
+        assert_eq!(h.calls.count(), 0);
+        {
+            let a = pool.get().expect("taken");
+            let b = pool.get().expect("taken");
+            block(a.simple_query("SELECT 1")).expect("answered");
+            let h = pool.health();
+            assert_eq!((h.open, h.in_use), (2, 2));
+            drop(b);
+            assert_eq!(pool.health().in_use, 1);
+        }
+        let h = pool.health();
+        assert_eq!((h.open, h.in_use, h.connection_errors), (2, 0, 0));
+        assert_eq!(h.calls.count(), 2, "one observation per checkout");
+        assert!(h.calls.sum() > 0.0);
+    }
+
+    #[test]
+    fn a_connection_the_server_ends_is_a_connection_error() {
+        let Some(scratch) = super::super::testing::TestDatabase::create() else {
+            return;
+        };
+        let db = super::super::Database::connect(scratch.url(), 1).expect("connects");
+        let pid: i32 = db
+            .with(async |c| Ok(c.query_one("SELECT pg_backend_pid()", &[]).await?.get(0)))
+            .expect("answered");
+        let other = Pool::connect(scratch.url(), 1).expect("connects");
+        {
+            let killer = other.get().expect("taken");
+            // With a timeout, it returns once the backend has exited (not
+            // only been signalled), so the next call cannot slip through.
+            let ended: bool =
+                block(killer.query_one("SELECT pg_terminate_backend($1, 10000)", &[&pid]))
+                    .expect("ended")
+                    .get(0);
+            assert!(ended);
+        }
+        // The next call either finds the connection closed in the pool (the
+        // client saw it end) and opens another, or fails as unavailable on
+        // it and drops it (`Conn::note`): one connection error either way.
+        let next = db.with(async |c| Ok(c.simple_query("SELECT 1").await?.len()));
+        if let Err(e) = &next {
+            assert!(e.is_unavailable(), "{e}");
+        }
+        assert_eq!(db.pool().health().connection_errors, 1);
+        // The pool goes on with a new connection.
+        db.with(async |c| Ok(c.simple_query("SELECT 1").await?.len()))
+            .expect("answered");
+        let h = db.pool().health();
+        assert_eq!((h.open, h.in_use, h.connection_errors), (1, 0, 1));
+    }
+
+    #[test]
+    fn a_call_whose_connection_ends_drops_it_and_a_cancelled_one_keeps_it() {
+        let Some(scratch) = super::super::testing::TestDatabase::create() else {
+            return;
+        };
+        let db = super::super::Database::connect(scratch.url(), 1).expect("connects");
+        // A statement cancelled by its timeout (57014): the connection is
+        // fine and goes back to the pool.
+        let cancelled = db.with(async |c| {
+            c.batch_execute("SET statement_timeout = 10").await?;
+            Ok(c.simple_query("SELECT pg_sleep(5)").await?.len())
+        });
+        assert!(cancelled.is_err());
+        let h = db.pool().health();
+        assert_eq!((h.open, h.connection_errors), (1, 0));
+        // The backend ends itself during the call (57P01): the connection
+        // is dropped, not given back, and counted.
+        let ended = db.with(async |c| {
+            Ok(
+                c.simple_query("SELECT pg_terminate_backend(pg_backend_pid())")
+                    .await?
+                    .len(),
+            )
+        });
+        assert!(ended.is_err_and(|e| e.is_unavailable()));
+        let h = db.pool().health();
+        assert_eq!((h.open, h.in_use, h.connection_errors), (0, 0, 1));
     }
 
     #[test]

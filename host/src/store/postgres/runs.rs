@@ -25,6 +25,16 @@ use std::collections::{BTreeSet, HashMap};
 use tokio_postgres::{GenericClient, Transaction};
 
 use super::{PgResult, PgStore, decode, encode, key, name, outputs};
+
+/// The queue head of a tenant (`$1`), `$2` runs at most: the partial index
+/// `ax_runs_queue`, in its order (`plans_tests.rs` checks the plan).
+pub(super) const QUEUED_RUNS: &str =
+    "SELECT record FROM ax_runs WHERE tenant = $1 AND status = 'queued'
+     ORDER BY queue_position, id LIMIT $2";
+
+/// [`QUEUED_RUNS`], the ids only.
+pub(super) const QUEUED_IDS: &str = "SELECT id FROM ax_runs WHERE tenant = $1 AND status = 'queued'
+     ORDER BY queue_position, id LIMIT $2";
 use crate::model::ids::{RunId, TaskName, TenantId};
 use crate::model::record::AttemptRecord;
 use crate::model::{DeadLetter, Event, Millis, RunRecord, RunStatus};
@@ -251,8 +261,7 @@ impl Runs for PgStore {
         super::rows::records(
             &self.db,
             "queued run",
-            "SELECT record FROM ax_runs WHERE tenant = $1 AND status = 'queued'
-             ORDER BY queue_position, id LIMIT $2",
+            QUEUED_RUNS,
             &[&key(tenant), &super::rows::sql_limit(limit)],
         )
     }
@@ -260,11 +269,7 @@ impl Runs for PgStore {
     fn queued_ids(&self, tenant: &str, limit: usize) -> Result<Vec<RunId>> {
         self.db.with(async |c| {
             let rows = c
-                .query(
-                    "SELECT id FROM ax_runs WHERE tenant = $1 AND status = 'queued'
-                     ORDER BY queue_position, id LIMIT $2",
-                    &[&key(tenant), &super::rows::sql_limit(limit)],
-                )
+                .query(QUEUED_IDS, &[&key(tenant), &super::rows::sql_limit(limit)])
                 .await?;
             Ok(rows.iter().map(|r| name(r.get(0)).into()).collect())
         })

@@ -282,6 +282,10 @@ impl Operations for SledStore {
         let db = self.db.size_on_disk().unwrap_or(0);
         db + blobs::dir_size(&self.blobs) + blobs::dir_size(&self.dir.join(inputs::INPUTS_DIR))
     }
+
+    fn health(&self) -> super::StoreHealth {
+        super::StoreHealth::new(super::StoreKind::Sled, self.dir.display().to_string())
+    }
 }
 
 impl Catalog for SledStore {
