@@ -4,13 +4,17 @@
 //! guarantees, events, logs and records beside them (`outputs.rs`).
 //!
 //! Decisions:
-//! - **Inserts lock per tenant.** `insert_runs` checks a run's id, its
+//! - **Inserts lock what they check.** `insert_runs` checks a run's id, its
 //!   idempotency key and its fire, then inserts it; a transaction-scoped
-//!   advisory lock per tenant (taken in name order, so two batches cannot
-//!   deadlock) keeps another host's insert from slipping between the check
-//!   and the write. The primary keys would refuse a duplicate anyway; the
-//!   lock turns that refusal into the answer the seam promises (`Existing`)
-//!   instead of a failed batch.
+//!   advisory lock per idempotency key and per fire instant (taken in name
+//!   order, so two batches cannot deadlock) keeps another host's insert
+//!   from slipping between the check and the write. The primary keys would
+//!   refuse a duplicate anyway; the lock turns that refusal into the answer
+//!   the seam promises (`Existing`) instead of a failed batch. A run with
+//!   neither takes no lock (its id is its caller's alone), so triggers of
+//!   one tenant commit concurrently: a lock per tenant held through the
+//!   commit's flush made them one at a time (~360 runs/s with fsync on,
+//!   docs/PERFORMANCE.md).
 //! - **A write is a compare-and-set under row locks.** `write_runs_with_alerts`
 //!   locks the rows it writes (`FOR UPDATE`, in id order), checks their
 //!   revisions with [`check_revisions`], then updates them: a stale writer
@@ -71,12 +75,15 @@ impl Runs for PgStore {
             .map(|n| encoded(&n.run))
             .collect::<PgResult<_>>()
             .map_err(|e| self.db.fail(e))?;
-        let tenants: BTreeSet<&str> = runs.iter().map(|n| n.run.tenant.as_str()).collect();
+        let guarded: Vec<String> = guarded_by(runs).into_iter().collect();
         self.db.transaction(async |tx| {
-            for tenant in &tenants {
+            if !guarded.is_empty() {
+                // In the order of the array (sorted): two batches cannot
+                // deadlock on these.
                 tx.execute(
-                    "SELECT pg_advisory_xact_lock(hashtextextended($1, 35))",
-                    &[&key(tenant)],
+                    "SELECT pg_advisory_xact_lock(hashtextextended(k, 35))
+                     FROM unnest($1::text[]) WITH ORDINALITY AS l(k, n) ORDER BY n",
+                    &[&guarded],
                 )
                 .await?;
             }
@@ -536,6 +543,33 @@ async fn existing(tx: &Transaction<'_>, new: &NewRun) -> PgResult<Option<Insert>
         }
     }
     Ok(None)
+}
+
+/// What inserting `runs` must hold alone between its check and its write:
+/// each idempotency key and each unique fire, named as text (a collision
+/// of two names' hashes only makes two inserts wait for each other). A run
+/// with neither is checked by its id alone, which only its own caller
+/// makes, so it waits for no one: plain triggers of one tenant commit side
+/// by side (and PostgreSQL flushes their commits together).
+fn guarded_by(runs: &[NewRun]) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    for new in runs {
+        let run = &new.run;
+        let (tenant, task) = (key(&run.tenant), key(&run.task));
+        if let Some(idempotency) = &run.idempotency_key {
+            names.insert(format!(
+                "key\u{1f}{tenant}\u{1f}{task}\u{1f}{}",
+                key(idempotency)
+            ));
+        }
+        if new.unique_fire {
+            names.insert(format!(
+                "fire\u{1f}{tenant}\u{1f}{task}\u{1f}{}",
+                run.scheduled_for
+            ));
+        }
+    }
+    names
 }
 
 /// Stores a new run with its key, its fire, its schedule's progress and its
