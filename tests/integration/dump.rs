@@ -127,9 +127,7 @@ fn a_sled_store_goes_through_postgres_and_back_with_the_same_objects() {
     assert!(ok, "{text}");
     assert!(text.contains("plain text"), "a warning: {text}");
     let first = objects(&dir.path().join("a.dump"));
-    for kind in [
-        "tenant", "plugin", "blob", "task", "run", "event", "kv", "secret",
-    ] {
+    for kind in ["tenant", "plugin", "blob", "task", "run", "kv", "secret"] {
         let tag = format!("{{\"kind\":\"{kind}\"");
         assert!(
             first.iter().any(|l| l.starts_with(&tag)),
