@@ -18,6 +18,7 @@ mod crash;
 mod dag;
 mod deploy;
 mod dev;
+mod dump;
 mod durable_alerts;
 mod first_hour;
 mod full_disk;

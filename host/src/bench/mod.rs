@@ -3,12 +3,13 @@
 //! `docs/PERFORMANCE.md`.
 //!
 //! One file per benchmark (`exec`, `load`, `fire`, `trigger`, `dag`, `soak`,
-//! `caps`, `tenants`, `scale`); this file holds what they share: the attempt context,
+//! `caps`, `tenants`, `scale`, `dump`); this file holds what they share: the attempt context,
 //! scratch directories, medians and percentiles, and a loopback server with
 //! the `echo` plugin uploaded.
 
 mod caps;
 mod dag;
+mod dump;
 mod exec;
 mod fire;
 mod load;
@@ -25,6 +26,7 @@ use crate::store::prelude::*;
 
 pub use self::caps::{HttpBenchStats, KvBenchStats, http_requests, kv_round_trips};
 pub use self::dag::{DagStats, dag_overhead};
+pub use self::dump::{DumpStats, Leg, dump_speed};
 pub use self::exec::{ExecStats, exec, speed_up};
 pub use self::fire::{LatenessStats, fire_lateness};
 pub use self::load::{LoadStats, load};

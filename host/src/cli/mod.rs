@@ -31,6 +31,7 @@ macro_rules! print {
 mod build;
 mod client;
 mod dev;
+mod dump;
 mod exec;
 mod local;
 mod scaffold;
@@ -148,6 +149,15 @@ enum StoreCommand {
         #[arg(long)]
         dry_run: bool,
     },
+    /// Write the whole store (sled, or PostgreSQL with --store) to a dump
+    /// file: gzip-compressed JSON lines, versioned (docs/OPERATIONS.md,
+    /// *Backups*). Secrets are left out unless --include-secrets. No
+    /// `ax serve` may be using a sled store.
+    Export(dump::ExportArgs),
+    /// Fill an empty store from a dump file (`ax store export`): the whole
+    /// file is checked first (format version, truncation), then written;
+    /// prints what it imported.
+    Import(dump::ImportArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -174,6 +184,23 @@ enum BenchCommand {
     /// Many tasks and queued runs on a real `ax serve` child over HTTP: apply
     /// and trigger rates, RSS, store size, restart after SIGKILL, fire lateness.
     Scale(BenchScaleArgs),
+    /// `ax store export` and `import` speed: runs per second from sled to a
+    /// file, into PostgreSQL (`--store`, an empty database), back out of it
+    /// and into a fresh sled store.
+    Dump(BenchDumpArgs),
+}
+
+#[derive(Debug, Args)]
+struct BenchDumpArgs {
+    /// Finished runs in the store.
+    #[arg(long, default_value_t = 20_000)]
+    runs: usize,
+    /// An empty PostgreSQL database for the PostgreSQL legs.
+    #[arg(long)]
+    store: Option<String>,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -568,10 +595,16 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             };
             print_stats(&crate::bench::scale(config)?, args.json)
         }
+        Command::Bench(BenchCommand::Dump(args)) => print_stats(
+            &crate::bench::dump_speed(args.runs, args.store.as_deref())?,
+            args.json,
+        ),
         Command::Store(StoreCommand::Migrate { store, dry_run }) => {
             store_migrate(&store, dry_run)?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Store(StoreCommand::Export(args)) => dump::export(&args),
+        Command::Store(StoreCommand::Import(args)) => dump::import(&args),
         Command::Store(StoreCommand::Check { data_dir, json }) => {
             let checked = crate::store::SledStore::check(&data_dir)?;
             if json {

@@ -459,6 +459,21 @@ impl<L: Layer> Tenancy for Layered<L> {
     }
 }
 
+impl<L: Layer> super::Backup for Layered<L> {
+    fn map_page(
+        &self,
+        tree: super::Tree,
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.0.read(|s| s.map_page(tree, after, limit))
+    }
+
+    fn restore_map(&self, tree: super::Tree, entries: &[(Vec<u8>, Vec<u8>)]) -> Result<()> {
+        self.0.write(|s| s.restore_map(tree, entries))
+    }
+}
+
 /// How to reopen a store after a fault: check that its directory takes
 /// writes, then open it again.
 pub struct Reopen {

@@ -43,6 +43,10 @@ pub trait OrderedMap: Send + Sync + 'static {
     fn remove(&self, key: &[u8]) -> Result<()>;
     /// Entries whose key starts with `prefix`, in key order, at most `limit`.
     fn scan(&self, prefix: &[u8], limit: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>>;
+    /// Entries whose key is greater than `after` (`None`: every entry), in
+    /// key order, at most `limit`: the whole map a page at a time
+    /// ([`super::Backup::map_page`]).
+    fn range(&self, after: Option<&[u8]>, limit: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>>;
     /// Makes writes so far durable.
     fn flush(&self) -> Result<()>;
 }
@@ -75,6 +79,16 @@ impl OrderedMap for MemoryMap {
             .lock()
             .range(prefix.to_vec()..)
             .take_while(|(k, _)| k.starts_with(prefix))
+            .take(limit)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect())
+    }
+    fn range(&self, after: Option<&[u8]>, limit: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        use std::ops::Bound;
+        let start = after.map_or(Bound::Unbounded, |a| Bound::Excluded(a.to_vec()));
+        Ok(self
+            .lock()
+            .range((start, Bound::Unbounded))
             .take(limit)
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect())
@@ -132,6 +146,15 @@ impl OrderedMap for SledMap {
     fn scan(&self, prefix: &[u8], limit: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         self.tree
             .scan_prefix(prefix)
+            .take(limit)
+            .map(|r| r.map(|(k, v)| (k.to_vec(), v.to_vec())).map_err(backend))
+            .collect()
+    }
+    fn range(&self, after: Option<&[u8]>, limit: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        use std::ops::Bound;
+        let start = after.map_or(Bound::Unbounded, |a| Bound::Excluded(a.to_vec()));
+        self.tree
+            .range::<Vec<u8>, _>((start, Bound::Unbounded))
             .take(limit)
             .map(|r| r.map(|(k, v)| (k.to_vec(), v.to_vec())).map_err(backend))
             .collect()
@@ -248,6 +271,12 @@ impl<M: OrderedMap> KvEngine<M> {
             map,
             write: Mutex::new(()),
         }
+    }
+
+    /// The map it runs over (a whole-store dump reads and restores it
+    /// verbatim: [`super::Backup`]).
+    pub(crate) fn map(&self) -> &M {
+        &self.map
     }
 
     fn lock(&self) -> MutexGuard<'_, ()> {

@@ -833,3 +833,27 @@ impl Tenancy for MemoryStore {
             .collect())
     }
 }
+
+impl super::Backup for MemoryStore {
+    fn map_page(
+        &self,
+        tree: super::Tree,
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.maps().page(tree, after, limit)
+    }
+
+    fn restore_map(&self, tree: super::Tree, entries: &[(Vec<u8>, Vec<u8>)]) -> Result<()> {
+        self.maps().restore(tree, entries)
+    }
+}
+
+impl MemoryStore {
+    fn maps(&self) -> super::backup::Maps<'_, super::kv::MemoryMap> {
+        super::backup::Maps {
+            kv: &self.kv,
+            secrets: &self.secrets,
+        }
+    }
+}

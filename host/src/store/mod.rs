@@ -12,7 +12,9 @@
 //! - [`Tenancy`]: tenants, tokens, usage;
 //! - [`Leases`]: who does the work only one process may do (retention,
 //!   alert delivery), until when;
-//! - [`Operations`]: durability tickets, metadata, size, health.
+//! - [`Operations`]: durability tickets, metadata, size, health;
+//! - [`Backup`]: the capability maps (KV, secrets) read whole and restored
+//!   verbatim, for [`dump`] (`ax store export` / `import`).
 //!
 //! [`StoreExt`] derives the conveniences (one run, one task, whole-store
 //! listings) from them for every store; [`rules`] holds what every store
@@ -26,7 +28,9 @@
 //! [`SyncTicket`] after writing and awaits it (group commit: one flusher
 //! thread, many waiters).
 
+mod backup;
 mod catalog;
+pub mod dump;
 mod error;
 mod ext;
 pub mod faults;
@@ -47,6 +51,7 @@ mod tenancy;
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
 
+pub use self::backup::{Backup, Tree};
 pub use self::catalog::Catalog;
 pub use self::error::{Error, Result};
 pub use self::ext::StoreExt;
@@ -66,12 +71,12 @@ pub use self::tenancy::Tenancy;
 /// waits for the disk except [`SyncTicket::wait`]. Implemented for every
 /// type that implements the concepts.
 pub trait Store:
-    Catalog + Runs + Outbox + Tenancy + Leases + Operations + Send + Sync + 'static
+    Catalog + Runs + Outbox + Tenancy + Leases + Operations + Backup + Send + Sync + 'static
 {
 }
 
 impl<T> Store for T where
-    T: Catalog + Runs + Outbox + Tenancy + Leases + Operations + Send + Sync + 'static
+    T: Catalog + Runs + Outbox + Tenancy + Leases + Operations + Backup + Send + Sync + 'static
 {
 }
 
@@ -79,5 +84,5 @@ impl<T> Store for T where
 /// (`use crate::store::prelude::*`): concept traits' methods need their
 /// trait in scope there, and the conveniences need [`StoreExt`].
 pub mod prelude {
-    pub use super::{Catalog, Leases, Operations, Outbox, Runs, Store, StoreExt, Tenancy};
+    pub use super::{Backup, Catalog, Leases, Operations, Outbox, Runs, Store, StoreExt, Tenancy};
 }

@@ -73,6 +73,12 @@ impl<M: OrderedMap> SecretEngine<M> {
     pub(crate) fn with_map(map: M) -> Self {
         Self { map }
     }
+
+    /// The map it runs over (a whole-store dump reads and restores it
+    /// verbatim: [`super::Backup`]).
+    pub(crate) fn map(&self) -> &M {
+        &self.map
+    }
 }
 
 fn key(tenant: &str, name: &str) -> Vec<u8> {

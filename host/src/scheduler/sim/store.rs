@@ -504,6 +504,23 @@ impl Leases for SimStore {
     }
 }
 
+// Not simulated, as the KV and secret stores it reads are not
+// (`Operations::kv`): a dump of a simulated store reads the real one.
+impl crate::store::Backup for SimStore {
+    fn map_page(
+        &self,
+        tree: crate::store::Tree,
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        crate::store::Backup::map_page(&*self.inner(), tree, after, limit)
+    }
+
+    fn restore_map(&self, tree: crate::store::Tree, entries: &[(Vec<u8>, Vec<u8>)]) -> Result<()> {
+        crate::store::Backup::restore_map(&*self.inner(), tree, entries)
+    }
+}
+
 impl Tenancy for SimStore {
     fn put_tenant(&self, tenant: &TenantRecord) -> Result<()> {
         self.write(Write::Tenant(Box::new(tenant.clone())), |s| {

@@ -23,10 +23,11 @@
 //! builders; the behaviours live by area: `catalog` (metadata, blobs,
 //! plugins, tasks, schedules), `tags` (plugin tags), `runs` (writing runs),
 //! `listing` (reading them back), `outputs` (logs, dead letters), `tenants`
-//! (tenants, tokens, usage), `outbox` (the alert outbox), `leases` and
-//! `model` (the random operations).
+//! (tenants, tokens, usage), `outbox` (the alert outbox), `leases`, `dump`
+//! (the whole-store dump) and `model` (the random operations).
 
 pub mod catalog;
+pub mod dump;
 pub mod leases;
 pub mod listing;
 pub mod model;
@@ -112,6 +113,7 @@ macro_rules! store_conformance_suite {
                 outbox::trimming_keeps_the_newest_of_one_state_and_counts_follow,
                 leases::leases_are_held_until_they_lapse_and_renewed_by_their_holder,
                 leases::two_takers_never_hold_a_lease_under_one_token,
+                dump::a_dump_carries_every_kind_into_an_empty_store,
             );
 
             #[test]

@@ -416,7 +416,7 @@ pub fn idempotency_keys_expire_in_order<S: Store>(make: Make<S>) {
     assert_eq!(store.expire_keys(5_000, 10).unwrap(), 0);
 }
 
-fn attempt_record(run_id: &str, step: &str, attempt: u32, note: &str) -> AttemptRecord {
+pub(super) fn attempt_record(run_id: &str, step: &str, attempt: u32, note: &str) -> AttemptRecord {
     AttemptRecord {
         context: crate::model::AttemptContext {
             run_id: run_id.to_owned(),

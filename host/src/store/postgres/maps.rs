@@ -88,6 +88,20 @@ impl OrderedMap for PgMap {
         })
     }
 
+    fn range(&self, after: Option<&[u8]>, limit: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.db.with(async |c| {
+            let rows = c
+                .query(
+                    "SELECT key, value FROM ax_maps
+                     WHERE tree = $1 AND ($2::bytea IS NULL OR key > $2)
+                     ORDER BY key LIMIT $3",
+                    &[&self.tree, &after, &sql_limit(limit)],
+                )
+                .await?;
+            Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+        })
+    }
+
     fn flush(&self) -> Result<()> {
         // Each write above is its own committed transaction: durable already.
         Ok(())

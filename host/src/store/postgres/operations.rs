@@ -70,3 +70,27 @@ impl Operations for PgStore {
         }
     }
 }
+
+impl crate::store::Backup for PgStore {
+    fn map_page(
+        &self,
+        tree: crate::store::Tree,
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.maps().page(tree, after, limit)
+    }
+
+    fn restore_map(&self, tree: crate::store::Tree, entries: &[(Vec<u8>, Vec<u8>)]) -> Result<()> {
+        self.maps().restore(tree, entries)
+    }
+}
+
+impl PgStore {
+    fn maps(&self) -> crate::store::backup::Maps<'_, super::maps::PgMap> {
+        crate::store::backup::Maps {
+            kv: &self.kv,
+            secrets: &self.secrets,
+        }
+    }
+}

@@ -636,3 +636,27 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // holding the lock cannot leave them half-updated.
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
+
+impl super::Backup for SledStore {
+    fn map_page(
+        &self,
+        tree: super::Tree,
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.maps().page(tree, after, limit)
+    }
+
+    fn restore_map(&self, tree: super::Tree, entries: &[(Vec<u8>, Vec<u8>)]) -> Result<()> {
+        self.maps().restore(tree, entries)
+    }
+}
+
+impl SledStore {
+    fn maps(&self) -> super::backup::Maps<'_, super::kv::SledMap> {
+        super::backup::Maps {
+            kv: &self.kv,
+            secrets: &self.secrets,
+        }
+    }
+}

@@ -1,0 +1,228 @@
+//! The whole-store dump (`store::dump`): a store holding one of every kind
+//! exports, imports into an empty store of the same backend and into the
+//! memory store, and each exports the same objects again.
+
+use std::io::Read;
+use std::path::Path;
+
+use super::outbox::alert;
+use super::runs::attempt_record;
+use super::{Make, SCAN, attempt_logs, created, dead, event, plugin, run, run_id, schedule, task};
+use crate::capability::kv::{KvNamespace, KvScope};
+use crate::model::{Outcome, PluginTag, RunStatus, TriggerKind};
+use crate::store::dump::{self, ExportOptions, ImportOptions};
+use crate::store::memory::MemoryStore;
+use crate::store::prelude::*;
+use crate::store::{Insert, NewRun, Tree};
+use crate::tenant::{HOUR_MS, Quota, TenantRecord, UsageBucket, new_token};
+
+/// Kinds [`fill`] stores one (or more) of.
+const KINDS: &[&str] = &[
+    "meta",
+    "tenant",
+    "token",
+    "task",
+    "run",
+    "event",
+    "log",
+    "record",
+    "blob",
+    "plugin",
+    "tag",
+    "dead_letter",
+    "alert",
+    "usage",
+    "kv",
+    "secret",
+];
+
+/// Stores one of everything a dump carries.
+fn fill(store: &dyn Store) {
+    store
+        .put_meta("admin_token_sha256", &"ab".repeat(32))
+        .unwrap();
+    store
+        .put_tenant(&TenantRecord::new("t1", Quota::default(), 1))
+        .unwrap();
+    store
+        .put_token(&new_token("t1", Some("ci".into()), 3).1)
+        .unwrap();
+    let digest = store.put_blob(b"\0asm component bytes").unwrap();
+    store
+        .put_plugin(&crate::model::PluginRecord {
+            digest,
+            ..plugin("t1", "echo", "1.0.0")
+        })
+        .unwrap();
+    store
+        .put_plugin_tag(&PluginTag {
+            tenant: "t1".into(),
+            name: "echo".into(),
+            tag: "stable".into(),
+            version: "1.0.0".into(),
+            updated_at: 4,
+        })
+        .unwrap();
+    store
+        .put_task(&task("t1", "a", 1), &schedule("t1", "a", Some(60_000)))
+        .unwrap();
+
+    let mut done = run(&run_id(1_000, 1), "t1", "a", RunStatus::Succeeded);
+    done.idempotency_key = Some("k1".into());
+    done.revision = 3;
+    let events = [
+        event(&done.id, "queued", 1_000),
+        event(&done.id, "succeeded", 1_002),
+    ];
+    created(store.insert_run(&done, false, None, &events).unwrap());
+    store
+        .put_logs("t1", &done.id, &attempt_logs("s1", 1, "out\n".into()))
+        .unwrap();
+    store
+        .put_record(&attempt_record(&done.id, "s1", 1, "x"))
+        .unwrap();
+    let mut fired = run(&run_id(60_000, 2), "t1", "a", RunStatus::Queued);
+    fired.trigger = TriggerKind::Cron;
+    fired.scheduled_for = 60_000;
+    created(store.insert_run(&fired, true, None, &[]).unwrap());
+    // A tenant with runs and no record (as `default` is used).
+    let other = run(&run_id(2_000, 3), "t2", "b", RunStatus::Failed);
+    created(store.insert_run(&other, false, None, &[]).unwrap());
+
+    store.put_dead_letter(&dead("d1", "t1", None)).unwrap();
+    store.put_alerts(&[alert("a1", "t1", 5_000)]).unwrap();
+    store
+        .add_usage(&[UsageBucket::attempt(
+            "t1",
+            "a",
+            HOUR_MS,
+            10,
+            1.0,
+            Outcome::Succeeded,
+        )])
+        .unwrap();
+    let ns = KvNamespace::new("t1", "a", KvScope::Tenant);
+    store
+        .kv()
+        .set(&ns, "key", b"value", None, u64::MAX, 0)
+        .unwrap();
+    store
+        .secrets()
+        .put_secret("t1", "api", "s3cret", 7)
+        .unwrap();
+}
+
+/// A directory of its own under the system's, removed on drop.
+struct Scratch(std::path::PathBuf);
+
+impl Scratch {
+    fn new() -> Self {
+        let path = std::env::temp_dir().join(format!(
+            "ax-dump-{}-{}",
+            std::process::id(),
+            crate::store::new_id("d", 0)
+        ));
+        std::fs::create_dir_all(&path).unwrap();
+        Self(path)
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The dump's lines after the header (which holds the instant it was made).
+fn objects(path: &Path) -> Vec<String> {
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(std::fs::File::open(path).unwrap())
+        .read_to_string(&mut text)
+        .unwrap();
+    text.lines().skip(1).map(str::to_owned).collect()
+}
+
+fn export(store: &dyn Store, path: &Path) {
+    let out = dump::create_file(path, true).unwrap();
+    let options = ExportOptions {
+        include_secrets: true,
+        now: 1,
+    };
+    dump::export(store, out, &options).unwrap();
+}
+
+const IMPORT: ImportOptions = ImportOptions {
+    key_ttl: 86_400_000,
+};
+
+pub fn a_dump_carries_every_kind_into_an_empty_store<S: Store>(make: Make<S>) {
+    // Not `tempfile` (a dev-dependency): the suite also builds for
+    // backends outside this crate (`conformance` feature).
+    let dir = Scratch::new();
+    let (source, _a) = make(SCAN);
+    fill(&source);
+    let first = dir.path().join("first.ax-dump");
+    export(&source, &first);
+    let described = dump::verify(&first).unwrap();
+    for kind in KINDS {
+        assert!(
+            described.counts.get(kind) > 0,
+            "{kind} in {}",
+            described.counts
+        );
+    }
+    assert_eq!(described.counts.get("run"), 3);
+
+    let (target, _b) = make(SCAN);
+    let memory = MemoryStore::new();
+    for (name, store) in [("same", &target as &dyn Store), ("memory", &memory)] {
+        let imported = dump::import(store, &first, &IMPORT).unwrap();
+        assert_eq!(imported, described.counts);
+        let again = dir.path().join(format!("{name}.ax-dump"));
+        export(store, &again);
+        assert_eq!(objects(&again), objects(&first), "{name}: the same objects");
+
+        // What the objects mean came along: revisions, keys, fires, maps.
+        let done = store.get_run(&run_id(1_000, 1)).unwrap().unwrap();
+        assert_eq!(done.revision, 3);
+        let mut same_key = run(&run_id(3_000, 9), "t1", "a", RunStatus::Queued);
+        same_key.idempotency_key = Some("k1".into());
+        assert!(matches!(
+            store.insert_run(&same_key, false, None, &[]).unwrap(),
+            Insert::Existing(r) if r.id == done.id
+        ));
+        let mut same_fire = run(&run_id(60_001, 9), "t1", "a", RunStatus::Queued);
+        same_fire.scheduled_for = 60_000;
+        let outcome = store.insert_runs(&[NewRun {
+            run: same_fire,
+            unique_fire: true,
+            schedule: None,
+            events: Vec::new(),
+            key_expires_at: i64::MAX,
+        }]);
+        assert!(matches!(&outcome.unwrap()[0], Insert::Existing(r) if r.id == run_id(60_000, 2)));
+        let ns = KvNamespace::new("t1", "a", KvScope::Tenant);
+        assert_eq!(
+            store.kv().get(&ns, "key", 0).unwrap().as_deref(),
+            Some(&b"value"[..])
+        );
+        assert_eq!(
+            store.kv().usage("t1").unwrap(),
+            source.kv().usage("t1").unwrap()
+        );
+        assert_eq!(
+            store.secrets().get_secret("t1", "api").unwrap().as_deref(),
+            Some("s3cret")
+        );
+        assert!(store.run_bytes("t1").unwrap() > 0);
+
+        // A store that holds something is refused, and left as it was.
+        let refused = dump::import(store, &first, &IMPORT).unwrap_err();
+        assert!(matches!(refused, dump::Error::NotEmpty(_)), "{refused}");
+    }
+    assert!(!source.map_page(Tree::Kv, None, 10).unwrap().is_empty());
+}

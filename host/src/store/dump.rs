@@ -1,0 +1,887 @@
+//! A whole store as a streaming, versioned logical dump (`ax store export`
+//! / `ax store import`): what moves a deployment between sled and
+//! PostgreSQL, in either direction, and what backs up a sled store. It goes
+//! through the [`Store`] seam only, so every backend reads and writes it.
+//!
+//! # Format (version 1)
+//! A gzip stream of JSON lines:
+//! - first, the header: `{"format":"ax-dump","version":1,"ax":"<crate
+//!   version>","created_at":<ms>,"secrets":<bool>}`;
+//! - then one line per object, `{"kind":"<kind>", ...}` — the object's
+//!   stored record, whole (ids, revisions and instants kept):
+//!   `meta` (`key`, `value`: the admin token's hash only), `tenant`,
+//!   `token` (its hash, never the token), `task` (`task`, `schedule`),
+//!   `run` (`run`, with its `events`, attempt `logs` and attempt `records`
+//!   on the same line), `plugin`, `blob` (`digest`, `bytes` in hex: each
+//!   digest once, before the first plugin naming it), `tag`,
+//!   `dead_letter`, `alert`, `usage` (an hourly bucket), `kv` (`key`,
+//!   `value` in hex: the KV store's own entries and usage counters,
+//!   verbatim) and, only when asked for, `secret` (`tenant`, `name`,
+//!   `value` in plain text, `updated_at`);
+//! - last, `{"kind":"end","counts":{<kind>: n, ...},"secrets_left_out":n}`
+//!   with one count per object kind (`event`, `log` and `record` counted
+//!   apart from `run`).
+//!
+//! A file without the end line, with a damaged gzip stream, or whose counts
+//! differ from its lines is refused before anything is written; so is a
+//! newer format version. Readers of version 1 ignore fields they do not
+//! know inside a record only as far as the record's own type does.
+//!
+//! Runs are read a page at a time ([`Runs::run_summaries_page`]), so an
+//! export holds one page of runs however many the store keeps; an import
+//! writes them in batches ([`Runs::insert_runs`], which keeps each run's
+//! revision and claims its idempotency key and fire again).
+//!
+//! # What is not carried
+//! - Secrets, unless `include_secrets` (docs/SECURITY.md): the export says
+//!   how many it left out.
+//! - Idempotency keys of runs retention already deleted, and the instant
+//!   each kept key expires: the seam reads neither. A key comes back with
+//!   its run and is remembered for [`ImportOptions::key_ttl`] from the
+//!   run's creation. Fire keys (one run per task and instant) come back
+//!   with their runs, so a restored scheduler does not fire twice.
+//! - Leases (they lapse by themselves) and metadata other than the admin
+//!   token's hash (format markers belong to the target store).
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::fs::File;
+use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::path::Path;
+
+use flate2::Compression;
+use flate2::read::MultiGzDecoder;
+use flate2::write::GzEncoder;
+use serde::{Deserialize, Serialize};
+
+use super::{AlertQuery, AttemptLogs, NewRun, OutboxAlert, Store, StoreExt, Tree};
+use crate::model::record::AttemptRecord;
+use crate::model::{
+    DeadLetter, Event, Millis, PluginRecord, PluginTag, RunRecord, ScheduleState, TaskRecord,
+    TriggerKind,
+};
+use crate::tenant::{DEFAULT_TENANT, TenantRecord, TokenRecord, UsageBucket};
+
+/// The format version this ax writes, and the newest it reads.
+pub const VERSION: u32 = 1;
+/// The header's `format`.
+const FORMAT: &str = "ax-dump";
+/// Runs read (export) or written (import) per batch: large enough that a
+/// batch's fixed cost vanishes, small enough that a batch stays in memory.
+const RUN_BATCH: usize = 512;
+/// Map entries read per page.
+const MAP_PAGE: usize = 1024;
+/// Alerts read per page.
+const ALERT_PAGE: usize = 1000;
+/// The metadata a dump carries: the admin token's hash (`server.rs`), so a
+/// moved deployment keeps its admin token.
+const CARRIED_META: &[&str] = &["admin_token_sha256"];
+
+/// What exporting or importing can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The store refused a read or a write.
+    #[error(transparent)]
+    Store(#[from] super::Error),
+    /// The file could not be read or written.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    /// Not an ax dump at all.
+    #[error("not an ax dump: {0}")]
+    NotADump(String),
+    /// A format this ax does not know yet.
+    #[error(
+        "the dump has format version {found}, newer than this ax reads ({VERSION}): import it with a newer ax"
+    )]
+    Newer {
+        /// The dump's version.
+        found: u32,
+    },
+    /// The file ends early or does not hold what its end line counts.
+    #[error("the dump is truncated or damaged ({0}); nothing was imported")]
+    Damaged(String),
+    /// Import only fills an empty store.
+    #[error(
+        "the target store is not empty (it holds {0}); import only into an empty store: nothing was imported, nothing is merged"
+    )]
+    NotEmpty(String),
+}
+
+/// `Result` of this module.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Objects counted per kind, by kind.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counts(pub BTreeMap<String, u64>);
+
+impl Counts {
+    fn add(&mut self, kind: &str, n: u64) {
+        if n > 0 {
+            *self.0.entry(kind.to_owned()).or_default() += n;
+        }
+    }
+
+    /// How many objects of `kind`.
+    pub fn get(&self, kind: &str) -> u64 {
+        self.0.get(kind).copied().unwrap_or(0)
+    }
+}
+
+impl std::fmt::Display for Counts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.0.is_empty() {
+            return f.write_str("nothing");
+        }
+        let parts: Vec<String> = self.0.iter().map(|(k, n)| format!("{n} {k}")).collect();
+        f.write_str(&parts.join(", "))
+    }
+}
+
+/// The first line.
+#[derive(Debug, Serialize, Deserialize)]
+struct Header {
+    format: String,
+    version: u32,
+    ax: String,
+    created_at: Millis,
+    #[serde(default)]
+    secrets: bool,
+}
+
+/// A line after the header.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+enum Line {
+    Meta {
+        key: String,
+        value: String,
+    },
+    Tenant(TenantRecord),
+    Token(TokenRecord),
+    Task {
+        task: TaskRecord,
+        schedule: Option<ScheduleState>,
+    },
+    Run {
+        run: Box<RunRecord>,
+        events: Vec<Event>,
+        logs: Vec<AttemptLogs>,
+        records: Vec<AttemptRecord>,
+    },
+    Blob {
+        digest: String,
+        bytes: String,
+    },
+    Plugin(PluginRecord),
+    Tag(PluginTag),
+    DeadLetter(DeadLetter),
+    Alert(OutboxAlert),
+    Usage(UsageBucket),
+    Kv {
+        key: String,
+        value: String,
+    },
+    Secret {
+        tenant: String,
+        name: String,
+        value: String,
+        updated_at: Millis,
+    },
+    End {
+        counts: Counts,
+        #[serde(default)]
+        secrets_left_out: u64,
+    },
+}
+
+impl Line {
+    /// The kinds a line counts as.
+    fn count(&self, counts: &mut Counts) {
+        match self {
+            Line::Meta { .. } => counts.add("meta", 1),
+            Line::Tenant(_) => counts.add("tenant", 1),
+            Line::Token(_) => counts.add("token", 1),
+            Line::Task { .. } => counts.add("task", 1),
+            Line::Run {
+                events,
+                logs,
+                records,
+                ..
+            } => {
+                counts.add("run", 1);
+                counts.add("event", events.len() as u64);
+                counts.add("log", logs.len() as u64);
+                counts.add("record", records.len() as u64);
+            }
+            Line::Blob { .. } => counts.add("blob", 1),
+            Line::Plugin(_) => counts.add("plugin", 1),
+            Line::Tag(_) => counts.add("tag", 1),
+            Line::DeadLetter(_) => counts.add("dead_letter", 1),
+            Line::Alert(_) => counts.add("alert", 1),
+            Line::Usage(_) => counts.add("usage", 1),
+            Line::Kv { .. } => counts.add("kv", 1),
+            Line::Secret { .. } => counts.add("secret", 1),
+            Line::End { .. } => {}
+        }
+    }
+}
+
+/// How to export.
+#[derive(Clone, Debug, Default)]
+pub struct ExportOptions {
+    /// Write secrets' values, in plain text (otherwise they are counted and
+    /// left out).
+    pub include_secrets: bool,
+    /// The header's `created_at`.
+    pub now: Millis,
+}
+
+/// What an export wrote.
+#[derive(Clone, Debug, Default)]
+pub struct Exported {
+    /// Objects written, per kind.
+    pub counts: Counts,
+    /// Secrets not written (`include_secrets` off).
+    pub secrets_left_out: u64,
+}
+
+/// A secret as the secret store keeps it (`store::secrets`).
+#[derive(Serialize, Deserialize)]
+struct StoredSecret {
+    value: String,
+    updated_at: Millis,
+}
+
+/// Writes the dump's lines, counting them.
+struct Writer<W: Write> {
+    out: GzEncoder<W>,
+    counts: Counts,
+}
+
+impl<W: Write> Writer<W> {
+    fn line<T: Serialize>(&mut self, line: &T) -> Result<()> {
+        serde_json::to_writer(&mut self.out, line).map_err(std::io::Error::from)?;
+        self.out.write_all(b"\n")?;
+        Ok(())
+    }
+
+    fn object(&mut self, line: Line) -> Result<()> {
+        line.count(&mut self.counts);
+        self.line(&line)
+    }
+}
+
+/// Writes every object of `store` to `out` as a dump (gzip-compressed; `out`
+/// is best buffered). Reads runs a page at a time.
+pub fn export(store: &dyn Store, out: impl Write, options: &ExportOptions) -> Result<Exported> {
+    // Fast compression: the dump is mostly JSON, which level 1 already
+    // shrinks several times, at a fraction of the default level's time.
+    let mut w = Writer {
+        out: GzEncoder::new(out, Compression::fast()),
+        counts: Counts::default(),
+    };
+    w.line(&Header {
+        format: FORMAT.into(),
+        version: VERSION,
+        ax: env!("CARGO_PKG_VERSION").into(),
+        created_at: options.now,
+        secrets: options.include_secrets,
+    })?;
+    for key in CARRIED_META {
+        if let Some(value) = store.get_meta(key)? {
+            w.object(Line::Meta {
+                key: (*key).into(),
+                value,
+            })?;
+        }
+    }
+    // Every tenant that owns something: the stored ones, the default one
+    // (used without a record) and those named by tasks and runs.
+    let mut tenants: BTreeSet<String> = BTreeSet::from([DEFAULT_TENANT.to_owned()]);
+    for tenant in store.list_tenants()? {
+        tenants.insert(tenant.name.clone());
+        w.object(Line::Tenant(tenant))?;
+    }
+    for token in store.list_tokens()? {
+        w.object(Line::Token(token))?;
+    }
+    for task in store.list_tasks(None)? {
+        tenants.insert(task.tenant.clone());
+        let schedule = store.get_schedule(&task.tenant, &task.name)?;
+        w.object(Line::Task { task, schedule })?;
+    }
+    export_runs(store, &mut w, &mut tenants)?;
+    let mut blobs: HashSet<String> = HashSet::new();
+    for tenant in &tenants {
+        for plugin in store.list_plugins(tenant)? {
+            if blobs.insert(plugin.digest.clone())
+                && let Some(bytes) = store.get_blob(&plugin.digest)?
+            {
+                w.object(Line::Blob {
+                    digest: plugin.digest.clone(),
+                    bytes: hex::encode(bytes),
+                })?;
+            }
+            w.object(Line::Plugin(plugin))?;
+        }
+        for tag in store.list_plugin_tags(tenant)? {
+            w.object(Line::Tag(tag))?;
+        }
+        for dead in store.list_dead_letters(tenant, false)? {
+            w.object(Line::DeadLetter(dead))?;
+        }
+        let mut cursor = None;
+        loop {
+            let (alerts, next) = store.list_alerts(&AlertQuery {
+                tenant: tenant.clone(),
+                status: None,
+                limit: ALERT_PAGE,
+                cursor: cursor.take(),
+            })?;
+            for alert in alerts {
+                w.object(Line::Alert(alert))?;
+            }
+            match next {
+                Some(next) => cursor = Some(next),
+                None => break,
+            }
+        }
+        for bucket in store.usage(tenant, Millis::MIN, Millis::MAX)? {
+            w.object(Line::Usage(bucket))?;
+        }
+    }
+    for_each_entry(store, Tree::Kv, |key, value| {
+        let key = String::from_utf8(key).map_err(|_| super::Error::Corrupt {
+            key: "kv".into(),
+            reason: "a key that is not UTF-8".into(),
+        })?;
+        w.object(Line::Kv {
+            key,
+            value: hex::encode(value),
+        })
+    })?;
+    let mut left_out = 0;
+    for_each_entry(store, Tree::Secrets, |key, value| {
+        if !options.include_secrets {
+            left_out += 1;
+            return Ok(());
+        }
+        let (tenant, name) = split_secret_key(&key)?;
+        let stored: StoredSecret = serde_json::from_slice(&value).map_err(|_| {
+            // The error's text could quote the value: only the key is named.
+            super::Error::Corrupt {
+                key: format!("secrets/{tenant}/{name}"),
+                reason: "unreadable secret record".into(),
+            }
+        })?;
+        w.object(Line::Secret {
+            tenant,
+            name,
+            value: stored.value,
+            updated_at: stored.updated_at,
+        })
+    })?;
+    let counts = w.counts.clone();
+    w.line(&Line::End {
+        counts: counts.clone(),
+        secrets_left_out: left_out,
+    })?;
+    w.out.finish()?.flush()?;
+    Ok(Exported {
+        counts,
+        secrets_left_out: left_out,
+    })
+}
+
+/// Writes every run, a page of summaries at a time, each with its events,
+/// logs and attempt records; adds their tenants to `tenants`.
+fn export_runs<W: Write>(
+    store: &dyn Store,
+    w: &mut Writer<W>,
+    tenants: &mut BTreeSet<String>,
+) -> Result<()> {
+    let mut after = None;
+    loop {
+        let page = store.run_summaries_page(after.as_ref(), RUN_BATCH)?;
+        for summary in &page {
+            // Deleted since the summary was read (retention in a live
+            // store): left out.
+            let Some(run) = store.get_run(&summary.id)? else {
+                continue;
+            };
+            if !tenants.contains(run.tenant.as_str()) {
+                tenants.insert(run.tenant.to_string());
+            }
+            let events = store.events(&run.id)?;
+            let logs = store.logs(&run.id)?;
+            let mut records = Vec::new();
+            for step in &run.steps {
+                for attempt in &step.attempts {
+                    if let Some(record) = store.get_record(&run.id, &step.name, attempt.number)? {
+                        records.push(record);
+                    }
+                }
+            }
+            w.object(Line::Run {
+                run: Box::new(run),
+                events,
+                logs,
+                records,
+            })?;
+        }
+        if page.len() < RUN_BATCH {
+            return Ok(());
+        }
+        after = page.into_iter().last();
+    }
+}
+
+/// Calls `f` with every entry of `tree`, a page at a time.
+fn for_each_entry(
+    store: &dyn Store,
+    tree: Tree,
+    mut f: impl FnMut(Vec<u8>, Vec<u8>) -> Result<()>,
+) -> Result<()> {
+    let mut after: Option<Vec<u8>> = None;
+    loop {
+        let page = store.map_page(tree, after.as_deref(), MAP_PAGE)?;
+        let done = page.len() < MAP_PAGE;
+        for (key, value) in page {
+            after = Some(key.clone());
+            f(key, value)?;
+        }
+        if done {
+            return Ok(());
+        }
+    }
+}
+
+/// `tenant\0name`, as the secret store keys a secret.
+fn split_secret_key(key: &[u8]) -> Result<(String, String)> {
+    let text = std::str::from_utf8(key).ok();
+    match text.and_then(|t| t.split_once('\0')) {
+        Some((tenant, name)) => Ok((tenant.to_owned(), name.to_owned())),
+        None => Err(super::Error::Corrupt {
+            key: "secrets".into(),
+            reason: "a key that is not tenant\\0name".into(),
+        }
+        .into()),
+    }
+}
+
+/// How to import.
+#[derive(Clone, Debug)]
+pub struct ImportOptions {
+    /// How long, from its run's creation, an imported run's idempotency key
+    /// is remembered (the dump does not hold each key's own expiry).
+    pub key_ttl: Millis,
+}
+
+/// What a dump's header says.
+#[derive(Clone, Debug)]
+pub struct Described {
+    /// The ax version that wrote it.
+    pub ax: String,
+    /// When it was written.
+    pub created_at: Millis,
+    /// Its end line's counts.
+    pub counts: Counts,
+    /// Secrets its export left out.
+    pub secrets_left_out: u64,
+}
+
+/// The dump's lines: the header read and checked, then the objects.
+fn open(path: &Path) -> Result<(Header, impl Iterator<Item = Result<(usize, Line)>>)> {
+    let file = File::open(path)?;
+    let reader = BufReader::with_capacity(1 << 16, MultiGzDecoder::new(BufReader::new(file)));
+    let mut lines = reader.lines().enumerate().map(|(i, line)| (i + 1, line));
+    let first = match lines.next() {
+        Some((_, Ok(line))) => line,
+        Some((_, Err(e))) => return Err(read_error(e)),
+        None => return Err(Error::NotADump("the file is empty".into())),
+    };
+    let header: Header = serde_json::from_str(&first)
+        .ok()
+        .filter(|h: &Header| h.format == FORMAT)
+        .ok_or_else(|| Error::NotADump("its first line is not an ax-dump header".into()))?;
+    if header.version > VERSION {
+        return Err(Error::Newer {
+            found: header.version,
+        });
+    }
+    let objects = lines.map(|(number, line)| {
+        let line = line.map_err(read_error)?;
+        serde_json::from_str::<Line>(&line)
+            .map(|parsed| (number, parsed))
+            .map_err(|e| Error::Damaged(format!("line {number}: {e}")))
+    });
+    Ok((header, objects))
+}
+
+/// A read error of the compressed stream: a file cut short or damaged.
+fn read_error(e: std::io::Error) -> Error {
+    match e.kind() {
+        std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::InvalidInput => {
+            Error::Damaged(format!("the compressed stream ends early: {e}"))
+        }
+        std::io::ErrorKind::InvalidData => Error::Damaged(e.to_string()),
+        _ => Error::Io(e),
+    }
+}
+
+/// Reads the whole dump at `path` and checks it: a known format, every line
+/// readable, an end line whose counts match the lines. Writes nothing.
+pub fn verify(path: &Path) -> Result<Described> {
+    let (header, objects) = open(path)?;
+    let mut seen = Counts::default();
+    let mut end = None;
+    for object in objects {
+        let (number, line) = object?;
+        if end.is_some() {
+            return Err(Error::Damaged(format!(
+                "line {number} follows the end line"
+            )));
+        }
+        match line {
+            Line::End {
+                counts,
+                secrets_left_out,
+            } => end = Some((counts, secrets_left_out)),
+            line => line.count(&mut seen),
+        }
+    }
+    let Some((counts, secrets_left_out)) = end else {
+        return Err(Error::Damaged("no end line".into()));
+    };
+    if counts != seen {
+        return Err(Error::Damaged(format!(
+            "the end line counts {counts}, the file holds {seen}"
+        )));
+    }
+    Ok(Described {
+        ax: header.ax,
+        created_at: header.created_at,
+        counts,
+        secrets_left_out,
+    })
+}
+
+/// What makes a store non-empty, if anything (named for the error).
+pub fn contents(store: &dyn Store) -> Result<Option<String>> {
+    let mut found = Vec::new();
+    if !store.list_tenants()?.is_empty() {
+        found.push("tenants");
+    }
+    if !store.list_tokens()?.is_empty() {
+        found.push("tokens");
+    }
+    if !store.list_tasks(None)?.is_empty() {
+        found.push("tasks");
+    }
+    if !store.run_summaries_page(None, 1)?.is_empty() {
+        found.push("runs");
+    }
+    if !store.list_plugins(DEFAULT_TENANT)?.is_empty() {
+        found.push("plugins");
+    }
+    if !store.map_page(Tree::Kv, None, 1)?.is_empty() {
+        found.push("KV entries");
+    }
+    if !store.map_page(Tree::Secrets, None, 1)?.is_empty() {
+        found.push("secrets");
+    }
+    Ok((!found.is_empty()).then(|| found.join(", ")))
+}
+
+/// Imports the dump at `path` into `store`, which must be empty: the whole
+/// file is checked first ([`verify`]), then written. Returns what was
+/// imported, per kind.
+pub fn import(store: &dyn Store, path: &Path, options: &ImportOptions) -> Result<Counts> {
+    verify(path)?;
+    if let Some(found) = contents(store)? {
+        return Err(Error::NotEmpty(found));
+    }
+    let (_, objects) = open(path)?;
+    let mut imported = Counts::default();
+    let mut runs: Vec<NewRun> = Vec::with_capacity(RUN_BATCH);
+    // Logs and records are written once their runs are stored.
+    let mut hanging: Vec<(Vec<AttemptLogs>, Vec<AttemptRecord>)> = Vec::new();
+    let mut kv: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+    for object in objects {
+        let (number, line) = object?;
+        line.count(&mut imported);
+        match line {
+            Line::Meta { key, value } => store.put_meta(&key, &value)?,
+            Line::Tenant(tenant) => store.put_tenant(&tenant)?,
+            Line::Token(token) => store.put_token(&token)?,
+            Line::Task { task, schedule } => {
+                let schedule = schedule.unwrap_or_else(|| ScheduleState {
+                    tenant: task.tenant.clone(),
+                    task: task.name.clone(),
+                    next_fire: None,
+                    last_fired: None,
+                    paused: false,
+                });
+                store.put_task(&task, &schedule)?;
+            }
+            Line::Run {
+                run,
+                events,
+                logs,
+                records,
+            } => {
+                let key_expires_at = run.created_at.saturating_add(options.key_ttl);
+                runs.push(NewRun {
+                    unique_fire: is_fire(&run),
+                    run: *run,
+                    schedule: None,
+                    events,
+                    key_expires_at,
+                });
+                hanging.push((logs, records));
+                if runs.len() >= RUN_BATCH {
+                    insert_runs(store, &mut runs, &mut hanging)?;
+                }
+            }
+            Line::Blob { digest, bytes } => {
+                let bytes = hex::decode(&bytes)
+                    .map_err(|e| Error::Damaged(format!("line {number}: blob bytes: {e}")))?;
+                let stored = store.put_blob(&bytes)?;
+                if stored != digest {
+                    return Err(Error::Damaged(format!(
+                        "line {number}: blob {digest} holds bytes of digest {stored}"
+                    )));
+                }
+            }
+            Line::Plugin(plugin) => store.put_plugin(&plugin)?,
+            Line::Tag(tag) => store.put_plugin_tag(&tag)?,
+            Line::DeadLetter(dead) => store.put_dead_letter(&dead)?,
+            Line::Alert(alert) => store.put_alerts(std::slice::from_ref(&alert))?,
+            Line::Usage(bucket) => store.add_usage(std::slice::from_ref(&bucket))?,
+            Line::Kv { key, value } => {
+                let value = hex::decode(&value)
+                    .map_err(|e| Error::Damaged(format!("line {number}: KV value: {e}")))?;
+                kv.push((key.into_bytes(), value));
+                if kv.len() >= MAP_PAGE {
+                    store.restore_map(Tree::Kv, &kv)?;
+                    kv.clear();
+                }
+            }
+            Line::Secret {
+                tenant,
+                name,
+                value,
+                updated_at,
+            } => {
+                store
+                    .secrets()
+                    .put_secret(&tenant, &name, &value, updated_at)?;
+            }
+            Line::End { .. } => {}
+        }
+    }
+    insert_runs(store, &mut runs, &mut hanging)?;
+    store.restore_map(Tree::Kv, &kv)?;
+    Ok(imported)
+}
+
+/// Whether `run` was created by its task's trigger for an instant (and so
+/// claims the fire (tenant, task, instant), as the scheduler's fires do).
+fn is_fire(run: &RunRecord) -> bool {
+    matches!(
+        run.trigger,
+        TriggerKind::Cron | TriggerKind::At | TriggerKind::Every | TriggerKind::Delay
+    )
+}
+
+/// Stores a batch of runs, then their logs and records; empties both.
+fn insert_runs(
+    store: &dyn Store,
+    runs: &mut Vec<NewRun>,
+    hanging: &mut Vec<(Vec<AttemptLogs>, Vec<AttemptRecord>)>,
+) -> Result<()> {
+    let outcomes = store.insert_runs(runs)?;
+    for (new, outcome) in runs.iter_mut().zip(outcomes) {
+        match outcome {
+            super::Insert::Created => {}
+            // Two runs for one fire (one made by hand for the instant, or
+            // by a catch-up): the first claims it, as it did in the source.
+            super::Insert::Existing(other) if other.id != new.run.id && new.unique_fire => {
+                new.unique_fire = false;
+                let again = store.insert_runs(std::slice::from_ref(new))?;
+                if again != [super::Insert::Created] {
+                    return Err(refused(&new.run));
+                }
+            }
+            _ => return Err(refused(&new.run)),
+        }
+    }
+    for (new, (logs, records)) in runs.iter().zip(hanging.iter()) {
+        for log in logs {
+            store.put_logs(&new.run.tenant, &new.run.id, log)?;
+        }
+        for record in records {
+            store.put_record(record)?;
+        }
+    }
+    runs.clear();
+    hanging.clear();
+    Ok(())
+}
+
+fn refused(run: &RunRecord) -> Error {
+    Error::Damaged(format!(
+        "run {} clashes with another run of the dump (same id or idempotency key)",
+        run.id
+    ))
+}
+
+/// Opens `path` for a dump: created new (never over an existing file), and
+/// readable by its owner only when it holds secrets.
+pub fn create_file(path: &Path, secrets: bool) -> Result<BufWriter<File>> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    if secrets {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    #[cfg(not(unix))]
+    let _ = secrets;
+    Ok(BufWriter::with_capacity(1 << 16, options.open(path)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write as _;
+
+    use super::*;
+    use crate::store::memory::MemoryStore;
+    use crate::store::prelude::*;
+    use crate::tenant::Quota;
+
+    const IMPORT: ImportOptions = ImportOptions { key_ttl: 1_000 };
+
+    /// A store with a tenant and a secret, exported to `dir/name`.
+    fn dumped(dir: &Path, name: &str, include_secrets: bool) -> std::path::PathBuf {
+        let store = MemoryStore::new();
+        store
+            .put_tenant(&TenantRecord::new("t1", Quota::default(), 1))
+            .unwrap();
+        store.secrets().put_secret("t1", "api", "v", 2).unwrap();
+        let path = dir.join(name);
+        let options = ExportOptions {
+            include_secrets,
+            now: 5,
+        };
+        let out = create_file(&path, include_secrets).unwrap();
+        let exported = export(&store, out, &options).unwrap();
+        assert_eq!(exported.secrets_left_out, u64::from(!include_secrets));
+        path
+    }
+
+    fn lines(path: &Path) -> Vec<String> {
+        let mut text = String::new();
+        std::io::Read::read_to_string(
+            &mut MultiGzDecoder::new(File::open(path).unwrap()),
+            &mut text,
+        )
+        .unwrap();
+        text.lines().map(str::to_owned).collect()
+    }
+
+    fn write(path: &Path, lines: &[String]) {
+        let mut out = GzEncoder::new(File::create(path).unwrap(), Compression::fast());
+        for line in lines {
+            writeln!(out, "{line}").unwrap();
+        }
+        out.finish().unwrap();
+    }
+
+    #[test]
+    fn secrets_are_left_out_unless_asked_for_and_then_the_file_is_private() {
+        let dir = tempfile::tempdir().unwrap();
+        let without = dumped(dir.path(), "without", false);
+        let described = verify(&without).unwrap();
+        assert_eq!(described.counts.get("secret"), 0);
+        assert_eq!(described.secrets_left_out, 1);
+        assert!(!lines(&without).iter().any(|l| l.contains("\"v\"")));
+        let with = dumped(dir.path(), "with", true);
+        assert_eq!(verify(&with).unwrap().counts.get("secret"), 1);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&with).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600);
+        }
+        let target = MemoryStore::new();
+        import(&target, &with, &IMPORT).unwrap();
+        assert_eq!(
+            target.secrets().get_secret("t1", "api").unwrap().as_deref(),
+            Some("v")
+        );
+    }
+
+    #[test]
+    fn a_newer_format_is_refused_in_one_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dumped(dir.path(), "d", false);
+        let mut all = lines(&path);
+        all[0] = all[0].replace("\"version\":1", "\"version\":999");
+        write(&path, &all);
+        let e = import(&MemoryStore::new(), &path, &IMPORT).unwrap_err();
+        assert!(matches!(e, Error::Newer { found: 999 }), "{e}");
+        assert!(!e.to_string().contains('\n'));
+    }
+
+    #[test]
+    fn a_truncated_dump_is_refused_and_nothing_is_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dumped(dir.path(), "d", false);
+        // Without its end line.
+        let mut all = lines(&path);
+        all.pop();
+        write(&path, &all);
+        let target = MemoryStore::new();
+        let e = import(&target, &path, &IMPORT).unwrap_err();
+        assert!(matches!(e, Error::Damaged(_)), "{e}");
+        assert!(target.list_tenants().unwrap().is_empty());
+        // Cut inside the compressed stream.
+        let path = dumped(dir.path(), "cut", false);
+        let bytes = std::fs::read(&path).unwrap();
+        std::fs::write(&path, &bytes[..bytes.len() - 12]).unwrap();
+        let e = import(&target, &path, &IMPORT).unwrap_err();
+        assert!(matches!(e, Error::Damaged(_)), "{e}");
+        // An end line that counts more than the file holds.
+        let path = dumped(dir.path(), "miscounted", false);
+        let mut all = lines(&path);
+        all.remove(1);
+        write(&path, &all);
+        assert!(matches!(verify(&path), Err(Error::Damaged(_))));
+    }
+
+    #[test]
+    fn a_store_that_is_not_empty_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dumped(dir.path(), "d", false);
+        let target = MemoryStore::new();
+        target
+            .put_tenant(&TenantRecord::new("x", Quota::default(), 1))
+            .unwrap();
+        let e = import(&target, &path, &IMPORT).unwrap_err();
+        assert!(
+            matches!(e, Error::NotEmpty(ref what) if what == "tenants"),
+            "{e}"
+        );
+        assert_eq!(target.list_tenants().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_file_that_is_not_a_dump_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("plain");
+        std::fs::write(&path, b"hello").unwrap();
+        assert!(verify(&path).is_err());
+        write(&path, &["{\"kind\":\"tenant\"}".to_owned()]);
+        assert!(matches!(verify(&path), Err(Error::NotADump(_))));
+    }
+}
