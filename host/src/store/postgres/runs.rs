@@ -87,17 +87,20 @@ impl Runs for PgStore {
                 )
                 .await?;
             }
-            let mut outcomes = Vec::with_capacity(runs.len());
-            for (new, row) in runs.iter().zip(&rows) {
-                match existing(tx, new).await? {
-                    Some(found) => outcomes.push(found),
+            let mut outcomes = insert_plain(tx, runs, &rows).await?;
+            for ((new, row), outcome) in runs.iter().zip(&rows).zip(&mut outcomes) {
+                if outcome.is_some() {
+                    continue;
+                }
+                *outcome = Some(match existing(tx, new).await? {
+                    Some(found) => found,
                     None => {
                         insert(tx, new, row).await?;
-                        outcomes.push(Insert::Created);
+                        Insert::Created
                     }
-                }
+                });
             }
-            Ok(outcomes)
+            Ok(outcomes.into_iter().flatten().collect())
         })
     }
 
@@ -154,7 +157,7 @@ impl Runs for PgStore {
                 .enumerate()
                 .map(|(i, w)| (w.run.id.as_str(), i))
                 .collect();
-            let mut updates = Updates::default();
+            let mut updates = Rows::default();
             let mut events = outputs::Events::default();
             let mut charges = outputs::Charges::default();
             let mut missing = None;
@@ -166,7 +169,7 @@ impl Runs for PgStore {
                 };
                 let bytes = row.record.len() as i64;
                 if last[run.id.as_str()] == i {
-                    updates.push(run, bytes, &row.record);
+                    updates.push(run, bytes, row);
                 }
                 let added = events.push(&run.id, &w.events)?;
                 charges.add(&before.tenant, -before.bytes);
@@ -174,7 +177,7 @@ impl Runs for PgStore {
                 before.bytes = bytes;
                 before.tenant = run.tenant.to_string();
             }
-            updates.write(tx).await?;
+            updates.update(tx).await?;
             events.write(tx).await?;
             charges.write(tx).await?;
             super::tenancy::add_usage(tx, usage).await?;
@@ -545,6 +548,71 @@ async fn existing(tx: &Transaction<'_>, new: &NewRun) -> PgResult<Option<Insert>
     Ok(None)
 }
 
+/// Inserts the plain runs of `runs` — no idempotency key, no unique fire,
+/// no schedule progress: a trigger's — in a few statements whatever their
+/// number (one read of their ids, one insert of the runs, one of their
+/// events, one charge per tenant); their outcomes, `None` for the others.
+async fn insert_plain(
+    tx: &Transaction<'_>,
+    runs: &[NewRun],
+    rows: &[Encoded],
+) -> PgResult<Vec<Option<Insert>>> {
+    let mut outcomes = vec![None; runs.len()];
+    let plain: Vec<usize> = (0..runs.len())
+        .filter(|&i| {
+            let new = &runs[i];
+            new.run.idempotency_key.is_none() && !new.unique_fire && new.schedule.is_none()
+        })
+        .collect();
+    if plain.is_empty() {
+        return Ok(outcomes);
+    }
+    let ids: Vec<String> = plain
+        .iter()
+        .map(|&i| key(&runs[i].run.id).into_owned())
+        .collect();
+    let stored = tx
+        .query("SELECT id, record FROM ax_runs WHERE id = ANY($1)", &[&ids])
+        .await?;
+    let stored: HashMap<String, RunRecord> = stored
+        .iter()
+        .map(|r| {
+            let id = name(r.get(0));
+            let run = decode(&format!("run {id}"), r.get(1))?;
+            Ok((id, run))
+        })
+        .collect::<PgResult<_>>()?;
+    let (mut inserted, mut events, mut charges) = (
+        Rows::default(),
+        outputs::Events::default(),
+        outputs::Charges::default(),
+    );
+    let mut first: HashMap<&str, usize> = HashMap::new();
+    for &i in &plain {
+        let (new, row) = (&runs[i], &rows[i]);
+        let id = new.run.id.as_str();
+        if let Some(found) = stored.get(id) {
+            outcomes[i] = Some(Insert::Existing(Box::new(found.clone())));
+            continue;
+        }
+        if let Some(&earlier) = first.get(id) {
+            // The same run twice in one batch: the first stores it.
+            outcomes[i] = Some(Insert::Existing(Box::new(runs[earlier].run.clone())));
+            continue;
+        }
+        first.insert(id, i);
+        let bytes = row.record.len() as i64;
+        inserted.push(&new.run, bytes, row);
+        let added = events.push(id, &new.events)?;
+        charges.add(&new.run.tenant, bytes + added);
+        outcomes[i] = Some(Insert::Created);
+    }
+    inserted.insert(tx).await?;
+    events.write(tx).await?;
+    charges.write(tx).await?;
+    Ok(outcomes)
+}
+
 /// What inserting `runs` must hold alone between its check and its write:
 /// each idempotency key and each unique fire, named as text (a collision
 /// of two names' hashes only makes two inserts wait for each other). A run
@@ -619,9 +687,10 @@ async fn insert(tx: &Transaction<'_>, new: &NewRun, row: &Encoded) -> PgResult<(
     outputs::charge(tx, &run.tenant, bytes + added).await
 }
 
-/// Runs' new rows, written by one `UPDATE … FROM unnest(…)`.
+/// Runs' rows, written by one `UPDATE … FROM unnest(…)` or one `INSERT …
+/// SELECT FROM unnest(…)` whatever their number.
 #[derive(Default)]
-struct Updates<'a> {
+struct Rows<'a> {
     ids: Vec<String>,
     tenants: Vec<String>,
     tasks: Vec<String>,
@@ -630,12 +699,13 @@ struct Updates<'a> {
     positions: Vec<Millis>,
     bytes: Vec<i64>,
     records: Vec<&'a [u8]>,
+    specs: Vec<&'a str>,
 }
 
-impl<'a> Updates<'a> {
-    /// Adds `run`'s row (at most once per run: the statement updates a row
+impl<'a> Rows<'a> {
+    /// Adds `run`'s row (at most once per run: an update changes a row
     /// once whatever number of times it is named).
-    fn push(&mut self, run: &RunRecord, bytes: i64, record: &'a [u8]) {
+    fn push(&mut self, run: &RunRecord, bytes: i64, row: &'a Encoded) {
         self.ids.push(key(&run.id).into_owned());
         self.tenants.push(key(&run.tenant).into_owned());
         self.tasks.push(key(&run.task).into_owned());
@@ -643,10 +713,38 @@ impl<'a> Updates<'a> {
         self.revisions.push(run.revision as i64);
         self.positions.push(queue_position(run));
         self.bytes.push(bytes);
-        self.records.push(record);
+        self.records.push(&row.record);
+        self.specs.push(&row.spec);
     }
 
-    async fn write(self, tx: &Transaction<'_>) -> PgResult<()> {
+    /// Inserts them (new runs).
+    async fn insert(self, tx: &Transaction<'_>) -> PgResult<()> {
+        if self.ids.is_empty() {
+            return Ok(());
+        }
+        tx.execute(
+            "INSERT INTO ax_runs (id, tenant, task, status, revision, spec_digest,
+                 queue_position, bytes, record)
+             SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int8[],
+                                  $6::text[], $7::int8[], $8::int8[], $9::bytea[])",
+            &[
+                &self.ids,
+                &self.tenants,
+                &self.tasks,
+                &self.statuses,
+                &self.revisions,
+                &self.specs,
+                &self.positions,
+                &self.bytes,
+                &self.records,
+            ],
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Updates them (stored runs).
+    async fn update(self, tx: &Transaction<'_>) -> PgResult<()> {
         if self.ids.is_empty() {
             return Ok(());
         }
