@@ -110,7 +110,7 @@ pub(crate) fn status_of(agent: &ureq::Agent, url: &str) -> u16 {
 }
 
 /// Every run of `task` by scheduled instant (RFC 3339), counted.
-pub(crate) fn fires(agent: &ureq::Agent, url: &str, task: &str) -> BTreeMap<i64, usize> {
+fn fires(agent: &ureq::Agent, url: &str, task: &str) -> BTreeMap<i64, usize> {
     let mut by_instant = BTreeMap::new();
     let mut cursor: Option<String> = None;
     loop {
@@ -133,6 +133,55 @@ pub(crate) fn fires(agent: &ureq::Agent, url: &str, task: &str) -> BTreeMap<i64,
             None => return by_instant,
         }
     }
+}
+
+/// Waits until every run of `ids` has succeeded (none may fail, be
+/// cancelled or be gone).
+pub(crate) fn all_succeed(agent: &ureq::Agent, url: &str, ids: &[String], within: Duration) {
+    let deadline = Instant::now() + within;
+    for id in ids {
+        loop {
+            let (status, run) =
+                call(agent, "GET", &format!("{url}/v1/runs/{id}"), None, "").unwrap();
+            assert_eq!(status, 200, "acknowledged run {id} is gone: {run}");
+            if run["status"] == "succeeded" {
+                break;
+            }
+            assert!(
+                !matches!(run["status"].as_str(), Some("failed" | "cancelled")),
+                "{run}"
+            );
+            assert!(Instant::now() < deadline, "run {id} never finished: {run}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// The instants of `task` (an `every: 1s`, `catch_up: all` task), checked
+/// to be one run per second, none missing, none twice, from before `fault`
+/// to more than 4 s after it.
+pub(crate) fn every_second_across(
+    agent: &ureq::Agent,
+    url: &str,
+    task: &str,
+    fault: i64,
+) -> Vec<i64> {
+    let by_instant = fires(agent, url, task);
+    let twice: Vec<_> = by_instant.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "instants fired twice: {twice:?}");
+    let instants: Vec<i64> = by_instant.keys().copied().collect();
+    let gaps: Vec<_> = instants
+        .windows(2)
+        .filter(|w| w[1] - w[0] != 1000)
+        .collect();
+    assert!(gaps.is_empty(), "missed fires not caught up: {gaps:?}");
+    let covered = instants.first().is_some_and(|first| *first < fault)
+        && instants.last().is_some_and(|last| *last > fault + 4_000);
+    assert!(
+        covered,
+        "the {task} runs do not span the fault: {instants:?}"
+    );
+    instants
 }
 
 #[test]
@@ -234,43 +283,10 @@ fn a_full_disk_refuses_writes_then_ax_resumes_by_itself() {
     let resumed_in = freed.elapsed();
 
     // Every acknowledged run reaches a terminal state.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    for id in &acknowledged {
-        loop {
-            let (status, run) =
-                call(&agent, "GET", &format!("{url}/v1/runs/{id}"), None, "").unwrap();
-            assert_eq!(status, 200, "acknowledged run {id} is gone: {run}");
-            if run["status"] == "succeeded" {
-                break;
-            }
-            assert!(
-                !matches!(run["status"].as_str(), Some("failed" | "cancelled")),
-                "{run}"
-            );
-            assert!(Instant::now() < deadline, "run {id} never finished: {run}");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-    // The fires missed during the fault were run (`catch_up: all`): one
-    // run per second from the first instant on, none missing, none twice.
+    all_succeed(&agent, &url, &acknowledged, Duration::from_secs(60));
+    // The fires missed during the fault were run (`catch_up: all`).
     std::thread::sleep(Duration::from_secs(2));
-    let by_instant = fires(&agent, &url, "ticker");
-    let twice: Vec<_> = by_instant.iter().filter(|(_, n)| **n > 1).collect();
-    assert!(twice.is_empty(), "instants fired twice: {twice:?}");
-    let instants: Vec<i64> = by_instant.keys().copied().collect();
-    let gaps: Vec<_> = instants
-        .windows(2)
-        .filter(|w| w[1] - w[0] != 1000)
-        .collect();
-    assert!(gaps.is_empty(), "missed fires not caught up: {gaps:?}");
-    let covered = instants.first().is_some_and(|first| *first < fault_seen)
-        && instants
-            .last()
-            .is_some_and(|last| *last > fault_seen + 4_000);
-    assert!(
-        covered,
-        "the ticker's runs do not span the fault: {instants:?}"
-    );
+    let instants = every_second_across(&agent, &url, "ticker", fault_seen);
     eprintln!(
         "full disk: {filled} filler bytes; resumed {:.1}s after freeing space; {} acknowledged runs succeeded; {} fire instants, none missing",
         resumed_in.as_secs_f64(),
