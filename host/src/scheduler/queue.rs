@@ -53,7 +53,7 @@ pub use crate::model::priority::HIGH_PRIORITY;
 pub const DEFAULT_POOL: &str = "default";
 
 /// A ready step waiting for a slot.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Entry {
     /// Run id.
     pub run_id: String,

@@ -1,6 +1,7 @@
 //! [`Faults`]: a fault-injecting store wrapper for tests. While its switch
 //! is on, every write (and every sync ticket) fails with an I/O error
-//! ("no space left on device") and changes nothing; reads go through. It
+//! ("no space left on device") and changes nothing; reads go through
+//! unless [`Faults::fail_reads`] (a database that is away refuses both). It
 //! can also report damage, as sled's read of every entry does
 //! ([`Operations::damage`](crate::store::Operations::damage)).
 //! Wrapped in a [`super::guard::Guarded`] it behaves as a full disk does
@@ -16,6 +17,7 @@ use super::{Error, Result, Store, SyncTicket};
 pub struct Faults {
     inner: Arc<dyn Store>,
     failing: Arc<AtomicBool>,
+    failing_reads: AtomicBool,
     refused: AtomicU64,
     damage: Mutex<Option<String>>,
 }
@@ -29,6 +31,7 @@ impl Faulty {
         Layered::new(Faults {
             inner,
             failing: Arc::new(AtomicBool::new(false)),
+            failing_reads: AtomicBool::new(false),
             refused: AtomicU64::new(0),
             damage: Mutex::new(None),
         })
@@ -39,6 +42,12 @@ impl Faults {
     /// Turns the fault on (every write refused) or off.
     pub fn fail(&self, on: bool) {
         self.failing.store(on, Ordering::SeqCst);
+    }
+
+    /// Turns on (every read refused as unavailable, as a database that is
+    /// away refuses it) or off.
+    pub fn fail_reads(&self, on: bool) {
+        self.failing_reads.store(on, Ordering::SeqCst);
     }
 
     /// Reports `reason` as damage found in the store from now on.
@@ -70,6 +79,16 @@ impl Layer for Faults {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
+    }
+
+    fn read<T>(&self, f: impl FnOnce(&dyn Store) -> Result<T>) -> Result<T> {
+        if self.failing_reads.load(Ordering::SeqCst) {
+            self.refused.fetch_add(1, Ordering::SeqCst);
+            return Err(Error::Unavailable(
+                "injected fault: the database is away".into(),
+            ));
+        }
+        f(&*self.inner)
     }
 
     fn write<T>(&self, f: impl FnOnce(&dyn Store) -> Result<T>) -> Result<T> {

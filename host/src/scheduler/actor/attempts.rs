@@ -3,7 +3,7 @@
 
 use tokio_util::sync::CancellationToken;
 
-use super::{Actor, AttemptDone, dead_letter_id};
+use super::{Actor, AttemptDone, Timer, dead_letter_id};
 use crate::model::PluginRecord;
 use crate::model::{
     AttemptContext, AttemptReport, ErrorKind, Millis, Outcome, PluginStatus, StepStatus,
@@ -13,11 +13,15 @@ use crate::scheduler::core::{Ctx, Effect};
 use crate::scheduler::queue::Entry;
 use crate::scheduler::quota::{Admit, Grant, WindowUse, duration_ms};
 use crate::scheduler::runner::AttemptRequest;
-use crate::scheduler::{Result, core as decide};
+use crate::scheduler::{Error, Result, core as decide};
 use crate::store::{AttemptLogs, Unresolved, resolve_plugin};
 use crate::task::PluginRef;
 use crate::tenant::UsageBucket;
 use crate::{schedule, template};
+
+/// How long a step whose start could not read the store waits before it
+/// goes back in line ([`Timer::Requeue`]).
+const REQUEUE_AFTER: Millis = 1_000;
 
 impl Actor {
     pub(super) fn dispatch(&mut self) {
@@ -73,14 +77,39 @@ impl Actor {
         let mut events = Vec::new();
         let number = run.rec.steps[i].attempts.len() as u32 + 1;
         let grants = run.spec.step_grants(i);
-        // Resolve the input and the plugin; either failing fails the step for good.
-        let input = match self.unspill(&entry.run_id) {
+        // Resolve the input and the plugin. The version a range or a tag
+        // means is decided here, at the start of each attempt, and recorded
+        // on it.
+        let unspilled = self.unspill(&entry.run_id);
+        let plugin = self.resolve_plugin(&entry.tenant, &spec.plugin);
+        if let Some(e) = [unspilled.as_ref().err(), plugin.as_ref().err()]
+            .into_iter()
+            .flatten()
+            .find(|e| matches!(e, Error::Store(e) if e.is_unavailable()))
+        {
+            // The store cannot be read now (a database away): the step
+            // loses nothing — not charged, not failed, not dropped from
+            // the queue — and is tried again shortly, keeping its place.
+            tracing::warn!(run = %entry.run_id, step = i, error = %e, "an attempt cannot start: the store cannot be read now; trying again in a second");
+            if let Some(q) = self.quotas.get_mut(&entry.tenant) {
+                q.settle(grant, WindowUse::default(), now);
+            }
+            self.queue.finish(&entry.tenant, &entry.pool);
+            self.timers
+                .insert((now + REQUEUE_AFTER, Timer::Requeue(entry.clone())));
+            return Ok(());
+        }
+        // Any other failure fails the step for good.
+        let input = match unspilled {
             Ok(()) => self.resolve_input(&entry.run_id, i, number),
             Err(e) => Err(format!("cannot read the run's input from the store: {e}")),
         };
-        // The version a range or a tag means is decided here, at the start
-        // of each attempt, and recorded on it.
-        let plugin = self.resolve_plugin(&entry.tenant, &spec.plugin)?;
+        let plugin = plugin.unwrap_or_else(|e| {
+            Err(Unresolved(format!(
+                "cannot read plugin `{}` from the store: {e}",
+                spec.plugin
+            )))
+        });
         let run = self.runs.get_mut(&entry.run_id).expect("present");
         let prepared = match (input, plugin) {
             // A version still compiling is handed to the runner, which waits
@@ -362,6 +391,19 @@ impl Actor {
         );
         self.apply(&done.run_id, effects, now)?;
         self.advance(&done.run_id, now, "scheduler", &mut events)
+    }
+
+    /// Puts back in line a step whose start could not read the store
+    /// ([`Timer::Requeue`]), unless it has moved on meanwhile (cancelled,
+    /// or its run gone).
+    pub(super) fn requeue(&mut self, entry: Entry) {
+        let Some(run) = self.runs.get(&entry.run_id) else {
+            return;
+        };
+        if run.cancelled || run.rec.steps[entry.step].status != StepStatus::Queued {
+            return;
+        }
+        self.queue.push(entry);
     }
 
     pub(super) fn retry_due(&mut self, run_id: &str, i: usize, now: Millis) -> Result<()> {

@@ -287,6 +287,7 @@ impl Actor {
                     }
                 }
                 Timer::Probe => self.probe(now),
+                Timer::Requeue(entry) => self.requeue(entry),
                 Timer::Retry { run_id, step } => {
                     if let Err(e) = self.retry_due(&run_id, step, now) {
                         tracing::error!(run = %run_id, error = %e, "requeueing a retry failed");

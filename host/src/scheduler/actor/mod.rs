@@ -52,7 +52,7 @@ use tokio_util::sync::CancellationToken;
 use super::clock::{Clock, from_ms};
 use super::cond_pool::{CondDone, CondPool};
 use super::core::fire::TaskRuns;
-use super::queue::DispatchQueue;
+use super::queue::{DispatchQueue, Entry};
 use super::quota::{Grant, TenantQuota};
 use super::runner::Runner;
 use super::{Command, Error, Result, SchedulerConfig, Stats};
@@ -87,6 +87,9 @@ enum Timer {
     Refill,
     /// The store refuses writes: try one (`faults`).
     Probe,
+    /// A step whose start could not read the store goes back in line
+    /// (`attempts`).
+    Requeue(Entry),
 }
 
 struct AttemptDone {

@@ -250,3 +250,28 @@ async fn a_run_whose_stored_revision_moved_is_written_over_and_finishes() {
         done.revision
     );
 }
+
+/// A step that becomes ready while the store cannot be read (a database
+/// away: its plugin cannot be looked up) keeps its place and starts once
+/// the store answers again; it was dropped from the queue, its run left
+/// `queued` for good.
+#[tokio::test(start_paused = true)]
+async fn a_step_ready_while_reads_fail_starts_once_they_succeed() {
+    let f = Faulted::start().await;
+    f.put_task(
+        "name: d\nsteps:\n  - name: one\n    plugin: slow@1.0.0\n    input: { ms: 1000 }\n  - name: two\n    needs: [one]\n    plugin: ok@1.0.0\n",
+    )
+    .await;
+    let (run, _) = f.trigger("d").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    f.faulty.layer().fail_reads(true);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let stored = f.memory.get_run(&run.id).unwrap().unwrap();
+    assert_eq!(stored.steps[0].status, StepStatus::Succeeded, "{stored:?}");
+    assert_eq!(stored.steps[1].status, StepStatus::Queued, "{stored:?}");
+    assert!(stored.steps[1].attempts.is_empty(), "{stored:?}");
+    f.faulty.layer().fail_reads(false);
+    let done = f.wait_terminal(&run.id).await;
+    assert_eq!(done.status, RunStatus::Succeeded, "{done:?}");
+    assert_eq!(done.steps[1].attempts.len(), 1, "{done:?}");
+}
