@@ -715,14 +715,20 @@ fn insert_runs(
             _ => return Err(refused(&new.run)),
         }
     }
-    for (new, (logs, records)) in runs.iter().zip(hanging.iter()) {
-        for log in logs {
-            store.put_logs(&new.run.tenant, &new.run.id, log)?;
-        }
-        for record in records {
-            store.put_record(record)?;
-        }
+    // One write each for the batch's logs and records (one transaction
+    // each on PostgreSQL, where one per attempt was most of an import's time).
+    let mut logs = Vec::new();
+    let mut records = Vec::new();
+    for (new, (run_logs, run_records)) in runs.iter().zip(hanging.iter_mut()) {
+        logs.extend(run_logs.drain(..).map(|logs| super::RunLogs {
+            tenant: new.run.tenant.to_string(),
+            run_id: new.run.id.to_string(),
+            logs,
+        }));
+        records.append(run_records);
     }
+    store.put_logs_batch(&logs)?;
+    store.put_records(&records)?;
     runs.clear();
     hanging.clear();
     Ok(())

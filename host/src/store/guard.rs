@@ -25,8 +25,8 @@ use std::time::{Duration, Instant};
 use super::secrets::{SecretInfo, SecretStore};
 use super::{
     AlertQuery, AlertStatus, AttemptLogs, Catalog, Error, Insert, Lease, Leases, NewRun,
-    Operations, Outbox, OutboxAlert, Result, RunPage, RunQuery, RunSummary, RunWrite, Runs, Store,
-    StoreHealth, SyncTicket, Tenancy,
+    Operations, Outbox, OutboxAlert, Result, RunLogs, RunPage, RunQuery, RunSummary, RunWrite,
+    Runs, Store, StoreHealth, SyncTicket, Tenancy,
 };
 use crate::capability::kv::{KvNamespace, KvResult, KvStore, SetOutcome};
 use crate::model::ids::{RunId, TaskName, TenantId};
@@ -372,6 +372,10 @@ impl<L: Layer> Runs for Layered<L> {
         self.0.write(|s| s.put_logs(tenant, run_id, logs))
     }
 
+    fn put_logs_batch(&self, logs: &[RunLogs]) -> Result<()> {
+        self.0.write(|s| s.put_logs_batch(logs))
+    }
+
     fn run_bytes(&self, tenant: &str) -> Result<u64> {
         self.0.read(|s| s.run_bytes(tenant))
     }
@@ -382,6 +386,10 @@ impl<L: Layer> Runs for Layered<L> {
 
     fn put_record(&self, record: &AttemptRecord) -> Result<()> {
         self.0.write(|s| s.put_record(record))
+    }
+
+    fn put_records(&self, records: &[AttemptRecord]) -> Result<()> {
+        self.0.write(|s| s.put_records(records))
     }
 
     fn get_record(&self, run_id: &str, step: &str, attempt: u32) -> Result<Option<AttemptRecord>> {

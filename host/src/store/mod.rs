@@ -61,7 +61,7 @@ pub use self::outbox::{AlertQuery, AlertStatus, Outbox, OutboxAlert};
 pub use self::resolve::{Unresolved, resolve_plugin};
 pub use self::rules::{id_millis, new_id};
 pub use self::runs::{
-    AttemptLogs, Changed, Insert, NewRun, RunPage, RunQuery, RunSummary, RunWrite, Runs,
+    AttemptLogs, Changed, Insert, NewRun, RunLogs, RunPage, RunQuery, RunSummary, RunWrite, Runs,
 };
 pub use self::sled::SledStore;
 pub use self::tenancy::Tenancy;

@@ -35,6 +35,18 @@ pub struct NewRun {
     pub key_expires_at: Millis,
 }
 
+/// One attempt's captured output with the run it belongs to and the
+/// tenant its bytes are charged to ([`Runs::put_logs_batch`]).
+#[derive(Clone, Debug)]
+pub struct RunLogs {
+    /// Charged with the bytes unless the run is stored (then its tenant is).
+    pub tenant: String,
+    /// The run.
+    pub run_id: String,
+    /// The attempt's output.
+    pub logs: AttemptLogs,
+}
+
 /// A run to write ([`Runs::write_runs_with_alerts`]): its new record, the
 /// events the change made, and which of its step runs changed.
 #[derive(Clone, Debug)]
@@ -253,11 +265,37 @@ pub trait Runs {
     /// Stores an attempt's captured output, counted in `tenant`'s
     /// [`Runs::run_bytes`].
     fn put_logs(&self, tenant: &str, run_id: &str, logs: &AttemptLogs) -> Result<()>;
+    /// Stores several attempts' captured output, each as [`Runs::put_logs`]
+    /// does, in one write where the store can (PostgreSQL: one transaction
+    /// of a few statements whatever their number; one each was a commit per
+    /// attempt). All or nothing where it is one write.
+    /// Elsewhere each is its own write: one refused does not keep the
+    /// others out, and the first refusal is returned.
+    fn put_logs_batch(&self, logs: &[RunLogs]) -> Result<()> {
+        let mut refused = None;
+        for l in logs {
+            if let Err(e) = self.put_logs(&l.tenant, &l.run_id, &l.logs) {
+                refused.get_or_insert(e);
+            }
+        }
+        refused.map_or(Ok(()), Err)
+    }
     /// A run's captured output, by step then attempt.
     fn logs(&self, run_id: &str) -> Result<Vec<AttemptLogs>>;
     /// Keeps the record of one attempt (`record:`, for `ax run replay`),
     /// replacing one kept before for the same attempt. Removed with its run.
     fn put_record(&self, record: &AttemptRecord) -> Result<()>;
+    /// Keeps several attempts' records, each as [`Runs::put_record`] does,
+    /// in one write where the store can (as [`Runs::put_logs_batch`]).
+    fn put_records(&self, records: &[AttemptRecord]) -> Result<()> {
+        let mut refused = None;
+        for record in records {
+            if let Err(e) = self.put_record(record) {
+                refused.get_or_insert(e);
+            }
+        }
+        refused.map_or(Ok(()), Err)
+    }
     /// The record of attempt `attempt` of `step` in run `run_id`, if kept.
     fn get_record(&self, run_id: &str, step: &str, attempt: u32) -> Result<Option<AttemptRecord>>;
 

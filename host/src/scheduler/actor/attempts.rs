@@ -345,7 +345,7 @@ impl Actor {
             && report.progress.is_none();
         // Stored with the next write-behind, before the run (`write::put_logs`).
         if !quiet {
-            self.dirty.logs.push(super::write::RunLogs {
+            self.dirty.logs.push(crate::store::RunLogs {
                 tenant: done.tenant.clone(),
                 run_id: done.run_id.clone(),
                 logs: AttemptLogs {

@@ -11,7 +11,7 @@ use super::Actor;
 use super::changed::StoredSteps;
 use crate::model::Event;
 use crate::scheduler::{Command, Error, Result};
-use crate::store::{AttemptLogs, OutboxAlert, RunWrite, Store};
+use crate::store::{OutboxAlert, RunLogs, RunWrite, Store};
 use crate::tenant::UsageBucket;
 
 /// How often changed runs are written when nobody waits for them: a busy
@@ -262,24 +262,14 @@ fn rebase(store: &dyn Store, runs: &mut [RunWrite]) -> crate::store::Result<()> 
 /// CPU under bulk triggers, docs/PERFORMANCE.md). They are stored before the
 /// runs of the same job, so a run read back finished has its logs.
 fn put_logs(store: &dyn Store, logs: Vec<RunLogs>) {
-    for RunLogs {
-        tenant,
-        run_id,
-        logs,
-    } in logs
-    {
-        if let Err(e) = store.put_logs(&tenant, &run_id, &logs) {
-            tracing::error!(run = %run_id, error = %e, "cannot store an attempt's logs");
-        }
+    if logs.is_empty() {
+        return;
     }
-}
-
-/// One attempt's logs waiting to be stored, with the run (and tenant, whose
-/// stored bytes they count in) they belong to.
-pub(super) struct RunLogs {
-    pub(super) tenant: String,
-    pub(super) run_id: String,
-    pub(super) logs: AttemptLogs,
+    // One write for the batch (one transaction on PostgreSQL).
+    if let Err(e) = store.put_logs_batch(&logs) {
+        let runs: Vec<&str> = logs.iter().map(|l| l.run_id.as_str()).collect();
+        tracing::error!(?runs, error = %e, "cannot store attempts' logs");
+    }
 }
 
 /// Runs changed since the last flush, with their events not yet stored.

@@ -104,6 +104,7 @@ macro_rules! store_conformance_suite {
                 listing::run_summaries_come_in_pages_newest_first_per_task,
                 listing::names_with_separator_bytes_do_not_collide,
                 outputs::logs_are_listed_by_step_then_attempt,
+                outputs::batches_of_logs_and_records_store_what_one_call_each_would,
                 outputs::dead_letters_are_newest_first_and_filter_open_ones,
                 tenants::tenants_and_tokens_round_trip,
                 tenants::usage_adds_up_per_hour_and_task,

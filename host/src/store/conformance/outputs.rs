@@ -1,7 +1,10 @@
 //! What attempts leave behind: captured logs and dead letters.
 
-use super::{Make, SCAN, attempt_logs, dead, run_id};
-use crate::store::Store;
+use super::runs::attempt_record;
+use super::{Make, SCAN, attempt_logs, created, dead, run, run_id};
+use crate::model::RunStatus;
+use crate::store::prelude::*;
+use crate::store::{RunLogs, Store};
 
 pub fn logs_are_listed_by_step_then_attempt<S: Store>(make: Make<S>) {
     let (store, _dir) = make(SCAN);
@@ -73,4 +76,91 @@ pub fn dead_letters_are_newest_first_and_filter_open_ones<S: Store>(make: Make<S
     assert!(listed("t2", false).is_empty());
     assert_eq!(listed("t1", true), ["d04", "d02"]);
     assert_eq!(store.get_dead_letter("d99").unwrap(), None);
+}
+
+/// Logs and records written in batches are what one call each would have
+/// stored and charged: the stored run's tenant is charged (else the one
+/// given), the last of two for one attempt wins, a replaced one's bytes are
+/// settled.
+pub fn batches_of_logs_and_records_store_what_one_call_each_would<S: Store>(make: Make<S>) {
+    let (one_by_one, _dir1) = make(SCAN);
+    let (batched, _dir2) = make(SCAN);
+    let stored = run(&run_id(1, 1), "t1", "a", RunStatus::Succeeded);
+    let unstored = run_id(2, 2);
+    let logs = [
+        (
+            "t1",
+            stored.id.as_str(),
+            attempt_logs("s1", 1, "one".to_owned()),
+        ),
+        (
+            "t2",
+            stored.id.as_str(),
+            attempt_logs("s1", 2, "y".repeat(4_000)),
+        ),
+        (
+            "t2",
+            unstored.as_str(),
+            attempt_logs("s1", 1, "early".to_owned()),
+        ),
+        (
+            "t1",
+            stored.id.as_str(),
+            attempt_logs("s1", 1, "z".repeat(9_000)),
+        ),
+    ];
+    let records = [
+        attempt_record(&stored.id, "s1", 1, "first"),
+        attempt_record(&unstored, "s1", 1, "early"),
+        attempt_record(&stored.id, "s1", 1, "replaced"),
+    ];
+    for store in [&one_by_one, &batched] {
+        created(store.insert_run(&stored, false, None, &[]).unwrap());
+        // Replaced by both: its bytes are settled.
+        store
+            .put_logs("t1", &stored.id, &attempt_logs("s1", 2, "old".repeat(500)))
+            .unwrap();
+    }
+    for (tenant, id, l) in &logs {
+        one_by_one.put_logs(tenant, id, l).unwrap();
+    }
+    for record in &records {
+        one_by_one.put_record(record).unwrap();
+    }
+    let batch: Vec<RunLogs> = logs
+        .iter()
+        .map(|(tenant, id, l)| RunLogs {
+            tenant: tenant.to_string(),
+            run_id: id.to_string(),
+            logs: l.clone(),
+        })
+        .collect();
+    batched.put_logs_batch(&batch).unwrap();
+    batched.put_records(&records).unwrap();
+    batched.put_logs_batch(&[]).unwrap();
+    batched.put_records(&[]).unwrap();
+    for id in [stored.id.as_str(), unstored.as_str()] {
+        assert_eq!(
+            batched.logs(id).unwrap(),
+            one_by_one.logs(id).unwrap(),
+            "{id}"
+        );
+        assert_eq!(
+            batched.get_record(id, "s1", 1).unwrap(),
+            one_by_one.get_record(id, "s1", 1).unwrap(),
+            "{id}"
+        );
+    }
+    assert_eq!(batched.logs(&stored.id).unwrap()[0].stdout.len(), 9_000);
+    for tenant in ["t1", "t2"] {
+        assert_eq!(
+            batched.run_bytes(tenant).unwrap(),
+            one_by_one.run_bytes(tenant).unwrap(),
+            "{tenant}"
+        );
+    }
+    assert!(
+        batched.run_bytes("t2").unwrap() > 0,
+        "the unstored run's logs are charged to t2"
+    );
 }

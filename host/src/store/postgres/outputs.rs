@@ -14,7 +14,7 @@ use tokio_postgres::Transaction;
 use super::{Database, PgResult, decode, encode, key};
 use crate::model::record::AttemptRecord;
 use crate::model::{DeadLetter, Event};
-use crate::store::{AttemptLogs, Result};
+use crate::store::{AttemptLogs, Result, RunLogs};
 
 /// Adds `delta` bytes (negative: settles) to `tenant`'s run data.
 pub(super) async fn charge(tx: &Transaction<'_>, tenant: &str, delta: i64) -> PgResult<()> {
@@ -122,38 +122,25 @@ pub(super) fn events(db: &Database, run_id: &str) -> Result<Vec<Event>> {
     })
 }
 
-/// Stores (or replaces) one attempt's captured output, charged to the
-/// run's tenant when the run is stored, else to `tenant`.
-pub(super) fn put_logs(
-    db: &Database,
-    tenant: &str,
-    run_id: &str,
-    logs: &AttemptLogs,
-) -> Result<()> {
-    let record = encode(logs).map_err(|e| db.fail(e))?;
-    let attempt = i64::from(logs.attempt);
-    db.transaction(async |tx| {
-        let tenant = charged_tenant(tx, run_id, tenant).await?;
-        let old = tx
-            .query_opt(
-                "SELECT tenant, bytes FROM ax_logs WHERE run_id = $1 AND step = $2 AND attempt = $3",
-                &[&key(run_id), &key(&logs.step), &attempt],
-            )
-            .await?;
-        if let Some(old) = old {
-            charge(tx, &super::name(old.get(0)), -old.get::<_, i64>(1)).await?;
-        }
-        let bytes = record.len() as i64;
-        tx.execute(
-            "INSERT INTO ax_logs (run_id, step, attempt, tenant, bytes, record)
-             VALUES ($1, $2, $3, $4, $5, $6)
-             ON CONFLICT (run_id, step, attempt) DO UPDATE
-             SET tenant = excluded.tenant, bytes = excluded.bytes, record = excluded.record",
-            &[&key(run_id), &key(&logs.step), &attempt, &key(&tenant), &bytes, &record],
-        )
-        .await?;
-        charge(tx, &tenant, bytes).await
-    })
+/// Stores (or replaces) attempts' captured output, each charged to its
+/// run's tenant when the run is stored, else to the tenant given with it:
+/// one transaction of a few statements whatever their number
+/// ([`put_outputs`]).
+pub(super) fn put_logs(db: &Database, logs: &[RunLogs]) -> Result<()> {
+    let rows = logs
+        .iter()
+        .map(|l| {
+            Ok(Output {
+                run_id: key(&l.run_id).into_owned(),
+                step: key(&l.logs.step).into_owned(),
+                attempt: i64::from(l.logs.attempt),
+                tenant: l.tenant.clone(),
+                record: encode(&l.logs)?,
+            })
+        })
+        .collect::<PgResult<Vec<_>>>()
+        .map_err(|e| db.fail(e))?;
+    db.transaction(async |tx| put_outputs(tx, "ax_logs", rows.clone()).await)
 }
 
 /// A run's captured output, by step then attempt.
@@ -171,41 +158,112 @@ pub(super) fn logs(db: &Database, run_id: &str) -> Result<Vec<AttemptLogs>> {
     })
 }
 
-/// Keeps the record of one attempt, replacing one kept before.
-pub(super) fn put_record(db: &Database, record: &AttemptRecord) -> Result<()> {
-    let ctx = &record.context;
-    let bytes_of = encode(record).map_err(|e| db.fail(e))?;
-    let attempt = i64::from(ctx.attempt);
-    db.transaction(async |tx| {
-        let tenant = charged_tenant(tx, &ctx.run_id, &ctx.tenant).await?;
-        let old = tx
-            .query_opt(
-                "SELECT tenant, bytes FROM ax_attempt_records
-                 WHERE run_id = $1 AND step = $2 AND attempt = $3",
-                &[&key(&ctx.run_id), &key(&ctx.step), &attempt],
-            )
-            .await?;
-        if let Some(old) = old {
-            charge(tx, &super::name(old.get(0)), -old.get::<_, i64>(1)).await?;
-        }
-        let bytes = bytes_of.len() as i64;
-        tx.execute(
-            "INSERT INTO ax_attempt_records (run_id, step, attempt, tenant, bytes, record)
-             VALUES ($1, $2, $3, $4, $5, $6)
-             ON CONFLICT (run_id, step, attempt) DO UPDATE
-             SET tenant = excluded.tenant, bytes = excluded.bytes, record = excluded.record",
-            &[
-                &key(&ctx.run_id),
-                &key(&ctx.step),
-                &attempt,
-                &key(&tenant),
-                &bytes,
-                &bytes_of,
-            ],
+/// Keeps attempts' records, replacing ones kept before (as [`put_logs`]).
+pub(super) fn put_records(db: &Database, records: &[AttemptRecord]) -> Result<()> {
+    let rows = records
+        .iter()
+        .map(|r| {
+            let ctx = &r.context;
+            Ok(Output {
+                run_id: key(&ctx.run_id).into_owned(),
+                step: key(&ctx.step).into_owned(),
+                attempt: i64::from(ctx.attempt),
+                tenant: ctx.tenant.to_string(),
+                record: encode(r)?,
+            })
+        })
+        .collect::<PgResult<Vec<_>>>()
+        .map_err(|e| db.fail(e))?;
+    db.transaction(async |tx| put_outputs(tx, "ax_attempt_records", rows.clone()).await)
+}
+
+/// One row of `ax_logs` or `ax_attempt_records` to write.
+#[derive(Clone)]
+struct Output {
+    run_id: String,
+    step: String,
+    attempt: i64,
+    /// Charged unless the run is stored (then its tenant is).
+    tenant: String,
+    record: Vec<u8>,
+}
+
+/// Writes `rows` into `table` (`ax_logs` or `ax_attempt_records`, which
+/// share their shape), replacing the rows of the same attempts, in four
+/// statements whatever their number: who each is charged to (the stored
+/// run's tenant), the rows replaced (locked, their bytes settled), one
+/// upsert, one charge per tenant. Of two rows for one attempt the last
+/// wins, as two calls in a row would leave it.
+async fn put_outputs(tx: &Transaction<'_>, table: &str, mut rows: Vec<Output>) -> PgResult<()> {
+    let mut last = std::collections::HashMap::new();
+    for (i, row) in rows.iter().enumerate() {
+        last.insert((row.run_id.clone(), row.step.clone(), row.attempt), i);
+    }
+    let mut i = 0;
+    rows.retain(|row| {
+        let keep = last[&(row.run_id.clone(), row.step.clone(), row.attempt)] == i;
+        i += 1;
+        keep
+    });
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let runs: Vec<&str> = rows.iter().map(|r| r.run_id.as_str()).collect();
+    let steps: Vec<&str> = rows.iter().map(|r| r.step.as_str()).collect();
+    let attempts: Vec<i64> = rows.iter().map(|r| r.attempt).collect();
+    let owners: std::collections::HashMap<String, String> = tx
+        .query(
+            "SELECT id, tenant FROM ax_runs WHERE id = ANY($1)",
+            &[&runs],
+        )
+        .await?
+        .iter()
+        .map(|r| (super::name(r.get(0)), super::name(r.get(1))))
+        .collect();
+    let mut charges = Charges::default();
+    let replaced = tx
+        .query(
+            &format!(
+                "SELECT o.tenant, o.bytes FROM {table} o
+                 JOIN unnest($1::text[], $2::text[], $3::int8[]) AS u(run_id, step, attempt)
+                     ON o.run_id = u.run_id COLLATE \"C\" AND o.step = u.step COLLATE \"C\"
+                     AND o.attempt = u.attempt
+                 ORDER BY o.run_id, o.step, o.attempt
+                 FOR UPDATE OF o"
+            ),
+            &[&runs, &steps, &attempts],
         )
         .await?;
-        charge(tx, &tenant, bytes).await
-    })
+    for old in replaced {
+        charges.add(&super::name(old.get(0)), -old.get::<_, i64>(1));
+    }
+    let tenants: Vec<String> = rows
+        .iter()
+        .map(|r| {
+            let tenant = owners
+                .get(super::name(&r.run_id).as_str())
+                .cloned()
+                .unwrap_or_else(|| r.tenant.clone());
+            key(&tenant).into_owned()
+        })
+        .collect();
+    let bytes: Vec<i64> = rows.iter().map(|r| r.record.len() as i64).collect();
+    let records: Vec<&[u8]> = rows.iter().map(|r| r.record.as_slice()).collect();
+    for (tenant, bytes) in tenants.iter().zip(&bytes) {
+        charges.add(&super::name(tenant), *bytes);
+    }
+    tx.execute(
+        &format!(
+            "INSERT INTO {table} (run_id, step, attempt, tenant, bytes, record)
+             SELECT * FROM unnest($1::text[], $2::text[], $3::int8[], $4::text[], $5::int8[],
+                                  $6::bytea[])
+             ON CONFLICT (run_id, step, attempt) DO UPDATE
+             SET tenant = excluded.tenant, bytes = excluded.bytes, record = excluded.record"
+        ),
+        &[&runs, &steps, &attempts, &tenants, &bytes, &records],
+    )
+    .await?;
+    charges.write(tx).await
 }
 
 /// The record of one attempt, if kept.
@@ -297,13 +355,4 @@ pub(super) fn list_dead_letters(
             .map(|r| decode("dead letter", r.get(0)))
             .collect()
     })
-}
-
-/// Who bytes written for `run_id` are charged to: its tenant when the run
-/// is stored, else `tenant`.
-async fn charged_tenant(tx: &Transaction<'_>, run_id: &str, tenant: &str) -> PgResult<String> {
-    let row = tx
-        .query_opt("SELECT tenant FROM ax_runs WHERE id = $1", &[&key(run_id)])
-        .await?;
-    Ok(row.map_or_else(|| tenant.to_string(), |r| super::name(r.get(0))))
 }

@@ -50,7 +50,8 @@ use crate::store::rules::{
     queue_position, select_page,
 };
 use crate::store::{
-    AttemptLogs, Insert, NewRun, OutboxAlert, Result, RunPage, RunQuery, RunSummary, RunWrite, Runs,
+    AttemptLogs, Insert, NewRun, OutboxAlert, Result, RunLogs, RunPage, RunQuery, RunSummary,
+    RunWrite, Runs,
 };
 use crate::tenant::UsageBucket;
 
@@ -395,7 +396,15 @@ impl Runs for PgStore {
     }
 
     fn put_logs(&self, tenant: &str, run_id: &str, logs: &AttemptLogs) -> Result<()> {
-        outputs::put_logs(&self.db, tenant, run_id, logs)
+        self.put_logs_batch(&[RunLogs {
+            tenant: tenant.to_string(),
+            run_id: run_id.to_string(),
+            logs: logs.clone(),
+        }])
+    }
+
+    fn put_logs_batch(&self, logs: &[RunLogs]) -> Result<()> {
+        outputs::put_logs(&self.db, logs)
     }
 
     fn logs(&self, run_id: &str) -> Result<Vec<AttemptLogs>> {
@@ -403,7 +412,11 @@ impl Runs for PgStore {
     }
 
     fn put_record(&self, record: &AttemptRecord) -> Result<()> {
-        outputs::put_record(&self.db, record)
+        outputs::put_records(&self.db, std::slice::from_ref(record))
+    }
+
+    fn put_records(&self, records: &[AttemptRecord]) -> Result<()> {
+        outputs::put_records(&self.db, records)
     }
 
     fn get_record(&self, run_id: &str, step: &str, attempt: u32) -> Result<Option<AttemptRecord>> {
