@@ -53,7 +53,7 @@ use flate2::read::MultiGzDecoder;
 use flate2::write::GzEncoder;
 use serde::{Deserialize, Serialize};
 
-use super::{AlertQuery, AttemptLogs, NewRun, OutboxAlert, Store, StoreExt, Tree};
+use super::{AlertQuery, AttemptLogs, NewRun, OutboxAlert, Store, StoreExt, Tree, WholeRun};
 use crate::model::record::AttemptRecord;
 use crate::model::{
     DeadLetter, Event, Millis, PluginRecord, PluginTag, RunRecord, ScheduleState, TaskRecord,
@@ -402,24 +402,18 @@ fn export_runs<W: Write>(
     let mut after = None;
     loop {
         let page = store.run_summaries_page(after.as_ref(), RUN_BATCH)?;
-        for summary in &page {
-            // Deleted since the summary was read (retention in a live
-            // store): left out.
-            let Some(run) = store.get_run(&summary.id)? else {
-                continue;
-            };
+        let ids: Vec<&str> = page.iter().map(|s| s.id.as_str()).collect();
+        // Deleted since the summary was read (retention in a live store):
+        // left out.
+        for whole in store.whole_runs(&ids)? {
+            let WholeRun {
+                run,
+                events,
+                logs,
+                records,
+            } = whole;
             if !tenants.contains(run.tenant.as_str()) {
                 tenants.insert(run.tenant.to_string());
-            }
-            let events = store.events(&run.id)?;
-            let logs = store.logs(&run.id)?;
-            let mut records = Vec::new();
-            for step in &run.steps {
-                for attempt in &step.attempts {
-                    if let Some(record) = store.get_record(&run.id, &step.name, attempt.number)? {
-                        records.push(record);
-                    }
-                }
             }
             w.object(Line::Run {
                 run: Box::new(run),

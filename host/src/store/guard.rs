@@ -26,7 +26,7 @@ use super::secrets::{SecretInfo, SecretStore};
 use super::{
     AlertQuery, AlertStatus, AttemptLogs, Catalog, Error, Insert, Lease, Leases, NewRun,
     Operations, Outbox, OutboxAlert, Result, RunLogs, RunPage, RunQuery, RunSummary, RunWrite,
-    Runs, Store, StoreHealth, SyncTicket, Tenancy,
+    Runs, Store, StoreHealth, SyncTicket, Tenancy, WholeRun,
 };
 use crate::capability::kv::{KvNamespace, KvResult, KvStore, SetOutcome};
 use crate::model::ids::{RunId, TaskName, TenantId};
@@ -390,6 +390,10 @@ impl<L: Layer> Runs for Layered<L> {
 
     fn put_records(&self, records: &[AttemptRecord]) -> Result<()> {
         self.0.write(|s| s.put_records(records))
+    }
+
+    fn whole_runs(&self, ids: &[&str]) -> Result<Vec<WholeRun>> {
+        self.0.read(|s| s.whole_runs(ids))
     }
 
     fn get_record(&self, run_id: &str, step: &str, attempt: u32) -> Result<Option<AttemptRecord>> {

@@ -62,6 +62,7 @@ pub use self::resolve::{Unresolved, resolve_plugin};
 pub use self::rules::{id_millis, new_id};
 pub use self::runs::{
     AttemptLogs, Changed, Insert, NewRun, RunLogs, RunPage, RunQuery, RunSummary, RunWrite, Runs,
+    WholeRun,
 };
 pub use self::sled::SledStore;
 pub use self::tenancy::Tenancy;

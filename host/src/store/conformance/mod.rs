@@ -105,6 +105,7 @@ macro_rules! store_conformance_suite {
                 listing::names_with_separator_bytes_do_not_collide,
                 outputs::logs_are_listed_by_step_then_attempt,
                 outputs::batches_of_logs_and_records_store_what_one_call_each_would,
+                outputs::whole_runs_are_each_run_with_what_it_keeps,
                 outputs::dead_letters_are_newest_first_and_filter_open_ones,
                 tenants::tenants_and_tokens_round_trip,
                 tenants::usage_adds_up_per_hour_and_task,

@@ -1,10 +1,10 @@
 //! What attempts leave behind: captured logs and dead letters.
 
 use super::runs::attempt_record;
-use super::{Make, SCAN, attempt_logs, created, dead, run, run_id};
+use super::{Make, SCAN, attempt_logs, created, dead, event, run, run_id};
 use crate::model::RunStatus;
 use crate::store::prelude::*;
-use crate::store::{RunLogs, Store};
+use crate::store::{RunLogs, Store, WholeRun};
 
 pub fn logs_are_listed_by_step_then_attempt<S: Store>(make: Make<S>) {
     let (store, _dir) = make(SCAN);
@@ -163,4 +163,67 @@ pub fn batches_of_logs_and_records_store_what_one_call_each_would<S: Store>(make
         batched.run_bytes("t2").unwrap() > 0,
         "the unstored run's logs are charged to t2"
     );
+}
+
+/// A page of whole runs is each run with its events, logs and the records
+/// of its attempts (only those), in the order asked, runs not stored left
+/// out: what one read of each part per run gives.
+pub fn whole_runs_are_each_run_with_what_it_keeps<S: Store>(make: Make<S>) {
+    let (store, _dir) = make(SCAN);
+    let a = run(&run_id(1, 1), "t1", "a", RunStatus::Succeeded);
+    let b = run(&run_id(2, 2), "t2", "b", RunStatus::Failed);
+    let gone = run_id(3, 3);
+    created(
+        store
+            .insert_run(&a, false, None, &[event(&a.id, "queued", 1)])
+            .unwrap(),
+    );
+    created(
+        store
+            .insert_run(
+                &b,
+                false,
+                None,
+                &[event(&b.id, "queued", 1), event(&b.id, "running", 2)],
+            )
+            .unwrap(),
+    );
+    store
+        .put_logs("t1", &a.id, &attempt_logs("s1", 1, "a".to_owned()))
+        .unwrap();
+    store
+        .put_logs("t2", &b.id, &attempt_logs("s1", 2, "b2".to_owned()))
+        .unwrap();
+    store
+        .put_logs("t2", &b.id, &attempt_logs("s1", 1, "b1".to_owned()))
+        .unwrap();
+    store
+        .put_record(&attempt_record(&a.id, "s1", 1, "kept"))
+        .unwrap();
+    // An attempt the run does not hold: not part of it.
+    store
+        .put_record(&attempt_record(&a.id, "s1", 9, "stray"))
+        .unwrap();
+    let whole = store
+        .whole_runs(&[b.id.as_str(), gone.as_str(), a.id.as_str()])
+        .unwrap();
+    let expected: Vec<WholeRun> = [&b, &a]
+        .iter()
+        .map(|r| WholeRun {
+            run: store.get_run(&r.id).unwrap().unwrap(),
+            events: store.events(&r.id).unwrap(),
+            logs: store.logs(&r.id).unwrap(),
+            records: store
+                .get_record(&r.id, "s1", 1)
+                .unwrap()
+                .into_iter()
+                .collect(),
+        })
+        .collect();
+    assert_eq!(whole, expected);
+    assert_eq!(whole[0].events.len(), 2);
+    assert_eq!(whole[0].logs.len(), 2);
+    assert!(whole[0].records.is_empty());
+    assert_eq!(whole[1].records.len(), 1);
+    assert!(store.whole_runs(&[]).unwrap().is_empty());
 }

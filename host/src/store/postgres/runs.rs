@@ -51,7 +51,7 @@ use crate::store::rules::{
 };
 use crate::store::{
     AttemptLogs, Insert, NewRun, OutboxAlert, Result, RunLogs, RunPage, RunQuery, RunSummary,
-    RunWrite, Runs,
+    RunWrite, Runs, WholeRun,
 };
 use crate::tenant::UsageBucket;
 
@@ -419,6 +419,11 @@ impl Runs for PgStore {
         outputs::put_records(&self.db, records)
     }
 
+    fn whole_runs(&self, ids: &[&str]) -> Result<Vec<WholeRun>> {
+        let keys: Vec<String> = ids.iter().map(|id| key(id).into_owned()).collect();
+        self.db.with(async |c| whole_runs(c, &keys).await)
+    }
+
     fn get_record(&self, run_id: &str, step: &str, attempt: u32) -> Result<Option<AttemptRecord>> {
         outputs::get_record(&self.db, run_id, step, attempt)
     }
@@ -500,6 +505,83 @@ impl PgStore {
                 .collect()
         })
     }
+}
+
+/// The stored runs of `ids` (escaped) in that order, each with its events,
+/// logs and records: one statement per part, whatever their number.
+async fn whole_runs(c: &impl GenericClient, ids: &[String]) -> PgResult<Vec<WholeRun>> {
+    /// The rows of `sql` (its run id first, its record last) by run id,
+    /// in the order the statement gives.
+    async fn by_run(
+        c: &impl GenericClient,
+        sql: &str,
+        ids: &[String],
+    ) -> PgResult<HashMap<String, Vec<tokio_postgres::Row>>> {
+        let mut by_run: HashMap<String, Vec<tokio_postgres::Row>> = HashMap::new();
+        for row in c.query(sql, &[&ids]).await? {
+            by_run.entry(row.get(0)).or_default().push(row);
+        }
+        Ok(by_run)
+    }
+    let mut runs = by_run(c, "SELECT id, record FROM ax_runs WHERE id = ANY($1)", ids).await?;
+    let mut events = by_run(
+        c,
+        "SELECT run_id, record FROM ax_events WHERE run_id = ANY($1) ORDER BY run_id, seq",
+        ids,
+    )
+    .await?;
+    let mut logs = by_run(
+        c,
+        "SELECT run_id, record FROM ax_logs WHERE run_id = ANY($1)
+         ORDER BY run_id, step, attempt",
+        ids,
+    )
+    .await?;
+    let mut records = by_run(
+        c,
+        "SELECT run_id, step, attempt, record FROM ax_attempt_records WHERE run_id = ANY($1)",
+        ids,
+    )
+    .await?;
+    let mut whole = Vec::with_capacity(ids.len());
+    for id in ids {
+        let Some(row) = runs.remove(id).and_then(|rows| rows.into_iter().next()) else {
+            continue;
+        };
+        let what = format!("run {}", name(id));
+        let run: RunRecord = decode(&what, row.get(1))?;
+        fn decode_all<T: serde::de::DeserializeOwned>(
+            what: &str,
+            rows: Option<Vec<tokio_postgres::Row>>,
+        ) -> PgResult<Vec<T>> {
+            let rows = rows.unwrap_or_default();
+            rows.iter().map(|r| decode(what, r.get(1))).collect()
+        }
+        let events = decode_all(&what, events.remove(id))?;
+        let logs = decode_all(&what, logs.remove(id))?;
+        // In the order of the run's steps and their attempts, those only.
+        let mut kept: HashMap<(String, i64), AttemptRecord> = HashMap::new();
+        for r in records.remove(id).unwrap_or_default() {
+            kept.insert((name(r.get(1)), r.get(2)), decode(&what, r.get(3))?);
+        }
+        let records = run
+            .steps
+            .iter()
+            .flat_map(|step| {
+                step.attempts
+                    .iter()
+                    .map(move |a| (step.name.clone(), a.number))
+            })
+            .filter_map(|(step, number)| kept.remove(&(step, i64::from(number))))
+            .collect();
+        whole.push(WholeRun {
+            run,
+            events,
+            logs,
+            records,
+        });
+    }
+    Ok(whole)
 }
 
 /// A stored run read back.
