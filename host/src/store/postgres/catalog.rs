@@ -8,10 +8,8 @@
 //! schedule's `next_fire` is its next fire while unpaused, NULL otherwise
 //! (what [`Catalog::due_schedules`] reads, through a partial index).
 
-use tokio_postgres::Transaction;
-
 use super::rows::{execute, record, records, sql_limit};
-use super::{PgResult, PgStore, encode, key, name};
+use super::{PgResult, PgStore, Tx, encode, key, name};
 use crate::model::{Millis, PluginRecord, PluginTag, ScheduleState, TaskRecord};
 use crate::store::rules::digest_of;
 use crate::store::{Catalog, Result};
@@ -25,7 +23,7 @@ pub(super) const DUE_SCHEDULES: &str = "SELECT record FROM ax_schedules
 
 /// Writes a schedule state with its next-fire index entry (inside a
 /// transaction that may write other things: `put_tasks`, a fire's run).
-pub(super) async fn write_schedule(tx: &Transaction<'_>, schedule: &ScheduleState) -> PgResult<()> {
+pub(super) async fn write_schedule(tx: &Tx<'_>, schedule: &ScheduleState) -> PgResult<()> {
     // The next-fire index holds unpaused schedules only.
     let next_fire: Option<Millis> = if schedule.paused {
         None
@@ -48,7 +46,7 @@ pub(super) async fn write_schedule(tx: &Transaction<'_>, schedule: &ScheduleStat
 }
 
 /// Writes a task with its `after` index rows (replacing the old ones).
-async fn write_task(tx: &Transaction<'_>, task: &TaskRecord) -> PgResult<()> {
+async fn write_task(tx: &Tx<'_>, task: &TaskRecord) -> PgResult<()> {
     let (tenant, task_name) = (key(&task.tenant), key(&task.name));
     tx.execute(
         "INSERT INTO ax_tasks (tenant, name, record) VALUES ($1, $2, $3)

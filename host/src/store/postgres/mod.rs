@@ -24,6 +24,7 @@ mod plans_tests;
 pub mod pool;
 mod rows;
 mod runs;
+mod statements;
 mod tenancy;
 pub mod testing;
 
@@ -36,6 +37,13 @@ use std::sync::Arc;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio_postgres::{Client, Transaction};
+
+use self::statements::Cached;
+
+/// A connection of the pool inside [`Database::with`].
+pub type Cx<'a> = Cached<'a, Client>;
+/// A transaction inside [`Database::transaction`].
+pub type Tx<'a> = Cached<'a, Transaction<'a>>;
 
 use super::{Error, Result};
 
@@ -150,23 +158,22 @@ pub type PgResult<T> = std::result::Result<T, Fail>;
 impl Database {
     /// Runs `f` on a connection of the pool (one statement, or several
     /// that need not be atomic), waiting for it on this thread.
-    pub fn with<T>(&self, f: impl AsyncFnOnce(&mut Client) -> PgResult<T>) -> Result<T> {
+    pub fn with<T>(&self, f: impl AsyncFnOnce(&Cx<'_>) -> PgResult<T>) -> Result<T> {
         let mut conn = self.pool.get()?;
-        let result = pool::block(f(&mut conn));
+        let statements = conn.statements();
+        let result = pool::block(f(&Cached::new(&*conn, &statements)));
         result.map_err(|e| self.fail_on(&mut conn, e))
     }
 
     /// Runs `f` in one transaction (read committed), committed when `f`
     /// returns `Ok` and rolled back when it fails: all of its writes are
     /// stored or none.
-    pub fn transaction<T>(
-        &self,
-        f: impl AsyncFnOnce(&Transaction<'_>) -> PgResult<T>,
-    ) -> Result<T> {
+    pub fn transaction<T>(&self, f: impl AsyncFnOnce(&Tx<'_>) -> PgResult<T>) -> Result<T> {
         let mut conn = self.pool.get()?;
+        let statements = conn.statements();
         pool::block(async {
             let tx = conn.transaction().await?;
-            let value = f(&tx).await?;
+            let value = f(&Cached::new(&tx, &statements)).await?;
             tx.commit().await?;
             Ok(value)
         })

@@ -7,16 +7,14 @@
 //! implementation calls [`write_alerts`] inside `write_runs_with_alerts`'
 //! transaction.
 
-use tokio_postgres::Transaction;
-
 use super::rows::{execute, record, records, sql_limit};
-use super::{PgResult, PgStore, encode, key, name};
+use super::{PgResult, PgStore, Tx, encode, key, name};
 use crate::model::Millis;
 use crate::store::{AlertQuery, AlertStatus, Error, Outbox, OutboxAlert, Result};
 
 /// Creates or replaces `alerts` (by id) with their index columns, inside a
 /// transaction that may write other things.
-pub(super) async fn write_alerts(tx: &Transaction<'_>, alerts: &[OutboxAlert]) -> PgResult<()> {
+pub(super) async fn write_alerts(tx: &Tx<'_>, alerts: &[OutboxAlert]) -> PgResult<()> {
     for alert in alerts {
         tx.execute(
             "INSERT INTO ax_alerts (id, tenant, status, next_try, record)

@@ -9,15 +9,13 @@
 
 use std::collections::BTreeMap;
 
-use tokio_postgres::Transaction;
-
-use super::{Database, PgResult, decode, encode, key};
+use super::{Database, PgResult, Tx, decode, encode, key};
 use crate::model::record::AttemptRecord;
 use crate::model::{DeadLetter, Event};
 use crate::store::{AttemptLogs, Result, RunLogs};
 
 /// Adds `delta` bytes (negative: settles) to `tenant`'s run data.
-pub(super) async fn charge(tx: &Transaction<'_>, tenant: &str, delta: i64) -> PgResult<()> {
+pub(super) async fn charge(tx: &Tx<'_>, tenant: &str, delta: i64) -> PgResult<()> {
     let mut charges = Charges::default();
     charges.add(tenant, delta);
     charges.write(tx).await
@@ -36,7 +34,7 @@ impl Charges {
     }
 
     /// Writes the sums that are not zero.
-    pub(super) async fn write(self, tx: &Transaction<'_>) -> PgResult<()> {
+    pub(super) async fn write(self, tx: &Tx<'_>) -> PgResult<()> {
         let (tenants, deltas): (Vec<String>, Vec<i64>) =
             self.0.into_iter().filter(|(_, delta)| *delta != 0).unzip();
         if tenants.is_empty() {
@@ -77,7 +75,7 @@ impl Events {
     }
 
     /// Appends them (`seq` follows the order: the rows are inserted in it).
-    pub(super) async fn write(self, tx: &Transaction<'_>) -> PgResult<()> {
+    pub(super) async fn write(self, tx: &Tx<'_>) -> PgResult<()> {
         if self.run_ids.is_empty() {
             return Ok(());
         }
@@ -194,7 +192,7 @@ struct Output {
 /// run's tenant), the rows replaced (locked, their bytes settled), one
 /// upsert, one charge per tenant. Of two rows for one attempt the last
 /// wins, as two calls in a row would leave it.
-async fn put_outputs(tx: &Transaction<'_>, table: &str, mut rows: Vec<Output>) -> PgResult<()> {
+async fn put_outputs(tx: &Tx<'_>, table: &str, mut rows: Vec<Output>) -> PgResult<()> {
     let mut last = std::collections::HashMap::new();
     for (i, row) in rows.iter().enumerate() {
         last.insert((row.run_id.clone(), row.step.clone(), row.attempt), i);
@@ -288,7 +286,7 @@ pub(super) fn get_record(
 
 /// Removes what a deleted run left behind (its logs and records: events and
 /// fire keys go with the run row), settling their bytes.
-pub(super) async fn delete_outputs(tx: &Transaction<'_>, run_id: &str) -> PgResult<()> {
+pub(super) async fn delete_outputs(tx: &Tx<'_>, run_id: &str) -> PgResult<()> {
     for table in ["ax_logs", "ax_attempt_records"] {
         let rows = tx
             .query(

@@ -36,6 +36,8 @@ use std::time::{Duration, Instant};
 
 use tokio_postgres::{Client, Config, NoTls};
 
+use super::statements::Statements;
+
 use crate::metrics::{Histogram, STORE_CALL_BUCKETS};
 use crate::store::{Error, PoolHealth, Result};
 
@@ -67,7 +69,7 @@ pub struct Pool {
 }
 
 struct Slots {
-    idle: Vec<Client>,
+    idle: Vec<(Client, Arc<Statements>)>,
     /// Connections taken or idle.
     open: usize,
 }
@@ -76,6 +78,8 @@ struct Slots {
 pub struct Conn<'a> {
     pool: &'a Pool,
     client: Option<Client>,
+    /// The statements prepared on this connection.
+    statements: Arc<Statements>,
     /// When the caller asked for it (the wait for a free one is part of
     /// the call's latency).
     asked: Instant,
@@ -86,6 +90,11 @@ pub struct Conn<'a> {
 }
 
 impl Conn<'_> {
+    /// The statements prepared on this connection, kept with it.
+    pub fn statements(&self) -> Arc<Statements> {
+        self.statements.clone()
+    }
+
     /// Marks the connection broken when `e` says it ended (see
     /// [`ends_connection`]), so it is not given back to the pool.
     pub fn note(&mut self, e: &tokio_postgres::Error) {
@@ -110,7 +119,9 @@ impl Drop for Conn<'_> {
     fn drop(&mut self) {
         let mut slots = self.pool.state.lock().unwrap_or_else(|p| p.into_inner());
         match self.client.take() {
-            Some(client) if !self.broken && !client.is_closed() => slots.idle.push(client),
+            Some(client) if !self.broken && !client.is_closed() => {
+                slots.idle.push((client, self.statements.clone()));
+            }
             Some(_) => {
                 // The server went away during or before the call.
                 slots.open -= 1;
@@ -162,7 +173,7 @@ impl Pool {
             hint: "check the URL, that the server runs and that the user may connect".into(),
         })?;
         let mut slots = pool.lock();
-        slots.idle.push(first);
+        slots.idle.push((first, Arc::default()));
         slots.open = 1;
         drop(slots);
         Ok(pool)
@@ -192,7 +203,7 @@ impl Pool {
         let deadline = asked + CHECKOUT_WAIT;
         let mut slots = self.lock();
         loop {
-            if let Some(client) = slots.idle.pop() {
+            if let Some((client, statements)) = slots.idle.pop() {
                 if client.is_closed() {
                     // Its server went away while it was idle.
                     slots.open -= 1;
@@ -202,6 +213,7 @@ impl Pool {
                 return Ok(Conn {
                     pool: self,
                     client: Some(client),
+                    statements,
                     asked,
                     broken: false,
                 });
@@ -214,6 +226,7 @@ impl Pool {
                 let mut conn = Conn {
                     pool: self,
                     client: None,
+                    statements: Arc::default(),
                     asked,
                     broken: false,
                 };

@@ -29,9 +29,10 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use tokio_postgres::{GenericClient, Transaction};
+use tokio_postgres::GenericClient;
 
-use super::{PgResult, PgStore, decode, encode, key, name, outputs};
+use super::statements::Cached;
+use super::{PgResult, PgStore, Tx, decode, encode, key, name, outputs};
 
 /// The queue head of a tenant (`$1`), `$2` runs at most: the partial index
 /// `ax_runs_queue`, in its order (`plans_tests.rs` checks the plan).
@@ -179,7 +180,7 @@ impl Runs for PgStore {
     }
 
     fn get_run(&self, id: &str) -> Result<Option<RunRecord>> {
-        self.db.with(async |c| read_run(&*c, id).await)
+        self.db.with(async |c| read_run(c, id).await)
     }
 
     fn list_runs(&self, query: &RunQuery) -> Result<RunPage> {
@@ -509,11 +510,14 @@ impl PgStore {
 
 /// The stored runs of `ids` (escaped) in that order, each with its events,
 /// logs and records: one statement per part, whatever their number.
-async fn whole_runs(c: &impl GenericClient, ids: &[String]) -> PgResult<Vec<WholeRun>> {
+async fn whole_runs(
+    c: &Cached<'_, impl GenericClient + Sync>,
+    ids: &[String],
+) -> PgResult<Vec<WholeRun>> {
     /// The rows of `sql` (its run id first, its record last) by run id,
     /// in the order the statement gives.
     async fn by_run(
-        c: &impl GenericClient,
+        c: &Cached<'_, impl GenericClient + Sync>,
         sql: &str,
         ids: &[String],
     ) -> PgResult<HashMap<String, Vec<tokio_postgres::Row>>> {
@@ -585,7 +589,10 @@ async fn whole_runs(c: &impl GenericClient, ids: &[String]) -> PgResult<Vec<Whol
 }
 
 /// A stored run read back.
-async fn read_run(c: &impl GenericClient, id: &str) -> PgResult<Option<RunRecord>> {
+async fn read_run(
+    c: &Cached<'_, impl GenericClient + Sync>,
+    id: &str,
+) -> PgResult<Option<RunRecord>> {
     let row = c
         .query_opt("SELECT record FROM ax_runs WHERE id = $1", &[&key(id)])
         .await?;
@@ -603,11 +610,7 @@ async fn read_run(c: &impl GenericClient, id: &str) -> PgResult<Option<RunRecord
 /// a batch of 16 triggers took ~100 round trips inside one transaction,
 /// the serial time that held triggers on PostgreSQL near 350 runs/s
 /// (docs/PERFORMANCE.md).
-async fn insert_batch(
-    tx: &Transaction<'_>,
-    runs: &[NewRun],
-    rows: &[Encoded],
-) -> PgResult<Vec<Insert>> {
+async fn insert_batch(tx: &Tx<'_>, runs: &[NewRun], rows: &[Encoded]) -> PgResult<Vec<Insert>> {
     let by_id = stored_by_id(tx, runs).await?;
     let by_key = stored_by_key(tx, runs).await?;
     let by_fire = stored_by_fire(tx, runs).await?;
@@ -675,10 +678,7 @@ async fn insert_batch(
 }
 
 /// The stored runs among `runs`' ids.
-async fn stored_by_id(
-    tx: &Transaction<'_>,
-    runs: &[NewRun],
-) -> PgResult<HashMap<String, RunRecord>> {
+async fn stored_by_id(tx: &Tx<'_>, runs: &[NewRun]) -> PgResult<HashMap<String, RunRecord>> {
     let ids: Vec<String> = runs.iter().map(|n| key(&n.run.id).into_owned()).collect();
     let stored = tx
         .query("SELECT id, record FROM ax_runs WHERE id = ANY($1)", &[&ids])
@@ -696,7 +696,7 @@ async fn stored_by_id(
 /// What answers for the idempotency keys of `runs` that are stored, by the
 /// run's place in `runs`: its run, or [`Insert::Forgotten`] for a key that
 /// outlives its run until it expires.
-async fn stored_by_key(tx: &Transaction<'_>, runs: &[NewRun]) -> PgResult<HashMap<usize, Insert>> {
+async fn stored_by_key(tx: &Tx<'_>, runs: &[NewRun]) -> PgResult<HashMap<usize, Insert>> {
     let keyed: Vec<usize> = (0..runs.len())
         .filter(|&i| runs[i].run.idempotency_key.is_some())
         .collect();
@@ -742,10 +742,7 @@ async fn stored_by_key(tx: &Transaction<'_>, runs: &[NewRun]) -> PgResult<HashMa
 
 /// The stored runs that hold the fires of `runs` inserted with
 /// `unique_fire`, by the run's place in `runs`.
-async fn stored_by_fire(
-    tx: &Transaction<'_>,
-    runs: &[NewRun],
-) -> PgResult<HashMap<usize, RunRecord>> {
+async fn stored_by_fire(tx: &Tx<'_>, runs: &[NewRun]) -> PgResult<HashMap<usize, RunRecord>> {
     let unique: Vec<usize> = (0..runs.len()).filter(|&i| runs[i].unique_fire).collect();
     if unique.is_empty() {
         return Ok(HashMap::new());
@@ -825,7 +822,7 @@ impl Keys {
         self.expires.push(expires_at);
     }
 
-    async fn insert(self, tx: &Transaction<'_>) -> PgResult<()> {
+    async fn insert(self, tx: &Tx<'_>) -> PgResult<()> {
         if self.runs.is_empty() {
             return Ok(());
         }
@@ -862,7 +859,7 @@ impl Fires {
         self.runs.push(key(&run.id).into_owned());
     }
 
-    async fn insert(self, tx: &Transaction<'_>) -> PgResult<()> {
+    async fn insert(self, tx: &Tx<'_>) -> PgResult<()> {
         if self.runs.is_empty() {
             return Ok(());
         }
@@ -907,7 +904,7 @@ impl<'a> Rows<'a> {
     }
 
     /// Inserts them (new runs).
-    async fn insert(self, tx: &Transaction<'_>) -> PgResult<()> {
+    async fn insert(self, tx: &Tx<'_>) -> PgResult<()> {
         if self.ids.is_empty() {
             return Ok(());
         }
@@ -933,7 +930,7 @@ impl<'a> Rows<'a> {
     }
 
     /// Updates them (stored runs).
-    async fn update(self, tx: &Transaction<'_>) -> PgResult<()> {
+    async fn update(self, tx: &Tx<'_>) -> PgResult<()> {
         if self.ids.is_empty() {
             return Ok(());
         }

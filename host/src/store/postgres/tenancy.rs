@@ -5,10 +5,8 @@
 //! Usage is written with the runs that used it: the `Runs` implementation
 //! calls [`add_usage`] inside `write_runs_with_alerts`' transaction.
 
-use tokio_postgres::Transaction;
-
 use super::rows::{execute, records};
-use super::{PgResult, PgStore, decode, encode, key};
+use super::{PgResult, PgStore, Tx, decode, encode, key};
 use crate::model::Millis;
 use crate::store::{Result, Tenancy};
 use crate::tenant::{TenantRecord, TokenRecord, UsageBucket};
@@ -16,7 +14,7 @@ use crate::tenant::{TenantRecord, TokenRecord, UsageBucket};
 /// Merges `usage` into the stored buckets as the memory store does: a new
 /// bucket is stored as it is, a known one adds the new counters
 /// ([`UsageBucket::add`]) under a row lock, so concurrent writers add up.
-pub(super) async fn add_usage(tx: &Transaction<'_>, usage: &[UsageBucket]) -> PgResult<()> {
+pub(super) async fn add_usage(tx: &Tx<'_>, usage: &[UsageBucket]) -> PgResult<()> {
     for bucket in usage {
         let (tenant, task) = (key(&bucket.tenant), key(&bucket.task));
         // Absent: stored as it is. Present (a conflict): locked, added to.
