@@ -73,6 +73,10 @@ pub struct ScaleConfig {
     pub cache_mb: Option<u64>,
     /// Where the scratch data directory is made (else the temp directory).
     pub dir: Option<PathBuf>,
+    /// A PostgreSQL server: the server runs on a new database of it
+    /// (dropped after) instead of sled, and the store's size is the
+    /// database's (`pg_database_size`).
+    pub store: Option<String>,
 }
 
 impl ScaleConfig {
@@ -121,6 +125,8 @@ pub struct ScaleStats {
     pub batch: usize,
     /// sled's cache of the server, MiB (`store.cache_mb`).
     pub cache_mb: u64,
+    /// The server ran on PostgreSQL (else sled).
+    pub postgres: bool,
     /// The server with nothing loaded (plugins uploaded).
     pub idle: Memory,
     /// Cron tasks applied (`tasks - every_second`).
@@ -184,8 +190,17 @@ impl fmt::Display for ScaleStats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "ax bench scale: {} tasks ({} every second), {} queued runs, {} HTTP clients, {} per request, sled cache {} MiB",
-            self.tasks, self.every_second, self.queued, self.clients, self.batch, self.cache_mb
+            "ax bench scale: {} tasks ({} every second), {} queued runs, {} HTTP clients, {} per request, {}",
+            self.tasks,
+            self.every_second,
+            self.queued,
+            self.clients,
+            self.batch,
+            if self.postgres {
+                "PostgreSQL".to_string()
+            } else {
+                format!("sled cache {} MiB", self.cache_mb)
+            }
         )?;
         let (apply_route, trigger_route, per) = if self.batch == 1 {
             ("PUT /v1/tasks/{name}", "POST /v1/tasks/held/runs", "")
@@ -282,9 +297,21 @@ pub fn scale(config: ScaleConfig) -> anyhow::Result<ScaleStats> {
         "max_queued_per_tenant": headroom,
         "high_water": headroom,
     });
+    let database = config
+        .store
+        .as_deref()
+        .map(crate::store::postgres::testing::TestDatabase::on)
+        .transpose()?;
     if let Some(cache_mb) = config.cache_mb {
         server_config["store"] = json!({ "cache_mb": cache_mb });
     }
+    if let Some(database) = &database {
+        server_config["store"]["url"] = json!(database.url());
+    }
+    let store_size = || match &database {
+        Some(database) => database_bytes(database.url()),
+        None => Ok(du(&data)),
+    };
     std::fs::write(&config_file, serde_json::to_vec_pretty(&server_config)?)?;
     let log = scratch.0.join("serve.log");
 
@@ -337,7 +364,7 @@ pub fn scale(config: ScaleConfig) -> anyhow::Result<ScaleStats> {
     })?;
     let apply_secs = started.elapsed().as_secs_f64();
     let after_tasks = memory(server.pid())?;
-    let store_after_tasks = du(&data);
+    let store_after_tasks = store_size()?;
 
     // 2. Queued runs, held.
     let started = Instant::now();
@@ -374,7 +401,7 @@ pub fn scale(config: ScaleConfig) -> anyhow::Result<ScaleStats> {
     })?;
     let trigger_secs = started.elapsed().as_secs_f64();
     let after_queue = memory(server.pid())?;
-    let store_after_queue = du(&data);
+    let store_after_queue = store_size()?;
     let (ids, mut latencies): (Vec<Vec<String>>, Vec<f64>) = triggered.into_iter().unzip();
     let ids: Vec<String> = ids.into_iter().flatten().collect();
     latencies.sort_by(f64::total_cmp);
@@ -481,6 +508,7 @@ pub fn scale(config: ScaleConfig) -> anyhow::Result<ScaleStats> {
         cache_mb: config
             .cache_mb
             .unwrap_or_else(|| crate::config::StoreConfig::default().cache_mb),
+        postgres: config.store.is_some(),
         idle,
         applied,
         apply_per_sec: applied as f64 / apply_secs,
@@ -794,6 +822,20 @@ fn memory(pid: u32) -> anyhow::Result<Memory> {
     })
 }
 
+/// The size of the PostgreSQL database `url` names, as the server counts
+/// it (`pg_database_size`: its tables, indexes and TOAST on disk).
+fn database_bytes(url: &str) -> anyhow::Result<u64> {
+    let db = crate::store::postgres::Database::connect(url, 1)?;
+    let bytes: i64 = db.with(async |c| {
+        Ok(
+            c.query_one("SELECT pg_database_size(current_database())", &[])
+                .await?
+                .get(0),
+        )
+    })?;
+    Ok(u64::try_from(bytes).unwrap_or(0))
+}
+
 /// Bytes allocated on disk under `dir`, as `du` counts them.
 fn du(dir: &Path) -> u64 {
     use std::os::unix::fs::MetadataExt as _;
@@ -853,6 +895,7 @@ mod tests {
             batch: 1,
             cache_mb: None,
             dir: None,
+            store: None,
         };
         let message = config.validate().unwrap_err().to_string();
         assert!(message.contains("--every-second 11"), "{message}");

@@ -232,6 +232,10 @@ struct BenchScaleArgs {
     /// Where the scratch data directory is made (else the temp directory).
     #[arg(long)]
     dir: Option<PathBuf>,
+    /// Run the server on a new database of this PostgreSQL server (a URL
+    /// whose user may create databases; dropped after) instead of sled.
+    #[arg(long, value_name = "URL")]
+    store: Option<String>,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -592,6 +596,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 batch: args.batch,
                 cache_mb: args.cache_mb,
                 dir: args.dir,
+                store: args.store,
             };
             print_stats(&crate::bench::scale(config)?, args.json)
         }
