@@ -34,6 +34,7 @@ mod plugins_quota;
 mod polyglot;
 mod postgres;
 mod postgres_restart;
+mod postgres_tls;
 mod replay;
 mod retention;
 mod sandbox;

@@ -25,9 +25,9 @@ use crate::full_disk::{all_succeed, every_second_across, status_of, trigger};
 
 /// A throwaway PostgreSQL cluster in a temporary directory, stopped and
 /// removed on drop.
-struct Cluster {
+pub(crate) struct Cluster {
     dir: tempfile::TempDir,
-    url: String,
+    pub(crate) url: String,
 }
 
 impl Cluster {
@@ -37,9 +37,15 @@ impl Cluster {
 
     /// `scripts/postgres ACTION DIR`; its stdout.
     fn run(dir: &Path, action: &str) -> String {
+        Self::run_with(dir, action, &[])
+    }
+
+    /// [`Cluster::run`] with `env` set for the script.
+    fn run_with(dir: &Path, action: &str, env: &[(&str, &str)]) -> String {
         let out = Command::new(Self::script())
             .arg(action)
             .arg(dir)
+            .envs(env.iter().copied())
             .output()
             .expect("running scripts/postgres");
         assert!(
@@ -54,6 +60,19 @@ impl Cluster {
         let dir = tempfile::tempdir().expect("a directory for the cluster");
         let url = Self::run(dir.path(), "start");
         Self { dir, url }
+    }
+
+    /// A cluster that serves TLS only (`AX_POSTGRES_SSL=on`): its CA is
+    /// [`Cluster::tls_file`] `ca.pem`, and `other-ca.pem` signed nothing.
+    pub(crate) fn start_tls() -> Self {
+        let dir = tempfile::tempdir().expect("a directory for the cluster");
+        let url = Self::run_with(dir.path(), "start", &[("AX_POSTGRES_SSL", "on")]);
+        Self { dir, url }
+    }
+
+    /// A file of the TLS cluster's `tls/` directory.
+    pub(crate) fn tls_file(&self, name: &str) -> PathBuf {
+        self.dir.path().join("tls").join(name)
     }
 
     fn act(&self, action: &str) {

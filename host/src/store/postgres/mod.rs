@@ -27,6 +27,7 @@ mod runs;
 mod statements;
 mod tenancy;
 pub mod testing;
+mod tls;
 
 pub use self::maps::PgMap;
 pub use self::migrate::{MIGRATIONS, Migration, Plan, latest};

@@ -34,9 +34,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio_postgres::{Client, Config, NoTls};
+use tokio_postgres::{Client, Config};
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::statements::Statements;
+use super::tls::Tls;
 
 use crate::metrics::{Histogram, STORE_CALL_BUCKETS};
 use crate::store::{Error, PoolHealth, Result};
@@ -56,6 +58,8 @@ pub struct Pool {
     /// Drives the connections' I/O; `None` once dropped (see `Drop`).
     runtime: Option<tokio::runtime::Runtime>,
     config: Config,
+    /// TLS as the URL's `sslmode` asks (`tls.rs`).
+    tls: MakeRustlsConnect,
     /// The URL as shown in messages: without its password.
     shown: String,
     size: usize,
@@ -142,11 +146,18 @@ impl Pool {
     /// a wrong URL, host or password is reported here, as one clear error.
     pub fn connect(url: &str, size: usize) -> Result<Pool> {
         let shown = shown(url);
-        let mut config: Config = url.parse().map_err(|e| Error::Unusable {
+        let not_a_url = |reason: String| Error::Unusable {
             path: shown.clone(),
-            reason: format!("not a PostgreSQL URL: {e}"),
-            hint: "write it as postgres://USER:PASSWORD@HOST:PORT/DATABASE".into(),
-        })?;
+            reason,
+            hint: "write it as postgres://USER:PASSWORD@HOST:PORT/DATABASE[?sslmode=verify-full]"
+                .into(),
+        };
+        let (rest, tls) = Tls::split(url).map_err(&not_a_url)?;
+        let mut config: Config = rest
+            .parse()
+            .map_err(|e| not_a_url(format!("not a PostgreSQL URL: {e}")))?;
+        config.ssl_mode(tls.ssl_mode());
+        let tls = tls.connector().map_err(&not_a_url)?;
         config.connect_timeout(CONNECT_TIMEOUT);
         config.application_name("ax");
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -157,6 +168,7 @@ impl Pool {
         let pool = Pool {
             runtime: Some(runtime),
             config,
+            tls,
             shown,
             size: size.max(1),
             state: Mutex::new(Slots {
@@ -256,9 +268,10 @@ impl Pool {
     /// error is what went wrong, for a message.
     fn open(&self) -> std::result::Result<Client, String> {
         let config = self.config.clone();
+        let tls = self.tls.clone();
         let shown = self.shown.clone();
         let task = self.runtime().spawn(async move {
-            let (client, connection) = config.connect(NoTls).await?;
+            let (client, connection) = config.connect(tls).await?;
             tokio::spawn(async move {
                 if let Err(e) = connection.await {
                     tracing::warn!(database = %shown, error = %e, "a PostgreSQL connection ended");
