@@ -298,3 +298,32 @@ pub fn task_pages_are_ranges_by_name<S: Catalog>(make: Make<S>) {
     assert!(page(Some("c"), 10).is_empty());
     assert!(page(None, 0).is_empty());
 }
+
+/// A batch that names one task twice leaves what two writes in a row
+/// would: the second definition, schedule and `after` edges.
+pub fn a_batch_naming_a_task_twice_keeps_the_last<S: Catalog>(make: Make<S>) {
+    let (store, _dir) = make(SCAN);
+    let after = |name: &str, ups: &[&str], version: u64| {
+        let mut t = task("t1", name, version);
+        t.spec = json!({"trigger": {"after": ups, "on": "success"}}).into();
+        t
+    };
+    store
+        .put_tasks(&[
+            (after("d", &["up", "old"], 1), schedule("t1", "d", Some(5))),
+            (after("e", &["up"], 1), schedule("t1", "e", None)),
+            (after("d", &["up", "new"], 2), schedule("t1", "d", Some(9))),
+        ])
+        .unwrap();
+    assert_eq!(
+        store.get_task("t1", "d").unwrap(),
+        Some(after("d", &["up", "new"], 2))
+    );
+    assert_eq!(
+        store.get_schedule("t1", "d").unwrap(),
+        Some(schedule("t1", "d", Some(9)))
+    );
+    assert_eq!(store.downstream_tasks("t1", "up").unwrap(), ["d", "e"]);
+    assert_eq!(store.downstream_tasks("t1", "new").unwrap(), ["d"]);
+    assert!(store.downstream_tasks("t1", "old").unwrap().is_empty());
+}

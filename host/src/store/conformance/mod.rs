@@ -73,6 +73,7 @@ macro_rules! store_conformance_suite {
                 catalog::tasks_are_stored_with_their_schedule,
                 catalog::task_pages_are_ranges_by_name,
                 catalog::put_tasks_stores_many_with_their_schedules_in_one_write,
+                catalog::a_batch_naming_a_task_twice_keeps_the_last,
                 catalog::schedules_round_trip,
                 catalog::the_next_fire_index_follows_every_schedule_write,
                 catalog::downstream_tasks_follow_the_after_triggers,

@@ -21,53 +21,104 @@ pub(super) const DUE_SCHEDULES: &str = "SELECT record FROM ax_schedules
      WHERE next_fire IS NOT NULL AND next_fire >= $1 AND next_fire <= $2
      ORDER BY next_fire, tenant, task LIMIT $3";
 
-/// Writes a schedule state with its next-fire index entry (inside a
-/// transaction that may write other things: `put_tasks`, a fire's run).
-pub(super) async fn write_schedule(tx: &Tx<'_>, schedule: &ScheduleState) -> PgResult<()> {
+/// Writes schedule states with their next-fire index entries (inside a
+/// transaction that may write other things: `put_tasks`, a fire's runs),
+/// in one statement whatever their number; of two for one task the last
+/// wins, as two writes in a row would leave it.
+pub(super) async fn write_schedules(tx: &Tx<'_>, schedules: &[&ScheduleState]) -> PgResult<()> {
+    let schedules = last_of_each(schedules, |s| (s.tenant.as_str(), s.task.as_str()));
+    if schedules.is_empty() {
+        return Ok(());
+    }
+    let tenants: Vec<String> = schedules
+        .iter()
+        .map(|s| key(&s.tenant).into_owned())
+        .collect();
+    let tasks: Vec<String> = schedules
+        .iter()
+        .map(|s| key(&s.task).into_owned())
+        .collect();
     // The next-fire index holds unpaused schedules only.
-    let next_fire: Option<Millis> = if schedule.paused {
-        None
-    } else {
-        schedule.next_fire
-    };
+    let next_fires: Vec<Option<Millis>> = schedules
+        .iter()
+        .map(|s| if s.paused { None } else { s.next_fire })
+        .collect();
+    let records = schedules
+        .iter()
+        .map(|s| encode(*s))
+        .collect::<PgResult<Vec<_>>>()?;
     tx.execute(
-        "INSERT INTO ax_schedules (tenant, task, next_fire, record) VALUES ($1, $2, $3, $4)
+        "INSERT INTO ax_schedules (tenant, task, next_fire, record)
+         SELECT * FROM unnest($1::text[], $2::text[], $3::int8[], $4::bytea[])
          ON CONFLICT (tenant, task) DO UPDATE
          SET next_fire = excluded.next_fire, record = excluded.record",
-        &[
-            &key(&schedule.tenant),
-            &key(&schedule.task),
-            &next_fire,
-            &encode(schedule)?,
-        ],
+        &[&tenants, &tasks, &next_fires, &records],
     )
     .await?;
     Ok(())
 }
 
-/// Writes a task with its `after` index rows (replacing the old ones).
-async fn write_task(tx: &Tx<'_>, task: &TaskRecord) -> PgResult<()> {
-    let (tenant, task_name) = (key(&task.tenant), key(&task.name));
+/// Writes tasks with their `after` index rows (replacing their old ones),
+/// in three statements whatever their number (the last of two for one
+/// task wins).
+async fn write_tasks(tx: &Tx<'_>, tasks: &[&TaskRecord]) -> PgResult<()> {
+    let tasks = last_of_each(tasks, |t| (t.tenant.as_str(), t.name.as_str()));
+    if tasks.is_empty() {
+        return Ok(());
+    }
+    let tenants: Vec<String> = tasks.iter().map(|t| key(&t.tenant).into_owned()).collect();
+    let names: Vec<String> = tasks.iter().map(|t| key(&t.name).into_owned()).collect();
+    let records = tasks
+        .iter()
+        .map(|t| encode(*t))
+        .collect::<PgResult<Vec<_>>>()?;
     tx.execute(
-        "INSERT INTO ax_tasks (tenant, name, record) VALUES ($1, $2, $3)
+        "INSERT INTO ax_tasks (tenant, name, record)
+         SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[])
          ON CONFLICT (tenant, name) DO UPDATE SET record = excluded.record",
-        &[&tenant, &task_name, &encode(task)?],
+        &[&tenants, &names, &records],
     )
     .await?;
     tx.execute(
-        "DELETE FROM ax_task_upstreams WHERE tenant = $1 AND task = $2",
-        &[&tenant, &task_name],
+        "DELETE FROM ax_task_upstreams u
+         USING unnest($1::text[], $2::text[]) AS v(tenant, task)
+         WHERE u.tenant = v.tenant COLLATE \"C\" AND u.task = v.task COLLATE \"C\"",
+        &[&tenants, &names],
     )
     .await?;
-    for upstream in task.upstreams() {
+    let (mut up_tenants, mut upstreams, mut downstreams) = (Vec::new(), Vec::new(), Vec::new());
+    for task in &tasks {
+        for upstream in task.upstreams() {
+            up_tenants.push(key(&task.tenant).into_owned());
+            upstreams.push(key(&upstream).into_owned());
+            downstreams.push(key(&task.name).into_owned());
+        }
+    }
+    if !upstreams.is_empty() {
         tx.execute(
-            "INSERT INTO ax_task_upstreams (tenant, upstream, task) VALUES ($1, $2, $3)
+            "INSERT INTO ax_task_upstreams (tenant, upstream, task)
+             SELECT * FROM unnest($1::text[], $2::text[], $3::text[])
              ON CONFLICT DO NOTHING",
-            &[&tenant, &key(&upstream), &task_name],
+            &[&up_tenants, &upstreams, &downstreams],
         )
         .await?;
     }
     Ok(())
+}
+
+/// Of `items`, the last one of each name (`name_of`), in the order of
+/// those last ones: what a row-at-a-time write would have left.
+fn last_of_each<'a, T>(items: &[&'a T], name_of: impl Fn(&T) -> (&str, &str)) -> Vec<&'a T> {
+    let mut last = std::collections::HashMap::new();
+    for (i, item) in items.iter().enumerate() {
+        last.insert(name_of(item), i);
+    }
+    items
+        .iter()
+        .enumerate()
+        .filter(|(i, item)| last[&name_of(item)] == *i)
+        .map(|(_, item)| *item)
+        .collect()
 }
 
 impl Catalog for PgStore {
@@ -191,12 +242,11 @@ impl Catalog for PgStore {
             return Ok(());
         }
         // One transaction: a reader sees all of them or none.
+        let records: Vec<&TaskRecord> = tasks.iter().map(|(t, _)| t).collect();
+        let schedules: Vec<&ScheduleState> = tasks.iter().map(|(_, s)| s).collect();
         self.db.transaction(async |tx| {
-            for (task, schedule) in tasks {
-                write_task(tx, task).await?;
-                write_schedule(tx, schedule).await?;
-            }
-            Ok(())
+            write_tasks(tx, &records).await?;
+            write_schedules(tx, &schedules).await
         })
     }
 
@@ -277,7 +327,7 @@ impl Catalog for PgStore {
 
     fn put_schedule(&self, schedule: &ScheduleState) -> Result<()> {
         self.db
-            .transaction(async |tx| write_schedule(tx, schedule).await)
+            .transaction(async |tx| write_schedules(tx, &[schedule]).await)
     }
 
     fn get_schedule(&self, tenant: &str, task: &str) -> Result<Option<ScheduleState>> {

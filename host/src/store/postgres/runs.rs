@@ -45,7 +45,7 @@ pub(super) const QUEUED_IDS: &str = "SELECT id FROM ax_runs WHERE tenant = $1 AN
      ORDER BY queue_position, id LIMIT $2";
 use crate::model::ids::{RunId, TaskName, TenantId};
 use crate::model::record::AttemptRecord;
-use crate::model::{DeadLetter, Event, Millis, RunRecord, RunStatus};
+use crate::model::{DeadLetter, Event, Millis, RunRecord, RunStatus, ScheduleState};
 use crate::store::rules::{
     check_revisions, definition_changed, digest_of, list_floor, list_start, missing_run,
     queue_position, select_page,
@@ -603,7 +603,7 @@ async fn read_run(
 /// Inserts `runs` in a few statements whatever their number: one read of
 /// their ids, one of their idempotency keys, one of their fires; one insert
 /// each of the runs, their keys, their fires and their events, one charge
-/// per tenant, and a fire's schedule progress one by one. A run is answered
+/// per tenant, and one of the fires' schedule progress. A run is answered
 /// by what already holds its id, then its key, then its fire — stored, or
 /// earlier in the same batch (the first of two stores it) — and is
 /// created otherwise. Before, a keyed run cost six statements of its own:
@@ -669,11 +669,15 @@ async fn insert_batch(tx: &Tx<'_>, runs: &[NewRun], rows: &[Encoded]) -> PgResul
     fires.insert(tx).await?;
     events.write(tx).await?;
     charges.write(tx).await?;
-    for (new, outcome) in runs.iter().zip(&outcomes) {
-        if let (Some(schedule), Insert::Created) = (&new.schedule, outcome) {
-            super::catalog::write_schedule(tx, schedule).await?;
-        }
-    }
+    let schedules: Vec<&ScheduleState> = runs
+        .iter()
+        .zip(&outcomes)
+        .filter_map(|(new, outcome)| match (&new.schedule, outcome) {
+            (Some(schedule), Insert::Created) => Some(schedule),
+            _ => None,
+        })
+        .collect();
+    super::catalog::write_schedules(tx, &schedules).await?;
     Ok(outcomes)
 }
 

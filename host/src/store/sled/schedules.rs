@@ -77,10 +77,20 @@ impl SledStore {
     }
 
     /// Adds to `batch` the write of `task` and the move of its `after`
-    /// entries. Callers hold `claim_lock`.
-    fn task_changes(&self, batch: &mut sled::Batch, task: &TaskRecord) -> Result<()> {
+    /// entries, from the version `written` earlier in the same batch if
+    /// any (else the stored one). Callers hold `claim_lock`.
+    fn task_changes(
+        &self,
+        batch: &mut sled::Batch,
+        task: &TaskRecord,
+        written: &mut HashMap<(String, String), TaskRecord>,
+    ) -> Result<()> {
         let task_key = key("task", &[&task.tenant, &task.name]);
-        let old: Option<TaskRecord> = self.get(&task_key)?;
+        let id = (task.tenant.to_string(), task.name.to_string());
+        let old: Option<TaskRecord> = match written.get(&id) {
+            Some(old) => Some(old.clone()),
+            None => self.get(&task_key)?,
+        };
         let ups = task.upstreams();
         for up in old.iter().flat_map(TaskRecord::upstreams) {
             if !ups.contains(&up) {
@@ -91,6 +101,7 @@ impl SledStore {
             batch.insert(after_key(&task.tenant, up, &task.name), encode(&task.name)?);
         }
         batch.insert(task_key, encode(task)?);
+        written.insert(id, task.clone());
         Ok(())
     }
 
@@ -99,8 +110,9 @@ impl SledStore {
         let _serial = lock(&self.claim_lock);
         let mut batch = sled::Batch::default();
         let mut written = Written::new();
+        let mut written_tasks = HashMap::new();
         for (task, schedule) in tasks {
-            self.task_changes(&mut batch, task)?;
+            self.task_changes(&mut batch, task, &mut written_tasks)?;
             self.schedule_changes(&mut batch, schedule, &mut written)?;
         }
         self.apply(batch)
