@@ -110,6 +110,7 @@ macro_rules! store_conformance_suite {
                 outputs::dead_letters_are_newest_first_and_filter_open_ones,
                 tenants::tenants_and_tokens_round_trip,
                 tenants::usage_adds_up_per_hour_and_task,
+                tenants::usage_of_known_and_new_buckets_in_one_write_adds_up,
                 outbox::alerts_are_written_with_their_run,
                 outbox::due_alerts_come_in_next_try_order_and_follow_every_change,
                 outbox::alerts_are_listed_per_tenant_newest_first_with_a_cursor,

@@ -69,3 +69,32 @@ pub fn usage_adds_up_per_hour_and_task<S: Store>(make: Make<S>) {
     assert!(store.usage("t", 5, 5).unwrap().is_empty());
     assert_eq!(store.usage("other", 0, i64::MAX).unwrap()[0].fuel, 100);
 }
+
+/// One write holding a bucket already stored, a new one, and the same new
+/// one twice: each is what one write per bucket would leave.
+pub fn usage_of_known_and_new_buckets_in_one_write_adds_up<S: Store>(make: Make<S>) {
+    use crate::model::Outcome;
+    use crate::tenant::{HOUR_MS, UsageBucket};
+    let (store, _dir) = make(SCAN);
+    let u = |task: &str, at: Millis, fuel: u64| {
+        UsageBucket::attempt("t", task, at, fuel, 1.0, Outcome::Succeeded)
+    };
+    store.add_usage(&[u("known", HOUR_MS, 10)]).unwrap();
+    store
+        .add_usage(&[
+            u("new", HOUR_MS, 1),
+            u("known", HOUR_MS + 5, 2),
+            u("new", HOUR_MS + 9, 4),
+        ])
+        .unwrap();
+    let all: Vec<_> = store
+        .usage("t", 0, 2 * HOUR_MS)
+        .unwrap()
+        .into_iter()
+        .map(|b| (b.task, b.fuel, b.attempts))
+        .collect();
+    assert_eq!(
+        all,
+        [("known".to_string(), 12, 2), ("new".to_string(), 5, 2)]
+    );
+}
