@@ -28,6 +28,21 @@ pub(crate) fn scratch_database() -> Option<ax::store::postgres::testing::TestDat
     scratch
 }
 
+/// Whether a PostgreSQL server for the tests is named (`AX_TEST_POSTGRES`;
+/// scripts/test sets it). Without one a test that needs it is skipped with
+/// a line saying so, or fails under `AX_CI=1`.
+pub(crate) fn postgres_server_named() -> bool {
+    if std::env::var(ax::store::postgres::testing::SERVER_VAR).is_ok() {
+        return true;
+    }
+    assert!(
+        std::env::var("AX_CI").as_deref() != Ok("1"),
+        "AX_TEST_POSTGRES is not set: scripts/test sets it"
+    );
+    eprintln!("skipped: AX_TEST_POSTGRES is not set (scripts/test sets it)");
+    false
+}
+
 /// Folder of the plugins built to wasm32-wasip2 by host/build.rs.
 pub(crate) fn plugin_path(name: &str) -> PathBuf {
     PathBuf::from(env!("AX_PLUGIN_DIR")).join(format!("{name}.wasm"))

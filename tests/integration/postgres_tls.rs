@@ -27,12 +27,7 @@ fn open(url: &str) -> (bool, String) {
 
 #[test]
 fn sslmode_and_sslrootcert_decide_how_ax_connects() {
-    if std::env::var(ax::store::postgres::testing::SERVER_VAR).is_err() {
-        assert!(
-            std::env::var("AX_CI").as_deref() != Ok("1"),
-            "AX_TEST_POSTGRES is not set: scripts/test sets it"
-        );
-        eprintln!("skipped: AX_TEST_POSTGRES is not set (scripts/test sets it)");
+    if !crate::common::postgres_server_named() {
         return;
     }
     let cluster = Cluster::start_tls();
