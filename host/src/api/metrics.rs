@@ -422,6 +422,12 @@ fn store_metrics(e: &mut Encoder, health: &crate::store::StoreHealth) {
         pool.connection_errors as f64,
     );
     e.family(
+        "ax_store_statements_total",
+        "counter",
+        "Statements the store's calls ran, BEGIN and COMMIT included.",
+    )
+    .sample("ax_store_statements_total", &[], pool.statements as f64);
+    e.family(
         "ax_store_query_seconds",
         "histogram",
         "Store calls (one or a few statements on one connection), from asking for a connection to giving it back.",

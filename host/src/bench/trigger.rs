@@ -28,6 +28,11 @@ pub struct ThroughputStats {
     pub trigger_p50_ms: f64,
     /// 99th percentile trigger latency, ms.
     pub trigger_p99_ms: f64,
+    /// Statements the store ran per run, from the first trigger until every
+    /// run is stored finished (a store with a pool: PostgreSQL). Its
+    /// background reads in that time (the fire window, every second) are
+    /// counted too, shared among the runs.
+    pub statements_per_run: Option<f64>,
 }
 
 impl fmt::Display for ThroughputStats {
@@ -42,7 +47,11 @@ impl fmt::Display for ThroughputStats {
             self.runs_per_sec,
             self.trigger_p50_ms,
             self.trigger_p99_ms
-        )
+        )?;
+        if let Some(n) = self.statements_per_run {
+            write!(f, ", {n:.2} store statements per run")?;
+        }
+        Ok(())
     }
 }
 
@@ -61,6 +70,8 @@ pub async fn trigger_throughput(
         .ax
         .put_task("default", "bench", "name: bench\nplugin: echo@1.0.0\n")
         .await?;
+    let statements = || server.ax.store.health().pool.map(|p| p.statements);
+    let statements_before = statements();
     let started = Instant::now();
     let per_client = runs.div_ceil(concurrency.max(1));
     let (mut latencies, ids) = if http {
@@ -86,6 +97,9 @@ pub async fn trigger_throughput(
     // Finished means stored finished and durable: runs are written behind.
     until_finished_and_durable(&server, started, Duration::from_secs(600)).await?;
     let finished = started.elapsed();
+    let statements_per_run = statements_before
+        .zip(statements())
+        .map(|(before, after)| (after - before) as f64 / ids.len().max(1) as f64);
     for id in ids.iter().rev().take(10) {
         let run = server.ax.get_run("default", id)?;
         anyhow::ensure!(
@@ -106,6 +120,7 @@ pub async fn trigger_throughput(
         runs_per_sec: ids.len() as f64 / finished.as_secs_f64(),
         trigger_p50_ms: percentile(&latencies, 0.5),
         trigger_p99_ms: percentile(&latencies, 0.99),
+        statements_per_run,
     })
 }
 
@@ -199,4 +214,30 @@ async fn http_clients(
         })
     })
     .await?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The bound, counted rather than estimated: a one-step run
+    /// triggered by a lone client costs the PostgreSQL store at most six
+    /// statements, from its trigger to its final state stored
+    /// (docs/POSTGRES.md: one for the trigger, one per write-behind).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_one_step_run_costs_postgres_at_most_six_statements() {
+        let var = crate::store::postgres::testing::SERVER_VAR;
+        if crate::store::postgres::testing::TestDatabase::create().is_none() {
+            return;
+        }
+        let server = std::env::var(var).expect("set");
+        let stats = trigger_throughput(100, 1, false, Some(&server))
+            .await
+            .expect("measured");
+        let per_run = stats
+            .statements_per_run
+            .expect("PostgreSQL counts statements");
+        eprintln!("{stats}");
+        assert!(per_run <= 6.0, "{per_run:.2} statements per run");
+    }
 }

@@ -89,6 +89,9 @@ pub struct PoolHealth {
     pub max: usize,
     /// Connections that could not be opened or were found broken.
     pub connection_errors: u64,
+    /// Statements the seam's calls ran (a transaction's `BEGIN` and
+    /// `COMMIT` included): what docs/POSTGRES.md counts per run.
+    pub statements: u64,
     /// Seam calls timed from asking for a connection to giving it back
     /// (the wait for a free one included), seconds.
     pub calls: Arc<Histogram>,

@@ -32,10 +32,7 @@ mod beyond_the_suite {
             UsageBucket::attempt(tenant, task, at, fuel, 1.0, Outcome::Succeeded)
         };
         let add = |buckets: &[UsageBucket]| {
-            store
-                .db
-                .transaction(async |tx| super::super::tenancy::add_usage(tx, buckets).await)
-                .unwrap();
+            store.write_runs_with_alerts(&[], buckets, &[]).unwrap();
         };
         add(&[
             u("t", "a", HOUR_MS + 1, 10),

@@ -31,11 +31,18 @@ pub struct Migration {
 }
 
 /// Every migration this binary knows, in order.
-pub const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "schema",
-    sql: include_str!("migrations/0001_schema.sql"),
-}];
+pub const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "schema",
+        sql: include_str!("migrations/0001_schema.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "one-statement writes",
+        sql: include_str!("migrations/0002_one_statement_writes.sql"),
+    },
+];
 
 /// The advisory lock that serialises migrations (`ax_migrate` in ASCII).
 const LOCK: i64 = 0x61_785f_6d69_6772;
@@ -65,9 +72,11 @@ pub(super) fn plan(client: &Client, shown: &str) -> Result<Plan> {
     })
 }
 
-/// Applies every pending migration under the migration lock; returns what
-/// it applied (nothing when the schema is current).
-pub(super) fn migrate(client: &mut Client, shown: &str) -> Result<Vec<Migration>> {
+/// Applies every pending migration up to version `until` under the
+/// migration lock; returns what it applied (nothing when the schema is
+/// there). [`latest`] is what a store runs on; tests stop earlier to write
+/// data in an older schema and migrate it.
+pub(super) fn migrate(client: &mut Client, shown: &str, until: i32) -> Result<Vec<Migration>> {
     let fail = |e: tokio_postgres::Error| error(shown, &e);
     block(async {
         let tx = client.transaction().await.map_err(fail)?;
@@ -92,7 +101,8 @@ pub(super) fn migrate(client: &mut Client, shown: &str) -> Result<Vec<Migration>
             .map_err(fail)?;
         let current: i32 = row.get(0);
         refuse_newer(current, shown)?;
-        let pending = pending(current);
+        let mut pending = pending(current);
+        pending.retain(|m| m.version <= until);
         for m in &pending {
             tx.batch_execute(m.sql).await.map_err(|e| {
                 Error::Backend(format!(

@@ -28,6 +28,7 @@ mod statements;
 mod tenancy;
 pub mod testing;
 mod tls;
+mod writes;
 
 pub use self::maps::PgMap;
 pub use self::migrate::{MIGRATIONS, Migration, Plan, latest};
@@ -77,8 +78,14 @@ impl Database {
     /// Applies the pending migrations (each once, whoever else migrates the
     /// same database at the same time); returns what it applied.
     pub fn migrate(&self) -> Result<Vec<Migration>> {
+        self.migrate_until(migrate::latest())
+    }
+
+    /// [`Database::migrate`], stopping after version `until` (tests write
+    /// data in an older schema this way, then migrate it).
+    pub fn migrate_until(&self, until: i32) -> Result<Vec<Migration>> {
         let mut conn = self.pool.get()?;
-        migrate::migrate(&mut conn, self.pool.shown())
+        migrate::migrate(&mut conn, self.pool.shown(), until)
     }
 }
 
@@ -110,6 +117,12 @@ impl PgStore {
             db,
             scan_limit: super::rules::MAX_SCAN,
         })
+    }
+
+    /// Statements its calls ran so far (docs/POSTGRES.md counts them per
+    /// run with this).
+    pub fn statements_run(&self) -> u64 {
+        self.db.pool().statements_run()
     }
 
     /// The same store examining at most `limit` index rows per `list_runs`
@@ -173,6 +186,7 @@ impl Database {
         let mut conn = self.pool.get()?;
         let statements = conn.statements();
         pool::block(async {
+            statements.ran(2);
             let tx = conn.transaction().await?;
             let value = f(&Cached::new(&tx, &statements)).await?;
             tx.commit().await?;
@@ -343,6 +357,73 @@ mod tests {
         for table in ["ax_runs", "ax_tasks", "ax_fires", "ax_schema_migrations"] {
             assert!(tables.iter().any(|t| t == table), "{table}: {tables:?}");
         }
+    }
+
+    #[test]
+    fn a_database_at_each_earlier_version_migrates_to_the_latest() {
+        for version in 1..latest() {
+            let Some(scratch) = TestDatabase::create() else {
+                return;
+            };
+            let db = Database::connect(scratch.url(), 1).expect("connects");
+            let applied = db.migrate_until(version).expect("migrated part way");
+            assert_eq!(applied.len(), version as usize);
+            assert_eq!(db.plan().expect("planned").current, version);
+            let rest = db.migrate().expect("migrated the rest");
+            assert_eq!(
+                rest.iter().map(|m| m.version).collect::<Vec<_>>(),
+                ((version + 1)..=latest()).collect::<Vec<_>>()
+            );
+            PgStore::open(scratch.url(), 1).expect("a migrated store opens");
+        }
+    }
+
+    /// Version 2 turned usage buckets from JSON records into counters: the
+    /// buckets a version-1 database holds are read back the same, a fuel
+    /// past the largest bigint saturated, and later writes add to them.
+    #[test]
+    fn usage_written_at_version_1_is_kept_by_version_2() {
+        use crate::model::Outcome;
+        use crate::store::{Runs, Tenancy};
+        use crate::tenant::{HOUR_MS, UsageBucket};
+        let Some(scratch) = TestDatabase::create() else {
+            return;
+        };
+        let db = Database::connect(scratch.url(), 1).expect("connects");
+        db.migrate_until(1).expect("at version 1");
+        let mut kept = UsageBucket::attempt("t", "a", HOUR_MS, 10, 2.5, Outcome::Succeeded);
+        kept.add(&UsageBucket::attempt(
+            "t",
+            "a",
+            HOUR_MS,
+            5,
+            1.0,
+            Outcome::Failed,
+        ));
+        let huge = UsageBucket::attempt("t", "b", HOUR_MS, u64::MAX, 1.0, Outcome::Succeeded);
+        {
+            let conn = db.pool().get().expect("a connection");
+            for b in [&kept, &huge] {
+                pool::block(conn.execute(
+                    "INSERT INTO ax_usage (tenant, hour, task, record) VALUES ($1, $2, $3, $4)",
+                    &[&b.tenant, &b.hour, &b.task, &serde_json::to_vec(b).unwrap()],
+                ))
+                .expect("written at version 1");
+            }
+        }
+        let store = PgStore::open(scratch.url(), 1).expect("migrated");
+        let mut saturated = huge.clone();
+        saturated.fuel = i64::MAX as u64;
+        assert_eq!(
+            store.usage("t", 0, 2 * HOUR_MS).unwrap(),
+            [kept.clone(), saturated]
+        );
+        let more = UsageBucket::attempt("t", "a", HOUR_MS, 1, 0.5, Outcome::Failed);
+        store
+            .write_runs_with_alerts(&[], std::slice::from_ref(&more), &[])
+            .unwrap();
+        kept.add(&more);
+        assert_eq!(store.usage("t", 0, 2 * HOUR_MS).unwrap()[0], kept);
     }
 
     #[test]

@@ -74,6 +74,12 @@ impl Events {
         Ok(added)
     }
 
+    /// Their columns (run ids, sizes, records), for a statement that
+    /// inserts them itself.
+    pub(super) fn columns(&self) -> (&Vec<String>, &Vec<i64>, &Vec<Vec<u8>>) {
+        (&self.run_ids, &self.bytes, &self.records)
+    }
+
     /// Appends them (`seq` follows the order: the rows are inserted in it).
     pub(super) async fn write(self, tx: &Tx<'_>) -> PgResult<()> {
         if self.run_ids.is_empty() {

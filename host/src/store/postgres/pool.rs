@@ -67,6 +67,8 @@ pub struct Pool {
     freed: Condvar,
     /// Connections that could not be opened or were found closed.
     connection_errors: AtomicU64,
+    /// Statements the store's calls ran ([`Statements::ran`]).
+    statements_run: Arc<AtomicU64>,
     /// Each checkout, from asking to giving back (shared with the health
     /// reports, which are read at scrape time).
     calls: Arc<Histogram>,
@@ -177,6 +179,7 @@ impl Pool {
             }),
             freed: Condvar::new(),
             connection_errors: AtomicU64::new(0),
+            statements_run: Arc::default(),
             calls: Arc::new(Histogram::new(STORE_CALL_BUCKETS)),
         };
         let first = pool.open().map_err(|reason| Error::Unusable {
@@ -185,7 +188,7 @@ impl Pool {
             hint: "check the URL, that the server runs and that the user may connect".into(),
         })?;
         let mut slots = pool.lock();
-        slots.idle.push((first, Arc::default()));
+        slots.idle.push((first, pool.fresh_statements()));
         slots.open = 1;
         drop(slots);
         Ok(pool)
@@ -204,8 +207,19 @@ impl Pool {
             in_use: slots.open.saturating_sub(slots.idle.len()),
             max: self.size,
             connection_errors: self.connection_errors.load(Ordering::Relaxed),
+            statements: self.statements_run.load(Ordering::Relaxed),
             calls: self.calls.clone(),
         }
+    }
+
+    /// Statements the store's calls ran on this pool's connections so far.
+    pub fn statements_run(&self) -> u64 {
+        self.statements_run.load(Ordering::Relaxed)
+    }
+
+    /// What a new connection's prepared statements start from.
+    fn fresh_statements(&self) -> Arc<Statements> {
+        Arc::new(Statements::counting(self.statements_run.clone()))
     }
 
     /// Takes a connection: an idle one, else a new one while fewer than
@@ -238,7 +252,7 @@ impl Pool {
                 let mut conn = Conn {
                     pool: self,
                     client: None,
-                    statements: Arc::default(),
+                    statements: self.fresh_statements(),
                     asked,
                     broken: false,
                 };

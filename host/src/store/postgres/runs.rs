@@ -18,21 +18,21 @@
 //! - **An insert batch costs a few statements, not a few per run**
 //!   (`insert_batch`): its ids, keys and fires are each checked by one
 //!   statement, and its runs, keys, fires and events each inserted by one.
-//! - **A write is a compare-and-set under row locks.** `write_runs_with_alerts`
-//!   locks the rows it writes (`FOR UPDATE`, in id order), checks their
-//!   revisions with [`check_revisions`], then updates them: a stale writer
-//!   is refused with nothing stored, as on sled.
+//! - **A write is one statement and a compare-and-set.**
+//!   `write_runs_with_alerts` updates a run only where its stored revision
+//!   is the one the write follows; a stale writer is refused with nothing
+//!   stored, as on sled (`writes.rs`).
 //! - A run's record is stored whole (JSON, definition included) and its
 //!   definition's digest beside it, so a write that changes the definition
 //!   is refused without reading the stored record. Keeping definitions and
 //!   step runs in rows of their own is the next step (issue 35).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use tokio_postgres::GenericClient;
 
 use super::statements::Cached;
-use super::{PgResult, PgStore, Tx, decode, encode, key, name, outputs};
+use super::{Cx, PgResult, PgStore, Tx, decode, encode, key, name, outputs};
 
 /// The queue head of a tenant (`$1`), `$2` runs at most: the partial index
 /// `ax_runs_queue`, in its order (`plans_tests.rs` checks the plan).
@@ -47,8 +47,7 @@ use crate::model::ids::{RunId, TaskName, TenantId};
 use crate::model::record::AttemptRecord;
 use crate::model::{DeadLetter, Event, Millis, RunRecord, RunStatus, ScheduleState};
 use crate::store::rules::{
-    check_revisions, definition_changed, digest_of, list_floor, list_start, missing_run,
-    queue_position, select_page,
+    digest_of, list_floor, list_start, missing_run, queue_position, select_page,
 };
 use crate::store::{
     AttemptLogs, Insert, NewRun, OutboxAlert, Result, RunLogs, RunPage, RunQuery, RunSummary,
@@ -80,6 +79,9 @@ impl Runs for PgStore {
             .map(|n| encoded(&n.run))
             .collect::<PgResult<_>>()
             .map_err(|e| self.db.fail(e))?;
+        if !runs.iter().any(NewRun::is_fire) {
+            return self.db.with(async |c| insert_simple(c, runs, &rows).await);
+        }
         let guarded: Vec<String> = guarded_by(runs).into_iter().collect();
         self.db.transaction(async |tx| {
             if !guarded.is_empty() {
@@ -102,81 +104,10 @@ impl Runs for PgStore {
         usage: &[UsageBucket],
         alerts: &[OutboxAlert],
     ) -> Result<()> {
-        let rows: Vec<Encoded> = runs
-            .iter()
-            .map(|w| encoded(&w.run))
-            .collect::<PgResult<_>>()
-            .map_err(|e| self.db.fail(e))?;
-        let mut ids: Vec<String> = runs.iter().map(|w| key(&w.run.id).into_owned()).collect();
-        ids.sort_unstable();
-        ids.dedup();
-        let missing = self.db.transaction(async |tx| {
-            let locked = tx
-                .query(
-                    "SELECT id, revision, spec_digest, tenant, bytes FROM ax_runs
-                     WHERE id = ANY($1) ORDER BY id FOR UPDATE",
-                    &[&ids],
-                )
-                .await?;
-            let mut stored: HashMap<String, Stored> = locked
-                .iter()
-                .map(|r| {
-                    let stored = Stored {
-                        revision: r.get::<_, i64>(1) as u64,
-                        spec: r.get(2),
-                        tenant: name(r.get(3)),
-                        bytes: r.get(4),
-                    };
-                    (name(r.get(0)), stored)
-                })
-                .collect();
-            check_revisions(runs.iter().map(|w| &w.run), |id| {
-                Ok(stored.get(id).map(|s| s.revision))
-            })?;
-            for (w, row) in runs.iter().zip(&rows) {
-                if stored
-                    .get(w.run.id.as_str())
-                    .is_some_and(|s| s.spec != row.spec)
-                {
-                    return Err(definition_changed(&w.run.id).into());
-                }
-            }
-            // The whole batch in a few statements, whatever its size: one
-            // update of every run (its last write, when a run is written
-            // twice), one insert of every event, one charge per tenant.
-            let last: HashMap<&str, usize> = runs
-                .iter()
-                .enumerate()
-                .map(|(i, w)| (w.run.id.as_str(), i))
-                .collect();
-            let mut updates = Rows::default();
-            let mut events = outputs::Events::default();
-            let mut charges = outputs::Charges::default();
-            let mut missing = None;
-            for (i, (w, row)) in runs.iter().zip(&rows).enumerate() {
-                let run = &w.run;
-                let Some(before) = stored.get_mut(run.id.as_str()) else {
-                    missing.get_or_insert_with(|| run.id.to_string());
-                    continue;
-                };
-                let bytes = row.record.len() as i64;
-                if last[run.id.as_str()] == i {
-                    updates.push(run, bytes, row);
-                }
-                let added = events.push(&run.id, &w.events)?;
-                charges.add(&before.tenant, -before.bytes);
-                charges.add(&run.tenant, bytes + added);
-                before.bytes = bytes;
-                before.tenant = run.tenant.to_string();
-            }
-            updates.update(tx).await?;
-            events.write(tx).await?;
-            charges.write(tx).await?;
-            super::tenancy::add_usage(tx, usage).await?;
-            super::outbox::write_alerts(tx, alerts).await?;
-            Ok(missing)
-        })?;
-        missing.map_or(Ok(()), |id| Err(missing_run(&id)))
+        let missing = self
+            .db
+            .with(async |c| super::writes::write(c, runs, usage, alerts).await)?;
+        missing.first().map_or(Ok(()), |id| Err(missing_run(id)))
     }
 
     fn get_run(&self, id: &str) -> Result<Option<RunRecord>> {
@@ -442,14 +373,6 @@ impl Runs for PgStore {
     }
 }
 
-/// What `write_runs_with_alerts` reads of a stored run before it writes.
-struct Stored {
-    revision: u64,
-    spec: String,
-    tenant: String,
-    bytes: i64,
-}
-
 /// Which runs a listing reads.
 enum Scope {
     Task(String, String),
@@ -600,6 +523,141 @@ async fn read_run(
         .transpose()
 }
 
+/// Inserts runs that are not fires ([`NewRun::is_fire`]: manual triggers,
+/// with or without an idempotency key, `after` runs, bulk batches) in one
+/// statement, committed on its own: the keys (`ON CONFLICT DO NOTHING`,
+/// in key order, so two writers wait for each other rather than deadlock,
+/// and a key another writer is inserting is waited for), the runs whose
+/// key was new and whose id is not stored, their events and their
+/// tenants' bytes. A run that was not created is answered by what holds
+/// its id, else its key, read after (the only further statements, for a
+/// retried trigger). A run whose id or key an earlier run of `runs` has is
+/// answered by that run.
+async fn insert_simple(c: &Cx<'_>, runs: &[NewRun], rows: &[Encoded]) -> PgResult<Vec<Insert>> {
+    // The first run of each id and of each key; the later ones are not
+    // sent, and answered by it.
+    let mut first_id: HashMap<&str, usize> = HashMap::new();
+    let mut first_key: HashMap<(&str, &str, &str), usize> = HashMap::new();
+    let mut earlier: Vec<Option<usize>> = vec![None; runs.len()];
+    let (mut columns, mut events, mut added) =
+        (Rows::default(), outputs::Events::default(), Vec::new());
+    let (mut keys, mut expiries) = (Vec::new(), Vec::new());
+    for (i, (new, row)) in runs.iter().zip(rows).enumerate() {
+        let run = &new.run;
+        let idempotency =
+            (run.idempotency_key.as_deref()).map(|k| (run.tenant.as_str(), run.task.as_str(), k));
+        let before = first_id
+            .get(run.id.as_str())
+            .or_else(|| idempotency.and_then(|k| first_key.get(&k)));
+        if let Some(&j) = before {
+            earlier[i] = Some(j);
+            continue;
+        }
+        first_id.insert(&run.id, i);
+        if let Some(k) = idempotency {
+            first_key.insert(k, i);
+        }
+        columns.push(run, row.record.len() as i64, row);
+        keys.push(idempotency.map(|k| key(k.2).into_owned()));
+        expiries.push(new.key_expires_at);
+        added.push(events.push(&run.id, &new.events)?);
+    }
+    let (event_runs, event_bytes, event_records) = events.columns();
+    let inserted = c
+        .query(
+            r#"WITH v AS (
+                   SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[],
+                                        $5::int8[], $6::text[], $7::int8[], $8::int8[],
+                                        $9::bytea[], $10::int8[], $11::text[], $12::int8[])
+                       WITH ORDINALITY
+                       AS v(id, tenant, task, status, revision, spec, position, bytes,
+                            record, added, key, expires_at, n)
+               ), keys AS (
+                   INSERT INTO ax_idempotency_keys (tenant, task, key, run_id, expires_at)
+                   SELECT tenant, task, key, id, expires_at FROM v
+                   WHERE key IS NOT NULL
+                   ORDER BY tenant, task, key
+                   ON CONFLICT DO NOTHING
+                   RETURNING run_id
+               ), inserted AS (
+                   INSERT INTO ax_runs (id, tenant, task, status, revision, spec_digest,
+                                        queue_position, bytes, record)
+                   SELECT id, tenant, task, status, revision, spec, position, bytes, record
+                   FROM v
+                   WHERE v.key IS NULL OR v.id IN (SELECT run_id FROM keys)
+                   ORDER BY n
+                   ON CONFLICT (id) DO NOTHING
+                   RETURNING id, tenant
+               ), events AS (
+                   INSERT INTO ax_events (run_id, bytes, record)
+                   SELECT e.run_id, e.bytes, e.record
+                   FROM unnest($13::text[], $14::int8[], $15::bytea[]) WITH ORDINALITY
+                       AS e(run_id, bytes, record, n)
+                   WHERE e.run_id IN (SELECT id FROM inserted)
+                   ORDER BY e.n
+               ), charged AS (
+                   INSERT INTO ax_tenant_bytes (tenant, bytes)
+                   SELECT i.tenant, sum(v.bytes + v.added)
+                   FROM inserted AS i JOIN v ON v.id = i.id COLLATE "C"
+                   GROUP BY i.tenant
+                   ORDER BY i.tenant
+                   ON CONFLICT (tenant) DO UPDATE SET bytes = ax_tenant_bytes.bytes + excluded.bytes
+               )
+               SELECT id FROM inserted"#,
+            &[
+                &columns.ids,
+                &columns.tenants,
+                &columns.tasks,
+                &columns.statuses,
+                &columns.revisions,
+                &columns.specs,
+                &columns.positions,
+                &columns.bytes,
+                &columns.records,
+                &added,
+                &keys,
+                &expiries,
+                event_runs,
+                event_bytes,
+                event_records,
+            ],
+        )
+        .await?;
+    let inserted: HashSet<String> = inserted.iter().map(|r| name(r.get(0))).collect();
+    // The runs sent and not created, answered by what holds their id or key.
+    let held: Vec<usize> = (0..runs.len())
+        .filter(|&i| earlier[i].is_none() && !inserted.contains(runs[i].run.id.as_str()))
+        .collect();
+    let mut answers: HashMap<usize, Insert> = HashMap::new();
+    if !held.is_empty() {
+        let sent: Vec<NewRun> = held.iter().map(|&i| runs[i].clone()).collect();
+        let by_id = stored_by_id(c, &sent).await?;
+        let by_key = stored_by_key(c, &sent).await?;
+        for (n, &i) in held.iter().enumerate() {
+            let answer = match (by_id.get(runs[i].run.id.as_str()), by_key.get(&n)) {
+                (Some(run), _) => Insert::Existing(Box::new(run.clone())),
+                (None, Some(found)) => found.clone(),
+                // Its id was taken and the run deleted since: it was
+                // there, so this one was not created.
+                (None, None) => Insert::Existing(Box::new(runs[i].run.clone())),
+            };
+            answers.insert(i, answer);
+        }
+    }
+    let mut outcomes: Vec<Insert> = Vec::with_capacity(runs.len());
+    for (i, before) in earlier.iter().enumerate() {
+        let outcome = match *before {
+            Some(j) => match &outcomes[j] {
+                Insert::Created => Insert::Existing(Box::new(runs[j].run.clone())),
+                answer => answer.clone(),
+            },
+            None => answers.remove(&i).unwrap_or(Insert::Created),
+        };
+        outcomes.push(outcome);
+    }
+    Ok(outcomes)
+}
+
 /// Inserts `runs` in a few statements whatever their number: one read of
 /// their ids, one of their idempotency keys, one of their fires; one insert
 /// each of the runs, their keys, their fires and their events, one charge
@@ -682,7 +740,10 @@ async fn insert_batch(tx: &Tx<'_>, runs: &[NewRun], rows: &[Encoded]) -> PgResul
 }
 
 /// The stored runs among `runs`' ids.
-async fn stored_by_id(tx: &Tx<'_>, runs: &[NewRun]) -> PgResult<HashMap<String, RunRecord>> {
+async fn stored_by_id<C: GenericClient + Sync>(
+    tx: &Cached<'_, C>,
+    runs: &[NewRun],
+) -> PgResult<HashMap<String, RunRecord>> {
     let ids: Vec<String> = runs.iter().map(|n| key(&n.run.id).into_owned()).collect();
     let stored = tx
         .query("SELECT id, record FROM ax_runs WHERE id = ANY($1)", &[&ids])
@@ -700,7 +761,10 @@ async fn stored_by_id(tx: &Tx<'_>, runs: &[NewRun]) -> PgResult<HashMap<String, 
 /// What answers for the idempotency keys of `runs` that are stored, by the
 /// run's place in `runs`: its run, or [`Insert::Forgotten`] for a key that
 /// outlives its run until it expires.
-async fn stored_by_key(tx: &Tx<'_>, runs: &[NewRun]) -> PgResult<HashMap<usize, Insert>> {
+async fn stored_by_key<C: GenericClient + Sync>(
+    tx: &Cached<'_, C>,
+    runs: &[NewRun],
+) -> PgResult<HashMap<usize, Insert>> {
     let keyed: Vec<usize> = (0..runs.len())
         .filter(|&i| runs[i].run.idempotency_key.is_some())
         .collect();
@@ -924,34 +988,6 @@ impl<'a> Rows<'a> {
                 &self.statuses,
                 &self.revisions,
                 &self.specs,
-                &self.positions,
-                &self.bytes,
-                &self.records,
-            ],
-        )
-        .await?;
-        Ok(())
-    }
-
-    /// Updates them (stored runs).
-    async fn update(self, tx: &Tx<'_>) -> PgResult<()> {
-        if self.ids.is_empty() {
-            return Ok(());
-        }
-        tx.execute(
-            "UPDATE ax_runs AS r SET tenant = v.tenant, task = v.task, status = v.status,
-                 revision = v.revision, queue_position = v.position, bytes = v.bytes,
-                 record = v.record
-             FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int8[],
-                         $6::int8[], $7::int8[], $8::bytea[])
-                 AS v(id, tenant, task, status, revision, position, bytes, record)
-             WHERE r.id = v.id COLLATE \"C\"",
-            &[
-                &self.ids,
-                &self.tenants,
-                &self.tasks,
-                &self.statuses,
-                &self.revisions,
                 &self.positions,
                 &self.bytes,
                 &self.records,

@@ -17,16 +17,34 @@
 
 use std::collections::HashMap;
 use std::ops::Deref;
-use std::sync::{Mutex, PoisonError};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Error, GenericClient, Row, Statement};
 
-/// The statements prepared on one connection, by their text.
-#[derive(Default)]
-pub struct Statements(Mutex<HashMap<String, Statement>>);
+/// The statements prepared on one connection, by their text, and the
+/// count of statements run that the pool's connections share.
+pub struct Statements {
+    prepared: Mutex<HashMap<String, Statement>>,
+    run: Arc<AtomicU64>,
+}
 
 impl Statements {
+    /// None prepared yet; statements run are counted in `run`.
+    pub fn counting(run: Arc<AtomicU64>) -> Self {
+        Statements {
+            prepared: Mutex::default(),
+            run,
+        }
+    }
+
+    /// Counts `n` statements run (a transaction's `BEGIN` and `COMMIT` are
+    /// counted by [`super::Database::transaction`]).
+    pub fn ran(&self, n: u64) {
+        self.run.fetch_add(n, Ordering::Relaxed);
+    }
+
     fn get(&self, sql: &str) -> Option<Statement> {
         self.lock().get(sql).cloned()
     }
@@ -36,7 +54,7 @@ impl Statements {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Statement>> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+        self.prepared.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -66,6 +84,7 @@ impl<C> Deref for Cached<'_, C> {
 impl<C: GenericClient + Sync> Cached<'_, C> {
     /// The statement for `sql`, prepared now if this connection has not yet.
     async fn statement(&self, sql: &str) -> Result<Statement, Error> {
+        self.statements.ran(1);
         if let Some(statement) = self.statements.get(sql) {
             return Ok(statement);
         }
