@@ -252,8 +252,13 @@ struct StoredSecret {
 }
 
 /// Writes the dump's lines, counting them.
+///
+/// The encoder is written through a buffer: serde_json writes each key and
+/// string on its own, and flate2's encoder zero-fills its output buffer's
+/// spare room on every write it is given, which was half of an export's
+/// time (docs/PERFORMANCE.md, *Export and import*).
 struct Writer<W: Write> {
-    out: GzEncoder<W>,
+    out: BufWriter<GzEncoder<W>>,
     counts: Counts,
 }
 
@@ -276,7 +281,7 @@ pub fn export(store: &dyn Store, out: impl Write, options: &ExportOptions) -> Re
     // Fast compression: the dump is mostly JSON, which level 1 already
     // shrinks several times, at a fraction of the default level's time.
     let mut w = Writer {
-        out: GzEncoder::new(out, Compression::fast()),
+        out: BufWriter::with_capacity(1 << 16, GzEncoder::new(out, Compression::fast())),
         counts: Counts::default(),
     };
     w.line(&Header {
@@ -385,7 +390,11 @@ pub fn export(store: &dyn Store, out: impl Write, options: &ExportOptions) -> Re
         counts: counts.clone(),
         secrets_left_out: left_out,
     })?;
-    w.out.finish()?.flush()?;
+    w.out
+        .into_inner()
+        .map_err(std::io::IntoInnerError::into_error)?
+        .finish()?
+        .flush()?;
     Ok(Exported {
         counts,
         secrets_left_out: left_out,
