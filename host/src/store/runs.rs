@@ -35,14 +35,6 @@ pub struct NewRun {
     pub key_expires_at: Millis,
 }
 
-impl NewRun {
-    /// Whether it is a schedule's fire: unique per instant, or carrying its
-    /// schedule's progress.
-    pub fn is_fire(&self) -> bool {
-        self.unique_fire || self.schedule.is_some()
-    }
-}
-
 /// A run with everything kept beside it: what a dump holds of it
 /// ([`Runs::whole_runs`]).
 #[derive(Clone, Debug, PartialEq)]

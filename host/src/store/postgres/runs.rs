@@ -4,20 +4,21 @@
 //! guarantees, events, logs and records beside them (`outputs.rs`).
 //!
 //! Decisions:
-//! - **Inserts lock what they check.** `insert_runs` checks a run's id, its
-//!   idempotency key and its fire, then inserts it; a transaction-scoped
-//!   advisory lock per idempotency key and per fire instant (taken in name
-//!   order, so two batches cannot deadlock) keeps another host's insert
-//!   from slipping between the check and the write. The primary keys would
-//!   refuse a duplicate anyway; the lock turns that refusal into the answer
-//!   the seam promises (`Existing`) instead of a failed batch. A run with
-//!   neither takes no lock (its id is its caller's alone), so triggers of
-//!   one tenant commit concurrently: a lock per tenant held through the
-//!   commit's flush made them one at a time (~360 runs/s with fsync on,
-//!   docs/PERFORMANCE.md).
-//! - **An insert batch costs a few statements, not a few per run**
-//!   (`insert_batch`): its ids, keys and fires are each checked by one
-//!   statement, and its runs, keys, fires and events each inserted by one.
+//! - **An insert is one statement** (`insert_simple`): the idempotency
+//!   keys and fires of its runs are inserted `ON CONFLICT DO NOTHING`, and
+//!   a run is created only where its key and fire were new; what a run
+//!   that was not created is answered with is read after. The primary keys
+//!   are the guarantees, and a key or fire another writer is inserting is
+//!   waited for by the database itself, so no lock is taken. Triggers of
+//!   one tenant commit side by side (a lock per tenant held through the
+//!   commit's flush once made them one at a time: ~360 runs/s with fsync
+//!   on, docs/PERFORMANCE.md).
+//! - **Except a run with both a key and a fire** (`insert_batch`): one
+//!   statement cannot make the two inserts depend on each other both ways,
+//!   so a batch holding one checks ids, keys and fires under an advisory
+//!   lock per key and per fire instant (taken in name order, so two batches
+//!   cannot deadlock), then inserts, in a transaction of a few statements
+//!   whatever the batch's size.
 //! - **A write is one statement and a compare-and-set.**
 //!   `write_runs_with_alerts` updates a run only where its stored revision
 //!   is the one the write follows; a stale writer is refused with nothing
@@ -79,7 +80,7 @@ impl Runs for PgStore {
             .map(|n| encoded(&n.run))
             .collect::<PgResult<_>>()
             .map_err(|e| self.db.fail(e))?;
-        if !runs.iter().any(NewRun::is_fire) {
+        if one_statement(runs) {
             return self.db.with(async |c| insert_simple(c, runs, &rows).await);
         }
         let guarded: Vec<String> = guarded_by(runs).into_iter().collect();
@@ -523,32 +524,41 @@ async fn read_run(
         .transpose()
 }
 
-/// Inserts runs that are not fires ([`NewRun::is_fire`]: manual triggers,
-/// with or without an idempotency key, `after` runs, bulk batches) in one
-/// statement, committed on its own: the keys (`ON CONFLICT DO NOTHING`,
-/// in key order, so two writers wait for each other rather than deadlock,
-/// and a key another writer is inserting is waited for), the runs whose
-/// key was new and whose id is not stored, their events and their
-/// tenants' bytes. A run that was not created is answered by what holds
-/// its id, else its key, read after (the only further statements, for a
-/// retried trigger). A run whose id or key an earlier run of `runs` has is
-/// answered by that run.
+/// Inserts runs in one statement, committed on its own, when none of them
+/// has both an idempotency key and a fire ([`one_statement`]): manual
+/// triggers with or without keys, `after` runs, bulk batches, and the
+/// scheduler's fires with their schedules' progress. The keys and the
+/// fires are inserted first (`ON CONFLICT DO NOTHING`, in key and fire
+/// order, so two writers wait for each other rather than deadlock, and a
+/// key or fire another writer is inserting is waited for), then the runs
+/// whose key or fire was new and whose id is not stored, their events,
+/// their tenants' bytes and the progress of the schedules of the fires
+/// created (the last of each schedule's). A run that was not created is
+/// answered by what holds its id, else its key, else its fire, read after
+/// (the only further statements, for a retried trigger or a fire already
+/// made). A run whose id, key or fire an earlier run of `runs` has is
+/// answered as that run was.
 async fn insert_simple(c: &Cx<'_>, runs: &[NewRun], rows: &[Encoded]) -> PgResult<Vec<Insert>> {
-    // The first run of each id and of each key; the later ones are not
-    // sent, and answered by it.
+    // The first run of each id, key and fire; the later ones are not sent,
+    // and answered as it is.
     let mut first_id: HashMap<&str, usize> = HashMap::new();
     let mut first_key: HashMap<(&str, &str, &str), usize> = HashMap::new();
+    let mut first_fire: HashMap<(&str, &str, Millis), usize> = HashMap::new();
     let mut earlier: Vec<Option<usize>> = vec![None; runs.len()];
     let (mut columns, mut events, mut added) =
         (Rows::default(), outputs::Events::default(), Vec::new());
-    let (mut keys, mut expiries) = (Vec::new(), Vec::new());
+    let (mut keys, mut expiries, mut fires, mut instants) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut schedules = Schedules::default();
     for (i, (new, row)) in runs.iter().zip(rows).enumerate() {
         let run = &new.run;
-        let idempotency =
-            (run.idempotency_key.as_deref()).map(|k| (run.tenant.as_str(), run.task.as_str(), k));
+        let (tenant, task) = (run.tenant.as_str(), run.task.as_str());
+        let idempotency = run.idempotency_key.as_deref().map(|k| (tenant, task, k));
+        let fire = new.unique_fire.then_some((tenant, task, run.scheduled_for));
         let before = first_id
             .get(run.id.as_str())
-            .or_else(|| idempotency.and_then(|k| first_key.get(&k)));
+            .or_else(|| idempotency.and_then(|k| first_key.get(&k)))
+            .or_else(|| fire.and_then(|f| first_fire.get(&f)));
         if let Some(&j) = before {
             earlier[i] = Some(j);
             continue;
@@ -557,10 +567,18 @@ async fn insert_simple(c: &Cx<'_>, runs: &[NewRun], rows: &[Encoded]) -> PgResul
         if let Some(k) = idempotency {
             first_key.insert(k, i);
         }
+        if let Some(f) = fire {
+            first_fire.insert(f, i);
+        }
         columns.push(run, row.record.len() as i64, row);
         keys.push(idempotency.map(|k| key(k.2).into_owned()));
         expiries.push(new.key_expires_at);
+        fires.push(new.unique_fire);
+        instants.push(run.scheduled_for);
         added.push(events.push(&run.id, &new.events)?);
+        if let Some(schedule) = &new.schedule {
+            schedules.push(&run.id, schedule)?;
+        }
     }
     let (event_runs, event_bytes, event_records) = events.columns();
     let inserted = c
@@ -568,30 +586,44 @@ async fn insert_simple(c: &Cx<'_>, runs: &[NewRun], rows: &[Encoded]) -> PgResul
             r#"WITH v AS (
                    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[],
                                         $5::int8[], $6::text[], $7::int8[], $8::int8[],
-                                        $9::bytea[], $10::int8[], $11::text[], $12::int8[])
+                                        $9::bytea[], $10::int8[], $11::text[], $12::int8[],
+                                        $13::bool[], $14::int8[])
                        WITH ORDINALITY
                        AS v(id, tenant, task, status, revision, spec, position, bytes,
-                            record, added, key, expires_at, n)
+                            record, added, key, expires_at, fire, at, n)
+               ), fresh AS (
+                   -- A run whose id is stored is answered by it: its key
+                   -- and fire are not claimed.
+                   SELECT * FROM v
+                   WHERE NOT EXISTS (SELECT 1 FROM ax_runs AS r WHERE r.id = v.id COLLATE "C")
                ), keys AS (
                    INSERT INTO ax_idempotency_keys (tenant, task, key, run_id, expires_at)
-                   SELECT tenant, task, key, id, expires_at FROM v
+                   SELECT tenant, task, key, id, expires_at FROM fresh
                    WHERE key IS NOT NULL
                    ORDER BY tenant, task, key
+                   ON CONFLICT DO NOTHING
+                   RETURNING run_id
+               ), fires AS (
+                   INSERT INTO ax_fires (tenant, task, scheduled_for, run_id)
+                   SELECT tenant, task, at, id FROM fresh
+                   WHERE fire
+                   ORDER BY tenant, task, at
                    ON CONFLICT DO NOTHING
                    RETURNING run_id
                ), inserted AS (
                    INSERT INTO ax_runs (id, tenant, task, status, revision, spec_digest,
                                         queue_position, bytes, record)
                    SELECT id, tenant, task, status, revision, spec, position, bytes, record
-                   FROM v
-                   WHERE v.key IS NULL OR v.id IN (SELECT run_id FROM keys)
+                   FROM fresh AS v
+                   WHERE (v.key IS NULL OR v.id IN (SELECT run_id FROM keys))
+                       AND (NOT v.fire OR v.id IN (SELECT run_id FROM fires))
                    ORDER BY n
                    ON CONFLICT (id) DO NOTHING
                    RETURNING id, tenant
                ), events AS (
                    INSERT INTO ax_events (run_id, bytes, record)
                    SELECT e.run_id, e.bytes, e.record
-                   FROM unnest($13::text[], $14::int8[], $15::bytea[]) WITH ORDINALITY
+                   FROM unnest($15::text[], $16::int8[], $17::bytea[]) WITH ORDINALITY
                        AS e(run_id, bytes, record, n)
                    WHERE e.run_id IN (SELECT id FROM inserted)
                    ORDER BY e.n
@@ -602,6 +634,15 @@ async fn insert_simple(c: &Cx<'_>, runs: &[NewRun], rows: &[Encoded]) -> PgResul
                    GROUP BY i.tenant
                    ORDER BY i.tenant
                    ON CONFLICT (tenant) DO UPDATE SET bytes = ax_tenant_bytes.bytes + excluded.bytes
+               ), progressed AS (
+                   INSERT INTO ax_schedules (tenant, task, next_fire, record)
+                   SELECT DISTINCT ON (s.tenant, s.task) s.tenant, s.task, s.next_fire, s.record
+                   FROM unnest($18::text[], $19::text[], $20::int8[], $21::bytea[], $22::text[])
+                       WITH ORDINALITY AS s(tenant, task, next_fire, record, run_id, n)
+                   WHERE s.run_id IN (SELECT id FROM inserted)
+                   ORDER BY s.tenant, s.task, s.n DESC
+                   ON CONFLICT (tenant, task) DO UPDATE
+                   SET next_fire = excluded.next_fire, record = excluded.record
                )
                SELECT id FROM inserted"#,
             &[
@@ -617,14 +658,22 @@ async fn insert_simple(c: &Cx<'_>, runs: &[NewRun], rows: &[Encoded]) -> PgResul
                 &added,
                 &keys,
                 &expiries,
+                &fires,
+                &instants,
                 event_runs,
                 event_bytes,
                 event_records,
+                &schedules.tenants,
+                &schedules.tasks,
+                &schedules.next_fires,
+                &schedules.records,
+                &schedules.runs,
             ],
         )
         .await?;
     let inserted: HashSet<String> = inserted.iter().map(|r| name(r.get(0))).collect();
-    // The runs sent and not created, answered by what holds their id or key.
+    // The runs sent and not created, answered by what holds their id, key
+    // or fire.
     let held: Vec<usize> = (0..runs.len())
         .filter(|&i| earlier[i].is_none() && !inserted.contains(runs[i].run.id.as_str()))
         .collect();
@@ -633,13 +682,18 @@ async fn insert_simple(c: &Cx<'_>, runs: &[NewRun], rows: &[Encoded]) -> PgResul
         let sent: Vec<NewRun> = held.iter().map(|&i| runs[i].clone()).collect();
         let by_id = stored_by_id(c, &sent).await?;
         let by_key = stored_by_key(c, &sent).await?;
+        let by_fire = stored_by_fire(c, &sent).await?;
         for (n, &i) in held.iter().enumerate() {
-            let answer = match (by_id.get(runs[i].run.id.as_str()), by_key.get(&n)) {
-                (Some(run), _) => Insert::Existing(Box::new(run.clone())),
-                (None, Some(found)) => found.clone(),
-                // Its id was taken and the run deleted since: it was
-                // there, so this one was not created.
-                (None, None) => Insert::Existing(Box::new(runs[i].run.clone())),
+            let answer = if let Some(run) = by_id.get(runs[i].run.id.as_str()) {
+                Insert::Existing(Box::new(run.clone()))
+            } else if let Some(found) = by_key.get(&n) {
+                found.clone()
+            } else if let Some(run) = by_fire.get(&n) {
+                Insert::Existing(Box::new(run.clone()))
+            } else {
+                // What held it was deleted since: it was there, so this
+                // one was not created.
+                Insert::Existing(Box::new(runs[i].run.clone()))
             };
             answers.insert(i, answer);
         }
@@ -656,6 +710,43 @@ async fn insert_simple(c: &Cx<'_>, runs: &[NewRun], rows: &[Encoded]) -> PgResul
         outcomes.push(outcome);
     }
     Ok(outcomes)
+}
+
+/// Whether [`insert_simple`] can insert `runs`: none has both an
+/// idempotency key and a fire, whose two inserts one statement cannot make
+/// depend on each other both ways (a key inserted for a run whose fire was
+/// taken would answer for a run never created). Those take
+/// [`insert_batch`]'s transaction, with its locks.
+fn one_statement(runs: &[NewRun]) -> bool {
+    runs.iter()
+        .all(|n| n.run.idempotency_key.is_none() || !n.unique_fire)
+}
+
+/// Schedules' progress as columns, each with the run whose creation
+/// writes it.
+#[derive(Default)]
+struct Schedules {
+    tenants: Vec<String>,
+    tasks: Vec<String>,
+    next_fires: Vec<Option<Millis>>,
+    records: Vec<Vec<u8>>,
+    runs: Vec<String>,
+}
+
+impl Schedules {
+    fn push(&mut self, run_id: &str, schedule: &ScheduleState) -> PgResult<()> {
+        self.tenants.push(key(&schedule.tenant).into_owned());
+        self.tasks.push(key(&schedule.task).into_owned());
+        // The next-fire index holds unpaused schedules only.
+        self.next_fires.push(if schedule.paused {
+            None
+        } else {
+            schedule.next_fire
+        });
+        self.records.push(encode(schedule)?);
+        self.runs.push(key(run_id).into_owned());
+        Ok(())
+    }
 }
 
 /// Inserts `runs` in a few statements whatever their number: one read of
@@ -810,7 +901,10 @@ async fn stored_by_key<C: GenericClient + Sync>(
 
 /// The stored runs that hold the fires of `runs` inserted with
 /// `unique_fire`, by the run's place in `runs`.
-async fn stored_by_fire(tx: &Tx<'_>, runs: &[NewRun]) -> PgResult<HashMap<usize, RunRecord>> {
+async fn stored_by_fire<C: GenericClient + Sync>(
+    tx: &Cached<'_, C>,
+    runs: &[NewRun],
+) -> PgResult<HashMap<usize, RunRecord>> {
     let unique: Vec<usize> = (0..runs.len()).filter(|&i| runs[i].unique_fire).collect();
     if unique.is_empty() {
         return Ok(HashMap::new());
