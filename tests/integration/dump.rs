@@ -41,7 +41,7 @@ fn objects(path: &Path) -> Vec<String> {
     let mut lines = text.lines();
     let header: Value = serde_json::from_str(lines.next().unwrap()).unwrap();
     assert_eq!(header["format"], "ax-dump");
-    assert_eq!(header["version"], 1);
+    assert_eq!(header["version"], 2);
     lines.map(str::to_owned).collect()
 }
 
@@ -211,7 +211,7 @@ fn a_newer_or_truncated_dump_is_refused_in_one_line() {
         out.finish().unwrap();
     };
     let mut newer = lines.clone();
-    newer[0] = newer[0].replace("\"version\":1", "\"version\":999");
+    newer[0] = newer[0].replace("\"version\":2", "\"version\":999");
     write("newer.dump", &newer);
     let (ok, text) = ax_store(&["import", &path("newer.dump"), "--data-dir", &path("b")]);
     assert!(!ok);

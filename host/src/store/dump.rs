@@ -3,7 +3,7 @@
 //! PostgreSQL, in either direction, and what backs up a sled store. It goes
 //! through the [`Store`] seam only, so every backend reads and writes it.
 //!
-//! # Format (version 1)
+//! # Format (version 2)
 //! A gzip stream of JSON lines:
 //! - first, the header: `{"format":"ax-dump","version":1,"ax":"<crate
 //!   version>","created_at":<ms>,"secrets":<bool>}`;
@@ -14,7 +14,9 @@
 //!   `run` (`run`, with its `events`, attempt `logs` and attempt `records`
 //!   on the same line), `plugin`, `blob` (`digest`, `bytes` in hex: each
 //!   digest once, before the first plugin naming it), `tag`,
-//!   `dead_letter`, `alert`, `usage` (an hourly bucket), `kv` (`key`,
+//!   `dead_letter`, `alert`, `usage` (an hourly bucket), `key` (an
+//!   idempotency key whose run retention deleted: `tenant`, `task`, `key`,
+//!   `run_id`, `expires_at`; new in version 2), `kv` (`key`,
 //!   `value` in hex: the KV store's own entries and usage counters,
 //!   verbatim) and, only when asked for, `secret` (`tenant`, `name`,
 //!   `value` in plain text, `updated_at`);
@@ -35,11 +37,14 @@
 //! # What is not carried
 //! - Secrets, unless `include_secrets` (docs/SECURITY.md): the export says
 //!   how many it left out.
-//! - Idempotency keys of runs retention already deleted, and the instant
-//!   each kept key expires: the seam reads neither. A key comes back with
-//!   its run and is remembered for [`ImportOptions::key_ttl`] from the
-//!   run's creation. Fire keys (one run per task and instant) come back
-//!   with their runs, so a restored scheduler does not fire twice.
+//! - The instant a kept run's idempotency key expires: the key comes back
+//!   with its run and is remembered for [`ImportOptions::key_ttl`] from the
+//!   run's creation (sled indexes a key's expiry apart from the key, so an
+//!   import could not move it without a scan). The keys of runs retention
+//!   deleted are carried (`key` lines) with their own expiry, so a retried
+//!   request still answers with the deleted run's id after a move. Fire
+//!   keys (one run per task and instant) come back with their runs, so a
+//!   restored scheduler does not fire twice.
 //! - Leases (they lapse by themselves) and metadata other than the admin
 //!   token's hash (format markers belong to the target store).
 
@@ -53,7 +58,9 @@ use flate2::read::MultiGzDecoder;
 use flate2::write::GzEncoder;
 use serde::{Deserialize, Serialize};
 
-use super::{AlertQuery, AttemptLogs, NewRun, OutboxAlert, Store, StoreExt, Tree, WholeRun};
+use super::{
+    AlertQuery, AttemptLogs, KeyEntry, NewRun, OutboxAlert, Store, StoreExt, Tree, WholeRun,
+};
 use crate::model::record::AttemptRecord;
 use crate::model::{
     DeadLetter, Event, Millis, PluginRecord, PluginTag, RunRecord, ScheduleState, TaskRecord,
@@ -62,7 +69,7 @@ use crate::model::{
 use crate::tenant::{DEFAULT_TENANT, TenantRecord, TokenRecord, UsageBucket};
 
 /// The format version this ax writes, and the newest it reads.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// The header's `format`.
 const FORMAT: &str = "ax-dump";
 /// Runs read (export) or written (import) per batch: large enough that a
@@ -70,6 +77,8 @@ const FORMAT: &str = "ax-dump";
 const RUN_BATCH: usize = 512;
 /// Map entries read per page.
 const MAP_PAGE: usize = 1024;
+/// Idempotency keys read (export) or restored (import) per page.
+const KEY_PAGE: usize = 1024;
 /// Alerts read per page.
 const ALERT_PAGE: usize = 1000;
 /// The metadata a dump carries: the admin token's hash (`server.rs`), so a
@@ -176,6 +185,7 @@ enum Line {
     DeadLetter(DeadLetter),
     Alert(OutboxAlert),
     Usage(UsageBucket),
+    Key(KeyEntry),
     Kv {
         key: String,
         value: String,
@@ -218,6 +228,7 @@ impl Line {
             Line::DeadLetter(_) => counts.add("dead_letter", 1),
             Line::Alert(_) => counts.add("alert", 1),
             Line::Usage(_) => counts.add("usage", 1),
+            Line::Key(_) => counts.add("key", 1),
             Line::Kv { .. } => counts.add("kv", 1),
             Line::Secret { .. } => counts.add("secret", 1),
             Line::End { .. } => {}
@@ -315,6 +326,18 @@ pub fn export(store: &dyn Store, out: impl Write, options: &ExportOptions) -> Re
         w.object(Line::Task { task, schedule })?;
     }
     export_runs(store, &mut w, &mut tenants)?;
+    let mut after: Option<KeyEntry> = None;
+    loop {
+        let page = store.forgotten_keys(after.as_ref(), KEY_PAGE)?;
+        let full = page.len() == KEY_PAGE;
+        after = page.last().cloned();
+        for key in page {
+            w.object(Line::Key(key))?;
+        }
+        if !full {
+            break;
+        }
+    }
     let mut blobs: HashSet<String> = HashSet::new();
     for tenant in &tenants {
         for plugin in store.list_plugins(tenant)? {
@@ -609,6 +632,7 @@ pub fn import(store: &dyn Store, path: &Path, options: &ImportOptions) -> Result
     // Logs and records are written once their runs are stored.
     let mut hanging: Vec<(Vec<AttemptLogs>, Vec<AttemptRecord>)> = Vec::new();
     let mut kv: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+    let mut keys: Vec<KeyEntry> = Vec::new();
     for object in objects {
         let (number, line) = object?;
         line.count(&mut imported);
@@ -660,6 +684,12 @@ pub fn import(store: &dyn Store, path: &Path, options: &ImportOptions) -> Result
             Line::DeadLetter(dead) => store.put_dead_letter(&dead)?,
             Line::Alert(alert) => store.put_alerts(std::slice::from_ref(&alert))?,
             Line::Usage(bucket) => store.add_usage(std::slice::from_ref(&bucket))?,
+            Line::Key(key) => {
+                keys.push(key);
+                if keys.len() >= KEY_PAGE {
+                    restore_keys(store, &mut runs, &mut hanging, &mut keys)?;
+                }
+            }
             Line::Kv { key, value } => {
                 let value = hex::decode(&value)
                     .map_err(|e| Error::Damaged(format!("line {number}: KV value: {e}")))?;
@@ -683,8 +713,26 @@ pub fn import(store: &dyn Store, path: &Path, options: &ImportOptions) -> Result
         }
     }
     insert_runs(store, &mut runs, &mut hanging)?;
+    restore_keys(store, &mut runs, &mut hanging, &mut keys)?;
     store.restore_map(Tree::Kv, &kv)?;
     Ok(imported)
+}
+
+/// Stores a page of forgotten keys, after the runs read so far (a key
+/// never holds back a run of the dump); empties it.
+fn restore_keys(
+    store: &dyn Store,
+    runs: &mut Vec<NewRun>,
+    hanging: &mut Vec<(Vec<AttemptLogs>, Vec<AttemptRecord>)>,
+    keys: &mut Vec<KeyEntry>,
+) -> Result<()> {
+    if keys.is_empty() {
+        return Ok(());
+    }
+    insert_runs(store, runs, hanging)?;
+    store.restore_keys(keys)?;
+    keys.clear();
+    Ok(())
 }
 
 /// Whether `run` was created by its task's trigger for an instant (and so
@@ -835,11 +883,25 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dumped(dir.path(), "d", false);
         let mut all = lines(&path);
-        all[0] = all[0].replace("\"version\":1", "\"version\":999");
+        let this = format!("\"version\":{VERSION}");
+        assert!(all[0].contains(&this), "{}", all[0]);
+        all[0] = all[0].replace(&this, "\"version\":999");
         write(&path, &all);
         let e = import(&MemoryStore::new(), &path, &IMPORT).unwrap_err();
         assert!(matches!(e, Error::Newer { found: 999 }), "{e}");
         assert!(!e.to_string().contains('\n'));
+    }
+
+    /// Version 1 had no `key` lines; its dumps are read as they are.
+    #[test]
+    fn a_dump_of_version_1_is_still_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dumped(dir.path(), "d", false);
+        let mut all = lines(&path);
+        assert!(!all.iter().any(|l| l.contains("\"kind\":\"key\"")));
+        all[0] = all[0].replace(&format!("\"version\":{VERSION}"), "\"version\":1");
+        write(&path, &all);
+        import(&MemoryStore::new(), &path, &IMPORT).unwrap();
     }
 
     #[test]

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use super::secrets::{SecretInfo, SecretStore};
 use super::{
-    AlertQuery, AlertStatus, AttemptLogs, Catalog, Error, Insert, Lease, Leases, NewRun,
+    AlertQuery, AlertStatus, AttemptLogs, Catalog, Error, Insert, KeyEntry, Lease, Leases, NewRun,
     Operations, Outbox, OutboxAlert, Result, RunLogs, RunPage, RunQuery, RunSummary, RunWrite,
     Runs, Store, StoreHealth, SyncTicket, Tenancy, WholeRun,
 };
@@ -354,6 +354,14 @@ impl<L: Layer> Runs for Layered<L> {
 
     fn expire_keys(&self, now: Millis, limit: usize) -> Result<usize> {
         self.0.write(|s| s.expire_keys(now, limit))
+    }
+
+    fn forgotten_keys(&self, after: Option<&KeyEntry>, limit: usize) -> Result<Vec<KeyEntry>> {
+        self.0.read(|s| s.forgotten_keys(after, limit))
+    }
+
+    fn restore_keys(&self, keys: &[KeyEntry]) -> Result<()> {
+        self.0.write(|s| s.restore_keys(keys))
     }
 
     fn run_summaries_page(

@@ -10,8 +10,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use super::{
-    AlertQuery, AlertStatus, AttemptLogs, Catalog, Insert, Lease, Leases, NewRun, Operations,
-    Outbox, OutboxAlert, Result, RunPage, RunQuery, RunWrite, Runs, SyncTicket, Tenancy,
+    AlertQuery, AlertStatus, AttemptLogs, Catalog, Insert, KeyEntry, Lease, Leases, NewRun,
+    Operations, Outbox, OutboxAlert, Result, RunPage, RunQuery, RunWrite, Runs, SyncTicket,
+    Tenancy,
     rules::{
         MAX_SCAN, check_revisions, definition_changed, digest_of, list_floor, list_start,
         missing_run, queue_position, select_page, take_lease,
@@ -607,6 +608,41 @@ impl Runs for MemoryStore {
             }
         }
         Ok(due.len())
+    }
+
+    fn forgotten_keys(&self, after: Option<&KeyEntry>, limit: usize) -> Result<Vec<KeyEntry>> {
+        let state = self.state();
+        Ok(state
+            .key_expiry
+            .iter()
+            // An entry whose key a later run took holds no key.
+            .filter(|(entry, run)| state.idempotency.get(&entry.1) == Some(*run))
+            .filter(|(_, run)| !state.runs.contains_key(run.as_str()))
+            .map(|((expires_at, (tenant, task, key)), run)| KeyEntry {
+                tenant: tenant.clone(),
+                task: task.clone(),
+                key: key.clone(),
+                run_id: run.clone(),
+                expires_at: *expires_at,
+            })
+            .filter(|k| after.is_none_or(|after| k.order() > after.order()))
+            .take(limit)
+            .collect())
+    }
+
+    fn restore_keys(&self, keys: &[KeyEntry]) -> Result<()> {
+        let mut state = self.state();
+        for k in keys {
+            let held = (k.tenant.clone(), k.task.clone(), k.key.clone());
+            if state.idempotency.contains_key(&held) {
+                continue;
+            }
+            state.idempotency.insert(held.clone(), k.run_id.clone());
+            state
+                .key_expiry
+                .insert((k.expires_at, held), k.run_id.clone());
+        }
+        Ok(())
     }
 
     fn delete_run(&self, id: &str) -> Result<bool> {

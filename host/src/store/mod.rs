@@ -61,8 +61,8 @@ pub use self::outbox::{AlertQuery, AlertStatus, Outbox, OutboxAlert};
 pub use self::resolve::{Unresolved, resolve_plugin};
 pub use self::rules::{id_millis, new_id};
 pub use self::runs::{
-    AttemptLogs, Changed, Insert, NewRun, RunLogs, RunPage, RunQuery, RunSummary, RunWrite, Runs,
-    WholeRun,
+    AttemptLogs, Changed, Insert, KeyEntry, NewRun, RunLogs, RunPage, RunQuery, RunSummary,
+    RunWrite, Runs, WholeRun,
 };
 pub use self::sled::SledStore;
 pub use self::tenancy::Tenancy;

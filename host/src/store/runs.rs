@@ -35,6 +35,36 @@ pub struct NewRun {
     pub key_expires_at: Millis,
 }
 
+/// An idempotency key as a store holds it: the run it answers with (which
+/// retention may have deleted: the key then answers
+/// [`Insert::Forgotten`]) until it expires. What a dump carries of the
+/// keys whose run is gone ([`Runs::forgotten_keys`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyEntry {
+    /// The tenant.
+    pub tenant: TenantId,
+    /// The task.
+    pub task: TaskName,
+    /// The key.
+    pub key: String,
+    /// The run it answers with.
+    pub run_id: RunId,
+    /// When it is freed ([`NewRun::key_expires_at`]).
+    pub expires_at: Millis,
+}
+
+impl KeyEntry {
+    /// Its place in [`Runs::forgotten_keys`]' order.
+    pub fn order(&self) -> (Millis, &str, &str, &str) {
+        (
+            self.expires_at,
+            self.tenant.as_str(),
+            self.task.as_str(),
+            self.key.as_str(),
+        )
+    }
+}
+
 /// A run with everything kept beside it: what a dump holds of it
 /// ([`Runs::whole_runs`]).
 #[derive(Clone, Debug, PartialEq)]
@@ -258,6 +288,15 @@ pub trait Runs {
     /// [`NewRun::key_expires_at`]), oldest first, at most `limit`; returns
     /// how many. A later run may take a freed key.
     fn expire_keys(&self, now: Millis, limit: usize) -> Result<usize>;
+    /// The idempotency keys held whose run is no longer stored (retention
+    /// deleted it; the key answers [`Insert::Forgotten`] until it expires),
+    /// at most `limit`, in [`KeyEntry::order`] — by when they expire, then
+    /// tenant, task and key — starting after `after` (`None`: from the
+    /// start). A dump carries them; a kept run's key comes back with it.
+    fn forgotten_keys(&self, after: Option<&KeyEntry>, limit: usize) -> Result<Vec<KeyEntry>>;
+    /// Stores `keys` as given (an import), each unless its (tenant, task,
+    /// key) is already held.
+    fn restore_keys(&self, keys: &[KeyEntry]) -> Result<()>;
     /// Runs as their indexes know them, at most `limit`, in descending
     /// (tenant, task, id) order — newest first within a task, since ids sort
     /// by creation — starting after `after` in that order (`None`: from the

@@ -20,7 +20,7 @@ use crate::model::{
 };
 use crate::store::memory::MemoryStore;
 use crate::store::{
-    AlertQuery, AlertStatus, AttemptLogs, Catalog, Error, Insert, Lease, Leases, NewRun,
+    AlertQuery, AlertStatus, AttemptLogs, Catalog, Error, Insert, KeyEntry, Lease, Leases, NewRun,
     Operations, Outbox, OutboxAlert, Result, RunPage, RunQuery, RunSummary, RunWrite, Runs,
     SyncTicket, Tenancy, kv, secrets,
 };
@@ -45,6 +45,7 @@ enum Write {
     TrimAlerts(String, AlertStatus, usize),
     DeleteRun(String),
     ExpireKeys(Millis, usize),
+    RestoreKeys(Vec<KeyEntry>),
     Logs(String, String, AttemptLogs),
     DeadLetter(Box<DeadLetter>),
     Tenant(Box<TenantRecord>),
@@ -74,6 +75,7 @@ impl Write {
             Self::TrimAlerts(t, status, keep) => store.trim_alerts(t, *status, *keep).map(drop),
             Self::DeleteRun(id) => store.delete_run(id).map(drop),
             Self::ExpireKeys(now, limit) => store.expire_keys(*now, *limit).map(drop),
+            Self::RestoreKeys(keys) => store.restore_keys(keys),
             Self::Logs(tenant, id, logs) => store.put_logs(tenant, id, logs),
             Self::DeadLetter(d) => store.put_dead_letter(d),
             Self::Tenant(t) => store.put_tenant(t),
@@ -408,6 +410,14 @@ impl Runs for SimStore {
 
     fn expire_keys(&self, now: Millis, limit: usize) -> Result<usize> {
         self.write(Write::ExpireKeys(now, limit), |s| s.expire_keys(now, limit))
+    }
+
+    fn forgotten_keys(&self, after: Option<&KeyEntry>, limit: usize) -> Result<Vec<KeyEntry>> {
+        self.inner().forgotten_keys(after, limit)
+    }
+
+    fn restore_keys(&self, keys: &[KeyEntry]) -> Result<()> {
+        self.write(Write::RestoreKeys(keys.to_vec()), |s| s.restore_keys(keys))
     }
 
     fn run_summaries_page(

@@ -18,6 +18,7 @@ use crate::tenant::{HOUR_MS, Quota, TenantRecord, UsageBucket, new_token};
 
 /// Kinds [`fill`] stores one (or more) of.
 const KINDS: &[&str] = &[
+    "key",
     "meta",
     "tenant",
     "token",
@@ -85,6 +86,19 @@ fn fill(store: &dyn Store) {
     fired.trigger = TriggerKind::Cron;
     fired.scheduled_for = 60_000;
     created(store.insert_run(&fired, true, None, &[]).unwrap());
+    // A run retention deleted: its idempotency key stays until it expires.
+    let mut gone = run(&run_id(1_500, 4), "t1", "a", RunStatus::Succeeded);
+    gone.idempotency_key = Some("k-gone".into());
+    store
+        .insert_runs(&[NewRun {
+            run: gone.clone(),
+            unique_fire: false,
+            schedule: None,
+            events: Vec::new(),
+            key_expires_at: 777_000,
+        }])
+        .unwrap();
+    assert!(store.delete_run(&gone.id).unwrap());
     // A tenant with runs and no record (as `default` is used).
     let other = run(&run_id(2_000, 3), "t2", "b", RunStatus::Failed);
     created(store.insert_run(&other, false, None, &[]).unwrap());
@@ -195,6 +209,12 @@ pub fn a_dump_carries_every_kind_into_an_empty_store<S: Store>(make: Make<S>) {
             store.insert_run(&same_key, false, None, &[]).unwrap(),
             Insert::Existing(r) if r.id == done.id
         ));
+        let mut same_gone = run(&run_id(3_000, 10), "t1", "a", RunStatus::Queued);
+        same_gone.idempotency_key = Some("k-gone".into());
+        assert_eq!(
+            store.insert_run(&same_gone, false, None, &[]).unwrap(),
+            Insert::Forgotten(run_id(1_500, 4).into())
+        );
         let mut same_fire = run(&run_id(60_001, 9), "t1", "a", RunStatus::Queued);
         same_fire.scheduled_for = 60_000;
         let outcome = store.insert_runs(&[NewRun {

@@ -92,6 +92,7 @@ macro_rules! store_conformance_suite {
                 runs::delete_run_refuses_an_active_run,
                 runs::delete_run_removes_everything_and_frees_its_fire,
                 runs::idempotency_keys_expire_in_order,
+                runs::forgotten_keys_page_and_restore,
                 runs::records_are_kept_per_attempt_and_go_with_their_run,
                 runs::run_bytes_follow_what_runs_keep_and_go_with_them,
                 runs::sync_ticket_resolves_after_writes,

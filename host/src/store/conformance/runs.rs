@@ -8,7 +8,7 @@ use super::{Make, SCAN, attempt_logs, block_on, created, event, ids, run, run_id
 use crate::model::record::{AttemptRecord, Call, KvOp, KvResult};
 use crate::model::{Millis, RunStatus, StepStatus, TriggerKind};
 use crate::store::prelude::*;
-use crate::store::{Changed, Error, Insert, NewRun, RunQuery, RunWrite};
+use crate::store::{Changed, Error, Insert, KeyEntry, NewRun, RunQuery, RunWrite};
 
 pub fn inserted_run_is_readable_with_its_events<S: Store>(make: Make<S>) {
     let (store, _dir) = make(SCAN);
@@ -414,6 +414,97 @@ pub fn idempotency_keys_expire_in_order<S: Store>(make: Make<S>) {
     ));
     assert_eq!(store.expire_keys(5_000, 10).unwrap(), 2);
     assert_eq!(store.expire_keys(5_000, 10).unwrap(), 0);
+}
+
+/// `forgotten_keys` lists the keys whose run was deleted, by expiry, then
+/// tenant, task and key, a page at a time; `restore_keys` stores keys as
+/// given into another store, leaving a key that is held alone, and a
+/// restored key answers `Forgotten` there as here until it expires.
+pub fn forgotten_keys_page_and_restore<S: Store>(make: Make<S>) {
+    let (store, _dir) = make(SCAN);
+    let new = |n: u32, task: &str, key: &str, expires: Millis| {
+        let mut r = run(&run_id(i64::from(n), n), "t1", task, RunStatus::Succeeded);
+        r.idempotency_key = Some(key.to_owned());
+        NewRun {
+            run: r,
+            unique_fire: false,
+            schedule: None,
+            events: Vec::new(),
+            key_expires_at: expires,
+        }
+    };
+    let runs = [
+        new(1, "b", "k1", 300),
+        new(2, "a", "k2", 300),
+        new(3, "a", "k1", 100),
+        new(4, "a", "k\0x", Millis::MAX),
+        new(5, "a", "kept", 200),
+    ];
+    store.insert_runs(&runs).unwrap();
+    for gone in &runs[..4] {
+        assert!(store.delete_run(&gone.run.id).unwrap());
+    }
+    let entry = |new: &NewRun| KeyEntry {
+        tenant: new.run.tenant.clone(),
+        task: new.run.task.clone(),
+        key: new.run.idempotency_key.clone().unwrap(),
+        run_id: new.run.id.clone(),
+        expires_at: new.key_expires_at,
+    };
+    let forgotten = [
+        entry(&runs[2]),
+        entry(&runs[1]),
+        entry(&runs[0]),
+        entry(&runs[3]),
+    ];
+    let mut paged = Vec::new();
+    let mut after: Option<KeyEntry> = None;
+    loop {
+        let page = store.forgotten_keys(after.as_ref(), 3).unwrap();
+        assert!(page.len() <= 3);
+        paged.extend(page.iter().cloned());
+        if page.len() < 3 {
+            break;
+        }
+        after = page.last().cloned();
+    }
+    assert_eq!(
+        paged, forgotten,
+        "by expiry, then tenant, task and key; the kept run's key is not one"
+    );
+    assert_eq!(store.forgotten_keys(Some(&forgotten[3]), 10).unwrap(), []);
+
+    // Another store, where the key `a/k2` is held by a run of its own: the
+    // others are restored, that one is left as it was.
+    let (other, _other_dir) = make(SCAN);
+    let mut holder = new(8, "a", "k2", 999);
+    holder.run.status = RunStatus::Queued;
+    other.insert_runs(std::slice::from_ref(&holder)).unwrap();
+    other.restore_keys(&forgotten).unwrap();
+    let restored: Vec<KeyEntry> = forgotten
+        .iter()
+        .filter(|k| k.key != "k2")
+        .cloned()
+        .collect();
+    assert_eq!(other.forgotten_keys(None, 10).unwrap(), restored);
+    let again = |task: &str, key: &str| new(9, task, key, 1_000);
+    assert_eq!(
+        other.insert_runs(&[again("a", "k1")]).unwrap(),
+        [Insert::Forgotten(runs[2].run.id.clone())]
+    );
+    assert!(matches!(
+        &other.insert_runs(&[again("a", "k2")]).unwrap()[..],
+        [Insert::Existing(r)] if r.id == holder.run.id
+    ));
+    assert_eq!(
+        other.expire_keys(100, 10).unwrap(),
+        1,
+        "restored with its expiry"
+    );
+    assert_eq!(
+        other.insert_runs(&[again("a", "k1")]).unwrap(),
+        [Insert::Created]
+    );
 }
 
 pub(super) fn attempt_record(run_id: &str, step: &str, attempt: u32, note: &str) -> AttemptRecord {

@@ -51,8 +51,8 @@ use crate::store::rules::{
     digest_of, list_floor, list_start, missing_run, queue_position, select_page,
 };
 use crate::store::{
-    AttemptLogs, Insert, NewRun, OutboxAlert, Result, RunLogs, RunPage, RunQuery, RunSummary,
-    RunWrite, Runs, WholeRun,
+    AttemptLogs, Insert, KeyEntry, NewRun, OutboxAlert, Result, RunLogs, RunPage, RunQuery,
+    RunSummary, RunWrite, Runs, WholeRun,
 };
 use crate::tenant::UsageBucket;
 
@@ -259,6 +259,67 @@ impl Runs for PgStore {
             outputs::delete_outputs(tx, id).await?;
             outputs::charge(tx, &tenant, -(row.get::<_, i64>(2) + events)).await?;
             Ok(true)
+        })
+    }
+
+    fn forgotten_keys(&self, after: Option<&KeyEntry>, limit: usize) -> Result<Vec<KeyEntry>> {
+        let (at, tenant, task, idempotency) = match after {
+            Some(a) => (
+                Some(a.expires_at),
+                key(&a.tenant).into_owned(),
+                key(&a.task).into_owned(),
+                key(&a.key).into_owned(),
+            ),
+            None => (None, String::new(), String::new(), String::new()),
+        };
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.db.with(async |c| {
+            let rows = c
+                .query(
+                    "SELECT k.tenant, k.task, k.key, k.run_id, k.expires_at
+                     FROM ax_idempotency_keys AS k
+                     WHERE ($1::int8 IS NULL
+                            OR (k.expires_at, k.tenant, k.task, k.key) > ($1, $2, $3, $4))
+                         AND NOT EXISTS (SELECT 1 FROM ax_runs AS r WHERE r.id = k.run_id)
+                     ORDER BY k.expires_at, k.tenant, k.task, k.key
+                     LIMIT $5",
+                    &[&at, &tenant, &task, &idempotency, &limit],
+                )
+                .await?;
+            Ok(rows
+                .iter()
+                .map(|r| KeyEntry {
+                    tenant: name(r.get(0)).into(),
+                    task: name(r.get(1)).into(),
+                    key: name(r.get(2)),
+                    run_id: name(r.get(3)).into(),
+                    expires_at: r.get(4),
+                })
+                .collect())
+        })
+    }
+
+    fn restore_keys(&self, keys: &[KeyEntry]) -> Result<()> {
+        let column = |f: &dyn Fn(&KeyEntry) -> &str| -> Vec<String> {
+            keys.iter().map(|k| key(f(k)).into_owned()).collect()
+        };
+        let (tenants, tasks, names, runs) = (
+            column(&|k| k.tenant.as_str()),
+            column(&|k| k.task.as_str()),
+            column(&|k| k.key.as_str()),
+            column(&|k| k.run_id.as_str()),
+        );
+        let expiries: Vec<Millis> = keys.iter().map(|k| k.expires_at).collect();
+        self.db.with(async |c| {
+            c.execute(
+                "INSERT INTO ax_idempotency_keys (tenant, task, key, run_id, expires_at)
+                 SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int8[])
+                 ORDER BY 1, 2, 3
+                 ON CONFLICT DO NOTHING",
+                &[&tenants, &tasks, &names, &runs, &expiries],
+            )
+            .await?;
+            Ok(())
         })
     }
 

@@ -118,8 +118,8 @@ use self::flush::SyncShared;
 use self::keys::{corrupt_key, decode, decode_part, encode, key, newer_record};
 use super::rules::digest_of;
 use super::{
-    AttemptLogs, Catalog, Error, Insert, Lease, Leases, NewRun, Operations, Outbox, Result,
-    RunPage, RunQuery, RunSummary, RunWrite, Runs, SyncTicket, Tenancy, rules,
+    AttemptLogs, Catalog, Error, Insert, KeyEntry, Lease, Leases, NewRun, Operations, Outbox,
+    Result, RunPage, RunQuery, RunSummary, RunWrite, Runs, SyncTicket, Tenancy, rules,
 };
 use crate::model::ids::{RunId, TaskName, TenantId};
 use crate::model::record::AttemptRecord;
@@ -463,6 +463,14 @@ impl Runs for SledStore {
 
     fn expire_keys(&self, now: Millis, limit: usize) -> Result<usize> {
         runs::expire(self, now, limit)
+    }
+
+    fn forgotten_keys(&self, after: Option<&KeyEntry>, limit: usize) -> Result<Vec<KeyEntry>> {
+        runs::forgotten_keys(self, after, limit)
+    }
+
+    fn restore_keys(&self, keys: &[KeyEntry]) -> Result<()> {
+        runs::restore_keys(self, keys)
     }
 
     fn events(&self, run_id: &str) -> Result<Vec<Event>> {

@@ -24,7 +24,7 @@ use crate::model::{Event, Millis, RunRecord};
 use crate::store::prelude::*;
 use crate::store::rules::{definition_changed, list_floor, list_start, missing_run, select_page};
 use crate::store::{
-    Changed, Error, Insert, NewRun, Result, RunPage, RunQuery, RunSummary, RunWrite,
+    Changed, Error, Insert, KeyEntry, NewRun, Result, RunPage, RunQuery, RunSummary, RunWrite,
 };
 use crate::tenant::UsageBucket;
 
@@ -634,6 +634,83 @@ pub(super) fn expire(store: &SledStore, now: Millis, limit: usize) -> Result<usi
         store.apply(batch)?;
     }
     Ok(expired)
+}
+
+/// The idempotency keys held whose run is gone, by the `ik` index (its
+/// order is [`KeyEntry::order`]'s), after `after`, at most `limit`; an
+/// index entry whose key a later run took is passed over.
+pub(super) fn forgotten_keys(
+    store: &SledStore,
+    after: Option<&KeyEntry>,
+    limit: usize,
+) -> Result<Vec<KeyEntry>> {
+    let prefix = key("ik", &[]);
+    let start = match after {
+        Some(a) => std::ops::Bound::Excluded(key(
+            "ik",
+            &[&instant_part(a.expires_at), &a.tenant, &a.task, &a.key],
+        )),
+        None => std::ops::Bound::Included(prefix.clone()),
+    };
+    let mut page = Vec::new();
+    for item in store
+        .db
+        .range::<Vec<u8>, _>((start, std::ops::Bound::Unbounded))
+    {
+        if page.len() >= limit {
+            break;
+        }
+        let (k, v) = item.map_err(sled_error)?;
+        if !k.starts_with(&prefix) {
+            break;
+        }
+        let mut parts =
+            super::keys::split_parts(&k[prefix.len()..]).ok_or_else(|| corrupt_key(&k))?;
+        let [at, tenant, task, idempotency_key] = parts.as_mut_slice() else {
+            return Err(corrupt_key(&k));
+        };
+        let run_id: String = decode(&k, &v)?;
+        let claim = key("idem", &[tenant, task, idempotency_key]);
+        if store.get::<String>(&claim)?.as_deref() != Some(run_id.as_str())
+            || store
+                .db
+                .contains_key(key("run", &[&run_id]))
+                .map_err(sled_error)?
+        {
+            continue;
+        }
+        page.push(KeyEntry {
+            tenant: std::mem::take(tenant).into(),
+            task: std::mem::take(task).into(),
+            key: std::mem::take(idempotency_key),
+            run_id: run_id.into(),
+            expires_at: at.parse().map_err(|_| corrupt_key(&k))?,
+        });
+    }
+    Ok(page)
+}
+
+/// Stores `keys` (an import), each unless its claim is held, in one batch.
+pub(super) fn restore_keys(store: &SledStore, keys: &[KeyEntry]) -> Result<()> {
+    let _claims = lock(&store.claim_lock);
+    let mut batch = sled::Batch::default();
+    let mut taken = std::collections::HashSet::new();
+    for k in keys {
+        let claim = key("idem", &[&k.tenant, &k.task, &k.key]);
+        if !taken.insert(claim.clone()) || store.db.contains_key(&claim).map_err(sled_error)? {
+            continue;
+        }
+        let run_id = encode(&k.run_id.as_str())?;
+        batch.insert(claim, run_id.clone());
+        batch.insert(
+            key(
+                "ik",
+                &[&instant_part(k.expires_at), &k.tenant, &k.task, &k.key],
+            ),
+            run_id,
+        );
+    }
+    store.apply(batch)
 }
 
 /// Gives the idempotency keys of a store written before keys outlived their
