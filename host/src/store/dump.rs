@@ -5,7 +5,7 @@
 //!
 //! # Format (version 2)
 //! A gzip stream of JSON lines:
-//! - first, the header: `{"format":"ax-dump","version":1,"ax":"<crate
+//! - first, the header: `{"format":"ax-dump","version":2,"ax":"<crate
 //!   version>","created_at":<ms>,"secrets":<bool>}`;
 //! - then one line per object, `{"kind":"<kind>", ...}` — the object's
 //!   stored record, whole (ids, revisions and instants kept):
