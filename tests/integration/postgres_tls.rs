@@ -4,7 +4,8 @@
 //! `ax` binary (`ax store migrate --dry-run`, which opens the store's pool
 //! as `ax serve` does). A plain connection is refused by the server, so
 //! every success here went over TLS; a certificate that does not chain to
-//! the trusted CA is one clear error line.
+//! the trusted CA is one clear error line; a role the server admits by
+//! client certificate only connects with `sslcert` and `sslkey`.
 
 use std::process::Command;
 
@@ -26,7 +27,7 @@ fn open(url: &str) -> (bool, String) {
 }
 
 #[test]
-fn sslmode_and_sslrootcert_decide_how_ax_connects() {
+fn sslmode_sslrootcert_and_a_client_certificate_decide_how_ax_connects() {
     if !crate::common::postgres_server_named() {
         return;
     }
@@ -67,6 +68,30 @@ fn sslmode_and_sslrootcert_decide_how_ax_connects() {
         assert!(out.contains("UnknownIssuer"), "{query}: {out}");
         assert_eq!(out.trim().lines().count(), 1, "{query}: {out}");
     }
+
+    // The role `certuser` gets in by a client certificate of the test CA
+    // alone (`cert` in pg_hba.conf): with sslcert and sslkey it connects,
+    // without them the server refuses it, in one line.
+    let as_certuser = url.replacen("ax@", "certuser@", 1);
+    let (cert, key) = (
+        cluster.tls_file("client.pem"),
+        cluster.tls_file("client.key"),
+    );
+    let (cert, key) = (cert.display(), key.display());
+    let (ok, out) = open(&format!(
+        "{as_certuser}?sslmode=verify-full&sslrootcert={ca}&sslcert={cert}&sslkey={key}"
+    ));
+    assert!(ok && out.contains("migration(s) would run"), "{out}");
+    let (ok, out) = open(&format!(
+        "{as_certuser}?sslmode=verify-full&sslrootcert={ca}"
+    ));
+    assert!(!ok && out.contains("certificate"), "{out}");
+    assert_eq!(out.trim().lines().count(), 1, "{out}");
+    let (ok, out) = open(&format!("{as_certuser}?sslcert={cert}"));
+    assert!(
+        !ok && out.contains("sslcert and sslkey go together"),
+        "{out}"
+    );
 
     // Words libpq has that ax refuses, and a root file that is not there.
     let (ok, out) = open(&format!("{url}?sslmode=allow"));

@@ -14,19 +14,26 @@
 //! from `webpki-roots`), which is what managed databases' certificates chain
 //! to. `allow` (plain first, then TLS) is refused: tokio-postgres cannot do
 //! it, and it only makes sense against servers that refuse plain
-//! connections, for which `prefer` does the same. Client certificates
-//! (`sslcert`, `sslkey`) are not supported yet.
+//! connections, for which `prefer` does the same.
+//!
+//! `sslcert=PATH` and `sslkey=PATH` (PEM: the client's certificate, with
+//! its chain, and its private key — PKCS#8, PKCS#1 or SEC1) are presented
+//! to a server that asks for a client certificate (`cert` in `pg_hba.conf`,
+//! or `clientcert=verify-full`). Decision: unlike libpq, ax does not look
+//! for `~/.postgresql/postgresql.crt` and `.key` when they are not given —
+//! a server's process should not change what it presents because of files
+//! in its user's home — and one given without the other is an error.
 //!
 //! TLS is rustls with the ring provider, as ax's outgoing HTTP is
 //! (`tokio-postgres-rustls`); no OpenSSL is linked.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rustls::client::WebPkiServerVerifier;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{CertificateError, DigitallySignedStruct, RootCertStore, SignatureScheme};
 use tokio_postgres::config::SslMode;
 use tokio_postgres_rustls::MakeRustlsConnect;
@@ -53,6 +60,8 @@ pub(super) struct Tls {
     pub(super) mode: Mode,
     /// `sslrootcert`.
     pub(super) root_cert: Option<PathBuf>,
+    /// `sslcert` and `sslkey`, given together.
+    pub(super) client: Option<(PathBuf, PathBuf)>,
 }
 
 impl Tls {
@@ -62,6 +71,7 @@ impl Tls {
     pub(super) fn split(url: &str) -> Result<(String, Tls), String> {
         let mut mode = None;
         let mut root_cert = None;
+        let (mut cert, mut private_key) = (None, None);
         let mut take = |key: &str, value: &str| -> Result<bool, String> {
             match key {
                 "sslmode" => {
@@ -87,6 +97,14 @@ impl Tls {
                 }
                 "sslrootcert" => {
                     root_cert = Some(PathBuf::from(value));
+                    Ok(true)
+                }
+                "sslcert" => {
+                    cert = Some(PathBuf::from(value));
+                    Ok(true)
+                }
+                "sslkey" => {
+                    private_key = Some(PathBuf::from(value));
                     Ok(true)
                 }
                 _ => Ok(false),
@@ -125,7 +143,25 @@ impl Tls {
             (Mode::Require, Some(_)) => Mode::VerifyCa,
             (mode, _) => mode,
         };
-        Ok((rest, Tls { mode, root_cert }))
+        let client = match (cert, private_key) {
+            (Some(cert), Some(key)) => Some((cert, key)),
+            (None, None) => None,
+            _ => {
+                return Err(
+                    "sslcert and sslkey go together: give both (the client certificate and \
+                     its private key) or neither"
+                        .into(),
+                );
+            }
+        };
+        Ok((
+            rest,
+            Tls {
+                mode,
+                root_cert,
+                client,
+            },
+        ))
     }
 
     /// tokio-postgres's mode for this one.
@@ -144,25 +180,30 @@ impl Tls {
         let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
             .map_err(|e| format!("TLS: {e}"))?;
-        let config = match self.mode {
-            Mode::Disable | Mode::Prefer | Mode::Require => builder
-                .dangerous()
-                .with_custom_certificate_verifier(Arc::new(Unchecked(provider)))
-                .with_no_client_auth(),
+        let verifier: Arc<dyn ServerCertVerifier> = match self.mode {
+            Mode::Disable | Mode::Prefer | Mode::Require => Arc::new(Unchecked(provider)),
             Mode::VerifyCa | Mode::VerifyFull => {
                 let roots = Arc::new(self.roots()?);
                 let verifier = WebPkiServerVerifier::builder_with_provider(roots, provider)
                     .build()
                     .map_err(|e| format!("TLS: {e}"))?;
-                let verifier: Arc<dyn ServerCertVerifier> = if self.mode == Mode::VerifyCa {
+                if self.mode == Mode::VerifyCa {
                     Arc::new(AnyName(verifier))
                 } else {
                     verifier
-                };
+                }
+            }
+        };
+        let builder = builder
+            .dangerous()
+            .with_custom_certificate_verifier(verifier);
+        let config = match &self.client {
+            None => builder.with_no_client_auth(),
+            Some((cert, key)) => {
+                let (chain, key) = client_identity(cert, key)?;
                 builder
-                    .dangerous()
-                    .with_custom_certificate_verifier(verifier)
-                    .with_no_client_auth()
+                    .with_client_auth_cert(chain, key)
+                    .map_err(|e| format!("sslcert and sslkey: {e}"))?
             }
         };
         Ok(MakeRustlsConnect::new(config))
@@ -191,6 +232,29 @@ impl Tls {
         }
         Ok(roots)
     }
+}
+
+/// The client certificate chain of `sslcert` and the private key of
+/// `sslkey`, each read as PEM, with the file named in any error.
+fn client_identity(
+    cert: &Path,
+    key: &Path,
+) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), String> {
+    let shown = cert.display();
+    let chain = CertificateDer::pem_file_iter(cert)
+        .map_err(|e| format!("sslcert {shown}: {e}"))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("sslcert {shown}: {e}"))?;
+    if chain.is_empty() {
+        return Err(format!("sslcert {shown} holds no PEM certificate"));
+    }
+    let key = PrivateKeyDer::from_pem_file(key).map_err(|e| {
+        format!(
+            "sslkey {}: {e} (a PEM private key: PKCS#8, PKCS#1 or SEC1)",
+            key.display()
+        )
+    })?;
+    Ok((chain, key))
 }
 
 /// `%XX` sequences of a URL's query value, decoded.
@@ -362,14 +426,49 @@ mod tests {
         let tls = Tls {
             mode: Mode::VerifyFull,
             root_cert: Some(path),
+            client: None,
         };
         let e = tls.connector().err().expect("refused");
         assert!(e.contains("no PEM certificate"), "{e}");
         let missing = Tls {
             mode: Mode::VerifyFull,
             root_cert: Some(dir.path().join("absent.pem")),
+            client: None,
         };
         let e = missing.connector().err().expect("refused");
         assert!(e.contains("absent.pem"), "{e}");
+        // A client certificate or key that cannot be read is named too.
+        let client = |cert: &str, key: &str| Tls {
+            mode: Mode::Require,
+            root_cert: None,
+            client: Some((dir.path().join(cert), dir.path().join(key))),
+        };
+        let e = client("ca.pem", "absent.key")
+            .connector()
+            .err()
+            .expect("refused");
+        assert!(
+            e.contains("sslcert") && e.contains("no PEM certificate"),
+            "{e}"
+        );
+        let e = client("absent.pem", "k.pem")
+            .connector()
+            .err()
+            .expect("refused");
+        assert!(e.contains("absent.pem"), "{e}");
+    }
+
+    #[test]
+    fn a_client_certificate_and_key_are_given_together() {
+        let (url, tls) = split("postgres://db/ax?sslmode=require&sslcert=%2Fc.pem&sslkey=%2Fc.key");
+        assert_eq!(url, "postgres://db/ax");
+        assert_eq!(
+            tls.client,
+            Some((PathBuf::from("/c.pem"), PathBuf::from("/c.key")))
+        );
+        let e = Tls::split("postgres://db/ax?sslcert=c.pem").unwrap_err();
+        assert!(e.contains("go together"), "{e}");
+        let e = Tls::split("host=db sslkey=c.key").unwrap_err();
+        assert!(e.contains("go together"), "{e}");
     }
 }
