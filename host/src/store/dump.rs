@@ -426,39 +426,75 @@ pub fn export(store: &dyn Store, out: impl Write, options: &ExportOptions) -> Re
 
 /// Writes every run, a page of summaries at a time, each with its events,
 /// logs and attempt records; adds their tenants to `tenants`.
+///
+/// A thread reads the next pages while this one encodes and compresses the
+/// last: reading a page (a database's round trips, or sled's lookups) and
+/// encoding it took about as long each, one after the other
+/// (docs/PERFORMANCE.md, *Export: reading while writing*). At most
+/// [`PAGES_AHEAD`] pages wait, so memory stays a few pages.
 fn export_runs<W: Write>(
     store: &dyn Store,
     w: &mut Writer<W>,
     tenants: &mut BTreeSet<String>,
 ) -> Result<()> {
-    let mut after = None;
-    loop {
-        let page = store.run_summaries_page(after.as_ref(), RUN_BATCH)?;
-        let ids: Vec<&str> = page.iter().map(|s| s.id.as_str()).collect();
-        // Deleted since the summary was read (retention in a live store):
-        // left out.
-        for whole in store.whole_runs(&ids)? {
-            let WholeRun {
-                run,
-                events,
-                logs,
-                records,
-            } = whole;
-            if !tenants.contains(run.tenant.as_str()) {
-                tenants.insert(run.tenant.to_string());
+    std::thread::scope(|scope| {
+        let (pages, read) = std::sync::mpsc::sync_channel::<Result<Vec<WholeRun>>>(PAGES_AHEAD);
+        scope.spawn(move || {
+            let mut after = None;
+            loop {
+                let page = match read_page(store, after.as_ref()) {
+                    Ok(page) => page,
+                    Err(e) => {
+                        let _ = pages.send(Err(e));
+                        return;
+                    }
+                };
+                let (runs, last, full) = page;
+                // The writer stopped (it failed): nothing more to read.
+                if pages.send(Ok(runs)).is_err() || !full {
+                    return;
+                }
+                after = last;
             }
-            w.object(Line::Run {
-                run: Box::new(run),
-                events,
-                logs,
-                records,
-            })?;
+        });
+        for page in read {
+            for whole in page? {
+                let WholeRun {
+                    run,
+                    events,
+                    logs,
+                    records,
+                } = whole;
+                if !tenants.contains(run.tenant.as_str()) {
+                    tenants.insert(run.tenant.to_string());
+                }
+                w.object(Line::Run {
+                    run: Box::new(run),
+                    events,
+                    logs,
+                    records,
+                })?;
+            }
         }
-        if page.len() < RUN_BATCH {
-            return Ok(());
-        }
-        after = page.into_iter().last();
-    }
+        Ok(())
+    })
+}
+
+/// Pages of runs read ahead of the writer ([`export_runs`]).
+const PAGES_AHEAD: usize = 2;
+
+/// A page of whole runs after `after`, the page's last summary and whether
+/// the page was full (more may follow). A run deleted since its summary was
+/// read (retention in a live store) is left out.
+fn read_page(
+    store: &dyn Store,
+    after: Option<&super::RunSummary>,
+) -> Result<(Vec<WholeRun>, Option<super::RunSummary>, bool)> {
+    let page = store.run_summaries_page(after, RUN_BATCH)?;
+    let ids: Vec<&str> = page.iter().map(|s| s.id.as_str()).collect();
+    let runs = store.whole_runs(&ids)?;
+    let full = page.len() == RUN_BATCH;
+    Ok((runs, page.into_iter().last(), full))
 }
 
 /// Calls `f` with every entry of `tree`, a page at a time.
