@@ -13,6 +13,7 @@
 mod catalog;
 #[cfg(test)]
 mod conformance_tests;
+mod inserts;
 mod leases;
 mod maps;
 mod migrate;
