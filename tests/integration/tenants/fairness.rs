@@ -172,12 +172,14 @@ async fn a_cancelled_attempt_ends_cancelled_with_its_fuel_and_is_counted() {
     live.stop().await;
 }
 
-/// 20 spins that each time out: charged what they burned, they use up a
+/// Spins that each time out: charged what they burned, they use up a
 /// fuel budget of 2.5e9 and the tenant is held. (Probe: charged 2,190
 /// each, 43,800 for 20, never held.) Each may burn 2.5e9 (the whole
-/// budget), twice what 100 ms of spinning burns on a free core here
-/// (~1.2e9), so they time out rather than run out of fuel; 20 of them use
-/// the budget up while a spin gets a tenth of a core or more.
+/// budget) but is stopped after 25 ms: 100 ms of spinning burned 1.7e9 to
+/// 1.9e9 here, so 25 ms burns about a fifth of the budget, and a machine
+/// up to five times faster still times out rather than runs out of fuel
+/// (at 100 ms a faster CI machine ran the first spin out of fuel). 40 of
+/// them use the budget up while a spin gets a sixth of a core or more.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn timed_out_spins_use_up_the_fuel_budget_and_the_tenant_is_held() {
     const BUDGET: u64 = 2_500_000_000;
@@ -193,11 +195,11 @@ async fn timed_out_spins_use_up_the_fuel_budget_and_the_tenant_is_held() {
         "burner",
         "hostile_spin",
         "spin",
-        "{ fuel: 2500000000, timeout: 100ms }",
+        "{ fuel: 2500000000, timeout: 25ms }",
     )
     .await;
     let mut ids = Vec::new();
-    for _ in 0..20 {
+    for _ in 0..40 {
         ids.push(trigger(&live, "burner", "spin").await);
     }
     let held = until("the tenant is held, or every run ended", || async {
@@ -211,9 +213,10 @@ async fn timed_out_spins_use_up_the_fuel_budget_and_the_tenant_is_held() {
         terminal(&last).then_some(None)
     })
     .await;
-    let held = held.unwrap_or_else(|| panic!("20 timed-out spins did not use up {BUDGET} fuel"));
+    let held = held.unwrap_or_else(|| panic!("40 timed-out spins did not use up {BUDGET} fuel"));
     assert!(held.contains(&format!("of {BUDGET}")), "{held}");
     let (mut charged, mut queued, mut timed_out) = (0, 0, 0);
+    let mut seen = Vec::new();
     for id in &ids {
         let r = run(&live, "burner", id).await;
         if r["status"] == "queued" {
@@ -221,6 +224,7 @@ async fn timed_out_spins_use_up_the_fuel_budget_and_the_tenant_is_held() {
         }
         for a in r["steps"][0]["attempts"].as_array().unwrap() {
             let fuel = a["fuel_consumed"].as_u64().unwrap();
+            seen.push(format!("{} {fuel} {}ms", a["outcome"], a["duration_ms"]));
             if a["outcome"] == "timed_out" {
                 timed_out += 1;
                 assert!(fuel >= 5_000_000, "a timed-out spin charged {fuel}");
@@ -228,7 +232,7 @@ async fn timed_out_spins_use_up_the_fuel_budget_and_the_tenant_is_held() {
             charged += fuel;
         }
     }
-    assert!(timed_out > 0, "the spins timed out");
+    assert!(timed_out > 0, "the spins timed out: {seen:?}");
     assert!(queued > 0, "runs wait for the next window");
     assert!(charged <= BUDGET, "never more than the budget: {charged}");
     live.stop().await;
