@@ -31,8 +31,9 @@
 //!
 //! Runs are read a page at a time ([`Runs::run_summaries_page`]), so an
 //! export holds one page of runs however many the store keeps; an import
-//! writes them in batches ([`Runs::insert_runs`], which keeps each run's
-//! revision and claims its idempotency key and fire again).
+//! writes them in batches ([`Runs::restore_runs`]: each run whole, with
+//! its revision, claiming its idempotency key and fire again; PostgreSQL
+//! copies each part in bulk).
 //!
 //! # What is not carried
 //! - Secrets, unless `include_secrets` (docs/SECURITY.md): the export says
@@ -58,14 +59,8 @@ use flate2::read::MultiGzDecoder;
 use flate2::write::GzEncoder;
 use serde::{Deserialize, Serialize};
 
-use super::{
-    AlertQuery, AttemptLogs, KeyEntry, NewRun, OutboxAlert, Store, StoreExt, Tree, WholeRun,
-};
-use crate::model::record::AttemptRecord;
-use crate::model::{
-    DeadLetter, Event, Millis, PluginRecord, PluginTag, RunRecord, ScheduleState, TaskRecord,
-    TriggerKind,
-};
+use super::{AlertQuery, KeyEntry, OutboxAlert, Store, StoreExt, Tree, WholeRun};
+use crate::model::{DeadLetter, Millis, PluginRecord, PluginTag, ScheduleState, TaskRecord};
 use crate::tenant::{DEFAULT_TENANT, TenantRecord, TokenRecord, UsageBucket};
 
 /// The format version this ax writes, and the newest it reads.
@@ -170,12 +165,7 @@ enum Line {
         task: TaskRecord,
         schedule: Option<ScheduleState>,
     },
-    Run {
-        run: Box<RunRecord>,
-        events: Vec<Event>,
-        logs: Vec<AttemptLogs>,
-        records: Vec<AttemptRecord>,
-    },
+    Run(Box<WholeRun>),
     Blob {
         digest: String,
         bytes: String,
@@ -211,12 +201,13 @@ impl Line {
             Line::Tenant(_) => counts.add("tenant", 1),
             Line::Token(_) => counts.add("token", 1),
             Line::Task { .. } => counts.add("task", 1),
-            Line::Run {
-                events,
-                logs,
-                records,
-                ..
-            } => {
+            Line::Run(whole) => {
+                let WholeRun {
+                    events,
+                    logs,
+                    records,
+                    ..
+                } = &**whole;
                 counts.add("run", 1);
                 counts.add("event", events.len() as u64);
                 counts.add("log", logs.len() as u64);
@@ -459,21 +450,10 @@ fn export_runs<W: Write>(
         });
         for page in read {
             for whole in page? {
-                let WholeRun {
-                    run,
-                    events,
-                    logs,
-                    records,
-                } = whole;
-                if !tenants.contains(run.tenant.as_str()) {
-                    tenants.insert(run.tenant.to_string());
+                if !tenants.contains(whole.run.tenant.as_str()) {
+                    tenants.insert(whole.run.tenant.to_string());
                 }
-                w.object(Line::Run {
-                    run: Box::new(run),
-                    events,
-                    logs,
-                    records,
-                })?;
+                w.object(Line::Run(Box::new(whole)))?;
             }
         }
         Ok(())
@@ -552,16 +532,32 @@ pub struct Described {
 }
 
 /// The dump's lines: the header read and checked, then the objects.
-fn open(path: &Path) -> Result<(Header, impl Iterator<Item = Result<(usize, Line)>>)> {
+/// Each object comes with its line's number and size.
+fn open(path: &Path) -> Result<(Header, impl Iterator<Item = Result<Object>>)> {
     let file = File::open(path)?;
-    let reader = BufReader::with_capacity(1 << 16, MultiGzDecoder::new(BufReader::new(file)));
-    let mut lines = reader.lines().enumerate().map(|(i, line)| (i + 1, line));
-    let first = match lines.next() {
-        Some((_, Ok(line))) => line,
-        Some((_, Err(e))) => return Err(read_error(e)),
+    let mut reader = BufReader::with_capacity(1 << 16, MultiGzDecoder::new(BufReader::new(file)));
+    let mut buffer = Vec::new();
+    let mut next_line = move || -> Option<Result<Vec<u8>>> {
+        buffer.clear();
+        match reader.read_until(b'\n', &mut buffer) {
+            Ok(0) => None,
+            Ok(_) => {
+                if buffer.last() == Some(&b'\n') {
+                    buffer.pop();
+                    if buffer.last() == Some(&b'\r') {
+                        buffer.pop();
+                    }
+                }
+                Some(Ok(std::mem::take(&mut buffer)))
+            }
+            Err(e) => Some(Err(read_error(e))),
+        }
+    };
+    let first = match next_line() {
+        Some(line) => line?,
         None => return Err(Error::NotADump("the file is empty".into())),
     };
-    let header: Header = serde_json::from_str(&first)
+    let header: Header = serde_json::from_slice(&first)
         .ok()
         .filter(|h: &Header| h.format == FORMAT)
         .ok_or_else(|| Error::NotADump("its first line is not an ax-dump header".into()))?;
@@ -570,13 +566,77 @@ fn open(path: &Path) -> Result<(Header, impl Iterator<Item = Result<(usize, Line
             found: header.version,
         });
     }
-    let objects = lines.map(|(number, line)| {
-        let line = line.map_err(read_error)?;
-        serde_json::from_str::<Line>(&line)
-            .map(|parsed| (number, parsed))
-            .map_err(|e| Error::Damaged(format!("line {number}: {e}")))
+    let mut number = 1;
+    let objects = std::iter::from_fn(move || {
+        let mut line = match next_line()? {
+            Ok(line) => line,
+            Err(e) => return Some(Err(e)),
+        };
+        number += 1;
+        Some(
+            parse_line(&mut line)
+                .map(|parsed| Object {
+                    number,
+                    bytes: line.len(),
+                    line: parsed,
+                })
+                .map_err(|e| Error::Damaged(format!("line {number}: {e}"))),
+        )
     });
     Ok((header, objects))
+}
+
+/// An object of a dump, read.
+struct Object {
+    /// Its line's number in the file (the header is line 1).
+    number: usize,
+    /// Its line's size.
+    bytes: usize,
+    line: Line,
+}
+
+/// What ax writes before a line's object: its kind, first.
+const KIND: &[u8] = b"{\"kind\":\"";
+
+/// Reads a line after the header. A line as ax writes it starts with its
+/// kind (`{"kind":"run",…`): the rest is read straight into the kind's
+/// type. Serde's reading of an internally tagged enum first copies the
+/// whole line into a tree of values (the tag could come anywhere), which
+/// was half of an import's time (docs/PERFORMANCE.md, *Export and
+/// import*); any other line is still read that way, and so is one the
+/// direct reading refuses, for serde's own error.
+fn parse_line(line: &mut [u8]) -> serde_json::Result<Line> {
+    type Read = fn(&[u8]) -> serde_json::Result<Line>;
+    let lead = line.strip_prefix(KIND).and_then(|rest| {
+        let end = rest.iter().position(|&b| b == b'"' || b == b'\\')?;
+        (rest[end] == b'"' && rest.get(end + 1) == Some(&b',')).then_some(end)
+    });
+    if let Some(end) = lead {
+        let read: Option<Read> = match &line[KIND.len()..KIND.len() + end] {
+            b"run" => Some(|b| serde_json::from_slice(b).map(Line::Run)),
+            b"key" => Some(|b| serde_json::from_slice(b).map(Line::Key)),
+            b"usage" => Some(|b| serde_json::from_slice(b).map(Line::Usage)),
+            b"alert" => Some(|b| serde_json::from_slice(b).map(Line::Alert)),
+            b"dead_letter" => Some(|b| serde_json::from_slice(b).map(Line::DeadLetter)),
+            b"plugin" => Some(|b| serde_json::from_slice(b).map(Line::Plugin)),
+            b"tag" => Some(|b| serde_json::from_slice(b).map(Line::Tag)),
+            b"tenant" => Some(|b| serde_json::from_slice(b).map(Line::Tenant)),
+            b"token" => Some(|b| serde_json::from_slice(b).map(Line::Token)),
+            _ => None,
+        };
+        if let Some(read) = read {
+            // `{"kind":"run",REST` read as `{REST`: the comma becomes the
+            // object's brace for the time of the read.
+            let comma = KIND.len() + end + 1;
+            line[comma] = b'{';
+            let read = read(&line[comma..]);
+            line[comma] = b',';
+            if read.is_ok() {
+                return read;
+            }
+        }
+    }
+    serde_json::from_slice(line)
 }
 
 /// A read error of the compressed stream: a file cut short or damaged.
@@ -597,7 +657,7 @@ pub fn verify(path: &Path) -> Result<Described> {
     let mut seen = Counts::default();
     let mut end = None;
     for object in objects {
-        let (number, line) = object?;
+        let Object { number, line, .. } = object?;
         if end.is_some() {
             return Err(Error::Damaged(format!(
                 "line {number} follows the end line"
@@ -657,21 +717,96 @@ pub fn contents(store: &dyn Store) -> Result<Option<String>> {
 /// Imports the dump at `path` into `store`, which must be empty: the whole
 /// file is checked first ([`verify`]), then written. Returns what was
 /// imported, per kind.
+///
+/// A thread reads and parses the file ahead of the writes, a chunk of
+/// lines at a time: a batch of runs is written while the next is parsed.
+/// Chunks and batches are bounded by lines and by bytes
+/// ([`CHUNK_BYTES`], [`BATCH_BYTES`]), so memory stays a few batches
+/// however large a run's logs are.
 pub fn import(store: &dyn Store, path: &Path, options: &ImportOptions) -> Result<Counts> {
     verify(path)?;
     if let Some(found) = contents(store)? {
         return Err(Error::NotEmpty(found));
     }
     let (_, objects) = open(path)?;
-    let mut imported = Counts::default();
-    let mut runs: Vec<NewRun> = Vec::with_capacity(RUN_BATCH);
-    // Logs and records are written once their runs are stored.
-    let mut hanging: Vec<(Vec<AttemptLogs>, Vec<AttemptRecord>)> = Vec::new();
-    let mut kv: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
-    let mut keys: Vec<KeyEntry> = Vec::new();
-    for object in objects {
-        let (number, line) = object?;
-        line.count(&mut imported);
+    std::thread::scope(|scope| {
+        let (chunks, read) = std::sync::mpsc::sync_channel::<Result<Vec<Object>>>(CHUNKS_AHEAD);
+        scope.spawn(move || {
+            let (mut chunk, mut bytes) = (Vec::with_capacity(CHUNK), 0);
+            for object in objects {
+                let object = match object {
+                    Ok(object) => object,
+                    Err(e) => {
+                        let _ = chunks.send(Err(e));
+                        return;
+                    }
+                };
+                bytes += object.bytes;
+                chunk.push(object);
+                if chunk.len() == CHUNK || bytes >= CHUNK_BYTES {
+                    bytes = 0;
+                    // The writer stopped (it failed): nothing more to read.
+                    if chunks.send(Ok(std::mem::take(&mut chunk))).is_err() {
+                        return;
+                    }
+                }
+            }
+            let _ = chunks.send(Ok(chunk));
+        });
+        let mut writer = Importer::new(store, options);
+        for chunk in read {
+            for object in chunk? {
+                writer.object(object)?;
+            }
+        }
+        writer.finish()
+    })
+}
+
+/// Runs an import writes per batch, and the most bytes of their lines: a
+/// larger batch costs fewer commits (a PostgreSQL commit waits for its
+/// flush to disk; 512 runs per batch spent a fifth of an import there).
+const IMPORT_BATCH: usize = 2048;
+const BATCH_BYTES: usize = 32 << 20;
+/// Lines parsed per chunk, their most bytes, and the chunks parsed ahead
+/// of the writes (a batch's worth).
+const CHUNK: usize = 256;
+const CHUNK_BYTES: usize = 4 << 20;
+const CHUNKS_AHEAD: usize = IMPORT_BATCH / CHUNK;
+
+/// Writes a dump's objects into a store, runs and map entries in batches.
+struct Importer<'a> {
+    store: &'a dyn Store,
+    options: &'a ImportOptions,
+    imported: Counts,
+    runs: Vec<WholeRun>,
+    /// The bytes of the batched runs' lines.
+    run_bytes: usize,
+    kv: Vec<(Vec<u8>, Vec<u8>)>,
+    keys: Vec<KeyEntry>,
+}
+
+impl<'a> Importer<'a> {
+    fn new(store: &'a dyn Store, options: &'a ImportOptions) -> Self {
+        Importer {
+            store,
+            options,
+            imported: Counts::default(),
+            runs: Vec::with_capacity(IMPORT_BATCH),
+            run_bytes: 0,
+            kv: Vec::new(),
+            keys: Vec::new(),
+        }
+    }
+
+    fn object(&mut self, object: Object) -> Result<()> {
+        let Object {
+            number,
+            bytes,
+            line,
+        } = object;
+        let store = self.store;
+        line.count(&mut self.imported);
         match line {
             Line::Meta { key, value } => store.put_meta(&key, &value)?,
             Line::Tenant(tenant) => store.put_tenant(&tenant)?,
@@ -686,23 +821,11 @@ pub fn import(store: &dyn Store, path: &Path, options: &ImportOptions) -> Result
                 });
                 store.put_task(&task, &schedule)?;
             }
-            Line::Run {
-                run,
-                events,
-                logs,
-                records,
-            } => {
-                let key_expires_at = run.created_at.saturating_add(options.key_ttl);
-                runs.push(NewRun {
-                    unique_fire: is_fire(&run),
-                    run: *run,
-                    schedule: None,
-                    events,
-                    key_expires_at,
-                });
-                hanging.push((logs, records));
-                if runs.len() >= RUN_BATCH {
-                    insert_runs(store, &mut runs, &mut hanging)?;
+            Line::Run(whole) => {
+                self.runs.push(*whole);
+                self.run_bytes += bytes;
+                if self.runs.len() >= IMPORT_BATCH || self.run_bytes >= BATCH_BYTES {
+                    self.restore_runs()?;
                 }
             }
             Line::Blob { digest, bytes } => {
@@ -721,18 +844,18 @@ pub fn import(store: &dyn Store, path: &Path, options: &ImportOptions) -> Result
             Line::Alert(alert) => store.put_alerts(std::slice::from_ref(&alert))?,
             Line::Usage(bucket) => store.add_usage(std::slice::from_ref(&bucket))?,
             Line::Key(key) => {
-                keys.push(key);
-                if keys.len() >= KEY_PAGE {
-                    restore_keys(store, &mut runs, &mut hanging, &mut keys)?;
+                self.keys.push(key);
+                if self.keys.len() >= KEY_PAGE {
+                    self.restore_keys()?;
                 }
             }
             Line::Kv { key, value } => {
                 let value = hex::decode(&value)
                     .map_err(|e| Error::Damaged(format!("line {number}: KV value: {e}")))?;
-                kv.push((key.into_bytes(), value));
-                if kv.len() >= MAP_PAGE {
-                    store.restore_map(Tree::Kv, &kv)?;
-                    kv.clear();
+                self.kv.push((key.into_bytes(), value));
+                if self.kv.len() >= MAP_PAGE {
+                    store.restore_map(Tree::Kv, &self.kv)?;
+                    self.kv.clear();
                 }
             }
             Line::Secret {
@@ -747,85 +870,43 @@ pub fn import(store: &dyn Store, path: &Path, options: &ImportOptions) -> Result
             }
             Line::End { .. } => {}
         }
+        Ok(())
     }
-    insert_runs(store, &mut runs, &mut hanging)?;
-    restore_keys(store, &mut runs, &mut hanging, &mut keys)?;
-    store.restore_map(Tree::Kv, &kv)?;
-    Ok(imported)
-}
 
-/// Stores a page of forgotten keys, after the runs read so far (a key
-/// never holds back a run of the dump); empties it.
-fn restore_keys(
-    store: &dyn Store,
-    runs: &mut Vec<NewRun>,
-    hanging: &mut Vec<(Vec<AttemptLogs>, Vec<AttemptRecord>)>,
-    keys: &mut Vec<KeyEntry>,
-) -> Result<()> {
-    if keys.is_empty() {
-        return Ok(());
+    /// Writes what is still batched; returns what was imported.
+    fn finish(mut self) -> Result<Counts> {
+        self.restore_runs()?;
+        self.restore_keys()?;
+        self.store.restore_map(Tree::Kv, &self.kv)?;
+        Ok(self.imported)
     }
-    insert_runs(store, runs, hanging)?;
-    store.restore_keys(keys)?;
-    keys.clear();
-    Ok(())
-}
 
-/// Whether `run` was created by its task's trigger for an instant (and so
-/// claims the fire (tenant, task, instant), as the scheduler's fires do).
-fn is_fire(run: &RunRecord) -> bool {
-    matches!(
-        run.trigger,
-        TriggerKind::Cron | TriggerKind::At | TriggerKind::Every | TriggerKind::Delay
-    )
-}
-
-/// Stores a batch of runs, then their logs and records; empties both.
-fn insert_runs(
-    store: &dyn Store,
-    runs: &mut Vec<NewRun>,
-    hanging: &mut Vec<(Vec<AttemptLogs>, Vec<AttemptRecord>)>,
-) -> Result<()> {
-    let outcomes = store.insert_runs(runs)?;
-    for (new, outcome) in runs.iter_mut().zip(outcomes) {
-        match outcome {
-            super::Insert::Created => {}
-            // Two runs for one fire (one made by hand for the instant, or
-            // by a catch-up): the first claims it, as it did in the source.
-            super::Insert::Existing(other) if other.id != new.run.id && new.unique_fire => {
-                new.unique_fire = false;
-                let again = store.insert_runs(std::slice::from_ref(new))?;
-                if again != [super::Insert::Created] {
-                    return Err(refused(&new.run));
-                }
-            }
-            _ => return Err(refused(&new.run)),
+    /// Stores the batch of runs ([`Runs::restore_runs`](super::Runs::restore_runs)); empties it.
+    fn restore_runs(&mut self) -> Result<()> {
+        if self.runs.is_empty() {
+            return Ok(());
+        }
+        let runs = std::mem::replace(&mut self.runs, Vec::with_capacity(IMPORT_BATCH));
+        self.run_bytes = 0;
+        match self.store.restore_runs(runs, self.options.key_ttl)? {
+            None => Ok(()),
+            Some(id) => Err(Error::Damaged(format!(
+                "run {id} clashes with another run of the dump (same id or idempotency key)"
+            ))),
         }
     }
-    // One write each for the batch's logs and records (one transaction
-    // each on PostgreSQL, where one per attempt was most of an import's time).
-    let mut logs = Vec::new();
-    let mut records = Vec::new();
-    for (new, (run_logs, run_records)) in runs.iter().zip(hanging.iter_mut()) {
-        logs.extend(run_logs.drain(..).map(|logs| super::RunLogs {
-            tenant: new.run.tenant.to_string(),
-            run_id: new.run.id.to_string(),
-            logs,
-        }));
-        records.append(run_records);
-    }
-    store.put_logs_batch(&logs)?;
-    store.put_records(&records)?;
-    runs.clear();
-    hanging.clear();
-    Ok(())
-}
 
-fn refused(run: &RunRecord) -> Error {
-    Error::Damaged(format!(
-        "run {} clashes with another run of the dump (same id or idempotency key)",
-        run.id
-    ))
+    /// Stores the page of forgotten keys, after the runs read so far (a
+    /// key never holds back a run of the dump); empties it.
+    fn restore_keys(&mut self) -> Result<()> {
+        if self.keys.is_empty() {
+            return Ok(());
+        }
+        self.restore_runs()?;
+        self.store.restore_keys(&self.keys)?;
+        self.keys.clear();
+        Ok(())
+    }
 }
 
 /// Opens `path` for a dump: created new (never over an existing file), and

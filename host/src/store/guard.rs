@@ -364,6 +364,10 @@ impl<L: Layer> Runs for Layered<L> {
         self.0.write(|s| s.restore_keys(keys))
     }
 
+    fn restore_runs(&self, runs: Vec<WholeRun>, key_ttl: Millis) -> Result<Option<RunId>> {
+        self.0.write(|s| s.restore_runs(runs, key_ttl))
+    }
+
     fn run_summaries_page(
         &self,
         after: Option<&RunSummary>,

@@ -15,6 +15,7 @@ use crate::model::ids::{RunId, TaskName, TenantId};
 use crate::model::record::AttemptRecord;
 use crate::model::{
     DeadLetter, Event, LogRecord, Millis, Progress, RunRecord, RunStatus, ScheduleState,
+    TriggerKind,
 };
 use crate::tenant::UsageBucket;
 
@@ -67,7 +68,7 @@ impl KeyEntry {
 
 /// A run with everything kept beside it: what a dump holds of it
 /// ([`Runs::whole_runs`]).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct WholeRun {
     /// The run.
     pub run: RunRecord,
@@ -369,6 +370,19 @@ pub trait Runs {
         }
         Ok(whole)
     }
+    /// Stores runs read from a dump (`ax store import`) into a store that
+    /// holds none of them yet, in their order, each whole: with its
+    /// events, logs and attempt records, its idempotency key (remembered
+    /// until `key_ttl` after the run's creation) and, for a run its task's
+    /// trigger made for an instant ([`claims_fire`]), that fire; of two
+    /// runs for one fire the first claims it, the second is stored without
+    /// it (as in the store they came from). Returns the first run refused
+    /// because its id or idempotency key is already held (the dump holds
+    /// it twice): runs before it may be stored. By default
+    /// [`restore_by_inserts`]; PostgreSQL copies each part in bulk.
+    fn restore_runs(&self, runs: Vec<WholeRun>, key_ttl: Millis) -> Result<Option<RunId>> {
+        restore_by_inserts(self, runs, key_ttl)
+    }
     /// Keeps several attempts' records, each as [`Runs::put_record`] does,
     /// in one write where the store can (as [`Runs::put_logs_batch`]).
     fn put_records(&self, records: &[AttemptRecord]) -> Result<()> {
@@ -389,4 +403,62 @@ pub trait Runs {
     fn get_dead_letter(&self, id: &str) -> Result<Option<DeadLetter>>;
     /// A tenant's dead letters, newest first (`open_only`: unresolved ones).
     fn list_dead_letters(&self, tenant: &str, open_only: bool) -> Result<Vec<DeadLetter>>;
+}
+
+/// Whether `run` was made by its task's trigger for an instant, and so
+/// claims the fire (tenant, task, instant) as the scheduler's fires do.
+pub fn claims_fire(run: &RunRecord) -> bool {
+    matches!(
+        run.trigger,
+        TriggerKind::Cron | TriggerKind::At | TriggerKind::Every | TriggerKind::Delay
+    )
+}
+
+/// [`Runs::restore_runs`] through the seam's own writes: the runs by
+/// [`Runs::insert_runs`] (a run whose fire an earlier run holds inserted
+/// again without it), then their logs and records in one write each.
+pub fn restore_by_inserts<S: Runs + ?Sized>(
+    store: &S,
+    runs: Vec<WholeRun>,
+    key_ttl: Millis,
+) -> Result<Option<RunId>> {
+    let mut news = Vec::with_capacity(runs.len());
+    let (mut logs, mut records) = (Vec::new(), Vec::new());
+    for whole in runs {
+        let WholeRun {
+            run,
+            events,
+            logs: run_logs,
+            records: run_records,
+        } = whole;
+        logs.extend(run_logs.into_iter().map(|logs| RunLogs {
+            tenant: run.tenant.to_string(),
+            run_id: run.id.to_string(),
+            logs,
+        }));
+        records.extend(run_records);
+        news.push(NewRun {
+            unique_fire: claims_fire(&run),
+            key_expires_at: run.created_at.saturating_add(key_ttl),
+            run,
+            schedule: None,
+            events,
+        });
+    }
+    let outcomes = store.insert_runs(&news)?;
+    for (new, outcome) in news.iter_mut().zip(outcomes) {
+        match outcome {
+            Insert::Created => {}
+            Insert::Existing(other) if other.id != new.run.id && new.unique_fire => {
+                new.unique_fire = false;
+                if store.insert_runs(std::slice::from_ref(new))? != [Insert::Created] {
+                    return Ok(Some(new.run.id.clone()));
+                }
+            }
+            _ => return Ok(Some(new.run.id.clone())),
+        }
+    }
+    store.put_logs_batch(&logs)?;
+    store.put_records(&records)?;
+    Ok(None)
 }

@@ -9,11 +9,11 @@ use super::outbox::alert;
 use super::runs::attempt_record;
 use super::{Make, SCAN, attempt_logs, created, dead, event, plugin, run, run_id, schedule, task};
 use crate::capability::kv::{KvNamespace, KvScope};
-use crate::model::{Outcome, PluginTag, RunStatus, TriggerKind};
+use crate::model::{Millis, Outcome, PluginTag, RunStatus, TriggerKind};
 use crate::store::dump::{self, ExportOptions, ImportOptions};
 use crate::store::memory::MemoryStore;
 use crate::store::prelude::*;
-use crate::store::{Insert, NewRun, Tree};
+use crate::store::{Insert, NewRun, Tree, WholeRun};
 use crate::tenant::{HOUR_MS, Quota, TenantRecord, UsageBucket, new_token};
 
 /// Kinds [`fill`] stores one (or more) of.
@@ -245,4 +245,105 @@ pub fn a_dump_carries_every_kind_into_an_empty_store<S: Store>(make: Make<S>) {
         assert!(matches!(refused, dump::Error::NotEmpty(_)), "{refused}");
     }
     assert!(!source.map_page(Tree::Kv, None, 10).unwrap().is_empty());
+}
+
+/// Runs restored from a dump are stored whole, as the seam's own inserts
+/// and writes would store them (records, events, logs, bytes charged,
+/// keys with their expiry, fires with the first run of each claiming it),
+/// and a run whose id or idempotency key is held is named and refused.
+pub fn restore_runs_stores_what_inserts_would_and_names_a_run_held_twice<S: Store>(make: Make<S>) {
+    const TTL: Millis = 50_000;
+    let whole = |n: u32, trigger: TriggerKind, key: Option<&str>| {
+        let mut r = run(
+            &run_id(i64::from(n) * 1_000, n),
+            "t1",
+            "a",
+            RunStatus::Succeeded,
+        );
+        r.trigger = trigger;
+        r.scheduled_for = 60_000;
+        r.created_at = i64::from(n) * 1_000;
+        r.idempotency_key = key.map(str::to_owned);
+        WholeRun {
+            events: vec![event(&r.id, "queued", 1), event(&r.id, "succeeded", 2)],
+            logs: vec![attempt_logs("s1", 1, format!("run {n}"))],
+            records: vec![attempt_record(&r.id, "s1", 1, "kept")],
+            run: r,
+        }
+    };
+    let runs = vec![
+        whole(1, TriggerKind::Cron, Some("k1")),
+        // A second run for the same instant: stored, the fire stays the
+        // first's.
+        whole(2, TriggerKind::Cron, None),
+        whole(3, TriggerKind::Manual, Some("k3")),
+    ];
+    let ids: Vec<&str> = runs.iter().map(|w| w.run.id.as_str()).collect();
+    let (restored, _a) = make(SCAN);
+    let (inserted, _b) = make(SCAN);
+    assert_eq!(restored.restore_runs(runs.clone(), TTL).unwrap(), None);
+    assert_eq!(
+        crate::store::restore_by_inserts(&inserted, runs.clone(), TTL).unwrap(),
+        None
+    );
+    assert_eq!(restored.whole_runs(&ids).unwrap(), runs, "stored whole");
+    assert_eq!(
+        restored.whole_runs(&ids).unwrap(),
+        inserted.whole_runs(&ids).unwrap()
+    );
+    assert_eq!(
+        restored.run_bytes("t1").unwrap(),
+        inserted.run_bytes("t1").unwrap(),
+        "the same bytes charged"
+    );
+    for store in [&restored, &inserted] {
+        let mut retried = run(&run_id(9_000, 9), "t1", "a", RunStatus::Queued);
+        retried.idempotency_key = Some("k1".into());
+        assert!(matches!(
+            store.insert_run(&retried, false, None, &[]).unwrap(),
+            Insert::Existing(r) if r.id.as_str() == ids[0]
+        ));
+        let mut fire = run(&run_id(60_000, 9), "t1", "a", RunStatus::Queued);
+        fire.scheduled_for = 60_000;
+        assert!(
+            matches!(
+                store.insert_run(&fire, true, None, &[]).unwrap(),
+                Insert::Existing(r) if r.id.as_str() == ids[0]
+            ),
+            "the first run claims the fire"
+        );
+        assert_eq!(store.expire_keys(1_000 + TTL - 1, 10).unwrap(), 0);
+        assert_eq!(
+            store.expire_keys(3_000 + TTL, 10).unwrap(),
+            2,
+            "the keys expire at creation + ttl"
+        );
+    }
+
+    // A dump that holds a run twice: by id in a later batch, by key, and
+    // twice in one batch.
+    let held = whole(1, TriggerKind::Manual, None);
+    assert_eq!(
+        restored.restore_runs(vec![held], TTL).unwrap(),
+        Some(ids[0].into())
+    );
+    let (fresh, _c) = make(SCAN);
+    fresh
+        .restore_runs(vec![whole(5, TriggerKind::Manual, Some("k5"))], TTL)
+        .unwrap();
+    let same_key = whole(6, TriggerKind::Manual, Some("k5"));
+    let new_id = same_key.run.id.clone();
+    assert_eq!(
+        fresh.restore_runs(vec![same_key], TTL).unwrap(),
+        Some(new_id.clone())
+    );
+    let twice = vec![
+        whole(7, TriggerKind::Manual, None),
+        whole(7, TriggerKind::Manual, None),
+    ];
+    assert_eq!(
+        fresh.restore_runs(twice, TTL).unwrap(),
+        Some(run_id(7_000, 7).into())
+    );
+    assert!(fresh.get_run(&new_id).unwrap().is_none());
 }

@@ -23,6 +23,7 @@ mod outputs;
 #[cfg(test)]
 mod plans_tests;
 pub mod pool;
+mod restore;
 mod rows;
 mod runs;
 mod statements;

@@ -262,6 +262,10 @@ impl Runs for PgStore {
         })
     }
 
+    fn restore_runs(&self, runs: Vec<WholeRun>, key_ttl: Millis) -> Result<Option<RunId>> {
+        super::restore::restore(&self.db, &runs, key_ttl)
+    }
+
     fn restore_keys(&self, keys: &[KeyEntry]) -> Result<()> {
         let column = |f: &dyn Fn(&KeyEntry) -> &str| -> Vec<String> {
             keys.iter().map(|k| key(f(k)).into_owned()).collect()

@@ -20,8 +20,9 @@ use std::ops::Deref;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use tokio_postgres::types::ToSql;
-use tokio_postgres::{Error, GenericClient, Row, Statement};
+use tokio_postgres::binary_copy::BinaryCopyInWriter;
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::{Error, GenericClient, Row, Statement, Transaction};
 
 /// The statements prepared on one connection, by their text, and the
 /// count of statements run that the pool's connections share.
@@ -123,5 +124,15 @@ impl<C: GenericClient + Sync> Cached<'_, C> {
     pub async fn execute(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<u64, Error> {
         let statement = self.statement(sql).await?;
         self.client.execute(&statement, params).await
+    }
+}
+
+impl Cached<'_, Transaction<'_>> {
+    /// Starts `sql`, a `COPY … FROM STDIN (FORMAT binary)` of columns of
+    /// `types`: the caller writes the rows into the writer and finishes it.
+    pub async fn copy_in(&self, sql: &str, types: &[Type]) -> Result<BinaryCopyInWriter, Error> {
+        let statement = self.statement(sql).await?;
+        let sink = self.client.copy_in(&statement).await?;
+        Ok(BinaryCopyInWriter::new(sink, types))
     }
 }
