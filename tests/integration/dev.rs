@@ -44,6 +44,22 @@ fn dev_once_builds_the_rust_scaffold_runs_its_task_and_exits_with_the_runs_code(
     assert!(stderr.contains("building dev-once (rust)"), "{stderr}");
     assert!(stderr.contains("built in"), "{stderr}");
 
+    // The attempt ran the project's version, which the task's `^0.1`
+    // resolves to; a bumped one runs without an edit of task.yaml.
+    let attempt = &v["run"]["steps"][0]["attempts"][0];
+    assert_eq!(attempt["plugin_version"], "0.1.0", "{v}");
+    let manifest = project.join("Cargo.toml");
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    let bumped = text.replacen("version = \"0.1.0\"", "version = \"0.1.1\"", 1);
+    assert_ne!(bumped, text, "the scaffold's Cargo.toml names 0.1.0");
+    std::fs::write(&manifest, bumped).unwrap();
+    let out = ax_dev(&project, &["--once", "--json"]).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    let v: Value = serde_json::from_str(&stdout).expect("one JSON object on stdout");
+    let attempt = &v["run"]["steps"][0]["attempts"][0];
+    assert_eq!(attempt["plugin_version"], "0.1.1", "{v}");
+
     // A run that fails (the plugin refuses an empty name): exit 1, the
     // error printed as `ax run show` prints it.
     let out = ax_dev(&project, &["--once", "-p", "name="])

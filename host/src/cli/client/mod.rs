@@ -100,6 +100,13 @@ fn flag_or_env(flag: &Option<String>, var: &str) -> Option<String> {
         .filter(|v| !v.is_empty())
 }
 
+/// The version of the project in `dir` whose component is `wasm`, as `ax
+/// plugin push` reads it ([`manifest::find_version`]); none when no
+/// manifest there names one.
+pub(super) fn project_version(wasm: &std::path::Path, dir: &std::path::Path) -> Option<String> {
+    manifest::find_version(wasm, dir).ok().map(|f| f.version)
+}
+
 /// Client subcommands, flattened into the top-level `ax` command.
 #[derive(Debug, Subcommand)]
 pub(super) enum ClientCommand {
