@@ -3,8 +3,9 @@
 //! deployed to a real `ax serve`, then run with `ax trigger --wait`; a
 //! deploy again without a change builds nothing and keeps the uploaded
 //! version, a change
-//! without a new version is refused with what to bump, and a broken source
-//! stops the deploy at the build.
+//! without a new version is refused with what to bump, a bumped version
+//! runs without an edit of the scaffold's task.yaml (`NAME@^0.1`), and a
+//! broken source stops the deploy at the build.
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -134,8 +135,8 @@ fn deploy_builds_pushes_and_applies_a_rust_scaffold_and_refuses_changed_bytes() 
         "the old one still runs"
     );
 
-    // Bumped: deployed, with a warning while the task still names 0.1.0;
-    // once it follows the 0.1 line, the change runs.
+    // Bumped: deployed, and run without an edit of task.yaml, whose
+    // `deploy-rs@^0.1` follows the 0.1 line.
     edit(
         &project,
         "Cargo.toml",
@@ -148,6 +149,19 @@ fn deploy_builds_pushes_and_applies_a_rust_scaffold_and_refuses_changed_bytes() 
     assert!(
         shown.contains("push: deploy-rs@0.1.1 uploaded (version from Cargo.toml)"),
         "{shown}"
+    );
+    assert!(!shown.contains("warning:"), "{shown}");
+    assert_eq!(trigger(url, "deploy-rs"), "hello!! ax");
+
+    // A task pinned to the old version: applied, with a warning, and it
+    // goes on running the old one, as the warning says.
+    edit(&project, "task.yaml", "deploy-rs@^0.1", "deploy-rs@0.1.0");
+    let out = ax_deploy(url, &project, &[]);
+    let shown = both(&out);
+    assert_eq!(out.status.code(), Some(0), "{shown}");
+    assert!(
+        shown.contains("build: up to date"),
+        "a task file is applied, not built: {shown}"
     );
     assert!(
         String::from_utf8_lossy(&out.stderr).contains(
@@ -162,14 +176,6 @@ fn deploy_builds_pushes_and_applies_a_rust_scaffold_and_refuses_changed_bytes() 
         "hello, ax",
         "as the warning says"
     );
-    // A changed task.yaml is applied, not built.
-    edit(&project, "task.yaml", "deploy-rs@0.1.0", "deploy-rs@^0.1");
-    let out = ax_deploy(url, &project, &[]);
-    let shown = both(&out);
-    assert_eq!(out.status.code(), Some(0), "{shown}");
-    assert!(shown.contains("build: up to date"), "{shown}");
-    assert!(!shown.contains("warning:"), "{shown}");
-    assert_eq!(trigger(url, "deploy-rs"), "hello!! ax");
 
     // A broken source: the deploy stops at the build with cargo's error.
     let lib = project.join("src/lib.rs");

@@ -3,7 +3,10 @@
 //! tests share), its task.yaml run in the process. `--once` builds and runs
 //! once; without it, `ax dev` keeps watching: a broken source prints the
 //! build's error and it goes on, a fixed and changed one runs again with
-//! the change, and Ctrl-C ends it cleanly.
+//! the change, and Ctrl-C ends it cleanly. `ax dev --url` runs each build
+//! on a real `ax serve` instead: pushed as a development version, the task
+//! applied naming it and triggered, the version it replaced deleted; a
+//! server that is not there is one line and exit 2, before any build.
 
 use std::io::{BufRead as _, BufReader};
 use std::path::Path;
@@ -13,6 +16,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use crate::common::{ax_at, ok};
+use crate::crash::{AxProcess, TOKEN};
 use crate::scaffold::{rust_build_env, scaffold};
 
 /// `ax dev ARGS` in `project`, with its own artifact cache and no server.
@@ -43,6 +48,22 @@ fn dev_once_builds_the_rust_scaffold_runs_its_task_and_exits_with_the_runs_code(
     assert_eq!(v["run"]["steps"][0]["output"]["greeting"], "hello, dev");
     assert!(stderr.contains("building dev-once (rust)"), "{stderr}");
     assert!(stderr.contains("built in"), "{stderr}");
+
+    // The attempt ran the project's version, which the task's `^0.1`
+    // resolves to; a bumped one runs without an edit of task.yaml.
+    let attempt = &v["run"]["steps"][0]["attempts"][0];
+    assert_eq!(attempt["plugin_version"], "0.1.0", "{v}");
+    let manifest = project.join("Cargo.toml");
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    let bumped = text.replacen("version = \"0.1.0\"", "version = \"0.1.1\"", 1);
+    assert_ne!(bumped, text, "the scaffold's Cargo.toml names 0.1.0");
+    std::fs::write(&manifest, bumped).unwrap();
+    let out = ax_dev(&project, &["--once", "--json"]).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    let v: Value = serde_json::from_str(&stdout).expect("one JSON object on stdout");
+    let attempt = &v["run"]["steps"][0]["attempts"][0];
+    assert_eq!(attempt["plugin_version"], "0.1.1", "{v}");
 
     // A run that fails (the plugin refuses an empty name): exit 1, the
     // error printed as `ax run show` prints it.
@@ -193,4 +214,140 @@ fn dev_watches_the_sources_and_runs_again_on_every_change_until_ctrl_c() {
     };
     assert_eq!(status.code(), Some(0), "{}", lines.seen);
     lines.until("ax dev: stopped", Duration::from_secs(5));
+}
+
+/// `ax dev --url URL --once ARGS` in `project`; exit code, stdout, stderr.
+fn ax_dev_at(url: &str, project: &Path, args: &[&str]) -> (Option<i32>, String, String) {
+    let out = ax_dev(project, &["--url", url, "--once"])
+        .args(args)
+        .env("AX_TOKEN", TOKEN)
+        .env_remove("COLUMNS")
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The development version named after `name@` in `text`.
+fn dev_version_in(text: &str, name: &str) -> String {
+    let at = format!("{name}@0.1.0-dev.");
+    let start = text
+        .find(&at)
+        .unwrap_or_else(|| panic!("no {at} in:\n{text}"))
+        + name.len()
+        + 1;
+    text[start..]
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '.' || *c == '-')
+        .collect()
+}
+
+#[test]
+fn dev_url_pushes_each_build_as_a_development_version_runs_it_there_and_deletes_the_one_it_replaced()
+ {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = AxProcess::start(&tmp.path().join("data"));
+    let url = server.url.as_str();
+    let project = scaffold(tmp.path(), "dev-url", "rust");
+
+    // The first run: pushed, applied, run on the server, printed.
+    let (code, stdout, stderr) = ax_dev_at(url, &project, &["-p", "name=remote"]);
+    let shown = format!("exit {code:?}\n--- stdout\n{stdout}--- stderr\n{stderr}");
+    assert_eq!(code, Some(0), "{shown}");
+    let first = dev_version_in(&stdout, "dev-url");
+    for line in [
+        format!("push: dev-url@{first} uploaded (a development version of Cargo.toml's 0.1.0)"),
+        format!("apply: task dev-url created naming dev-url@{first}, without its time trigger"),
+        "== step dev-url attempt 1 ==".to_owned(),
+        "dev-url output: {\"greeting\":\"hello, remote\"}".to_owned(),
+        "status    succeeded".to_owned(),
+    ] {
+        assert!(stdout.contains(&line), "{line:?} missing: {shown}");
+    }
+    assert!(!shown.contains("deleted"), "nothing to delete yet: {shown}");
+
+    // The server holds the run and the version.
+    let runs: Value =
+        serde_json::from_str(&ok(&ax_at(url, &["runs", "--task", "dev-url", "--json"]))).unwrap();
+    let run = &runs["runs"][0];
+    assert_eq!(run["status"], "succeeded", "{runs}");
+    let id = run["id"].as_str().unwrap();
+    let shown_run: Value =
+        serde_json::from_str(&ok(&ax_at(url, &["run", "show", id, "--json"]))).unwrap();
+    let attempt = &shown_run["steps"][0]["attempts"][0];
+    assert_eq!(attempt["plugin_version"], first.as_str(), "{shown_run}");
+    let version = format!("dev-url@{first}");
+    let plugin: Value =
+        serde_json::from_str(&ok(&ax_at(url, &["plugin", "show", &version, "--json"]))).unwrap();
+    assert_eq!(plugin["status"], "ready", "{plugin}");
+
+    // A change: a new development version runs it, and the one it
+    // replaced is deleted once that run ended.
+    let lib = project.join("src/lib.rs");
+    let source = std::fs::read_to_string(&lib).unwrap();
+    std::fs::write(&lib, source.replace("{greeting}, {}", "{greeting}!! {}")).unwrap();
+    let (code, stdout, stderr) = ax_dev_at(url, &project, &["--json"]);
+    let shown = format!("exit {code:?}\n--- stdout\n{stdout}--- stderr\n{stderr}");
+    assert_eq!(code, Some(0), "{shown}");
+    let v: Value = serde_json::from_str(&stdout).expect("one JSON object on stdout");
+    assert_eq!(
+        v["run"]["steps"][0]["output"]["greeting"], "hello!! ax",
+        "{shown}"
+    );
+    let second = dev_version_in(&stderr, "dev-url");
+    assert_ne!(second, first);
+    assert_eq!(
+        v["run"]["steps"][0]["attempts"][0]["plugin_version"],
+        second.as_str()
+    );
+    assert!(
+        stderr.contains(&format!(
+            "apply: task dev-url replaced naming dev-url@{second}"
+        )),
+        "{shown}"
+    );
+    assert!(
+        stderr.contains(&format!(
+            "dev: deleted dev-url@{first}, the development version this one replaced"
+        )),
+        "{shown}"
+    );
+    let gone = ax_at(url, &["plugin", "show", &version]);
+    assert_eq!(gone.status.code(), Some(2), "{version} is deleted");
+    let task: Value =
+        serde_json::from_str(&ok(&ax_at(url, &["task", "show", "dev-url", "--json"]))).unwrap();
+    assert_eq!(
+        task["spec"]["steps"][0]["plugin"],
+        format!("dev-url@{second}"),
+        "{task}"
+    );
+    // A failed run: exit 1, printed as `ax run show` prints it. `--url`
+    // alone takes AX_URL's.
+    let out = ax_dev(&project, &["--url", "--once", "-p", "name="])
+        .env("AX_URL", url)
+        .env("AX_TOKEN", TOKEN)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("status    failed"), "{stdout}");
+    assert!(stdout.contains("`name` is empty"), "{stdout}");
+}
+
+#[test]
+fn dev_url_with_no_server_there_says_so_in_one_line_and_exits_2_before_building() {
+    let tmp = tempfile::tempdir().unwrap();
+    let project = scaffold(tmp.path(), "dev-gone", "rust");
+    let (code, stdout, stderr) = ax_dev_at("http://127.0.0.1:9", &project, &[]);
+    assert_eq!(code, Some(2), "{stdout}\n{stderr}");
+    assert_eq!(stdout, "", "nothing built or run");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(
+        lines[0].starts_with("error: connection: cannot reach the ax server at http://127.0.0.1:9"),
+        "{stderr}"
+    );
 }

@@ -1,19 +1,25 @@
 //! `ax dev`: a plugin author's loop. In a project folder (`ax plugin new`
 //! writes its `ax.yaml` and `task.yaml`) it builds the plugin
 //! ([`super::build::build`], the command `ax build` runs), runs the
-//! project's task in this process ([`super::local`], as
-//! `ax task run -f task.yaml --local` does) and prints its logs and result;
-//! then it watches the sources ([`super::watch`]) and, on every change that
-//! has settled, builds and runs again: a separator naming the change, the
-//! build's errors when it fails (and it keeps watching), the result, and
-//! the time from the change to the result.
+//! project's task and prints its logs and result; then it watches the
+//! sources ([`super::watch`]) and, on every change that has settled, builds
+//! and runs again: a separator naming the change, the build's errors when
+//! it fails (and it keeps watching), the result, and the time from the
+//! change to the result.
 //!
-//! One process for the whole session: the wasm runtime stays open, so a
-//! component that did not change is not loaded again, and one that did is
-//! compiled as `ax exec` compiles it (Winch for large ones, the local
-//! artifact cache). Each run gets a fresh core on a memory store, so it
-//! sees the new component under the versions the task names. Nothing is
-//! pushed to a server (docs/PLUGINS.md says why).
+//! Where the task runs:
+//!
+//! - by default in this process ([`super::local`], as `ax task run -f
+//!   task.yaml --local` does). One process for the whole session: the wasm
+//!   runtime stays open, so a component that did not change is not loaded
+//!   again, and one that did is compiled as `ax exec` compiles it (Winch
+//!   for large ones, the local artifact cache). Each run gets a fresh core
+//!   on a memory store, so it sees the new component under the versions
+//!   the task names. Nothing is pushed to a server;
+//! - with `--url` on that server ([`super::client::Remote`]): each build
+//!   pushed as a development version, the task applied naming it,
+//!   triggered and waited for, the development version it replaced
+//!   deleted. docs/PLUGINS.md says when to use which.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -23,7 +29,7 @@ use clap::Args;
 use tokio_util::sync::CancellationToken;
 
 use super::build::{self, Manifest};
-use super::client::{self, Failure, LocalFlags};
+use super::client::{self, Conn, Failure, LocalFlags, Remote};
 use super::local::Host;
 use super::watch::{Settle, Snapshot};
 
@@ -40,12 +46,14 @@ pub(super) struct DevArgs {
     /// build or the run failed, 2 on any other error.
     #[arg(long)]
     once: bool,
-    /// Print each run as one JSON object (as `ax task run --local --json`);
-    /// `ax dev`'s own lines then go to stderr.
-    #[arg(long)]
-    json: bool,
     #[command(flatten)]
     with: LocalFlags,
+    /// `--url` runs each build on that server instead of in this process
+    /// (`--url` alone: AX_URL's); `--json` prints each run as one JSON
+    /// object (as `ax task run --local --json`), `ax dev`'s own lines then
+    /// on stderr.
+    #[command(flatten)]
+    conn: Conn,
 }
 
 /// How often the sources are looked at.
@@ -61,8 +69,16 @@ enum Cycle {
     Ran(ExitCode),
     /// The build failed, or something else did before the run.
     Failed(ExitCode),
+    /// The server of `--url` could not be reached (before the build).
+    Unreachable(ExitCode),
     /// Ctrl-C came first.
     Stopped,
+}
+
+/// Where a cycle runs the task: in `host`, or on the server of `remote`.
+struct Where<'a> {
+    host: &'a Host,
+    remote: Option<&'a Remote>,
 }
 
 /// `ax dev`.
@@ -78,13 +94,19 @@ pub(super) fn run(args: DevArgs) -> ExitCode {
         .file
         .clone()
         .unwrap_or_else(|| args.dir.join("task.yaml"));
+    let remote = args.conn.url_given().then(|| Remote::new(&args.conn));
+    let on = Where {
+        host: &host,
+        remote: remote.as_ref(),
+    };
     if args.once {
         // No Ctrl-C handler: SIGINT ends the process as usual.
-        return match cycle(&host, &args, &file, &CancellationToken::new()) {
-            Cycle::Ran(code) | Cycle::Failed(code) => code,
+        return match cycle(&on, &args, &file, &CancellationToken::new()) {
+            Cycle::Ran(code) | Cycle::Failed(code) | Cycle::Unreachable(code) => code,
             Cycle::Stopped => ExitCode::from(2),
         };
     }
+    let json = args.conn.json();
     let stop = host.on_ctrl_c();
     let mut seen = Snapshot::take(&args.dir);
     if seen.truncated {
@@ -95,14 +117,21 @@ pub(super) fn run(args: DevArgs) -> ExitCode {
         );
     }
     let started = Instant::now();
-    if let Cycle::Stopped = cycle(&host, &args, &file, &stop) {
-        return stopped();
+    match cycle(&on, &args, &file, &stop) {
+        Cycle::Stopped => return stopped(remote.as_ref()),
+        // Nothing to watch for: the server is not there.
+        Cycle::Unreachable(code) => return code,
+        Cycle::Ran(_) | Cycle::Failed(_) => {}
     }
     say(
-        args.json,
+        json,
         &format!(
-            "ax dev: built and ran in {:.1}s; watching {} for changes (Ctrl-C stops)",
+            "ax dev: built and ran in {:.1}s{}; watching {} for changes (Ctrl-C stops)",
             started.elapsed().as_secs_f64(),
+            remote
+                .as_ref()
+                .map(|r| format!(" on {}", r.url()))
+                .unwrap_or_default(),
             args.dir.display()
         ),
     );
@@ -111,7 +140,7 @@ pub(super) fn run(args: DevArgs) -> ExitCode {
     loop {
         std::thread::sleep(POLL);
         if stop.is_cancelled() {
-            return stopped();
+            return stopped(remote.as_ref());
         }
         let now = Instant::now();
         let snapshot = Snapshot::take(&args.dir);
@@ -131,14 +160,14 @@ pub(super) fn run(args: DevArgs) -> ExitCode {
         let Some((first, files)) = settle.settled(Instant::now()) else {
             continue;
         };
-        say(args.json, &separator(&args.dir, &files));
-        let what = match cycle(&host, &args, &file, &stop) {
-            Cycle::Stopped => return stopped(),
+        say(json, &separator(&args.dir, &files));
+        let what = match cycle(&on, &args, &file, &stop) {
+            Cycle::Stopped => return stopped(remote.as_ref()),
             Cycle::Ran(_) => "result",
-            Cycle::Failed(_) => "error",
+            Cycle::Failed(_) | Cycle::Unreachable(_) => "error",
         };
         say(
-            args.json,
+            json,
             &format!(
                 "ax dev: {:.1}s from the change to the {what}; watching",
                 first.elapsed().as_secs_f64()
@@ -147,9 +176,12 @@ pub(super) fn run(args: DevArgs) -> ExitCode {
     }
 }
 
-/// Ctrl-C: a clean end.
-fn stopped() -> ExitCode {
-    eprintln!("ax dev: stopped");
+/// Ctrl-C: a clean end, with what stays on the server of `--url`.
+fn stopped(remote: Option<&Remote>) -> ExitCode {
+    match remote.and_then(Remote::left) {
+        Some(left) => eprintln!("ax dev: stopped; {left}"),
+        None => eprintln!("ax dev: stopped"),
+    }
     ExitCode::SUCCESS
 }
 
@@ -180,7 +212,8 @@ fn separator(dir: &Path, files: &[PathBuf]) -> String {
 }
 
 /// Builds the project, then runs its task and prints the run.
-fn cycle(host: &Host, args: &DevArgs, file: &Path, stop: &CancellationToken) -> Cycle {
+fn cycle(on: &Where<'_>, args: &DevArgs, file: &Path, stop: &CancellationToken) -> Cycle {
+    let json = args.conn.json();
     let fail = |code: &str, message: String| {
         client::report(&Failure::new(code, message));
         Cycle::Failed(ExitCode::from(2))
@@ -190,23 +223,6 @@ fn cycle(host: &Host, args: &DevArgs, file: &Path, stop: &CancellationToken) -> 
         Ok(m) => m,
         Err(e) => return fail("invalid", e.to_string()),
     };
-    say(args.json, &manifest.building());
-    let started = Instant::now();
-    if let Err(e) = build::build(&args.dir, &manifest) {
-        if stop.is_cancelled() {
-            return Cycle::Stopped;
-        }
-        // The command's own errors are above, as it printed them.
-        client::report(&Failure::new("build", e.to_string()));
-        return Cycle::Failed(ExitCode::from(1));
-    }
-    say(
-        args.json,
-        &format!("built in {:.1}s", started.elapsed().as_secs_f64()),
-    );
-    if stop.is_cancelled() {
-        return Cycle::Stopped;
-    }
     let text = match std::fs::read_to_string(file) {
         Ok(text) => text,
         Err(e) => return fail("io", format!("reading {}: {e}", file.display())),
@@ -218,9 +234,58 @@ fn cycle(host: &Host, args: &DevArgs, file: &Path, stop: &CancellationToken) -> 
             return Cycle::Failed(ExitCode::from(2));
         }
     };
-    match host.run_or_stop(&what, stop) {
+    // On a server: what to delete after the run, asked before the build.
+    let previous = match on.remote {
+        None => Vec::new(),
+        Some(remote) => match remote.previous(&what.spec.name, &manifest.name) {
+            Ok(previous) => previous,
+            Err(failed) => {
+                client::report(&failed.failure);
+                return Cycle::Unreachable(ExitCode::from(failed.exit));
+            }
+        },
+    };
+    say(json, &manifest.building());
+    let started = Instant::now();
+    let output = match build::build(&args.dir, &manifest) {
+        Ok(output) => output,
+        Err(e) => {
+            if stop.is_cancelled() {
+                return Cycle::Stopped;
+            }
+            // The command's own errors are above, as it printed them.
+            client::report(&Failure::new("build", e.to_string()));
+            return Cycle::Failed(ExitCode::from(1));
+        }
+    };
+    say(
+        json,
+        &format!("built in {:.1}s", started.elapsed().as_secs_f64()),
+    );
+    if stop.is_cancelled() {
+        return Cycle::Stopped;
+    }
+    if let Some(remote) = on.remote {
+        let stopped = || stop.is_cancelled();
+        return match remote.cycle(
+            &args.dir,
+            &manifest.name,
+            &output,
+            &what,
+            &previous,
+            &stopped,
+        ) {
+            Ok(Some(code)) => Cycle::Ran(code),
+            Ok(None) => Cycle::Stopped,
+            Err(failed) => {
+                client::report(&failed.failure);
+                Cycle::Failed(ExitCode::from(failed.exit))
+            }
+        };
+    }
+    match on.host.run_or_stop(&what, stop) {
         None => Cycle::Stopped,
-        Some(Ok(finished)) => Cycle::Ran(client::print_local(&finished, args.json)),
+        Some(Ok(finished)) => Cycle::Ran(client::print_local(&finished, json)),
         Some(Err(e)) => fail(e.code(), format!("{e:#}")),
     }
 }

@@ -16,8 +16,10 @@
 //! read from `--plugin NAME=PATH`, else, for the plugin of the project the
 //! task file is in, from the `build.output` of its `ax.yaml`
 //! ([`super::build::Manifest`]). It is uploaded under the versions the task
-//! names (a range gets the lowest version it matches, a tag points at one),
-//! so every reference resolves to the local file. Components are compiled
+//! names (a range gets the project's version when it matches it, as read
+//! from its Cargo.toml, package.json or pyproject.toml, else the lowest
+//! version it matches; a tag points at one), so every reference resolves
+//! to the local file. Components are compiled
 //! as `ax exec` compiles them ([`super::exec::open_runtime`]: Winch for
 //! large ones, the local artifact cache).
 
@@ -199,8 +201,11 @@ pub(super) fn run_blocking(what: LocalRun) -> Result<Finished, Error> {
     Host::new(what.cache_dir.clone(), what.optimized)?.run(&what)
 }
 
-/// The local file of every plugin the task names, by name.
-fn resolve(what: &LocalRun) -> Result<BTreeMap<String, PathBuf>, Error> {
+/// The local file of every plugin the task names, by name, with the
+/// project's version for the project's own plugin (what `ax plugin push`
+/// reads from its Cargo.toml, package.json or pyproject.toml), so a range
+/// resolves to the version that is built.
+fn resolve(what: &LocalRun) -> Result<BTreeMap<String, (PathBuf, Option<String>)>, Error> {
     let dir = match what.file.parent() {
         Some(p) if !p.as_os_str().is_empty() && what.file.as_os_str() != "-" => p,
         _ => Path::new("."),
@@ -215,7 +220,7 @@ fn resolve(what: &LocalRun) -> Result<BTreeMap<String, PathBuf>, Error> {
             continue;
         }
         if let Some(path) = what.plugins.get(name) {
-            files.insert(name.clone(), path.clone());
+            files.insert(name.clone(), (path.clone(), None));
             continue;
         }
         if project.is_none() {
@@ -236,7 +241,8 @@ fn resolve(what: &LocalRun) -> Result<BTreeMap<String, PathBuf>, Error> {
                         path: path.display().to_string(),
                     });
                 }
-                files.insert(name.clone(), path);
+                let version = super::client::project_version(&path, dir);
+                files.insert(name.clone(), (path, version));
             }
             _ => {
                 let hint = match manifest {
@@ -262,17 +268,27 @@ fn resolve(what: &LocalRun) -> Result<BTreeMap<String, PathBuf>, Error> {
 
 /// The versions to upload one plugin's file under, and the tags to point
 /// at one of them, so that each of `refs` resolves to it: the exact
-/// versions named; for a range none of them matches, the lowest version it
-/// names that it matches; a tag points at the first version (`0.0.0` when
-/// the task names none).
+/// versions named, and `known` (the project's version of the file) when a
+/// range matches it; for a range none of them matches, the lowest version
+/// it names that it matches; a tag points at the first version (`0.0.0`
+/// when the task names none).
 fn versions_for<'a>(
     refs: impl IntoIterator<Item = &'a PluginRef>,
+    known: Option<&str>,
 ) -> Result<(BTreeSet<String>, BTreeSet<String>), String> {
     let refs: Vec<&PluginRef> = refs.into_iter().collect();
     let mut versions: BTreeSet<String> = refs
         .iter()
         .filter_map(|r| r.version.exact().map(str::to_owned))
         .collect();
+    if let Some(known) = known {
+        let in_a_range = refs
+            .iter()
+            .any(|r| matches!(&r.version, VersionSelector::Range(range) if range.matches(known)));
+        if in_a_range {
+            versions.insert(known.to_owned());
+        }
+    }
     let mut tags = BTreeSet::new();
     for r in &refs {
         match &r.version {
@@ -328,14 +344,14 @@ fn version_in(range: &str) -> Option<String> {
 async fn run(runtime: &crate::runtime::Runtime, what: &LocalRun) -> Result<Finished, Error> {
     let files = resolve(what)?;
     let mut uploads = Vec::new();
-    for (name, path) in &files {
+    for (name, (path, known)) in &files {
         let refs = what
             .spec
             .steps
             .iter()
             .filter(|s| &s.plugin.name == name)
             .map(|s| &s.plugin);
-        let (versions, tags) = versions_for(refs).map_err(Error::Usage)?;
+        let (versions, tags) = versions_for(refs, known.as_deref()).map_err(Error::Usage)?;
         uploads.push((name, path, versions, tags));
     }
     let mut bytes_of = BTreeMap::new();
@@ -475,15 +491,34 @@ mod tests {
     #[test]
     fn every_reference_of_a_plugin_resolves_to_one_of_its_versions() {
         let r = refs(&["p@1.0.0", "p@^1", "p@stable"]);
-        let (versions, tags) = versions_for(&r).unwrap();
+        let (versions, tags) = versions_for(&r, None).unwrap();
         assert_eq!(versions, set(&["1.0.0"]), "the exact one serves the range");
         assert_eq!(tags, set(&["stable"]));
         let r = refs(&["p@^0.2", "p@dev"]);
-        assert_eq!(versions_for(&r).unwrap(), (set(&["0.2.0"]), set(&["dev"])));
+        assert_eq!(
+            versions_for(&r, None).unwrap(),
+            (set(&["0.2.0"]), set(&["dev"]))
+        );
         let r = refs(&["p@dev"]);
-        assert_eq!(versions_for(&r).unwrap(), (set(&["0.0.0"]), set(&["dev"])));
+        assert_eq!(
+            versions_for(&r, None).unwrap(),
+            (set(&["0.0.0"]), set(&["dev"]))
+        );
         let r = refs(&["p@>1.2.0"]);
-        let e = versions_for(&r).unwrap_err();
+        let e = versions_for(&r, None).unwrap_err();
         assert!(e.contains("name an exact version"), "{e}");
+    }
+
+    #[test]
+    fn a_range_runs_the_projects_own_version_when_it_matches() {
+        let r = refs(&["p@^0.1"]);
+        let got = versions_for(&r, Some("0.1.3")).unwrap();
+        assert_eq!(got, (set(&["0.1.3"]), set(&[])));
+        // Out of the range: the range's own lowest version, as without it.
+        let got = versions_for(&r, Some("0.2.0")).unwrap();
+        assert_eq!(got, (set(&["0.1.0"]), set(&[])));
+        // An exact reference alone does not need it.
+        let got = versions_for(&refs(&["p@0.1.0"]), Some("0.1.3")).unwrap();
+        assert_eq!(got, (set(&["0.1.0"]), set(&[])));
     }
 }

@@ -6,8 +6,8 @@
 //! completion script (clap_complete), `ax status` a health summary; `ax plugin
 //! new` writes a plugin project ([`scaffold`]) and `ax build` builds one with
 //! the command its `ax.yaml` names ([`build`]); `ax dev` builds, runs the
-//! project's task locally and does it again on every change ([`dev`],
-//! watching with [`watch`]).
+//! project's task locally (or on a server with `--url`) and does it again
+//! on every change ([`dev`], watching with [`watch`]).
 
 // Every command below prints through these two: a closed stdout (`ax runs |
 // head -1`) ends the command quietly with exit 0 instead of std's panic
@@ -102,8 +102,13 @@ enum Command {
     /// Build the project in this folder (or --dir), run its task.yaml in
     /// this process (as `ax task run --local`) and print the result; then
     /// watch the sources and build and run again on every change.
+    ///
+    /// With --url, each build runs on that server instead: pushed as a
+    /// development version (the project's version with `-dev.<unix ms>`),
+    /// the task applied naming it (without its time trigger), triggered and
+    /// waited for; the development version it replaced is then deleted.
     #[command(
-        after_help = "Examples:\n  ax dev                      # build, run, watch; Ctrl-C stops\n  ax dev -p name=you          # the task's params, as ax trigger takes them\n  ax dev --once               # build and run once; exit 0 when the run succeeded"
+        after_help = "Examples:\n  ax dev                      # build, run, watch; Ctrl-C stops\n  ax dev -p name=you          # the task's params, as ax trigger takes them\n  ax dev --once               # build and run once; exit 0 when the run succeeded\n  ax dev --url                # run each build on the server of AX_URL (AX_TOKEN)"
     )]
     Dev(dev::DevArgs),
     /// Measure the runtime.

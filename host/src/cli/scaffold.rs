@@ -514,7 +514,7 @@ mod tests {
             created.wasm
         );
         let task = std::fs::read_to_string(dir.join("task.yaml")).unwrap();
-        assert!(task.contains("plugin: my-plugin@0.1.0"), "{task}");
+        assert!(task.contains("plugin: my-plugin@^0.1"), "{task}");
         let shown = summary(&created);
         assert!(
             shown.starts_with("`my_plugin` is named `my-plugin`"),
@@ -542,7 +542,7 @@ mod tests {
             let task = std::fs::read_to_string(dir.join("task.yaml")).unwrap();
             let parsed = crate::task::parse(&task).expect("the sample task parses");
             assert_eq!(parsed.name.as_str(), "my-plugin");
-            assert!(task.contains("plugin: my-plugin@0.1.0"), "{task}");
+            assert!(task.contains("plugin: my-plugin@^0.1"), "{task}");
             assert!(created.wasm.ends_with("my_plugin.wasm"), "{}", created.wasm);
             for f in &created.files {
                 let text = std::fs::read_to_string(dir.join(f)).unwrap();

@@ -167,6 +167,44 @@ const TIME_TRIGGER_FIELDS: [&str; 5] = ["cron", "timezone", "at", "delay", "ever
 /// [`parse`] reads the text.
 pub fn without_time_trigger(text: &str) -> Result<String, SpecError> {
     let mut tree = read_tree(text)?;
+    drop_time_trigger(&mut tree);
+    Ok(tree.to_string())
+}
+
+/// The definition for a development run of plugin `name` at `version`, as
+/// JSON text: without what fires it by time (as [`without_time_trigger`]),
+/// and every reference to `name` (the shorthand's `plugin:` and each
+/// step's, whatever version, range or tag they name) naming exactly
+/// `name@version`; everything else as written. `ax dev --url` saves this
+/// on a server, so that the runs it starts, and only those, run the
+/// development version it pushed. Errors as [`parse`] reads the text.
+pub fn for_development(text: &str, name: &str, version: &str) -> Result<String, SpecError> {
+    let mut tree = read_tree(text)?;
+    drop_time_trigger(&mut tree);
+    let exact = serde_json::Value::String(format!("{name}@{version}"));
+    let names = |v: &serde_json::Value| {
+        v.as_str()
+            .and_then(|s| s.parse::<PluginRef>().ok())
+            .is_some_and(|r| r.name == name)
+    };
+    if let Some(task) = tree.as_object_mut() {
+        if task.get("plugin").is_some_and(names) {
+            task.insert("plugin".into(), exact.clone());
+        }
+        if let Some(steps) = task.get_mut("steps").and_then(|s| s.as_array_mut()) {
+            for step in steps.iter_mut().filter_map(|s| s.as_object_mut()) {
+                if step.get("plugin").is_some_and(names) {
+                    step.insert("plugin".into(), exact.clone());
+                }
+            }
+        }
+    }
+    Ok(tree.to_string())
+}
+
+/// Removes the time trigger's fields of a definition's tree (and
+/// `trigger:` when nothing is left of it).
+fn drop_time_trigger(tree: &mut serde_json::Value) {
     if let Some(task) = tree.as_object_mut() {
         if let Some(trigger) = task.get_mut("trigger").and_then(|t| t.as_object_mut()) {
             for field in TIME_TRIGGER_FIELDS {
@@ -180,7 +218,6 @@ pub fn without_time_trigger(text: &str) -> Result<String, SpecError> {
             task.remove("trigger");
         }
     }
-    Ok(tree.to_string())
 }
 
 #[cfg(test)]
@@ -412,5 +449,19 @@ pool: small
             parse(&without_time_trigger(yaml).unwrap()).unwrap(),
             parse(yaml).unwrap()
         );
+    }
+
+    #[test]
+    fn a_development_copy_names_the_version_for_every_reference_to_the_plugin() {
+        let yaml = "name: t\ntrigger: { every: 1s }\nplugin: p@^0.1\nconfig: { a: 1 }\n";
+        let copied = parse(&for_development(yaml, "p", "0.1.0-dev.7").unwrap()).unwrap();
+        assert!(copied.trigger.is_none());
+        assert_eq!(copied.steps[0].plugin.to_string(), "p@0.1.0-dev.7");
+        assert_eq!(copied.steps[0].config, parse(yaml).unwrap().steps[0].config);
+        let yaml = "name: t\nsteps:\n  - { name: a, plugin: p@stable }\n  \
+                    - { name: b, plugin: pp@^0.1, needs: [a] }\n  - { name: c, plugin: p@0.1.0 }\n";
+        let copied = parse(&for_development(yaml, "p", "0.2.0-dev.1").unwrap()).unwrap();
+        let plugins: Vec<String> = copied.steps.iter().map(|s| s.plugin.to_string()).collect();
+        assert_eq!(plugins, ["p@0.2.0-dev.1", "pp@^0.1", "p@0.2.0-dev.1"]);
     }
 }

@@ -260,62 +260,106 @@ fn push(args: &DeployArgs, manifest: &Manifest, component: &Path) -> Result<Valu
         .map_err(|e| stop(Failure::new("usage", e)))?;
     let from = found.file.strip_prefix(&args.dir).unwrap_or(&found.file);
     let client = Client::new(&args.conn);
-    let up = plugins::upload(
+    let pushed = push_component(
         &client,
         component,
         &manifest.name,
         &found.version,
         &VersionFrom::Manifest(from.to_path_buf()),
+        Duration::from_secs(args.timeout),
     )
-    .map_err(Stopped::at(Stage::Push))?;
+    .map_err(|(failure, exit)| Stopped {
+        stage: Stage::Push,
+        failure,
+        exit,
+    })?;
+    say(
+        args.conn.json,
+        &format!(
+            "push: {}",
+            pushed.summary(&format!(" (version from {})", from.display()))
+        ),
+    );
+    Ok(pushed.record)
+}
+
+/// A component the server holds and has compiled ([`push_component`]).
+pub(super) struct Pushed {
+    /// The version's record, `ready`.
+    pub(super) record: Value,
+    /// Stored by this push, rather than found with the same bytes.
+    created: bool,
+    /// From the upload's end to `ready`: the server's compilation.
+    took: Duration,
+}
+
+impl Pushed {
+    /// `NAME@VERSION uploaded{note}, sha256:…, N bytes, ready in 0.2s`,
+    /// with the tier's note.
+    pub(super) fn summary(&self, note: &str) -> String {
+        let record = &self.record;
+        let how = if self.created {
+            "uploaded"
+        } else {
+            "already uploaded with the same bytes, kept"
+        };
+        format!(
+            "{}@{} {how}{note}, sha256:{}, {} bytes, ready in {:.1}s{}",
+            cell(&record["name"]),
+            cell(&record["version"]),
+            short_digest(&record["digest"]),
+            cell(&record["size"]),
+            self.took.as_secs_f64(),
+            plugins::tier_note(record)
+        )
+    }
+}
+
+/// Uploads `component` as `name@version` ([`plugins::upload`]) and waits
+/// at most `timeout` for the server to compile it
+/// ([`plugins::compiled`]). A failure comes with its exit code: 1 the
+/// server could not compile it, 124 it was still compiling at `timeout`, 2
+/// any other error.
+pub(super) fn push_component(
+    client: &Client,
+    component: &Path,
+    name: &str,
+    version: &str,
+    from: &VersionFrom,
+    timeout: Duration,
+) -> Result<Pushed, (Failure, u8)> {
+    let up = plugins::upload(client, component, name, version, from).map_err(|f| (f, 2))?;
+    let started = Instant::now();
     let what = format!(
         "{}@{}",
         cell(&up.record["name"]),
         cell(&up.record["version"])
     );
-    let how = if up.created {
-        "uploaded"
-    } else {
-        "already uploaded with the same bytes, kept"
-    };
-    let started = Instant::now();
-    let timeout = Duration::from_secs(args.timeout);
-    let record = plugins::compiled(&client, up.record, timeout)
-        .map_err(Stopped::at(Stage::Push))?
-        .ok_or_else(|| Stopped {
-            stage: Stage::Push,
-            failure: Failure::new(
+    let record = plugins::compiled(client, up.record, timeout)
+        .map_err(|f| (f, 2))?
+        .ok_or_else(|| {
+            let failure = Failure::new(
                 "timeout",
                 format!(
                     "{what} is still compiling after {}s (`ax plugin show {what}` to look \
                      again, then `ax deploy --no-build`)",
-                    args.timeout
+                    timeout.as_secs()
                 ),
-            ),
-            exit: super::EXIT_WAIT_TIMED_OUT,
+            );
+            (failure, super::EXIT_WAIT_TIMED_OUT)
         })?;
     if record["status"] != "ready" {
-        return Err(Stopped {
-            stage: Stage::Push,
-            failure: Failure::new(
-                "compile_failed",
-                format!("{what} did not compile: {}", cell(&record["error"])),
-            ),
-            exit: 1,
-        });
+        let failure = Failure::new(
+            "compile_failed",
+            format!("{what} did not compile: {}", cell(&record["error"])),
+        );
+        return Err((failure, 1));
     }
-    say(
-        args.conn.json,
-        &format!(
-            "push: {what} {how} (version from {}), sha256:{}, {} bytes, ready in {:.1}s{}",
-            from.display(),
-            short_digest(&record["digest"]),
-            cell(&record["size"]),
-            started.elapsed().as_secs_f64(),
-            plugins::tier_note(&record)
-        ),
-    );
-    Ok(record)
+    Ok(Pushed {
+        record,
+        created: up.created,
+        took: started.elapsed(),
+    })
 }
 
 /// The steps of `spec` that run plugin `name` by an exact version or a

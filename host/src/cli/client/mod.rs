@@ -20,12 +20,14 @@
 //! One file per command group (`plugins`, `deploy`, `tasks`, `graph`, `trigger`,
 //! `runs`, `dead_letters`, `alerts`, `cron`, `status`, `tenant`); what they share is
 //! here (the connection flags, the failure type, the dispatch), in `http`
-//! (the HTTP client) and in `output` (printing).
+//! (the HTTP client) and in `output` (printing). `dev_server` is `ax dev
+//! --url`'s side on a server ([`crate::cli::dev`] builds and watches).
 
 mod alerts;
 mod cron;
 mod dead_letters;
 mod deploy;
+mod dev_server;
 mod graph;
 mod http;
 mod manifest;
@@ -44,6 +46,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 
+pub(super) use dev_server::Remote;
 pub(super) use tasks::{LocalFlags, print_local};
 
 use crate::cli::term::{Layout, safe};
@@ -58,7 +61,9 @@ use crate::cli::term::{Layout, safe};
 #[derive(Debug, Clone, Args)]
 pub(super) struct Conn {
     /// Base URL of the ax server [env: AX_URL] [default: http://127.0.0.1:8641].
-    #[arg(long, global = true)]
+    /// `--url` alone: AX_URL's, else the default (for `ax dev`, whose
+    /// `--url` is what sends its runs to a server).
+    #[arg(long, global = true, num_args = 0..=1, default_missing_value = "")]
     url: Option<String>,
     /// Bearer token (the admin token printed by `ax serve`) [env: AX_TOKEN].
     #[arg(long, global = true)]
@@ -81,6 +86,16 @@ impl Conn {
         flag_or_env(&self.url, "AX_URL").unwrap_or_else(|| DEFAULT_URL.to_string())
     }
 
+    /// Whether `--url` was given (with a value or without).
+    pub(super) fn url_given(&self) -> bool {
+        self.url.is_some()
+    }
+
+    /// `--json`.
+    pub(super) fn json(&self) -> bool {
+        self.json
+    }
+
     /// `--token`, else `AX_TOKEN`; none when both are unset or empty.
     fn token(&self) -> Option<String> {
         flag_or_env(&self.token, "AX_TOKEN")
@@ -93,11 +108,20 @@ impl Conn {
 }
 
 /// A flag's value, else the environment variable's; an empty value is none
-/// (as clap's `env` treated it).
+/// (as clap's `env` treated it), so an empty flag (`--url` alone) is the
+/// variable's.
 fn flag_or_env(flag: &Option<String>, var: &str) -> Option<String> {
     flag.clone()
+        .filter(|v| !v.is_empty())
         .or_else(|| std::env::var(var).ok())
         .filter(|v| !v.is_empty())
+}
+
+/// The version of the project in `dir` whose component is `wasm`, as `ax
+/// plugin push` reads it ([`manifest::find_version`]); none when no
+/// manifest there names one.
+pub(super) fn project_version(wasm: &std::path::Path, dir: &std::path::Path) -> Option<String> {
+    manifest::find_version(wasm, dir).ok().map(|f| f.version)
 }
 
 /// Client subcommands, flattened into the top-level `ax` command.

@@ -287,6 +287,8 @@ pub(super) enum VersionFrom {
     Flag,
     /// The project's manifest (`Cargo.toml`, `package.json`, `pyproject.toml`).
     Manifest(PathBuf),
+    /// `ax dev --url`: a development version, new on every push.
+    Development,
 }
 
 /// A version the server holds after [`upload`].
@@ -336,6 +338,11 @@ pub(super) fn upload(
                 VersionFrom::Flag => "pass a new --version".to_owned(),
                 VersionFrom::Manifest(manifest) => {
                     format!("bump the version in {} (now {version})", manifest.display())
+                }
+                VersionFrom::Development => {
+                    "`ax dev --url` names a new development version on every push: run it \
+                     again"
+                        .to_owned()
                 }
             };
             f.message = format!("{}; {bump}", f.message);

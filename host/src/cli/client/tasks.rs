@@ -183,17 +183,24 @@ pub(in crate::cli) fn print_local(
     finished: &crate::cli::local::Finished,
     json: bool,
 ) -> std::process::ExitCode {
-    if json {
-        print_json(&json!({ "run": finished.run, "logs": finished.logs["attempts"] }));
-    } else {
-        super::runs::print_logs(&finished.logs, &finished.run);
-        println!();
-        super::runs::print_run(&finished.run);
-    }
+    print_finished(&finished.run, &finished.logs, json);
     if finished.succeeded {
         std::process::ExitCode::SUCCESS
     } else {
         std::process::ExitCode::from(1)
+    }
+}
+
+/// Prints an ended run and its logs (the API's answers) as `ax logs` then
+/// `ax run show` print them, or with `json` as one object with the run and
+/// its attempts' logs.
+pub(super) fn print_finished(run: &Value, logs: &Value, json: bool) {
+    if json {
+        print_json(&json!({ "run": run, "logs": logs["attempts"] }));
+    } else {
+        super::runs::print_logs(logs, run);
+        println!();
+        super::runs::print_run(run);
     }
 }
 
@@ -356,6 +363,12 @@ pub(super) struct Applied {
 /// it gives (`PUT /v1/tasks/{name}`).
 pub(super) fn apply_file(client: &Client, file: &Path) -> Result<Applied, Failure> {
     let text = read_definition(file)?;
+    apply_text(client, file, text)
+}
+
+/// The definition `text`, read from `file` (named in errors), saved under
+/// the name it gives (`PUT /v1/tasks/{name}`).
+pub(super) fn apply_text(client: &Client, file: &Path, text: String) -> Result<Applied, Failure> {
     // The URL names the task: read the name with the server's own parser.
     let spec = parse_definition(file, &text)?;
     let content_type = if text.trim_start().starts_with('{') {

@@ -80,14 +80,7 @@ pub(super) fn trigger(args: TriggerArgs) -> Outcome {
     if let Some(p) = args.priority {
         body.insert("priority".into(), p.into());
     }
-    let (status, run) = client.post(
-        &format!("/v1/tasks/{}/runs", enc(&args.task)),
-        Body::Json(Value::Object(body)),
-    )?;
-    // On stderr, so `--json` output stays the server's answer alone.
-    for w in items(&run["warnings"]) {
-        eprintln!("warning: {}", cell(&w["message"]));
-    }
+    let (status, run) = start(&client, &args.task, body)?;
     if !args.wait {
         if args.conn.json {
             print_json(&run);
@@ -102,7 +95,7 @@ pub(super) fn trigger(args: TriggerArgs) -> Outcome {
         return done();
     }
     let id = cell(&run["id"]);
-    let run = match wait_for(&client, &id, run, args.timeout) {
+    let run = match wait_for(&client, &id, run, args.timeout, &|| false) {
         Err(f) if f.code == "timeout" => {
             super::report(&f);
             return Ok(ExitCode::from(super::EXIT_WAIT_TIMED_OUT));
@@ -119,6 +112,25 @@ pub(super) fn trigger(args: TriggerArgs) -> Outcome {
     } else {
         ExitCode::from(1)
     })
+}
+
+/// Starts a run of `task` (`POST /v1/tasks/{task}/runs` with `body`):
+/// the answer's status and run. Its warnings (input fields the task never
+/// reads) are printed on stderr, so `--json` output stays the server's
+/// answer alone.
+pub(super) fn start(
+    client: &Client,
+    task: &str,
+    body: serde_json::Map<String, Value>,
+) -> Result<(u16, Value), Failure> {
+    let (status, run) = client.post(
+        &format!("/v1/tasks/{}/runs", enc(task)),
+        Body::Json(Value::Object(body)),
+    )?;
+    for w in items(&run["warnings"]) {
+        eprintln!("warning: {}", cell(&w["message"]));
+    }
+    Ok((status, run))
 }
 
 /// `-p NAME=VALUE` pairs as the JSON values of the task's declared params
@@ -360,12 +372,15 @@ fn run_state(run: &Value) -> String {
 }
 
 /// Polls a run until it ends, with a progress bar (steps done of all, the
-/// current state) on a terminal's stderr.
-fn wait_for(
+/// current state) on a terminal's stderr. `timeout` passed first is a
+/// `timeout` failure, and so is `stopped` answering true (Ctrl-C in `ax
+/// dev`).
+pub(super) fn wait_for(
     client: &Client,
     id: &str,
     mut run: Value,
     timeout: Duration,
+    stopped: &dyn Fn() -> bool,
 ) -> Result<Value, Failure> {
     let progress = crate::cli::term::RunProgress::new(id, steps_done(&run).1);
     let started = Instant::now();
@@ -373,7 +388,7 @@ fn wait_for(
     while !is_terminal(&run["status"]) {
         let (done, total) = steps_done(&run);
         progress.update(done, total, &run_state(&run));
-        if started.elapsed() >= timeout {
+        if started.elapsed() >= timeout || stopped() {
             progress.finish();
             return Err(Failure::new(
                 "timeout",
