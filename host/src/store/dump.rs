@@ -418,37 +418,66 @@ pub fn export(store: &dyn Store, out: impl Write, options: &ExportOptions) -> Re
 /// Writes every run, a page of summaries at a time, each with its events,
 /// logs and attempt records; adds their tenants to `tenants`.
 ///
-/// A thread reads the next pages while this one encodes and compresses the
-/// last: reading a page (a database's round trips, or sled's lookups) and
-/// encoding it took about as long each, one after the other
-/// (docs/PERFORMANCE.md, *Export: reading while writing*). At most
-/// [`PAGES_AHEAD`] pages wait, so memory stays a few pages.
+/// Reading a page whole (a database's round trips and the decoding of its
+/// rows, or sled's lookups) took longer than encoding it, so [`READERS`]
+/// threads read pages while this one encodes and compresses
+/// (docs/PERFORMANCE.md, *Export: reading while writing*): a pager walks
+/// the summaries (keyset paging is sequential, and cheap) and deals page
+/// `n` to reader `n % READERS`; this thread takes the readers' pages in
+/// the same turn, so runs are written in order. Each reader holds a page
+/// or two, so memory stays a few pages.
 fn export_runs<W: Write>(
     store: &dyn Store,
     w: &mut Writer<W>,
     tenants: &mut BTreeSet<String>,
 ) -> Result<()> {
+    use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
     std::thread::scope(|scope| {
-        let (pages, read) = std::sync::mpsc::sync_channel::<Result<Vec<WholeRun>>>(PAGES_AHEAD);
+        let mut deal: Vec<SyncSender<Result<Vec<String>>>> = Vec::new();
+        let mut read: Vec<Receiver<Result<Vec<WholeRun>>>> = Vec::new();
+        for _ in 0..READERS {
+            let (ids_in, ids) = sync_channel::<Result<Vec<String>>>(1);
+            let (runs, runs_out) = sync_channel::<Result<Vec<WholeRun>>>(1);
+            deal.push(ids_in);
+            read.push(runs_out);
+            scope.spawn(move || {
+                for page in ids {
+                    let whole = page.and_then(|ids| {
+                        let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+                        Ok(store.whole_runs(&ids)?)
+                    });
+                    // The writer stopped (it failed): nothing more to read.
+                    if runs.send(whole).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
         scope.spawn(move || {
-            let mut after = None;
-            loop {
-                let page = match read_page(store, after.as_ref()) {
+            let mut after: Option<super::RunSummary> = None;
+            for n in 0.. {
+                let to = &deal[n % READERS];
+                let page = match store.run_summaries_page(after.as_ref(), RUN_BATCH) {
                     Ok(page) => page,
                     Err(e) => {
-                        let _ = pages.send(Err(e));
+                        let _ = to.send(Err(e.into()));
                         return;
                     }
                 };
-                let (runs, last, full) = page;
-                // The writer stopped (it failed): nothing more to read.
-                if pages.send(Ok(runs)).is_err() || !full {
+                let full = page.len() == RUN_BATCH;
+                let ids = page.iter().map(|s| s.id.to_string()).collect();
+                after = page.into_iter().last();
+                if to.send(Ok(ids)).is_err() || !full {
                     return;
                 }
-                after = last;
             }
         });
-        for page in read {
+        // A reader's channel ends after its last page: every page before
+        // it in the turn was written.
+        for n in 0.. {
+            let Ok(page) = read[n % READERS].recv() else {
+                return Ok(());
+            };
             for whole in page? {
                 if !tenants.contains(whole.run.tenant.as_str()) {
                     tenants.insert(whole.run.tenant.to_string());
@@ -460,22 +489,8 @@ fn export_runs<W: Write>(
     })
 }
 
-/// Pages of runs read ahead of the writer ([`export_runs`]).
-const PAGES_AHEAD: usize = 2;
-
-/// A page of whole runs after `after`, the page's last summary and whether
-/// the page was full (more may follow). A run deleted since its summary was
-/// read (retention in a live store) is left out.
-fn read_page(
-    store: &dyn Store,
-    after: Option<&super::RunSummary>,
-) -> Result<(Vec<WholeRun>, Option<super::RunSummary>, bool)> {
-    let page = store.run_summaries_page(after, RUN_BATCH)?;
-    let ids: Vec<&str> = page.iter().map(|s| s.id.as_str()).collect();
-    let runs = store.whole_runs(&ids)?;
-    let full = page.len() == RUN_BATCH;
-    Ok((runs, page.into_iter().last(), full))
-}
+/// Threads reading pages of runs whole for an export ([`export_runs`]).
+const READERS: usize = 2;
 
 /// Calls `f` with every entry of `tree`, a page at a time.
 fn for_each_entry(
@@ -969,6 +984,68 @@ mod tests {
             writeln!(out, "{line}").unwrap();
         }
         out.finish().unwrap();
+    }
+
+    /// Runs of several pages, read by several readers, are written in the
+    /// order of the store's summaries, and read back whole.
+    #[test]
+    fn runs_of_many_pages_are_written_in_order_and_imported_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = MemoryStore::new();
+        let runs: Vec<crate::store::NewRun> = (0..RUN_BATCH * READERS + 7)
+            .map(|i| {
+                let id = format!("r{:012x}{i:08x}", 1_000 + i);
+                let task = format!("t{}", i % 3);
+                crate::store::NewRun {
+                    run: crate::store::conformance::run(
+                        &id,
+                        "default",
+                        &task,
+                        crate::model::RunStatus::Succeeded,
+                    ),
+                    unique_fire: false,
+                    schedule: None,
+                    events: Vec::new(),
+                    key_expires_at: Millis::MAX,
+                }
+            })
+            .collect();
+        store.insert_runs(&runs).unwrap();
+        let path = dir.path().join("runs.ax-dump");
+        export(
+            &store,
+            create_file(&path, false).unwrap(),
+            &ExportOptions::default(),
+        )
+        .unwrap();
+
+        let mut walked = Vec::new();
+        let mut after = None;
+        loop {
+            let page = store.run_summaries_page(after.as_ref(), 100).unwrap();
+            walked.extend(page.iter().map(|s| s.id.to_string()));
+            if page.len() < 100 {
+                break;
+            }
+            after = page.into_iter().last();
+        }
+        let written: Vec<String> = lines(&path)
+            .iter()
+            .filter_map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                (v["kind"] == "run").then(|| v["run"]["id"].as_str().unwrap().to_owned())
+            })
+            .collect();
+        assert_eq!(written.len(), runs.len());
+        assert_eq!(written, walked, "in the order of the summaries");
+
+        let target = MemoryStore::new();
+        import(&target, &path, &IMPORT).unwrap();
+        let ids: Vec<&str> = walked.iter().map(String::as_str).collect();
+        assert_eq!(
+            target.whole_runs(&ids).unwrap(),
+            store.whole_runs(&ids).unwrap()
+        );
     }
 
     #[test]
