@@ -103,6 +103,12 @@ pub enum Error {
     /// The file ends early or does not hold what its end line counts.
     #[error("the dump is truncated or damaged ({0}); nothing was imported")]
     Damaged(String),
+    /// The dump holds a run twice (by id or by idempotency key), which a
+    /// store cannot: found while writing, after the runs before it.
+    #[error(
+        "the dump holds run {0} twice (the same id or idempotency key as another run of it); the runs before it were imported: empty the store before importing a corrected dump"
+    )]
+    Twice(String),
     /// Import only fills an empty store.
     #[error(
         "the target store is not empty (it holds {0}); import only into an empty store: nothing was imported, nothing is merged"
@@ -905,9 +911,7 @@ impl<'a> Importer<'a> {
         self.run_bytes = 0;
         match self.store.restore_runs(runs, self.options.key_ttl)? {
             None => Ok(()),
-            Some(id) => Err(Error::Damaged(format!(
-                "run {id} clashes with another run of the dump (same id or idempotency key)"
-            ))),
+            Some(id) => Err(Error::Twice(id.to_string())),
         }
     }
 
@@ -1122,6 +1126,46 @@ mod tests {
         all.remove(1);
         write(&path, &all);
         assert!(matches!(verify(&path), Err(Error::Damaged(_))));
+    }
+
+    /// A dump that holds a run twice is refused naming it, and says that
+    /// what came before it was written.
+    #[test]
+    fn a_run_held_twice_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("twice.ax-dump");
+        let store = MemoryStore::new();
+        let run = crate::store::conformance::run(
+            "r000000001000000000001",
+            "default",
+            "a",
+            crate::model::RunStatus::Succeeded,
+        );
+        store.insert_run(&run, false, None, &[]).unwrap();
+        export(
+            &store,
+            create_file(&path, false).unwrap(),
+            &ExportOptions::default(),
+        )
+        .unwrap();
+        let mut all = lines(&path);
+        let at = all
+            .iter()
+            .position(|l| l.starts_with(r#"{"kind":"run""#))
+            .unwrap();
+        all.insert(at, all[at].clone());
+        let end = all.len() - 1;
+        all[end] = all[end].replace(r#""run":1"#, r#""run":2"#);
+        write(&path, &all);
+        let e = import(&MemoryStore::new(), &path, &IMPORT).unwrap_err();
+        assert!(
+            matches!(&e, Error::Twice(id) if id == run.id.as_str()),
+            "{e}"
+        );
+        assert!(
+            e.to_string().contains("the runs before it were imported"),
+            "{e}"
+        );
     }
 
     #[test]
