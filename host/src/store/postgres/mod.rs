@@ -315,6 +315,66 @@ mod tests {
         assert!(matches!(key("plain"), std::borrow::Cow::Borrowed(_)));
     }
 
+    /// A write's events are one row; a row an earlier ax wrote (one event)
+    /// is read beside them, in order, by `events` and `whole_runs`.
+    #[test]
+    fn events_are_one_row_per_write_and_single_event_rows_still_read() {
+        use crate::store::{Runs, StoreExt};
+        let Some(scratch) = TestDatabase::create() else {
+            return;
+        };
+        let store = PgStore::open(scratch.url(), 2).expect("opens");
+        let run = crate::store::conformance::run(
+            "r000000001000000000001",
+            "t1",
+            "a",
+            crate::model::RunStatus::Queued,
+        );
+        let event = |to: &str, at| crate::model::Event {
+            run_id: run.id.to_string(),
+            step: None,
+            attempt: None,
+            from: None,
+            to: to.to_owned(),
+            at,
+            reason: "test".to_owned(),
+            actor: "scheduler".to_owned(),
+        };
+        let created = [event("queued", 1), event("queued", 2)];
+        store
+            .insert_run(&run, false, None, &created)
+            .expect("inserted");
+        // A row as an earlier ax wrote it: one event, not a list.
+        let old = encode(&event("running", 3)).expect("encoded");
+        store
+            .database()
+            .with(async |c| {
+                c.execute(
+                    "INSERT INTO ax_events (run_id, bytes, record) VALUES ($1, $2, $3)",
+                    &[&run.id.as_str(), &(old.len() as i64), &old],
+                )
+                .await?;
+                Ok(())
+            })
+            .expect("an old row");
+        let rows: i64 = store
+            .database()
+            .with(async |c| {
+                Ok(c.query_one("SELECT count(*) FROM ax_events", &[])
+                    .await?
+                    .get(0))
+            })
+            .expect("counted");
+        assert_eq!(
+            rows, 2,
+            "the insert's two events in one row, and the old row"
+        );
+        let all = vec![event("queued", 1), event("queued", 2), event("running", 3)];
+        assert_eq!(store.events(&run.id).expect("read"), all);
+        let whole = store.whole_runs(&[run.id.as_str()]).expect("read whole");
+        assert_eq!(whole[0].events, all);
+    }
+
     #[test]
     fn a_dry_run_lists_every_migration_and_writes_nothing() {
         let Some(scratch) = TestDatabase::create() else {

@@ -61,16 +61,16 @@ pub(super) struct Events {
 }
 
 impl Events {
-    /// Adds `events` of run `run_id`; returns the bytes they add.
+    /// Adds `events` of run `run_id` (one write's: one row, [`encode_events`]);
+    /// returns the bytes they add.
     pub(super) fn push(&mut self, run_id: &str, events: &[Event]) -> PgResult<i64> {
-        let mut added = 0;
-        for event in events {
-            let record = encode(event)?;
-            added += record.len() as i64;
-            self.run_ids.push(key(run_id).into_owned());
-            self.bytes.push(record.len() as i64);
-            self.records.push(record);
-        }
+        let Some(record) = encode_events(events)? else {
+            return Ok(0);
+        };
+        let added = record.len() as i64;
+        self.run_ids.push(key(run_id).into_owned());
+        self.bytes.push(added);
+        self.records.push(record);
         Ok(added)
     }
 
@@ -120,10 +120,36 @@ pub(super) fn events(db: &Database, run_id: &str) -> Result<Vec<Event>> {
                 &[&key(run_id)],
             )
             .await?;
-        rows.iter()
-            .map(|r| decode(&format!("event of {run_id}"), r.get(0)))
-            .collect()
+        let what = format!("events of {run_id}");
+        let mut events = Vec::new();
+        for row in &rows {
+            events.extend(decode_events(&what, row.get(0))?);
+        }
+        Ok(events)
     })
+}
+
+/// The row of one write's `events` (`ax_events.record`): a JSON list of
+/// them, so a write of a run adds one row however many events it appends
+/// (one row per event cost a row, its index entry and its foreign key's
+/// check each: most of an import's time in the database); none without
+/// events. A row an earlier ax wrote holds one event, which
+/// [`decode_events`] reads too, so the rows need no migration.
+pub(super) fn encode_events(events: &[Event]) -> PgResult<Option<Vec<u8>>> {
+    match events {
+        [] => Ok(None),
+        events => encode(&events).map(Some),
+    }
+}
+
+/// The events of one `ax_events` row: a list ([`encode_events`]), or one
+/// event (a row written before lists).
+pub(super) fn decode_events(what: &str, bytes: &[u8]) -> PgResult<Vec<Event>> {
+    if bytes.first() == Some(&b'[') {
+        decode(what, bytes)
+    } else {
+        decode(what, bytes).map(|event| vec![event])
+    }
 }
 
 /// Stores (or replaces) attempts' captured output, each charged to its

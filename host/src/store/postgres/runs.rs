@@ -513,7 +513,11 @@ async fn whole_runs(
             let rows = rows.unwrap_or_default();
             rows.iter().map(|r| decode(what, r.get(1))).collect()
         }
-        let events = decode_all(&what, events.remove(id))?;
+        let mut all_events = Vec::new();
+        for row in events.remove(id).unwrap_or_default() {
+            all_events.extend(outputs::decode_events(&what, row.get(1))?);
+        }
+        let events = all_events;
         let logs = decode_all(&what, logs.remove(id))?;
         // In the order of the run's steps and their attempts, those only.
         let mut kept: HashMap<(String, i64), AttemptRecord> = HashMap::new();

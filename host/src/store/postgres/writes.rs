@@ -26,7 +26,7 @@
 
 use std::collections::HashMap;
 
-use super::{Cx, Fail, PgResult, encode, key};
+use super::{Cx, Fail, PgResult, encode, key, outputs};
 use crate::model::{Millis, RunRecord};
 use crate::store::rules::{check_revisions, definition_changed, digest_of, queue_position};
 use crate::store::{Error, OutboxAlert, RunWrite};
@@ -173,11 +173,10 @@ impl Write {
         for w in runs {
             let run = &w.run;
             let mut added = 0;
-            for event in &w.events {
-                let record = encode(event)?;
-                added += record.len() as i64;
+            if let Some(record) = outputs::encode_events(&w.events)? {
+                added = record.len() as i64;
                 write.event_runs.push(key(&run.id).into_owned());
-                write.event_bytes.push(record.len() as i64);
+                write.event_bytes.push(added);
                 write.event_records.push(record);
             }
             let i = match at.get(run.id.as_str()) {
