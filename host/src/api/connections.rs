@@ -80,6 +80,14 @@ pub(super) const MAX_REFUSING: usize = 64;
 const REFUSAL_LINGER: Duration = Duration::from_secs(1);
 /// Bytes of the client's request a refusal reads and drops before closing.
 const REFUSAL_DRAIN_BYTES: usize = 16 << 10;
+/// How long a connection hyper has finished with may take to see the
+/// client's last bytes out ([`close_lingering`]), and how many it reads.
+const LINGER: Duration = Duration::from_secs(2);
+const LINGER_BYTES: usize = 256 << 10;
+/// A client that sends nothing for this long after the end of the answer
+/// has nothing more in flight: the socket is closed (a client keeping its
+/// connection open would otherwise hold it for all of [`LINGER`]).
+const LINGER_QUIET: Duration = Duration::from_millis(250);
 /// Pause after an accept error that is not about one connection (out of
 /// file descriptors): retrying at once would spin.
 const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
@@ -169,21 +177,38 @@ fn refuse(mut stream: TcpStream, refusing: &Arc<Semaphore>) {
     };
     tokio::spawn(async move {
         let _permit = permit;
-        let _ = tokio::time::timeout(REFUSAL_LINGER, async {
-            stream.write_all(REFUSAL).await?;
-            stream.shutdown().await?;
-            let mut sink = [0u8; 1024];
-            let mut drained = 0;
-            while drained < REFUSAL_DRAIN_BYTES {
-                match tokio::io::AsyncReadExt::read(&mut stream, &mut sink).await? {
-                    0 => break,
-                    n => drained += n,
-                }
-            }
-            io::Result::Ok(())
-        })
-        .await;
+        let wrote = tokio::time::timeout(REFUSAL_LINGER, stream.write_all(REFUSAL)).await;
+        if matches!(wrote, Ok(Ok(()))) {
+            close_lingering(stream, REFUSAL_LINGER, REFUSAL_DRAIN_BYTES).await;
+        }
     });
+}
+
+/// Closes `stream` once its last answer is written: the end of the stream
+/// is sent, then what the client still sends is read and dropped (at most
+/// `bytes`, within `within`, until it is quiet for [`LINGER_QUIET`] or
+/// closes) before the socket is closed. Closing a socket
+/// that holds unread bytes makes the kernel answer with a reset, and a
+/// reset discards the end of the answer the client has not read yet: a
+/// request body the handler did not read (hyper then does not keep the
+/// connection alive) cut a large answer short, after its status line
+/// (tests/integration/connections.rs).
+async fn close_lingering(mut stream: TcpStream, within: Duration, bytes: usize) {
+    let _ = tokio::time::timeout(within, async {
+        stream.shutdown().await?;
+        let mut sink = [0u8; 4096];
+        let mut drained = 0;
+        while drained < bytes {
+            let read = tokio::io::AsyncReadExt::read(&mut stream, &mut sink);
+            match tokio::time::timeout(LINGER_QUIET, read).await {
+                Err(_) | Ok(Ok(0)) => break,
+                Ok(Ok(n)) => drained += n,
+                Ok(Err(e)) => return Err(e),
+            }
+        }
+        io::Result::Ok(())
+    })
+    .await;
 }
 
 /// What a connection's watchdog reads: updated by the socket wrapper and the
@@ -385,22 +410,27 @@ async fn http_connection(
         // For `auth::Caller`, which promotes the connection on a valid token.
         request.extensions_mut().insert(service_slot.clone());
         let answer = app.clone().oneshot(request);
-        async move {
+        // Boxed: the connection is polled without its shutdown, which
+        // wants the handler's future `Unpin`.
+        Box::pin(async move {
             let answer = answer.await;
             drop(busy);
             answer
-        }
+        })
     });
-    let conn = http.serve_connection(io, service);
-    let mut conn = std::pin::pin!(conn);
+    let mut conn = http.serve_connection(io, service);
     let watchdog = watch(&activity, &limits);
     let mut watchdog = std::pin::pin!(watchdog);
     let mut stopping = false;
     loop {
         tokio::select! {
-            done = conn.as_mut() => {
-                if let Err(e) = done {
-                    tracing::debug!(error = %e, "connection ended with an error");
+            done = std::future::poll_fn(|cx| conn.poll_without_shutdown(cx)) => {
+                match done {
+                    Ok(()) => {
+                        let stream = conn.into_parts().io.into_inner().inner;
+                        close_lingering(stream, LINGER, LINGER_BYTES).await;
+                    }
+                    Err(e) => tracing::debug!(error = %e, "connection ended with an error"),
                 }
                 return;
             }
@@ -411,7 +441,7 @@ async fn http_connection(
             }
             () = shutdown.cancelled(), if !stopping => {
                 stopping = true;
-                conn.as_mut().graceful_shutdown();
+                Pin::new(&mut conn).graceful_shutdown();
             }
             () = slot.evicted(), if !stopping => {
                 // Idle: close now. A request whose head completed since the
@@ -421,7 +451,7 @@ async fn http_connection(
                     return;
                 }
                 stopping = true;
-                conn.as_mut().graceful_shutdown();
+                Pin::new(&mut conn).graceful_shutdown();
             }
         }
     }
