@@ -190,7 +190,7 @@ pub(crate) fn run(id: &str, tenant: &str, task: &str, status: RunStatus) -> RunR
     }
 }
 
-fn event(run_id: &str, to: &str, at: Millis) -> Event {
+pub(crate) fn event(run_id: &str, to: &str, at: Millis) -> Event {
     Event {
         run_id: run_id.to_owned(),
         step: None,

@@ -494,18 +494,19 @@ fn guarded_by(runs: &[NewRun]) -> BTreeSet<String> {
     names
 }
 
-/// New runs' idempotency keys, inserted by one statement.
+/// New runs' idempotency keys, inserted by one statement (also by an
+/// import's batch, `restore.rs`).
 #[derive(Default)]
-struct Keys {
-    tenants: Vec<String>,
-    tasks: Vec<String>,
-    keys: Vec<String>,
-    runs: Vec<String>,
-    expires: Vec<Millis>,
+pub(super) struct Keys {
+    pub(super) tenants: Vec<String>,
+    pub(super) tasks: Vec<String>,
+    pub(super) keys: Vec<String>,
+    pub(super) runs: Vec<String>,
+    pub(super) expires: Vec<Millis>,
 }
 
 impl Keys {
-    fn push(&mut self, run: &RunRecord, idempotency: &str, expires_at: Millis) {
+    pub(super) fn push(&mut self, run: &RunRecord, idempotency: &str, expires_at: Millis) {
         self.tenants.push(key(&run.tenant).into_owned());
         self.tasks.push(key(&run.task).into_owned());
         self.keys.push(key(idempotency).into_owned());
@@ -513,7 +514,7 @@ impl Keys {
         self.expires.push(expires_at);
     }
 
-    async fn insert(self, tx: &Tx<'_>) -> PgResult<()> {
+    pub(super) async fn insert(self, tx: &Tx<'_>) -> PgResult<()> {
         if self.runs.is_empty() {
             return Ok(());
         }

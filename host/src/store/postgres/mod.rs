@@ -330,16 +330,7 @@ mod tests {
             "a",
             crate::model::RunStatus::Queued,
         );
-        let event = |to: &str, at| crate::model::Event {
-            run_id: run.id.to_string(),
-            step: None,
-            attempt: None,
-            from: None,
-            to: to.to_owned(),
-            at,
-            reason: "test".to_owned(),
-            actor: "scheduler".to_owned(),
-        };
+        let event = |to: &str, at| crate::store::conformance::event(&run.id, to, at);
         let created = [event("queued", 1), event("queued", 2)];
         store
             .insert_run(&run, false, None, &created)

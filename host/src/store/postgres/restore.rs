@@ -19,6 +19,7 @@ use std::pin::pin;
 
 use tokio_postgres::types::Type;
 
+use super::inserts::Keys;
 use super::outputs::{Charges, Events};
 use super::{Database, PgResult, Tx, encode, key};
 use crate::model::ids::RunId;
@@ -61,8 +62,8 @@ struct Batch {
     /// `ax_logs` then `ax_attempt_records` rows.
     logs: Vec<OutputRow>,
     records: Vec<OutputRow>,
-    keys: Columns,
-    fires: Columns,
+    keys: Keys,
+    fires: Fires,
     charges: Charges,
 }
 
@@ -87,26 +88,20 @@ struct OutputRow {
     record: Vec<u8>,
 }
 
-/// The keys or the fires of a batch, as arrays for one statement.
+/// The fires of a batch, as arrays for one statement.
 #[derive(Default)]
-struct Columns {
+struct Fires {
     tenants: Vec<String>,
     tasks: Vec<String>,
-    /// The idempotency keys (none for fires).
-    keys: Vec<String>,
-    /// A key's expiry, or a fire's instant.
     at: Vec<Millis>,
     runs: Vec<String>,
 }
 
-impl Columns {
-    fn push(&mut self, run: &RunRecord, idempotency: Option<&str>, at: Millis) {
+impl Fires {
+    fn push(&mut self, run: &RunRecord) {
         self.tenants.push(key(&run.tenant).into_owned());
         self.tasks.push(key(&run.task).into_owned());
-        if let Some(k) = idempotency {
-            self.keys.push(key(k).into_owned());
-        }
-        self.at.push(at);
+        self.at.push(run.scheduled_for);
         self.runs.push(key(&run.id).into_owned());
     }
 }
@@ -130,10 +125,10 @@ impl Batch {
             }
             if let Some(k) = &run.idempotency_key {
                 let expires_at = run.created_at.saturating_add(key_ttl);
-                batch.keys.push(run, Some(k), expires_at);
+                batch.keys.push(run, k, expires_at);
             }
             if claims_fire(run) {
-                batch.fires.push(run, None, run.scheduled_for);
+                batch.fires.push(run);
             }
             batch.runs.push(RunRow {
                 id: key(&run.id).into_owned(),
@@ -233,15 +228,7 @@ impl Batch {
         events.finish().await?;
         copy_outputs(tx, "ax_logs", &self.logs).await?;
         copy_outputs(tx, "ax_attempt_records", &self.records).await?;
-        let keys = &self.keys;
-        if !keys.runs.is_empty() {
-            tx.execute(
-                "INSERT INTO ax_idempotency_keys (tenant, task, key, run_id, expires_at)
-                 SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int8[])",
-                &[&keys.tenants, &keys.tasks, &keys.keys, &keys.runs, &keys.at],
-            )
-            .await?;
-        }
+        self.keys.insert(tx).await?;
         let fires = &self.fires;
         if !fires.runs.is_empty() {
             // In the batch's order: of two runs for one fire the first
