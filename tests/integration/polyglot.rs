@@ -160,9 +160,16 @@ fn setups() -> Vec<(&'static str, RuntimeConfig)> {
     ]
 }
 
+/// Separate runs of dirty pages each attempt leaves (`spread` in the
+/// probe's input): more than the 64 one `PAGEMAP_SCAN` of wasmtime's pool
+/// reports, so every reset of a slot resumes its scan at least three times
+/// (or, past the keep-resident budget, decommits what is left).
+const SPREAD: usize = 200;
+
 /// Attempts of `remember*` one after another and two at a time: each must
-/// find the plugin's state as the component left it (`before` null), and
-/// see its own write (`after`), which shows the write is real.
+/// find the plugin's state as the component left it (`before` null, no mark
+/// of its spread buffer), and see its own writes (`after`, `SPREAD` marks),
+/// which shows the writes are real.
 async fn state_does_not_survive_an_attempt(name: &str) {
     let Some(bytes) = bytes(name) else {
         return;
@@ -172,15 +179,20 @@ async fn state_does_not_survive_an_attempt(name: &str) {
         let plugin = runtime.load(&bytes).expect("plugin loads");
         for i in 0..4 {
             let secret = format!("{setup}: secret {i}");
-            let input = json!({ "write": secret }).to_string();
+            let input = json!({ "write": secret, "spread": SPREAD }).to_string();
             let output = run_once(&runtime, &plugin, name, &input).await;
             assert_eq!(
                 output,
-                json!({ "before": null, "after": secret }),
+                json!({
+                    "before": null,
+                    "after": secret,
+                    "spread": { "before": 0, "after": SPREAD },
+                }),
                 "{name}, {setup}, attempt {i}: the value of an earlier attempt leaked"
             );
         }
-        let inputs = ["a", "b"].map(|w| json!({ "write": format!("{setup}: {w}") }).to_string());
+        let inputs = ["a", "b"]
+            .map(|w| json!({ "write": format!("{setup}: {w}"), "spread": SPREAD }).to_string());
         let (a, b) = tokio::join!(
             run_once(&runtime, &plugin, name, &inputs[0]),
             run_once(&runtime, &plugin, name, &inputs[1]),
@@ -188,7 +200,11 @@ async fn state_does_not_survive_an_attempt(name: &str) {
         for (output, w) in [(a, "a"), (b, "b")] {
             assert_eq!(
                 output,
-                json!({ "before": null, "after": format!("{setup}: {w}") }),
+                json!({
+                    "before": null,
+                    "after": format!("{setup}: {w}"),
+                    "spread": { "before": 0, "after": SPREAD },
+                }),
                 "{name}, {setup}, in parallel"
             );
         }
