@@ -62,6 +62,9 @@ use serde::{Deserialize, Serialize};
 use super::{AlertQuery, KeyEntry, OutboxAlert, Store, StoreExt, Tree, WholeRun};
 use crate::model::{DeadLetter, Millis, PluginRecord, PluginTag, ScheduleState, TaskRecord};
 use crate::tenant::{DEFAULT_TENANT, TenantRecord, TokenRecord, UsageBucket};
+use writers::Writers;
+
+mod writers;
 
 /// The format version this ax writes, and the newest it reads.
 pub const VERSION: u32 = 2;
@@ -106,7 +109,7 @@ pub enum Error {
     /// The dump holds a run twice (by id or by idempotency key), which a
     /// store cannot: found while writing, after the runs before it.
     #[error(
-        "the dump holds run {0} twice (the same id or idempotency key as another run of it); the runs before it were imported: empty the store before importing a corrected dump"
+        "the dump holds run {0} twice (the same id or idempotency key as another run of it); the runs before it were imported, and perhaps some after it: empty the store before importing a corrected dump"
     )]
     Twice(String),
     /// Import only fills an empty store.
@@ -740,11 +743,22 @@ pub fn contents(store: &dyn Store) -> Result<Option<String>> {
 /// imported, per kind.
 ///
 /// A thread reads and parses the file ahead of the writes, a chunk of
-/// lines at a time: a batch of runs is written while the next is parsed.
+/// lines at a time: a batch of runs is written while the next is parsed,
+/// and two batches are written at a time ([`writers`]).
 /// Chunks and batches are bounded by lines and by bytes
 /// ([`CHUNK_BYTES`], [`BATCH_BYTES`]), so memory stays a few batches
 /// however large a run's logs are.
 pub fn import(store: &dyn Store, path: &Path, options: &ImportOptions) -> Result<Counts> {
+    import_in_batches(store, path, options, IMPORT_BATCH)
+}
+
+/// [`import`], `batch` runs at most per batch (tests use small ones).
+pub(crate) fn import_in_batches(
+    store: &dyn Store,
+    path: &Path,
+    options: &ImportOptions,
+    batch: usize,
+) -> Result<Counts> {
     verify(path)?;
     if let Some(found) = contents(store)? {
         return Err(Error::NotEmpty(found));
@@ -774,7 +788,8 @@ pub fn import(store: &dyn Store, path: &Path, options: &ImportOptions) -> Result
             }
             let _ = chunks.send(Ok(chunk));
         });
-        let mut writer = Importer::new(store, options);
+        let mut writer = Importer::new(store, Writers::new(scope, store, options.key_ttl));
+        writer.batch = batch;
         for chunk in read {
             for object in chunk? {
                 writer.object(object)?;
@@ -796,24 +811,27 @@ const CHUNK_BYTES: usize = 4 << 20;
 const CHUNKS_AHEAD: usize = IMPORT_BATCH / CHUNK;
 
 /// Writes a dump's objects into a store, runs and map entries in batches.
-struct Importer<'a> {
+struct Importer<'a, 'scope> {
     store: &'a dyn Store,
-    options: &'a ImportOptions,
     imported: Counts,
+    /// Runs per batch at most ([`IMPORT_BATCH`]).
+    batch: usize,
     runs: Vec<WholeRun>,
+    writers: Writers<'scope, 'a>,
     /// The bytes of the batched runs' lines.
     run_bytes: usize,
     kv: Vec<(Vec<u8>, Vec<u8>)>,
     keys: Vec<KeyEntry>,
 }
 
-impl<'a> Importer<'a> {
-    fn new(store: &'a dyn Store, options: &'a ImportOptions) -> Self {
+impl<'a, 'scope> Importer<'a, 'scope> {
+    fn new(store: &'a dyn Store, writers: Writers<'scope, 'a>) -> Self {
         Importer {
             store,
-            options,
             imported: Counts::default(),
+            batch: IMPORT_BATCH,
             runs: Vec::with_capacity(IMPORT_BATCH),
+            writers,
             run_bytes: 0,
             kv: Vec::new(),
             keys: Vec::new(),
@@ -845,7 +863,7 @@ impl<'a> Importer<'a> {
             Line::Run(whole) => {
                 self.runs.push(*whole);
                 self.run_bytes += bytes;
-                if self.runs.len() >= IMPORT_BATCH || self.run_bytes >= BATCH_BYTES {
+                if self.runs.len() >= self.batch || self.run_bytes >= BATCH_BYTES {
                     self.restore_runs()?;
                 }
             }
@@ -897,22 +915,21 @@ impl<'a> Importer<'a> {
     /// Writes what is still batched; returns what was imported.
     fn finish(mut self) -> Result<Counts> {
         self.restore_runs()?;
+        self.writers.land()?;
         self.restore_keys()?;
         self.store.restore_map(Tree::Kv, &self.kv)?;
         Ok(self.imported)
     }
 
-    /// Stores the batch of runs ([`Runs::restore_runs`](super::Runs::restore_runs)); empties it.
+    /// Starts storing the batch of runs ([`Runs::restore_runs`](super::Runs::restore_runs),
+    /// through [`Writers`]); empties it.
     fn restore_runs(&mut self) -> Result<()> {
         if self.runs.is_empty() {
             return Ok(());
         }
-        let runs = std::mem::replace(&mut self.runs, Vec::with_capacity(IMPORT_BATCH));
+        let runs = std::mem::replace(&mut self.runs, Vec::with_capacity(self.batch));
         self.run_bytes = 0;
-        match self.store.restore_runs(runs, self.options.key_ttl)? {
-            None => Ok(()),
-            Some(id) => Err(Error::Twice(id.to_string())),
-        }
+        self.writers.write(runs)
     }
 
     /// Stores the page of forgotten keys, after the runs read so far (a
@@ -922,6 +939,7 @@ impl<'a> Importer<'a> {
             return Ok(());
         }
         self.restore_runs()?;
+        self.writers.land()?;
         self.store.restore_keys(&self.keys)?;
         self.keys.clear();
         Ok(())

@@ -347,3 +347,99 @@ pub fn restore_runs_stores_what_inserts_would_and_names_a_run_held_twice<S: Stor
     );
     assert!(fresh.get_run(&new_id).unwrap().is_none());
 }
+
+/// An import writes two batches at a time (`store::dump`'s writers); one
+/// run per batch here, so every run is in flight beside another. What
+/// comes out is what one batch at a time gives: of two runs claiming one
+/// fire the first in the dump holds it, and a run held twice, one batch
+/// after its first copy, is named.
+pub fn batches_in_flight_store_what_one_batch_at_a_time_would<S: Store>(make: Make<S>) {
+    let dir = Scratch::new();
+    let source = MemoryStore::new();
+    for (n, trigger, claims) in [
+        (1, TriggerKind::Cron, true),
+        (2, TriggerKind::Cron, false),
+        (3, TriggerKind::Manual, false),
+        (4, TriggerKind::Manual, false),
+    ] {
+        let mut r = run(
+            &run_id(n * 1_000, n as u32),
+            "t1",
+            "a",
+            RunStatus::Succeeded,
+        );
+        r.trigger = trigger;
+        r.scheduled_for = 60_000;
+        r.idempotency_key = (n == 3).then(|| "k3".to_owned());
+        source.insert_run(&r, claims, None, &[]).unwrap();
+    }
+    let path = dir.path().join("fires.ax-dump");
+    export(&source, &path);
+    let owner = |store: &dyn Store| {
+        let mut fire = run(&run_id(60_000, 9), "t1", "a", RunStatus::Queued);
+        fire.scheduled_for = 60_000;
+        match store.insert_run(&fire, true, None, &[]).unwrap() {
+            Insert::Existing(r) => r.id,
+            other => panic!("the fire is not held: {other:?}"),
+        }
+    };
+    let (target, _a) = make(SCAN);
+    dump::import_in_batches(&target, &path, &IMPORT, 1).unwrap();
+    let serial = MemoryStore::new();
+    dump::import_in_batches(&serial, &path, &IMPORT, 1 << 20).unwrap();
+    assert_eq!(
+        owner(&target),
+        owner(&serial),
+        "the same run holds the fire"
+    );
+
+    // A run again, right after its first copy: the two would be in
+    // flight together but for the claims' rule, and the second would wait
+    // on the first's lock and fail unnamed.
+    let mut lines = objects(&path);
+    let at = lines.iter().position(|l| l.contains("k3")).unwrap();
+    lines.insert(at + 1, lines[at].clone());
+    let (target, _b) = make(SCAN);
+    let twice = dir.path().join("twice.ax-dump");
+    rewrite(&path, &twice, &lines);
+    let e = dump::import_in_batches(&target, &twice, &IMPORT, 1).unwrap_err();
+    let id = run_id(3_000, 3);
+    assert!(
+        matches!(&e, dump::Error::Twice(t) if *t == id.as_str()),
+        "{e}"
+    );
+}
+
+/// `from`'s header, then `objects` with the end line's run count fixed.
+fn rewrite(from: &Path, to: &Path, objects: &[String]) {
+    use std::io::Write;
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(std::fs::File::open(from).unwrap())
+        .read_to_string(&mut text)
+        .unwrap();
+    let runs = objects
+        .iter()
+        .filter(|l| l.starts_with(r#"{"kind":"run""#))
+        .count();
+    let mut out = flate2::write::GzEncoder::new(
+        std::fs::File::create(to).unwrap(),
+        flate2::Compression::fast(),
+    );
+    writeln!(out, "{}", text.lines().next().unwrap()).unwrap();
+    for line in objects {
+        let line = if line.starts_with(r#"{"kind":"end""#) {
+            with_run_count(line, runs)
+        } else {
+            line.clone()
+        };
+        writeln!(out, "{line}").unwrap();
+    }
+    out.finish().unwrap();
+}
+
+/// The end line `line` with its run count set to `runs`.
+fn with_run_count(line: &str, runs: usize) -> String {
+    let start = line.find(r#""run":"#).unwrap() + r#""run":"#.len();
+    let end = start + line[start..].find(|c: char| !c.is_ascii_digit()).unwrap();
+    format!("{}{runs}{}", &line[..start], &line[end..])
+}

@@ -120,6 +120,7 @@ macro_rules! store_conformance_suite {
                 leases::two_takers_never_hold_a_lease_under_one_token,
                 dump::a_dump_carries_every_kind_into_an_empty_store,
                 dump::restore_runs_stores_what_inserts_would_and_names_a_run_held_twice,
+                dump::batches_in_flight_store_what_one_batch_at_a_time_would,
             );
 
             #[test]

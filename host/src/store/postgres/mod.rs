@@ -13,6 +13,7 @@
 mod catalog;
 #[cfg(test)]
 mod conformance_tests;
+mod copy;
 mod inserts;
 mod leases;
 mod maps;

@@ -6,7 +6,8 @@
 //! or idempotency keys is held (an import fills an empty store, so one that
 //! is held means the dump holds a run twice: the batch writes nothing);
 //! then the runs, their events, logs and attempt records are each copied in
-//! by one binary `COPY`, and the keys, the fires and the tenants' bytes
+//! by one binary `COPY` (rows encoded into one buffer each, [`CopyRows`]),
+//! and the keys, the fires and the tenants' bytes
 //! written by one statement each. What is stored and charged is what
 //! [`restore_by_inserts`](crate::store::restore_by_inserts) stores through
 //! `insert_runs`, `put_logs_batch` and `put_records` (the conformance suite
@@ -15,12 +16,10 @@
 //! of an import's time (docs/PERFORMANCE.md, *Export and import*).
 
 use std::collections::HashSet;
-use std::pin::pin;
 
-use tokio_postgres::types::Type;
-
+use super::copy::CopyRows;
 use super::inserts::Keys;
-use super::outputs::{Charges, Events};
+use super::outputs::{Charges, encode_events};
 use super::{Database, PgResult, Tx, encode, key};
 use crate::model::ids::RunId;
 use crate::model::{Millis, RunRecord};
@@ -54,38 +53,19 @@ fn repeated(runs: &[WholeRun]) -> Option<&RunId> {
     })
 }
 
-/// A batch's rows, encoded before its transaction starts.
+/// A batch's rows, encoded before its transaction starts: the runs,
+/// events, logs and records as their `COPY`s read them ([`CopyRows`]).
 #[derive(Default)]
 struct Batch {
-    runs: Vec<RunRow>,
-    events: Events,
-    /// `ax_logs` then `ax_attempt_records` rows.
-    logs: Vec<OutputRow>,
-    records: Vec<OutputRow>,
+    /// The runs' ids, for the check that none is held.
+    ids: Vec<String>,
+    runs: CopyRows,
+    events: CopyRows,
+    logs: CopyRows,
+    records: CopyRows,
     keys: Keys,
     fires: Fires,
     charges: Charges,
-}
-
-/// One `ax_runs` row.
-struct RunRow {
-    id: String,
-    tenant: String,
-    task: String,
-    status: &'static str,
-    revision: i64,
-    spec: String,
-    position: Millis,
-    record: Vec<u8>,
-}
-
-/// One `ax_logs` or `ax_attempt_records` row (the run's tenant is charged).
-struct OutputRow {
-    run_id: String,
-    step: String,
-    attempt: i64,
-    tenant: String,
-    record: Vec<u8>,
 }
 
 /// The fires of a batch, as arrays for one statement.
@@ -111,17 +91,40 @@ impl Batch {
         let mut batch = Batch::default();
         for whole in runs {
             let run = &whole.run;
+            let id = key(&run.id);
+            let tenant = key(&run.tenant);
             let record = encode(run)?;
-            let added = batch.events.push(&run.id, &whole.events)?;
-            batch.charges.add(&run.tenant, record.len() as i64 + added);
+            let mut added = record.len() as i64;
+            if let Some(events) = encode_events(&whole.events)? {
+                added += events.len() as i64;
+                let bytes = events.len() as i64;
+                batch.events.row(3).text(&id).int8(bytes).bytea(&events);
+            }
+            batch.charges.add(&run.tenant, added);
             for logs in &whole.logs {
-                let row = batch.output(run, &logs.step, logs.attempt, encode(logs)?);
-                batch.logs.push(row);
+                let row = encode(logs)?;
+                batch.charges.add(&run.tenant, row.len() as i64);
+                output(
+                    &mut batch.logs,
+                    &id,
+                    &logs.step,
+                    logs.attempt,
+                    &tenant,
+                    &row,
+                );
             }
             for kept in &whole.records {
                 let ctx = &kept.context;
-                let row = batch.output(run, &ctx.step, ctx.attempt, encode(kept)?);
-                batch.records.push(row);
+                let row = encode(kept)?;
+                batch.charges.add(&run.tenant, row.len() as i64);
+                output(
+                    &mut batch.records,
+                    &id,
+                    &ctx.step,
+                    ctx.attempt,
+                    &tenant,
+                    &row,
+                );
             }
             if let Some(k) = &run.idempotency_key {
                 let expires_at = run.created_at.saturating_add(key_ttl);
@@ -130,35 +133,27 @@ impl Batch {
             if claims_fire(run) {
                 batch.fires.push(run);
             }
-            batch.runs.push(RunRow {
-                id: key(&run.id).into_owned(),
-                tenant: key(&run.tenant).into_owned(),
-                task: key(&run.task).into_owned(),
-                status: run.status.as_str(),
-                revision: run.revision as i64,
-                spec: digest_of(&encode(&*run.spec)?),
-                position: queue_position(run),
-                record,
-            });
+            let spec = digest_of(&encode(&*run.spec)?);
+            batch
+                .runs
+                .row(9)
+                .text(&id)
+                .text(&tenant)
+                .text(&key(&run.task))
+                .text(run.status.as_str())
+                .int8(run.revision as i64)
+                .text(&spec)
+                .int8(queue_position(run))
+                .int8(record.len() as i64)
+                .bytea(&record);
+            batch.ids.push(id.into_owned());
         }
         Ok(batch)
     }
 
-    /// An output row of `run`, charged to its tenant.
-    fn output(&mut self, run: &RunRecord, step: &str, attempt: u32, record: Vec<u8>) -> OutputRow {
-        self.charges.add(&run.tenant, record.len() as i64);
-        OutputRow {
-            run_id: key(&run.id).into_owned(),
-            step: key(step).into_owned(),
-            attempt: i64::from(attempt),
-            tenant: key(&run.tenant).into_owned(),
-            record,
-        }
-    }
-
     /// The index in the batch of the first run whose id or key is held.
     async fn held(&self, tx: &Tx<'_>) -> PgResult<Option<usize>> {
-        let ids: Vec<&str> = self.runs.iter().map(|r| r.id.as_str()).collect();
+        let ids = &self.ids;
         let keys = &self.keys;
         let rows = tx
             .query(
@@ -173,61 +168,32 @@ impl Batch {
             )
             .await?;
         let held: HashSet<String> = rows.iter().map(|r| r.get(0)).collect();
-        Ok(ids.iter().position(|id| held.contains(*id)))
+        Ok(ids.iter().position(|id| held.contains(id)))
     }
 
     /// Writes the batch (none of it is held).
     async fn copy(self, tx: &Tx<'_>) -> PgResult<()> {
-        let mut runs = pin!(
-            tx.copy_in(
+        self.runs
+            .send(
+                tx,
                 "COPY ax_runs (id, tenant, task, status, revision, spec_digest, queue_position,
                                bytes, record)
                  FROM STDIN (FORMAT binary)",
-                &[
-                    Type::TEXT,
-                    Type::TEXT,
-                    Type::TEXT,
-                    Type::TEXT,
-                    Type::INT8,
-                    Type::TEXT,
-                    Type::INT8,
-                    Type::INT8,
-                    Type::BYTEA,
-                ],
             )
-            .await?
-        );
-        for r in &self.runs {
-            let bytes = r.record.len() as i64;
-            runs.as_mut()
-                .write(&[
-                    &r.id,
-                    &r.tenant,
-                    &r.task,
-                    &r.status,
-                    &r.revision,
-                    &r.spec,
-                    &r.position,
-                    &bytes,
-                    &r.record,
-                ])
-                .await?;
-        }
-        runs.finish().await?;
-        let (event_runs, event_bytes, event_records) = self.events.columns();
-        let mut events = pin!(
-            tx.copy_in(
+            .await?;
+        self.events
+            .send(
+                tx,
                 "COPY ax_events (run_id, bytes, record) FROM STDIN (FORMAT binary)",
-                &[Type::TEXT, Type::INT8, Type::BYTEA],
             )
-            .await?
-        );
-        for ((run_id, bytes), record) in event_runs.iter().zip(event_bytes).zip(event_records) {
-            events.as_mut().write(&[run_id, bytes, record]).await?;
+            .await?;
+        for (rows, table) in [(self.logs, "ax_logs"), (self.records, "ax_attempt_records")] {
+            let sql = format!(
+                "COPY {table} (run_id, step, attempt, tenant, bytes, record)
+                 FROM STDIN (FORMAT binary)"
+            );
+            rows.send(tx, &sql).await?;
         }
-        events.finish().await?;
-        copy_outputs(tx, "ax_logs", &self.logs).await?;
-        copy_outputs(tx, "ax_attempt_records", &self.records).await?;
         self.keys.insert(tx).await?;
         let fires = &self.fires;
         if !fires.runs.is_empty() {
@@ -248,42 +214,14 @@ impl Batch {
     }
 }
 
-/// Copies `rows` into `table` (`ax_logs` or `ax_attempt_records`).
-async fn copy_outputs(tx: &Tx<'_>, table: &str, rows: &[OutputRow]) -> PgResult<()> {
-    if rows.is_empty() {
-        return Ok(());
-    }
-    let mut writer = pin!(
-        tx.copy_in(
-            &format!(
-                "COPY {table} (run_id, step, attempt, tenant, bytes, record)
-                 FROM STDIN (FORMAT binary)"
-            ),
-            &[
-                Type::TEXT,
-                Type::TEXT,
-                Type::INT8,
-                Type::TEXT,
-                Type::INT8,
-                Type::BYTEA,
-            ],
-        )
-        .await?
-    );
-    for row in rows {
-        let bytes = row.record.len() as i64;
-        writer
-            .as_mut()
-            .write(&[
-                &row.run_id,
-                &row.step,
-                &row.attempt,
-                &row.tenant,
-                &bytes,
-                &row.record,
-            ])
-            .await?;
-    }
-    writer.finish().await?;
-    Ok(())
+/// An `ax_logs` or `ax_attempt_records` row of run `id` (charged to its
+/// `tenant`).
+fn output(rows: &mut CopyRows, id: &str, step: &str, attempt: u32, tenant: &str, record: &[u8]) {
+    rows.row(6)
+        .text(id)
+        .text(&key(step))
+        .int8(i64::from(attempt))
+        .text(tenant)
+        .int8(record.len() as i64)
+        .bytea(record);
 }

@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio_postgres::binary_copy::BinaryCopyInWriter;
 use tokio_postgres::types::{ToSql, Type};
-use tokio_postgres::{Error, GenericClient, Row, Statement, Transaction};
+use tokio_postgres::{CopyInSink, Error, GenericClient, Row, Statement, Transaction};
 
 /// The statements prepared on one connection, by their text, and the
 /// count of statements run that the pool's connections share.
@@ -134,5 +134,12 @@ impl Cached<'_, Transaction<'_>> {
         let statement = self.statement(sql).await?;
         let sink = self.client.copy_in(&statement).await?;
         Ok(BinaryCopyInWriter::new(sink, types))
+    }
+
+    /// Starts `sql`, a `COPY … FROM STDIN` whose rows the caller sends
+    /// already encoded (`copy.rs`), then finishes.
+    pub async fn copy_in_raw(&self, sql: &str) -> Result<CopyInSink<bytes::Bytes>, Error> {
+        let statement = self.statement(sql).await?;
+        self.client.copy_in(&statement).await
     }
 }
