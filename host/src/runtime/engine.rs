@@ -37,6 +37,7 @@ use wasmtime::{
 
 use super::cache::ArtifactCache;
 use super::host::HostState;
+use super::swap;
 use super::{
     CompilerConfig, CompilerOptLevel, CompilerStrategy, Error, Result, RuntimeConfig, bindings,
 };
@@ -161,7 +162,9 @@ fn build_engine(config: &RuntimeConfig, strategy: CompilerStrategy, slots: u32) 
             // which dirty pages all over their heap image, fault those back in
             // whatever keep-resident is (docs/RUNTIME.md, issue 16). These
             // settings are global to the engine: they cannot differ per plugin.
-            .pagemap_scan(if config.pagemap_scan {
+            // Never where swap is on: wasmtime 48 would leave a swapped-out
+            // page of one attempt to the next ([`swap`]).
+            .pagemap_scan(if swap::pagemap_scan_allowed(config.pagemap_scan) {
                 wasmtime::Enabled::Auto
             } else {
                 wasmtime::Enabled::No

@@ -45,6 +45,7 @@ mod outcome;
 mod plugin;
 mod record;
 mod run;
+mod swap;
 mod tier;
 mod validate;
 
