@@ -161,9 +161,9 @@ fn setups() -> Vec<(&'static str, RuntimeConfig)> {
 }
 
 /// Separate runs of dirty pages each attempt leaves (`spread` in the
-/// probe's input): more than the 64 one `PAGEMAP_SCAN` of wasmtime's pool
-/// reports, so every reset of a slot resumes its scan at least three times
-/// (or, past the keep-resident budget, decommits what is left).
+/// probe's input): more than one `PAGEMAP_SCAN` of wasmtime's pool
+/// reports (32 runs in wasmtime 48, which then decommits the rest; 64 in
+/// 50, which scans on), so a reset must get past its first scan.
 const SPREAD: usize = 200;
 
 /// Attempts of `remember*` one after another and two at a time: each must

@@ -7,13 +7,21 @@
 //! With `spread: N` in its input it also marks N bytes of a zeroed buffer,
 //! 8 KiB apart: the attempt then leaves at least N separate runs of dirty
 //! pages (one written 4 KiB page, one clean), more than the runs one
-//! `PAGEMAP_SCAN` of wasmtime's pool reports (64), so the slot's reset has
-//! to go on past its first scan. `spread.before` counts the marks found when
-//! the attempt started (0 unless an earlier attempt's pages survived),
-//! `spread.after` those after marking (N, so the probe can fail).
+//! `PAGEMAP_SCAN` of wasmtime's pool reports (32 in wasmtime 48, 64 in
+//! 50), so the slot's reset has to go on past its first scan.
+//! `spread.before` counts the marks found when the attempt started (0
+//! unless an earlier attempt's pages survived), `spread.after` those after
+//! marking (N, so the probe can fail). An attempt that finds marks fails
+//! (fatal, naming how many), so a benchmark loop (`ax bench exec`, which
+//! stops at the first attempt that does not succeed) is a leak check too;
+//! with `hold_ms` it waits that long after marking, holding its dirty pages
+//! (the swap experiment of docs/SECURITY.md, *One attempt's memory and the
+//! next*).
 use std::sync::Mutex;
 
-use ax_plugin_sdk::{Context, Result, export_plugin};
+use std::time::Duration;
+
+use ax_plugin_sdk::{Context, Error, Result, export_plugin};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -33,6 +41,8 @@ struct Input {
     write: String,
     #[serde(default)]
     spread: Option<usize>,
+    #[serde(default)]
+    hold_ms: u64,
 }
 
 fn run(_ctx: Context, input: Input) -> Result<Value> {
@@ -45,11 +55,17 @@ fn run(_ctx: Context, input: Input) -> Result<Value> {
         let mut spread = SPREAD.lock().unwrap_or_else(|e| e.into_inner());
         let marks = |buf: &[u8]| (0..MAX_SPREAD).filter(|i| buf[i * STRIDE] != 0).count();
         let before = marks(&spread[..]);
+        if before > 0 {
+            return Err(Error::fatal(format!(
+                "{before} marks of an earlier attempt found in the spread buffer"
+            )));
+        }
         for i in 0..n.min(MAX_SPREAD) {
             spread[i * STRIDE] = 1;
         }
         output["spread"] = json!({ "before": before, "after": marks(&spread[..]) });
     }
+    std::thread::sleep(Duration::from_millis(input.hold_ms));
     Ok(output)
 }
 
