@@ -534,9 +534,10 @@ impl Keys {
     }
 }
 
-/// New runs' unique fires, inserted by one statement.
+/// Runs' unique fires, inserted by one statement (new runs: [`Fires::insert`];
+/// a restore: [`Fires::claim_in_order`]).
 #[derive(Default)]
-struct Fires {
+pub(super) struct Fires {
     tenants: Vec<String>,
     tasks: Vec<String>,
     instants: Vec<Millis>,
@@ -544,7 +545,7 @@ struct Fires {
 }
 
 impl Fires {
-    fn push(&mut self, run: &RunRecord) {
+    pub(super) fn push(&mut self, run: &RunRecord) {
         self.tenants.push(key(&run.tenant).into_owned());
         self.tasks.push(key(&run.task).into_owned());
         self.instants.push(run.scheduled_for);
@@ -558,6 +559,26 @@ impl Fires {
         tx.execute(
             "INSERT INTO ax_fires (tenant, task, scheduled_for, run_id)
              SELECT * FROM unnest($1::text[], $2::text[], $3::int8[], $4::text[])",
+            &[&self.tenants, &self.tasks, &self.instants, &self.runs],
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// A restore's fires, in the order pushed: of two runs for one fire the
+    /// first claims it, as in the store the dump came from; the other keeps
+    /// no fire.
+    pub(super) async fn claim_in_order(&self, tx: &Tx<'_>) -> PgResult<()> {
+        if self.runs.is_empty() {
+            return Ok(());
+        }
+        tx.execute(
+            "INSERT INTO ax_fires (tenant, task, scheduled_for, run_id)
+             SELECT tenant, task, at, run_id
+             FROM unnest($1::text[], $2::text[], $3::int8[], $4::text[]) WITH ORDINALITY
+                 AS f(tenant, task, at, run_id, n)
+             ORDER BY n
+             ON CONFLICT DO NOTHING",
             &[&self.tenants, &self.tasks, &self.instants, &self.runs],
         )
         .await?;

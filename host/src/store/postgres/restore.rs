@@ -18,11 +18,11 @@
 use std::collections::HashSet;
 
 use super::copy::CopyRows;
-use super::inserts::Keys;
+use super::inserts::{Fires, Keys};
 use super::outputs::{Charges, encode_events};
 use super::{Database, PgResult, Tx, encode, key};
+use crate::model::Millis;
 use crate::model::ids::RunId;
-use crate::model::{Millis, RunRecord};
 use crate::store::rules::{digest_of, queue_position};
 use crate::store::{Result, WholeRun, claims_fire};
 
@@ -66,24 +66,6 @@ struct Batch {
     keys: Keys,
     fires: Fires,
     charges: Charges,
-}
-
-/// The fires of a batch, as arrays for one statement.
-#[derive(Default)]
-struct Fires {
-    tenants: Vec<String>,
-    tasks: Vec<String>,
-    at: Vec<Millis>,
-    runs: Vec<String>,
-}
-
-impl Fires {
-    fn push(&mut self, run: &RunRecord) {
-        self.tenants.push(key(&run.tenant).into_owned());
-        self.tasks.push(key(&run.task).into_owned());
-        self.at.push(run.scheduled_for);
-        self.runs.push(key(&run.id).into_owned());
-    }
 }
 
 impl Batch {
@@ -195,21 +177,7 @@ impl Batch {
             rows.send(tx, &sql).await?;
         }
         self.keys.insert(tx).await?;
-        let fires = &self.fires;
-        if !fires.runs.is_empty() {
-            // In the batch's order: of two runs for one fire the first
-            // claims it, as in the store the dump came from.
-            tx.execute(
-                "INSERT INTO ax_fires (tenant, task, scheduled_for, run_id)
-                 SELECT tenant, task, at, run_id
-                 FROM unnest($1::text[], $2::text[], $3::int8[], $4::text[]) WITH ORDINALITY
-                     AS f(tenant, task, at, run_id, n)
-                 ORDER BY n
-                 ON CONFLICT DO NOTHING",
-                &[&fires.tenants, &fires.tasks, &fires.at, &fires.runs],
-            )
-            .await?;
-        }
+        self.fires.claim_in_order(tx).await?;
         self.charges.write(tx).await
     }
 }
