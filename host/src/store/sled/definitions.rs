@@ -10,9 +10,10 @@
 //! | `def/{digest}` | a definition's JSON; `digest` the sha256 of that JSON |
 //! | `dref/{digest}` | how many stored runs name it |
 //!
-//! and a stored run names its definition instead of holding it: the record
-//! starts `{"format":F,"revision":R,"def":"<digest>",…` and has no `spec`
-//! ([`encode_run`]). Inserts add a reference (writing the definition when
+//! and a stored run names its definition instead of holding it: the
+//! record's head holds the revision and the digest and it has no `spec`
+//! ([`encode_run`]; compact since format 8, `compact.rs`; in formats 4 to 7
+//! JSON starting `{"format":F,"revision":R,"def":"<digest>",…`, still read). Inserts add a reference (writing the definition when
 //! it is new), deletes remove one (and the definition with the last), both
 //! under `claim_lock`, so the count is exact. A run's definition is fixed
 //! when it is inserted ([`Runs::write_runs_with_alerts`] refuses another),
@@ -28,17 +29,17 @@
 //!
 //! [`Runs::write_runs_with_alerts`]: crate::store::Runs::write_runs_with_alerts
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 
-use serde::Serialize;
 use serde_json::Value;
 
+use super::compact;
 use super::inputs::Input;
 use super::keys::{VALUE_FORMAT, decode, encode, key};
 use super::{SledStore, lock, sled_error};
-use crate::model::ids::RunId;
-use crate::model::{Millis, RunRecord, RunStatus, StepRunRecord, TriggerKind};
+use crate::model::RunRecord;
 use crate::store::rules::digest_of;
 use crate::store::{Error, Result};
 
@@ -169,9 +170,12 @@ impl SledStore {
     /// Decodes the stored run `bytes` (at `run_key`) as they are, its
     /// definition and input joined (its steps, when stored apart, not).
     pub(super) fn decode_record(&self, run_key: &[u8], bytes: &[u8]) -> Result<Option<RunRecord>> {
-        let mut run: RunRecord = decode(run_key, bytes)?;
+        let mut run: RunRecord = match compact::is_compact(bytes) {
+            true => compact::decode_run(run_key, bytes)?,
+            false => decode(run_key, bytes)?,
+        };
         let head = head(bytes);
-        if let Some(digest) = head.as_ref().and_then(|h| h.def) {
+        if let Some(digest) = head.as_ref().and_then(|h| h.def.as_deref()) {
             match self.load_definition(run_key, digest)? {
                 Some(spec) => run.spec = spec,
                 None => return Ok(None),
@@ -236,92 +240,118 @@ pub(super) struct Shape {
 
 /// `run` as stored: its definition named by `def`, not held; its steps and
 /// its input held, or only counted when they are stored apart (`shape`).
+/// Compact since store format 8 (`compact.rs`).
 pub(super) fn encode_run(run: &RunRecord, def: &str, shape: Shape) -> Result<Vec<u8>> {
-    // Every field named, so that a field added to `RunRecord` is a compile
-    // error here until it is stored.
-    let RunRecord {
-        format,
-        revision,
-        id,
-        tenant,
-        task,
-        spec: _,
-        status,
-        reason,
-        priority,
-        trigger,
-        scheduled_for,
-        created_at,
-        started_at,
-        finished_at,
-        input,
-        idempotency_key,
-        upstream_run,
-        steps,
-    } = run;
-    encode(&StoredRun {
-        format: *format,
-        revision: *revision,
-        def,
-        step_count: shape.steps_apart.then_some(steps.len()),
-        input_parts: match shape.input {
-            Input::Chunks(n) => Some(n),
-            _ => None,
-        },
-        input_bytes: match shape.input {
-            Input::File(n) => Some(n),
-            _ => None,
-        },
-        id,
-        tenant,
-        task,
-        status: *status,
-        reason,
-        priority: *priority,
-        trigger,
-        scheduled_for: *scheduled_for,
-        created_at: *created_at,
-        started_at: *started_at,
-        finished_at: *finished_at,
-        input: (shape.input == Input::Inline).then_some(input),
-        idempotency_key,
-        upstream_run,
-        steps: (!shape.steps_apart).then_some(steps.as_slice()),
-    })
+    compact::encode_run(run, def, shape.steps_apart, shape.input)
 }
 
-/// A run record as stored (see the module docs): `RunRecord`'s fields in
-/// its order, `def` in place of `spec`, after the revision; a run whose
-/// steps are stored apart has `step_count` after `def` and no `steps`.
-#[derive(Serialize)]
-struct StoredRun<'a> {
-    format: u32,
-    revision: u64,
-    def: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    step_count: Option<usize>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    input_parts: Option<usize>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    input_bytes: Option<u64>,
-    id: &'a str,
-    tenant: &'a str,
-    task: &'a str,
-    status: RunStatus,
-    reason: &'a Option<String>,
-    priority: u8,
-    trigger: &'a TriggerKind,
-    scheduled_for: Millis,
-    created_at: Millis,
-    started_at: Option<Millis>,
-    finished_at: Option<Millis>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    input: Option<&'a Value>,
-    idempotency_key: &'a Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    upstream_run: &'a Option<RunId>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    steps: Option<&'a [StepRunRecord]>,
+/// Run records as stores of formats 4 to 7 hold them (JSON): tests write
+/// them to stand for a store of those formats.
+#[cfg(test)]
+pub(super) mod json {
+    use serde::Serialize;
+    use serde_json::Value;
+
+    use super::super::inputs::Input;
+    use super::super::keys::encode;
+    use super::Shape;
+    use crate::model::ids::RunId;
+    use crate::model::{Millis, RunRecord, RunStatus, StepRunRecord, TriggerKind};
+    use crate::store::Result;
+
+    /// `run` as stores of formats 4 to 7 hold it: JSON, otherwise as
+    /// [`super::encode_run`]. Tests write it to stand for a store of those formats.
+    pub(in crate::store::sled) fn encode_run(
+        run: &RunRecord,
+        def: &str,
+        shape: Shape,
+    ) -> Result<Vec<u8>> {
+        // Every field named, so that a field added to `RunRecord` is a compile
+        // error here until it is stored.
+        let RunRecord {
+            format,
+            revision,
+            id,
+            tenant,
+            task,
+            spec: _,
+            status,
+            reason,
+            priority,
+            trigger,
+            scheduled_for,
+            created_at,
+            started_at,
+            finished_at,
+            input,
+            idempotency_key,
+            upstream_run,
+            steps,
+        } = run;
+        encode(&StoredRun {
+            format: *format,
+            revision: *revision,
+            def,
+            step_count: shape.steps_apart.then_some(steps.len()),
+            input_parts: match shape.input {
+                Input::Chunks(n) => Some(n),
+                _ => None,
+            },
+            input_bytes: match shape.input {
+                Input::File(n) => Some(n),
+                _ => None,
+            },
+            id,
+            tenant,
+            task,
+            status: *status,
+            reason,
+            priority: *priority,
+            trigger,
+            scheduled_for: *scheduled_for,
+            created_at: *created_at,
+            started_at: *started_at,
+            finished_at: *finished_at,
+            input: (shape.input == Input::Inline).then_some(input),
+            idempotency_key,
+            upstream_run,
+            steps: (!shape.steps_apart).then_some(steps.as_slice()),
+        })
+    }
+
+    /// A run record as stores of formats 4 to 7 hold it (see the module docs): `RunRecord`'s fields in
+    /// its order, `def` in place of `spec`, after the revision; a run whose
+    /// steps are stored apart has `step_count` after `def` and no `steps`.
+    #[derive(Serialize)]
+    struct StoredRun<'a> {
+        format: u32,
+        revision: u64,
+        def: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        step_count: Option<usize>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        input_parts: Option<usize>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        input_bytes: Option<u64>,
+        id: &'a str,
+        tenant: &'a str,
+        task: &'a str,
+        status: RunStatus,
+        reason: &'a Option<String>,
+        priority: u8,
+        trigger: &'a TriggerKind,
+        scheduled_for: Millis,
+        created_at: Millis,
+        started_at: Option<Millis>,
+        finished_at: Option<Millis>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        input: Option<&'a Value>,
+        idempotency_key: &'a Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        upstream_run: &'a Option<RunId>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        steps: Option<&'a [StepRunRecord]>,
+    }
 }
 
 /// What a stored run record says first: its revision, the digest of its
@@ -330,7 +360,7 @@ struct StoredRun<'a> {
 /// is.
 pub(super) struct Head<'a> {
     pub(super) revision: u64,
-    pub(super) def: Option<&'a str>,
+    pub(super) def: Option<Cow<'a, str>>,
     pub(super) step_count: Option<usize>,
     pub(super) input: Input,
 }
@@ -339,6 +369,15 @@ pub(super) struct Head<'a> {
 /// decoding the record (all its steps): `None` when the record does not
 /// start as [`encode_run`] (or serde, for `RunRecord`) writes it.
 pub(super) fn head(bytes: &[u8]) -> Option<Head<'_>> {
+    if compact::is_compact(bytes) {
+        let head = compact::head(bytes)?;
+        return Some(Head {
+            revision: head.revision,
+            def: Some(Cow::Owned(head.def)),
+            step_count: head.step_count,
+            input: head.input,
+        });
+    }
     let (&format, json) = bytes.split_first()?;
     if format != VALUE_FORMAT {
         return None;
@@ -352,7 +391,7 @@ pub(super) fn head(bytes: &[u8]) -> Option<Head<'_>> {
         Some(rest) => {
             let end = rest.iter().position(|b| *b == b'"')?;
             (
-                Some(std::str::from_utf8(&rest[..end]).ok()?),
+                Some(Cow::Borrowed(std::str::from_utf8(&rest[..end]).ok()?)),
                 &rest[end + 1..],
             )
         }
@@ -398,6 +437,7 @@ mod tests {
 
     use super::super::fixtures::{check_references, new_run, run};
     use super::*;
+    use crate::model::RunStatus;
     use crate::store::prelude::*;
 
     /// Runs of one definition store it once, read it back shared, and the

@@ -115,7 +115,7 @@ pub(super) fn check_references(store: &SledStore) -> usize {
         let (k, v) = item.unwrap();
         let def = head(&v).and_then(|h| h.def);
         let def = def.unwrap_or_else(|| panic!("{} holds no digest", super::keys::show_key(&k)));
-        *named.entry(def.to_owned()).or_default() += 1;
+        *named.entry(def.into_owned()).or_default() += 1;
     }
     let stored = stored_definitions(store);
     let expected: HashMap<String, (bool, u64)> =

@@ -345,9 +345,9 @@ mod tests {
         for item in store.scan(&key("inp", &["r1"])) {
             batch.remove(item.unwrap().0);
         }
-        let digest = head(&stored).and_then(|h| h.def).unwrap().to_owned();
+        let digest = head(&stored).and_then(|h| h.def).unwrap().into_owned();
         let inline =
-            super::super::definitions::encode_run(&r, &digest, Default::default()).unwrap();
+            super::super::definitions::json::encode_run(&r, &digest, Default::default()).unwrap();
         batch.insert(key("run", &["r1"]), inline);
         store.db.apply_batch(batch).unwrap();
         assert_eq!(store.get_run("r1").unwrap(), Some(r.clone()));
@@ -450,7 +450,7 @@ mod tests {
         let digest = head(&record(&store, "r1"))
             .and_then(|h| h.def)
             .unwrap()
-            .to_owned();
+            .into_owned();
         let parts = 200_012_usize.div_ceil(CHUNK);
         let shape = super::super::definitions::Shape {
             steps_apart: false,
@@ -463,7 +463,7 @@ mod tests {
             .unwrap();
         batch.insert(
             key("run", &["r1"]),
-            super::super::definitions::encode_run(&r, &digest, shape).unwrap(),
+            super::super::definitions::json::encode_run(&r, &digest, shape).unwrap(),
         );
         store.db.apply_batch(batch).unwrap();
         fs::remove_file(inputs.join("r1")).unwrap();

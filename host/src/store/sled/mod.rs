@@ -28,7 +28,7 @@
 //! | `sched/{tenant}/{task}` | [`ScheduleState`] |
 //! | `nf/{next_fire:020}/{tenant}/{task}` | `[tenant, task]`: the next-fire index (unpaused schedules) |
 //! | `aft/{tenant}/{upstream}/{downstream}` | downstream task name: the `after` index |
-//! | `run/{id}` | [`RunRecord`], its task definition named by digest (`definitions.rs`); a run of many steps without them (`steps.rs`) |
+//! | `run/{id}` | [`RunRecord`] without its id, compact (`compact.rs`), its task definition named by digest (`definitions.rs`); a run of many steps without them (`steps.rs`) |
 //! | `step/{run}/{index:05}` | a step run of a run of many steps (`steps.rs`) |
 //! | `inp/{run}/{n:05}` | a chunk of a large run input (`inputs.rs`) |
 //! | `def/{digest}`, `dref/{digest}` | a task definition runs name, and how many do |
@@ -54,8 +54,10 @@
 //! backwards lists newest first.
 //!
 //! # Values
-//! Every value is one format byte followed by JSON (see `keys.rs`). A value
-//! of an unknown format is reported as [`Error::Corrupt`], never a panic.
+//! Every value is one format byte followed by JSON (see `keys.rs`), except
+//! the hot ones: a write's events (`events.rs`), run records and step runs
+//! (`compact.rs`) are postcard after a byte of their own. A value of an
+//! unknown format is reported as [`Error::Corrupt`], never a panic.
 //!
 //! # Atomicity and durability
 //! `insert_runs`, `write_runs` (any number of runs and usage buckets, and
@@ -77,6 +79,7 @@
 //! - `keys.rs`: key and value encoding, run index entries;
 //! - `runs.rs`: runs, their indexes, claims and events;
 //! - `definitions.rs`: task definitions, stored once for the runs made from them;
+//! - `compact.rs`: run records and step runs in postcard (store format 8);
 //! - `counts.rs`: the queue's counters per task;
 //! - `footprint.rs`: the bytes of run data each tenant keeps;
 //! - `schedules.rs`: tasks, schedules, the next-fire and `after` indexes;
@@ -87,6 +90,7 @@
 //! - `flush.rs`: group commit (the flusher thread and sync tickets).
 
 mod blobs;
+mod compact;
 mod counts;
 mod definitions;
 mod events;

@@ -8,6 +8,8 @@
 //! (value: the run id) orders the keys by when they are forgotten, so that
 //! [`expire`] reads only the keys that are due.
 
+use std::borrow::Cow;
+
 use super::counts::{QueueDelta, Side};
 use super::definitions::{Shape, encode_run, head};
 use super::footprint::{self, Weight, signed};
@@ -361,7 +363,7 @@ pub(super) fn delete(store: &SledStore, id: &str) -> Result<bool> {
         bytes += signed(record.len());
         if let Some(head) = head(&record) {
             if let Some(digest) = head.def {
-                store.release(&mut batch, digest)?;
+                store.release(&mut batch, &digest)?;
             }
             if let Input::File(len) = head.input {
                 bytes += len as i64;
@@ -502,7 +504,7 @@ impl SledStore {
             Some(bytes) => match head(bytes) {
                 Some(head) => (
                     head.revision,
-                    head.def.map(str::to_owned),
+                    head.def.map(Cow::into_owned),
                     head.step_count,
                     head.input,
                 ),

@@ -7,8 +7,8 @@
 //!
 //! | key | value |
 //! |---|---|
-//! | `run/{id}` | the run without its steps: `{"format":F,"revision":R,"def":"…","step_count":N,…}` |
-//! | `step/{id}/{index:05}` | step run `index` |
+//! | `run/{id}` | the run without its steps, its head saying how many (`step_count`) |
+//! | `step/{id}/{index:05}` | step run `index` (compact since format 8, `compact.rs`; JSON before) |
 //!
 //! and a write stores the record and only the steps that changed
 //! ([`crate::store::Changed`], which the scheduler's run writer computes),
@@ -23,8 +23,9 @@
 
 use std::collections::HashMap;
 
+use super::compact;
 use super::footprint::{Weight, signed};
-use super::keys::{decode, encode, key};
+use super::keys::{decode, key};
 use super::{SledStore, sled_error};
 use crate::model::{RunRecord, StepRunRecord};
 use crate::store::{Changed, Error, Result};
@@ -55,7 +56,7 @@ pub(super) fn encode_changed(run: &RunRecord, changed: &Changed) -> Result<Vec<(
         .iter()
         .enumerate()
         .filter(|(i, _)| changed.has(*i))
-        .map(|(i, step)| Ok((i, encode(step)?)))
+        .map(|(i, step)| Ok((i, compact::encode_step(step)?)))
         .collect()
 }
 
@@ -105,7 +106,10 @@ impl SledStore {
         self.scan(&steps_prefix(run_id))
             .map(|item| {
                 let (k, v) = item?;
-                decode(&k, &v)
+                match compact::is_compact(&v) {
+                    true => compact::decode_step(&k, &v),
+                    false => decode(&k, &v),
+                }
             })
             .collect()
     }
@@ -134,7 +138,9 @@ impl SledStore {
         for index in 0..now {
             let value = match given.remove(&index) {
                 Some(value) => value,
-                None if stored.is_none() || index >= before => encode(&run.steps[index])?,
+                None if stored.is_none() || index >= before => {
+                    compact::encode_step(&run.steps[index])?
+                }
                 None => continue,
             };
             let step_key = step_key(&run.id, index);

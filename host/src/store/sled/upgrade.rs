@@ -13,6 +13,7 @@
 //! definition, whose step count says whether its steps go apart, so most
 //! runs (those of few steps) cost a read of their first bytes.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use super::definitions::{Shape, encode_run, head};
@@ -53,7 +54,7 @@ pub(super) fn upgrade(store: &SledStore) -> Result<()> {
             last = Some(k.to_vec());
             let (named, input) = match head(&v) {
                 Some(h) if h.step_count.is_some() => continue,
-                Some(h) => (h.def.map(str::to_owned), h.input),
+                Some(h) => (h.def.map(Cow::into_owned), h.input),
                 None => (None, Input::Inline),
             };
             if let Some(digest) = &named {
@@ -184,7 +185,10 @@ mod tests {
             let (k, v) = item.unwrap();
             let full = store.decode_run(&k, &v).unwrap().unwrap();
             let record = match head(&v).and_then(|h| h.def) {
-                Some(digest) if format == 4 => encode_run(&full, digest, Shape::default()).unwrap(),
+                Some(digest) if format == 4 => {
+                    super::super::definitions::json::encode_run(&full, &digest, Shape::default())
+                        .unwrap()
+                }
                 _ => encode(&full).unwrap(),
             };
             batch.insert(k.to_vec(), record);
