@@ -4,7 +4,7 @@
 //! life (created, running, finished): every field name spelled out, every
 //! instant and count as text, the definition's and the plugin's sha256 as
 //! 64 hex characters each, and the run id that its key already holds.
-//! Since store format 8 a record is the format byte [`COMPACT_RUN`], then
+//! Since store format 8 a record is the format byte [`COMPACT`], then
 //! postcard (integers and lengths as varints, no field names):
 //!
 //! - first the head ([`Head`]: the record format, the revision, the
@@ -47,10 +47,11 @@ use crate::model::{
 };
 use crate::store::{Error, Result};
 
-/// First byte of a compact run record or step run (JSON values start with
+/// First byte of a compact run record, step run or inline logs
+/// (`logs.rs`) (JSON values start with
 /// [`super::keys::VALUE_FORMAT`], compact event lists with
 /// [`super::events::COMPACT_EVENTS`]).
-pub(super) const COMPACT_RUN: u8 = 3;
+pub(super) const COMPACT: u8 = 3;
 
 /// A sha256 digest as stored: its 32 bytes when it is 64 lowercase hex
 /// characters (every digest ax makes), else its text.
@@ -242,7 +243,7 @@ fn size(n: u64) -> Option<usize> {
 
 /// Whether `bytes` are a compact record or step run.
 pub(super) fn is_compact(bytes: &[u8]) -> bool {
-    bytes.first() == Some(&COMPACT_RUN)
+    bytes.first() == Some(&COMPACT)
 }
 
 /// `run` as stored: its definition named by `def`, its steps and input
@@ -305,14 +306,14 @@ pub(super) fn encode_run(
         upstream_run: upstream_run.as_deref(),
         steps: (!steps_apart).then(|| steps.iter().map(step).collect()),
     };
-    let out = postcard::to_extend(&head, vec![COMPACT_RUN]).map_err(backend)?;
+    let out = postcard::to_extend(&head, vec![COMPACT]).map_err(backend)?;
     postcard::to_extend(&body, out).map_err(backend)
 }
 
 /// The head of compact record `bytes`; `None` when they are not one or it
 /// is unreadable.
 pub(super) fn head(bytes: &[u8]) -> Option<RecordHead> {
-    let (&COMPACT_RUN, rest) = bytes.split_first()? else {
+    let (&COMPACT, rest) = bytes.split_first()? else {
         return None;
     };
     let (head, _) = postcard::take_from_bytes::<ReadHead>(rest).ok()?;
@@ -343,7 +344,7 @@ pub(super) fn decode_run(run_key: &[u8], bytes: &[u8]) -> Result<RunRecord> {
     let id = decode_part(&run_key[key("run", &[]).len()..])
         .ok_or_else(|| corrupt(run_key, "run key", "not a run key"))?;
     let rest = bytes
-        .strip_prefix(&[COMPACT_RUN])
+        .strip_prefix(&[COMPACT])
         .ok_or_else(|| corrupt(run_key, "run record", "not compact"))?;
     let (head, rest) =
         postcard::take_from_bytes::<ReadHead>(rest).map_err(|e| corrupt(run_key, "head", e))?;
@@ -383,13 +384,13 @@ pub(super) fn decode_run(run_key: &[u8], bytes: &[u8]) -> Result<RunRecord> {
 
 /// A step run stored apart (`steps.rs`), compact.
 pub(super) fn encode_step(s: &StepRunRecord) -> Result<Vec<u8>> {
-    postcard::to_extend(&step(s), vec![COMPACT_RUN]).map_err(backend)
+    postcard::to_extend(&step(s), vec![COMPACT]).map_err(backend)
 }
 
 /// The compact step run `bytes` stored at `step_key`.
 pub(super) fn decode_step(step_key: &[u8], bytes: &[u8]) -> Result<StepRunRecord> {
     let rest = bytes
-        .strip_prefix(&[COMPACT_RUN])
+        .strip_prefix(&[COMPACT])
         .ok_or_else(|| corrupt(step_key, "step run", "not compact"))?;
     let read: ReadStep =
         postcard::from_bytes(rest).map_err(|e| corrupt(step_key, "step run", e))?;
@@ -544,7 +545,7 @@ mod tests {
     fn a_record_reads_back_whole_with_the_id_of_its_key_and_its_head() {
         let r = full();
         let bytes = encode_run(&r, DIGEST, false, Input::Inline).unwrap();
-        assert_eq!(bytes[0], COMPACT_RUN);
+        assert_eq!(bytes[0], COMPACT);
         let run_key = key("run", &[&r.id]);
         assert_eq!(
             decode_run(&run_key, &bytes).unwrap(),
@@ -601,11 +602,12 @@ mod tests {
                 Err(Error::Corrupt { .. })
             ));
         }
-        assert!(head(&[COMPACT_RUN]).is_none());
+        assert!(head(&[COMPACT]).is_none());
     }
 
     /// The enums are stored by variant index: these are the indexes every
-    /// stored record relies on. A variant may be added at the end only.
+    /// stored record (and inline logs, `logs.rs`) relies on. A variant may
+    /// be added at the end only.
     #[test]
     fn enum_codes_are_fixed() {
         fn code<T: Serialize>(value: T) -> u8 {
@@ -634,6 +636,9 @@ mod tests {
         assert_eq!(triggers.map(code), [0, 1, 2, 3, 4, 5]);
         assert_eq!(Outcome::ALL.map(code), [0, 1, 2, 3, 4, 5, 6, 7, 8]);
         assert_eq!([ErrorKind::Retryable, ErrorKind::Fatal].map(code), [0, 1]);
+        use crate::model::LogLevel as L;
+        let levels = [L::Trace, L::Debug, L::Info, L::Warn, L::Error];
+        assert_eq!(levels.map(code), [0, 1, 2, 3, 4], "logs.rs");
     }
 }
 
@@ -709,9 +714,9 @@ mod format_7 {
             r.steps[0].status = StepStatus::Running;
             store.update_run(r, &[]).unwrap();
             assert_eq!(store.get_run(&r.id).unwrap().as_ref(), Some(&*r));
-            assert_eq!(first_byte(key("run", &[&r.id])), COMPACT_RUN);
+            assert_eq!(first_byte(key("run", &[&r.id])), COMPACT);
         }
-        assert_eq!(first_byte(key("step", &["r1", "00000"])), COMPACT_RUN);
+        assert_eq!(first_byte(key("step", &["r1", "00000"])), COMPACT);
         let weighed = super::super::footprint::weigh_all(&store).unwrap();
         assert_eq!(store.run_bytes("t1").unwrap() as i64, weighed.of("t1"));
     }

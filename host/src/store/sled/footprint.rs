@@ -29,7 +29,6 @@ use std::collections::BTreeMap;
 use super::definitions::head;
 use super::inputs::Input;
 use super::keys::{corrupt_key, decode, encode, key, split_parts};
-use super::logs::StoredLogs;
 use super::{SledStore, lock, sled_error};
 use crate::store::Result;
 
@@ -97,7 +96,7 @@ impl SledStore {
     /// What a stored `log/…` value weighs: the value, and its blob file
     /// when the logs are kept apart (a missing file weighs nothing).
     pub(super) fn log_weight(&self, k: &[u8], value: &[u8]) -> Result<i64> {
-        let blob = match decode::<StoredLogs>(k, value)?.blob() {
+        let blob = match super::logs::read(k, value)?.blob() {
             Some(digest) => std::fs::metadata(self.blobs.join(format!("{digest}.log")))
                 .map_or(0, |m| i64::try_from(m.len()).unwrap_or(i64::MAX)),
             None => 0,

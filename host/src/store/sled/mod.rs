@@ -56,7 +56,8 @@
 //! # Values
 //! Every value is one format byte followed by JSON (see `keys.rs`), except
 //! the hot ones: a write's events (`events.rs`), run records and step runs
-//! (`compact.rs`) are postcard after a byte of their own. A value of an
+//! (`compact.rs`) and inline logs (`logs.rs`) are postcard after a byte of
+//! their own. A value of an
 //! unknown format is reported as [`Error::Corrupt`], never a panic.
 //!
 //! # Atomicity and durability
@@ -488,6 +489,10 @@ impl Runs for SledStore {
 
     fn put_logs(&self, tenant: &str, run_id: &str, attempt: &AttemptLogs) -> Result<()> {
         logs::put(self, tenant, run_id, attempt)
+    }
+
+    fn put_logs_batch(&self, all: &[super::RunLogs]) -> Result<()> {
+        logs::put_batch(self, all)
     }
 
     fn run_bytes(&self, tenant: &str) -> Result<u64> {

@@ -18,7 +18,6 @@ use super::keys::{
     corrupt_key, decode, decode_index, decode_part, encode, fire_key, indexes_of, instant_part,
     key, push_part, run_indexes,
 };
-use super::logs::StoredLogs;
 use super::steps::{apart, encode_changed};
 use super::{SledStore, lock, sled_error};
 use crate::model::ids::RunId;
@@ -393,7 +392,7 @@ pub(super) fn delete(store: &SledStore, id: &str) -> Result<bool> {
     for item in store.scan(&log_prefix) {
         let (k, v) = item?;
         bytes += store.log_weight(&k, &v)?;
-        if let Some(digest) = decode::<StoredLogs>(&k, &v)?.blob() {
+        if let Some(digest) = super::logs::read(&k, &v)?.blob() {
             let mut lref = key("lref", &[digest]);
             lref.extend_from_slice(&k[key("log", &[]).len()..]);
             batch.remove(lref);
