@@ -62,8 +62,10 @@ use serde::{Deserialize, Serialize};
 use super::{AlertQuery, KeyEntry, OutboxAlert, Store, StoreExt, Tree, WholeRun};
 use crate::model::{DeadLetter, Millis, PluginRecord, PluginTag, ScheduleState, TaskRecord};
 use crate::tenant::{DEFAULT_TENANT, TenantRecord, TokenRecord, UsageBucket};
+use fires::{Holders, Order};
 use writers::Writers;
 
+mod fires;
 mod writers;
 
 /// The format version this ax writes, and the newest it reads.
@@ -677,8 +679,15 @@ fn read_error(e: std::io::Error) -> Error {
 /// Reads the whole dump at `path` and checks it: a known format, every line
 /// readable, an end line whose counts match the lines. Writes nothing.
 pub fn verify(path: &Path) -> Result<Described> {
+    check(path).map(|(described, _)| described)
+}
+
+/// [`verify`], and the holders of the fires more than one run claims
+/// ([`fires`]).
+fn check(path: &Path) -> Result<(Described, Holders)> {
     let (header, objects) = open(path)?;
     let mut seen = Counts::default();
+    let mut holders = Holders::new();
     let mut end = None;
     for object in objects {
         let Object { number, line, .. } = object?;
@@ -692,7 +701,12 @@ pub fn verify(path: &Path) -> Result<Described> {
                 counts,
                 secrets_left_out,
             } => end = Some((counts, secrets_left_out)),
-            line => line.count(&mut seen),
+            line => {
+                if let Line::Run(whole) = &line {
+                    holders.read(&whole.run);
+                }
+                line.count(&mut seen);
+            }
         }
     }
     let Some((counts, secrets_left_out)) = end else {
@@ -703,12 +717,13 @@ pub fn verify(path: &Path) -> Result<Described> {
             "the end line counts {counts}, the file holds {seen}"
         )));
     }
-    Ok(Described {
+    let described = Described {
         ax: header.ax,
         created_at: header.created_at,
         counts,
         secrets_left_out,
-    })
+    };
+    Ok((described, holders.contested()))
 }
 
 /// What makes a store non-empty, if anything (named for the error).
@@ -759,7 +774,7 @@ pub(crate) fn import_in_batches(
     options: &ImportOptions,
     batch: usize,
 ) -> Result<Counts> {
-    verify(path)?;
+    let (_, holders) = check(path)?;
     if let Some(found) = contents(store)? {
         return Err(Error::NotEmpty(found));
     }
@@ -788,7 +803,8 @@ pub(crate) fn import_in_batches(
             }
             let _ = chunks.send(Ok(chunk));
         });
-        let mut writer = Importer::new(store, Writers::new(scope, store, options.key_ttl));
+        let writers = Writers::new(scope, store, options.key_ttl);
+        let mut writer = Importer::new(store, writers, Order::new(holders));
         writer.batch = batch;
         for chunk in read {
             for object in chunk? {
@@ -817,6 +833,8 @@ struct Importer<'a, 'scope> {
     /// Runs per batch at most ([`IMPORT_BATCH`]).
     batch: usize,
     runs: Vec<WholeRun>,
+    /// The order runs are written in ([`fires`]).
+    order: Order,
     writers: Writers<'scope, 'a>,
     /// The bytes of the batched runs' lines.
     run_bytes: usize,
@@ -825,12 +843,13 @@ struct Importer<'a, 'scope> {
 }
 
 impl<'a, 'scope> Importer<'a, 'scope> {
-    fn new(store: &'a dyn Store, writers: Writers<'scope, 'a>) -> Self {
+    fn new(store: &'a dyn Store, writers: Writers<'scope, 'a>, order: Order) -> Self {
         Importer {
             store,
             imported: Counts::default(),
             batch: IMPORT_BATCH,
             runs: Vec::with_capacity(IMPORT_BATCH),
+            order,
             writers,
             run_bytes: 0,
             kv: Vec::new(),
@@ -861,10 +880,8 @@ impl<'a, 'scope> Importer<'a, 'scope> {
                 store.put_task(&task, &schedule)?;
             }
             Line::Run(whole) => {
-                self.runs.push(*whole);
-                self.run_bytes += bytes;
-                if self.runs.len() >= self.batch || self.run_bytes >= BATCH_BYTES {
-                    self.restore_runs()?;
+                for (whole, bytes) in self.order.next(*whole, bytes) {
+                    self.push_run(whole, bytes)?;
                 }
             }
             Line::Blob { digest, bytes } => {
@@ -914,11 +931,24 @@ impl<'a, 'scope> Importer<'a, 'scope> {
 
     /// Writes what is still batched; returns what was imported.
     fn finish(mut self) -> Result<Counts> {
+        for (whole, bytes) in self.order.rest() {
+            self.push_run(whole, bytes)?;
+        }
         self.restore_runs()?;
         self.writers.land()?;
         self.restore_keys()?;
         self.store.restore_map(Tree::Kv, &self.kv)?;
         Ok(self.imported)
+    }
+
+    /// Adds a run to the batch, and starts storing the batch once full.
+    fn push_run(&mut self, whole: WholeRun, bytes: usize) -> Result<()> {
+        self.runs.push(whole);
+        self.run_bytes += bytes;
+        if self.runs.len() >= self.batch || self.run_bytes >= BATCH_BYTES {
+            self.restore_runs()?;
+        }
+        Ok(())
     }
 
     /// Starts storing the batch of runs ([`Runs::restore_runs`](super::Runs::restore_runs),
