@@ -560,6 +560,15 @@ pub struct Described {
 /// The dump's lines: the header read and checked, then the objects.
 /// Each object comes with its line's number and size.
 fn open(path: &Path) -> Result<(Header, impl Iterator<Item = Result<Object>>)> {
+    let (header, lines) = open_lines(path)?;
+    Ok((header, lines.map(|line| line.and_then(read_object))))
+}
+
+/// A line after the header, with its number in the file.
+type NumberedLine = (usize, Vec<u8>);
+
+/// [`open`]'s lines, not parsed yet.
+fn open_lines(path: &Path) -> Result<(Header, impl Iterator<Item = Result<NumberedLine>>)> {
     let file = File::open(path)?;
     let mut reader = BufReader::with_capacity(1 << 16, MultiGzDecoder::new(BufReader::new(file)));
     let mut buffer = Vec::new();
@@ -593,23 +602,22 @@ fn open(path: &Path) -> Result<(Header, impl Iterator<Item = Result<Object>>)> {
         });
     }
     let mut number = 1;
-    let objects = std::iter::from_fn(move || {
-        let mut line = match next_line()? {
-            Ok(line) => line,
-            Err(e) => return Some(Err(e)),
-        };
+    let lines = std::iter::from_fn(move || {
         number += 1;
-        Some(
-            parse_line(&mut line)
-                .map(|parsed| Object {
-                    number,
-                    bytes: line.len(),
-                    line: parsed,
-                })
-                .map_err(|e| Error::Damaged(format!("line {number}: {e}"))),
-        )
+        Some(next_line()?.map(|line| (number, line)))
     });
-    Ok((header, objects))
+    Ok((header, lines))
+}
+
+/// Parses line `number`.
+fn read_object((number, mut line): NumberedLine) -> Result<Object> {
+    parse_line(&mut line)
+        .map(|parsed| Object {
+            number,
+            bytes: line.len(),
+            line: parsed,
+        })
+        .map_err(|e| Error::Damaged(format!("line {number}: {e}")))
 }
 
 /// An object of a dump, read.
@@ -684,8 +692,40 @@ pub fn verify(path: &Path) -> Result<Described> {
 
 /// [`verify`], and the holders of the fires more than one run claims
 /// ([`fires`]).
+///
+/// A thread decompresses the file and cuts it into lines while this one
+/// parses them: nothing else runs during the check (the store waits for
+/// it), and the two halves took about as long as each other
+/// (docs/PERFORMANCE.md, *Import: … (issue 35)*).
 fn check(path: &Path) -> Result<(Described, Holders)> {
-    let (header, objects) = open(path)?;
+    let (header, lines) = open_lines(path)?;
+    std::thread::scope(|scope| {
+        let (chunks, read) = std::sync::mpsc::sync_channel::<Vec<Result<NumberedLine>>>(4);
+        scope.spawn(move || {
+            let mut chunk = Vec::with_capacity(CHUNK);
+            for line in lines {
+                chunk.push(line);
+                if chunk.len() == CHUNK {
+                    // The check stopped (it failed): nothing more to read.
+                    if chunks.send(std::mem::take(&mut chunk)).is_err() {
+                        return;
+                    }
+                }
+            }
+            let _ = chunks.send(chunk);
+        });
+        check_objects(
+            header,
+            read.into_iter().flatten().map(|l| l.and_then(read_object)),
+        )
+    })
+}
+
+/// [`check`] of the objects after `header`.
+fn check_objects(
+    header: Header,
+    objects: impl Iterator<Item = Result<Object>>,
+) -> Result<(Described, Holders)> {
     let mut seen = Counts::default();
     let mut holders = Holders::new();
     let mut end = None;
