@@ -66,6 +66,7 @@ use fires::{Holders, Order};
 use writers::Writers;
 
 mod fires;
+mod spans;
 mod writers;
 
 /// The format version this ax writes, and the newest it reads.
@@ -561,7 +562,12 @@ pub struct Described {
 /// Each object comes with its line's number and size.
 fn open(path: &Path) -> Result<(Header, impl Iterator<Item = Result<Object>>)> {
     let (header, lines) = open_lines(path)?;
-    Ok((header, lines.map(|line| line.and_then(read_object))))
+    // A run's JSON text is kept only from a dump of this version (`spans`).
+    let keep = header.ax == env!("CARGO_PKG_VERSION");
+    Ok((
+        header,
+        lines.map(move |line| line.and_then(|l| read_object(l, keep))),
+    ))
 }
 
 /// A line after the header, with its number in the file.
@@ -609,15 +615,24 @@ fn open_lines(path: &Path) -> Result<(Header, impl Iterator<Item = Result<Number
     Ok((header, lines))
 }
 
-/// Parses line `number`.
-fn read_object((number, mut line): NumberedLine) -> Result<Object> {
-    parse_line(&mut line)
-        .map(|parsed| Object {
-            number,
-            bytes: line.len(),
-            line: parsed,
-        })
-        .map_err(|e| Error::Damaged(format!("line {number}: {e}")))
+/// Parses line `number`; a run keeps its JSON text when `keep_json` and
+/// the line has the layout ax writes ([`spans`]).
+fn read_object((number, mut line): NumberedLine, keep_json: bool) -> Result<Object> {
+    let mut parsed =
+        parse_line(&mut line).map_err(|e| Error::Damaged(format!("line {number}: {e}")))?;
+    let bytes = line.len();
+    if keep_json
+        && let Line::Run(whole) = &mut parsed
+        && let Some((run, logs)) = spans::spans(&line)
+        && logs.len() == whole.logs.len()
+    {
+        whole.json = super::DumpJson::new(super::JsonSpans { line, run, logs });
+    }
+    Ok(Object {
+        number,
+        bytes,
+        line: parsed,
+    })
 }
 
 /// An object of a dump, read.
@@ -716,7 +731,9 @@ fn check(path: &Path) -> Result<(Described, Holders)> {
         });
         check_objects(
             header,
-            read.into_iter().flatten().map(|l| l.and_then(read_object)),
+            read.into_iter()
+                .flatten()
+                .map(|l| l.and_then(|l| read_object(l, false))),
         )
     })
 }
@@ -1138,6 +1155,62 @@ mod tests {
             target.whole_runs(&ids).unwrap(),
             store.whole_runs(&ids).unwrap()
         );
+    }
+
+    /// A run's JSON text kept from a dump of this version is what encoding
+    /// the parsed values gives, byte for byte (what a store stores in its
+    /// place: `spans`).
+    #[test]
+    fn a_runs_json_text_is_what_encoding_it_gives() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = MemoryStore::new();
+        let mut run = crate::store::conformance::run(
+            "r00000000000100000001",
+            "t1",
+            "a\"b",
+            crate::model::RunStatus::Succeeded,
+        );
+        run.input = serde_json::json!({"z": 0.1, "a": [1.5e300, -0.0, "é\u{1}\"}]\\"], "m": {}});
+        run.reason = Some("tab\tquote\"brace}".into());
+        store.insert_run(&run, false, None, &[]).unwrap();
+        let logs = crate::store::AttemptLogs {
+            step: "s1".into(),
+            attempt: 1,
+            stdout: "out {\"]}\n\u{0}".into(),
+            ..Default::default()
+        };
+        store.put_logs("t1", &run.id, &logs).unwrap();
+        store
+            .put_logs(
+                "t1",
+                &run.id,
+                &crate::store::AttemptLogs { attempt: 2, ..logs },
+            )
+            .unwrap();
+        let path = dir.path().join("json.ax-dump");
+        export(
+            &store,
+            create_file(&path, false).unwrap(),
+            &ExportOptions::default(),
+        )
+        .unwrap();
+
+        let (_, objects) = open(&path).unwrap();
+        let runs: Vec<WholeRun> = objects
+            .filter_map(|o| match o.unwrap().line {
+                Line::Run(whole) => Some(*whole),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(runs.len(), 1);
+        let whole = &runs[0];
+        assert_eq!(whole.logs.len(), 2);
+        let encoded = serde_json::to_vec(&whole.run).unwrap();
+        assert_eq!(whole.json.run(), Some(&encoded[..]));
+        for (i, logs) in whole.logs.iter().enumerate() {
+            let encoded = serde_json::to_vec(logs).unwrap();
+            assert_eq!(whole.json.logs(i), Some(&encoded[..]));
+        }
     }
 
     #[test]

@@ -269,6 +269,7 @@ pub fn restore_runs_stores_what_inserts_would_and_names_a_run_held_twice<S: Stor
             logs: vec![attempt_logs("s1", 1, format!("run {n}"))],
             records: vec![attempt_record(&r.id, "s1", 1, "kept")],
             run: r,
+            json: Default::default(),
         }
     };
     let runs = vec![
