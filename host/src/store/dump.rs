@@ -617,17 +617,23 @@ fn open_lines(path: &Path) -> Result<(Header, impl Iterator<Item = Result<Number
 
 /// Parses line `number`; a run keeps its JSON text when `keep_json` and
 /// the line has the layout ax writes ([`spans`]).
-fn read_object((number, mut line): NumberedLine, keep_json: bool) -> Result<Object> {
-    let mut parsed =
-        parse_line(&mut line).map_err(|e| Error::Damaged(format!("line {number}: {e}")))?;
+fn read_object((number, line): NumberedLine, keep_json: bool) -> Result<Object> {
     let bytes = line.len();
-    if keep_json
-        && let Line::Run(whole) = &mut parsed
-        && let Some((run, logs)) = spans::spans(&line)
-        && logs.len() == whole.logs.len()
-    {
-        whole.json = super::DumpJson::new(super::JsonSpans { line, run, logs });
-    }
+    let mut line = match keep_json {
+        true => match spans::read_run(line) {
+            Ok(whole) => {
+                return Ok(Object {
+                    number,
+                    bytes,
+                    line: Line::Run(Box::new(whole)),
+                });
+            }
+            Err(line) => line,
+        },
+        false => line,
+    };
+    let parsed =
+        parse_line(&mut line).map_err(|e| Error::Damaged(format!("line {number}: {e}")))?;
     Ok(Object {
         number,
         bytes,

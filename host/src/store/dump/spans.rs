@@ -15,19 +15,41 @@
 
 use std::ops::Range;
 
-/// The spans of the run's record and of each of its logs in `line`, if
-/// the line has the layout ax writes.
-pub(super) fn spans(line: &[u8]) -> Option<(Range<usize>, Vec<Range<usize>>)> {
-    let at = after(line, 0, br#"{"kind":"run","run":"#)?;
-    let run = at..value_end(line, at)?;
-    let at = after(line, run.end, br#","events":"#)?;
-    let at = value_end(line, at)?;
-    let mut at = after(line, at, br#","logs":["#)?;
-    let mut logs = Vec::new();
+use serde::de::DeserializeOwned;
+
+use crate::store::{DumpJson, JsonSpans, WholeRun};
+
+/// What a run's line starts with.
+const PREFIX: &[u8] = br#"{"kind":"run","run":"#;
+
+/// Reads a run's line with the layout ax writes, keeping the line and where
+/// its record and logs are in it; any other line is given back (and read
+/// the usual way). Each value is read once, by serde, which says where it
+/// ended: no second pass over the text.
+pub(super) fn read_run(line: Vec<u8>) -> Result<WholeRun, Vec<u8>> {
+    match spans(&line) {
+        Some((mut whole, run, logs)) => {
+            whole.json = DumpJson::new(JsonSpans { line, run, logs });
+            Ok(whole)
+        }
+        None => Err(line),
+    }
+}
+
+/// The run of `line`, and the spans of its record and of each of its logs.
+fn spans(line: &[u8]) -> Option<(WholeRun, Range<usize>, Vec<Range<usize>>)> {
+    let at = after(line, 0, PREFIX)?;
+    let (run, end) = value(line, at)?;
+    let span = at..end;
+    let at = after(line, end, br#","events":"#)?;
+    let (events, end) = value(line, at)?;
+    let mut at = after(line, end, br#","logs":["#)?;
+    let (mut logs, mut spans) = (Vec::new(), Vec::new());
     if line.get(at) != Some(&b']') {
         loop {
-            let end = value_end(line, at)?;
-            logs.push(at..end);
+            let (one, end) = value(line, at)?;
+            logs.push(one);
+            spans.push(at..end);
             match line.get(end)? {
                 b',' => at = end + 1,
                 b']' => {
@@ -38,8 +60,17 @@ pub(super) fn spans(line: &[u8]) -> Option<(Range<usize>, Vec<Range<usize>>)> {
             }
         }
     }
-    after(line, at, br#"],"records":"#)?;
-    Some((run, logs))
+    let at = after(line, at, br#"],"records":"#)?;
+    let (records, end) = value(line, at)?;
+    (&line[end..] == b"}").then_some(())?;
+    let whole = WholeRun {
+        run,
+        events,
+        logs,
+        records,
+        json: DumpJson::default(),
+    };
+    Some((whole, span, spans))
 }
 
 /// The index after `text`, if `line` holds it at `at`.
@@ -47,35 +78,15 @@ fn after(line: &[u8], at: usize, text: &[u8]) -> Option<usize> {
     line.get(at..)?.starts_with(text).then_some(at + text.len())
 }
 
-/// The index after the object or array starting at `at`.
-fn value_end(line: &[u8], at: usize) -> Option<usize> {
+/// The value starting at `at` (an object or an array), and the index after
+/// it.
+fn value<T: DeserializeOwned>(line: &[u8], at: usize) -> Option<(T, usize)> {
     if !matches!(line.get(at)?, b'{' | b'[') {
         return None;
     }
-    let (mut depth, mut string, mut escaped) = (0usize, false, false);
-    for (i, &b) in line.iter().enumerate().skip(at) {
-        if string {
-            match b {
-                _ if escaped => escaped = false,
-                b'\\' => escaped = true,
-                b'"' => string = false,
-                _ => {}
-            }
-            continue;
-        }
-        match b {
-            b'"' => string = true,
-            b'{' | b'[' => depth += 1,
-            b'}' | b']' => {
-                depth -= 1;
-                if depth == 0 {
-                    return Some(i + 1);
-                }
-            }
-            _ => {}
-        }
-    }
-    None
+    let mut values = serde_json::Deserializer::from_slice(&line[at..]).into_iter::<T>();
+    let value = values.next()?.ok()?;
+    Some((value, at + values.byte_offset()))
 }
 
 #[cfg(test)]
@@ -83,24 +94,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_record_and_each_logs_are_found_strings_and_nesting_included() {
-        let line = br#"{"kind":"run","run":{"a":"}\"]","b":[{}]},"events":[{"x":"]"}],"logs":[{"s":"{"},{"t":[1]}],"records":[]}"#;
-        let (run, logs) = spans(line).unwrap();
-        assert_eq!(&line[run], br#"{"a":"}\"]","b":[{}]}"#);
-        let logs: Vec<&[u8]> = logs.into_iter().map(|r| &line[r]).collect();
-        assert_eq!(logs, [&br#"{"s":"{"}"#[..], br#"{"t":[1]}"#]);
-        let none = br#"{"kind":"run","run":{},"events":[],"logs":[],"records":[]}"#;
-        assert_eq!(spans(none).unwrap().1, Vec::<Range<usize>>::new());
-    }
-
-    #[test]
-    fn another_layout_has_no_spans() {
+    fn another_layout_is_left_to_serde() {
         for line in [
             &br#"{"kind":"run","events":[],"run":{},"logs":[],"records":[]}"#[..],
             br#"{"kind":"run", "run":{},"events":[],"logs":[],"records":[]}"#,
             br#"{"kind":"run","run":{"a":1,"events":[],"logs":[],"records":[]}"#,
         ] {
-            assert_eq!(spans(line), None);
+            assert!(read_run(line.to_vec()).is_err());
         }
     }
 }
