@@ -716,8 +716,8 @@ pub fn verify(path: &Path) -> Result<Described> {
 ///
 /// A thread decompresses the file and cuts it into lines while this one
 /// parses them: nothing else runs during the check (the store waits for
-/// it), and the two halves took about as long as each other
-/// (docs/PERFORMANCE.md, *Import: … (issue 35)*).
+/// it), so the second core was idle (docs/PERFORMANCE.md, *Import: the
+/// dump's JSON kept, the check on two threads*).
 fn check(path: &Path) -> Result<(Described, Holders)> {
     let (header, lines) = open_lines(path)?;
     std::thread::scope(|scope| {

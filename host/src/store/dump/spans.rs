@@ -1,8 +1,8 @@
 //! Where in a run's dump line its record and its logs are
 //! ([`JsonSpans`](crate::store::JsonSpans)), so that a store keeping them
 //! as JSON stores the dump's bytes rather than encoding the parsed values
-//! again (on PostgreSQL that encoding was a fifth of ax's CPU in an
-//! import: docs/PERFORMANCE.md, *Import: … (issue 35)*).
+//! again (PostgreSQL's `restore_runs`: docs/PERFORMANCE.md, *Import: the
+//! dump's JSON kept, the check on two threads*).
 //!
 //! Only for a line as this ax writes it (`{"kind":"run","run":{…},
 //! "events":[…],"logs":[…],"records":[…]}`, no spaces) in a dump made by
