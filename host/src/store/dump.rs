@@ -62,8 +62,11 @@ use serde::{Deserialize, Serialize};
 use super::{AlertQuery, KeyEntry, OutboxAlert, Store, StoreExt, Tree, WholeRun};
 use crate::model::{DeadLetter, Millis, PluginRecord, PluginTag, ScheduleState, TaskRecord};
 use crate::tenant::{DEFAULT_TENANT, TenantRecord, TokenRecord, UsageBucket};
+use fires::{Holders, Order};
 use writers::Writers;
 
+mod fires;
+mod spans;
 mod writers;
 
 /// The format version this ax writes, and the newest it reads.
@@ -558,6 +561,20 @@ pub struct Described {
 /// The dump's lines: the header read and checked, then the objects.
 /// Each object comes with its line's number and size.
 fn open(path: &Path) -> Result<(Header, impl Iterator<Item = Result<Object>>)> {
+    let (header, lines) = open_lines(path)?;
+    // A run's JSON text is kept only from a dump of this version (`spans`).
+    let keep = header.ax == env!("CARGO_PKG_VERSION");
+    Ok((
+        header,
+        lines.map(move |line| line.and_then(|l| read_object(l, keep))),
+    ))
+}
+
+/// A line after the header, with its number in the file.
+type NumberedLine = (usize, Vec<u8>);
+
+/// [`open`]'s lines, not parsed yet.
+fn open_lines(path: &Path) -> Result<(Header, impl Iterator<Item = Result<NumberedLine>>)> {
     let file = File::open(path)?;
     let mut reader = BufReader::with_capacity(1 << 16, MultiGzDecoder::new(BufReader::new(file)));
     let mut buffer = Vec::new();
@@ -591,23 +608,37 @@ fn open(path: &Path) -> Result<(Header, impl Iterator<Item = Result<Object>>)> {
         });
     }
     let mut number = 1;
-    let objects = std::iter::from_fn(move || {
-        let mut line = match next_line()? {
-            Ok(line) => line,
-            Err(e) => return Some(Err(e)),
-        };
+    let lines = std::iter::from_fn(move || {
         number += 1;
-        Some(
-            parse_line(&mut line)
-                .map(|parsed| Object {
-                    number,
-                    bytes: line.len(),
-                    line: parsed,
-                })
-                .map_err(|e| Error::Damaged(format!("line {number}: {e}"))),
-        )
+        Some(next_line()?.map(|line| (number, line)))
     });
-    Ok((header, objects))
+    Ok((header, lines))
+}
+
+/// Parses line `number`; a run keeps its JSON text when `keep_json` and
+/// the line has the layout ax writes ([`spans`]).
+fn read_object((number, line): NumberedLine, keep_json: bool) -> Result<Object> {
+    let bytes = line.len();
+    let mut line = match keep_json {
+        true => match spans::read_run(line) {
+            Ok(whole) => {
+                return Ok(Object {
+                    number,
+                    bytes,
+                    line: Line::Run(Box::new(whole)),
+                });
+            }
+            Err(line) => line,
+        },
+        false => line,
+    };
+    let parsed =
+        parse_line(&mut line).map_err(|e| Error::Damaged(format!("line {number}: {e}")))?;
+    Ok(Object {
+        number,
+        bytes,
+        line: parsed,
+    })
 }
 
 /// An object of a dump, read.
@@ -677,8 +708,49 @@ fn read_error(e: std::io::Error) -> Error {
 /// Reads the whole dump at `path` and checks it: a known format, every line
 /// readable, an end line whose counts match the lines. Writes nothing.
 pub fn verify(path: &Path) -> Result<Described> {
-    let (header, objects) = open(path)?;
+    check(path).map(|(described, _)| described)
+}
+
+/// [`verify`], and the holders of the fires more than one run claims
+/// ([`fires`]).
+///
+/// A thread decompresses the file and cuts it into lines while this one
+/// parses them: nothing else runs during the check (the store waits for
+/// it), so the second core was idle (docs/PERFORMANCE.md, *Import: the
+/// dump's JSON kept, the check on two threads*).
+fn check(path: &Path) -> Result<(Described, Holders)> {
+    let (header, lines) = open_lines(path)?;
+    std::thread::scope(|scope| {
+        let (chunks, read) = std::sync::mpsc::sync_channel::<Vec<Result<NumberedLine>>>(4);
+        scope.spawn(move || {
+            let mut chunk = Vec::with_capacity(CHUNK);
+            for line in lines {
+                chunk.push(line);
+                if chunk.len() == CHUNK {
+                    // The check stopped (it failed): nothing more to read.
+                    if chunks.send(std::mem::take(&mut chunk)).is_err() {
+                        return;
+                    }
+                }
+            }
+            let _ = chunks.send(chunk);
+        });
+        check_objects(
+            header,
+            read.into_iter()
+                .flatten()
+                .map(|l| l.and_then(|l| read_object(l, false))),
+        )
+    })
+}
+
+/// [`check`] of the objects after `header`.
+fn check_objects(
+    header: Header,
+    objects: impl Iterator<Item = Result<Object>>,
+) -> Result<(Described, Holders)> {
     let mut seen = Counts::default();
+    let mut holders = Holders::new();
     let mut end = None;
     for object in objects {
         let Object { number, line, .. } = object?;
@@ -692,7 +764,12 @@ pub fn verify(path: &Path) -> Result<Described> {
                 counts,
                 secrets_left_out,
             } => end = Some((counts, secrets_left_out)),
-            line => line.count(&mut seen),
+            line => {
+                if let Line::Run(whole) = &line {
+                    holders.read(&whole.run);
+                }
+                line.count(&mut seen);
+            }
         }
     }
     let Some((counts, secrets_left_out)) = end else {
@@ -703,12 +780,13 @@ pub fn verify(path: &Path) -> Result<Described> {
             "the end line counts {counts}, the file holds {seen}"
         )));
     }
-    Ok(Described {
+    let described = Described {
         ax: header.ax,
         created_at: header.created_at,
         counts,
         secrets_left_out,
-    })
+    };
+    Ok((described, holders.contested()))
 }
 
 /// What makes a store non-empty, if anything (named for the error).
@@ -759,7 +837,7 @@ pub(crate) fn import_in_batches(
     options: &ImportOptions,
     batch: usize,
 ) -> Result<Counts> {
-    verify(path)?;
+    let (_, holders) = check(path)?;
     if let Some(found) = contents(store)? {
         return Err(Error::NotEmpty(found));
     }
@@ -788,7 +866,8 @@ pub(crate) fn import_in_batches(
             }
             let _ = chunks.send(Ok(chunk));
         });
-        let mut writer = Importer::new(store, Writers::new(scope, store, options.key_ttl));
+        let writers = Writers::new(scope, store, options.key_ttl);
+        let mut writer = Importer::new(store, writers, Order::new(holders));
         writer.batch = batch;
         for chunk in read {
             for object in chunk? {
@@ -817,6 +896,8 @@ struct Importer<'a, 'scope> {
     /// Runs per batch at most ([`IMPORT_BATCH`]).
     batch: usize,
     runs: Vec<WholeRun>,
+    /// The order runs are written in ([`fires`]).
+    order: Order,
     writers: Writers<'scope, 'a>,
     /// The bytes of the batched runs' lines.
     run_bytes: usize,
@@ -825,12 +906,13 @@ struct Importer<'a, 'scope> {
 }
 
 impl<'a, 'scope> Importer<'a, 'scope> {
-    fn new(store: &'a dyn Store, writers: Writers<'scope, 'a>) -> Self {
+    fn new(store: &'a dyn Store, writers: Writers<'scope, 'a>, order: Order) -> Self {
         Importer {
             store,
             imported: Counts::default(),
             batch: IMPORT_BATCH,
             runs: Vec::with_capacity(IMPORT_BATCH),
+            order,
             writers,
             run_bytes: 0,
             kv: Vec::new(),
@@ -861,10 +943,8 @@ impl<'a, 'scope> Importer<'a, 'scope> {
                 store.put_task(&task, &schedule)?;
             }
             Line::Run(whole) => {
-                self.runs.push(*whole);
-                self.run_bytes += bytes;
-                if self.runs.len() >= self.batch || self.run_bytes >= BATCH_BYTES {
-                    self.restore_runs()?;
+                for (whole, bytes) in self.order.next(*whole, bytes) {
+                    self.push_run(whole, bytes)?;
                 }
             }
             Line::Blob { digest, bytes } => {
@@ -914,11 +994,24 @@ impl<'a, 'scope> Importer<'a, 'scope> {
 
     /// Writes what is still batched; returns what was imported.
     fn finish(mut self) -> Result<Counts> {
+        for (whole, bytes) in self.order.rest() {
+            self.push_run(whole, bytes)?;
+        }
         self.restore_runs()?;
         self.writers.land()?;
         self.restore_keys()?;
         self.store.restore_map(Tree::Kv, &self.kv)?;
         Ok(self.imported)
+    }
+
+    /// Adds a run to the batch, and starts storing the batch once full.
+    fn push_run(&mut self, whole: WholeRun, bytes: usize) -> Result<()> {
+        self.runs.push(whole);
+        self.run_bytes += bytes;
+        if self.runs.len() >= self.batch || self.run_bytes >= BATCH_BYTES {
+            self.restore_runs()?;
+        }
+        Ok(())
     }
 
     /// Starts storing the batch of runs ([`Runs::restore_runs`](super::Runs::restore_runs),
@@ -1068,6 +1161,62 @@ mod tests {
             target.whole_runs(&ids).unwrap(),
             store.whole_runs(&ids).unwrap()
         );
+    }
+
+    /// A run's JSON text kept from a dump of this version is what encoding
+    /// the parsed values gives, byte for byte (what a store stores in its
+    /// place: `spans`).
+    #[test]
+    fn a_runs_json_text_is_what_encoding_it_gives() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = MemoryStore::new();
+        let mut run = crate::store::conformance::run(
+            "r00000000000100000001",
+            "t1",
+            "a\"b",
+            crate::model::RunStatus::Succeeded,
+        );
+        run.input = serde_json::json!({"z": 0.1, "a": [1.5e300, -0.0, "é\u{1}\"}]\\"], "m": {}});
+        run.reason = Some("tab\tquote\"brace}".into());
+        store.insert_run(&run, false, None, &[]).unwrap();
+        let logs = crate::store::AttemptLogs {
+            step: "s1".into(),
+            attempt: 1,
+            stdout: "out {\"]}\n\u{0}".into(),
+            ..Default::default()
+        };
+        store.put_logs("t1", &run.id, &logs).unwrap();
+        store
+            .put_logs(
+                "t1",
+                &run.id,
+                &crate::store::AttemptLogs { attempt: 2, ..logs },
+            )
+            .unwrap();
+        let path = dir.path().join("json.ax-dump");
+        export(
+            &store,
+            create_file(&path, false).unwrap(),
+            &ExportOptions::default(),
+        )
+        .unwrap();
+
+        let (_, objects) = open(&path).unwrap();
+        let runs: Vec<WholeRun> = objects
+            .filter_map(|o| match o.unwrap().line {
+                Line::Run(whole) => Some(*whole),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(runs.len(), 1);
+        let whole = &runs[0];
+        assert_eq!(whole.logs.len(), 2);
+        let encoded = serde_json::to_vec(&whole.run).unwrap();
+        assert_eq!(whole.json.run(), Some(&encoded[..]));
+        for (i, logs) in whole.logs.iter().enumerate() {
+            let encoded = serde_json::to_vec(logs).unwrap();
+            assert_eq!(whole.json.logs(i), Some(&encoded[..]));
+        }
     }
 
     #[test]

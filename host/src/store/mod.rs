@@ -61,8 +61,8 @@ pub use self::outbox::{AlertQuery, AlertStatus, Outbox, OutboxAlert};
 pub use self::resolve::{Unresolved, resolve_plugin};
 pub use self::rules::{id_millis, new_id};
 pub use self::runs::{
-    AttemptLogs, Changed, Insert, KeyEntry, NewRun, RunLogs, RunPage, RunQuery, RunSummary,
-    RunWrite, Runs, WholeRun, claims_fire, restore_by_inserts,
+    AttemptLogs, Changed, DumpJson, Insert, JsonSpans, KeyEntry, NewRun, RunLogs, RunPage,
+    RunQuery, RunSummary, RunWrite, Runs, WholeRun, claims_fire, restore_by_inserts,
 };
 pub use self::sled::SledStore;
 pub use self::tenancy::Tenancy;

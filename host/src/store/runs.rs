@@ -79,6 +79,53 @@ pub struct WholeRun {
     /// The records kept of its attempts, in the order of its steps and
     /// their attempts.
     pub records: Vec<AttemptRecord>,
+    /// The run's and its logs' JSON as a dump holds them, when it is what
+    /// encoding them again gives (`store::dump` says when): a store that
+    /// keeps them as JSON stores these bytes instead of encoding them
+    /// again. Not serialized, and not compared.
+    #[serde(skip)]
+    pub json: DumpJson,
+}
+
+/// The JSON text a dump line holds of a run and of each of its logs
+/// ([`WholeRun::json`]); none unless read from a dump.
+#[derive(Clone, Debug, Default)]
+pub struct DumpJson(Option<std::sync::Arc<JsonSpans>>);
+
+/// A dump's line and where in it are a run's record and its logs.
+#[derive(Debug)]
+pub struct JsonSpans {
+    /// The line.
+    pub line: Vec<u8>,
+    /// The run's record.
+    pub run: std::ops::Range<usize>,
+    /// Each of its logs, in order.
+    pub logs: Vec<std::ops::Range<usize>>,
+}
+
+impl DumpJson {
+    /// Spans of `spans.line`.
+    pub fn new(spans: JsonSpans) -> Self {
+        DumpJson(Some(std::sync::Arc::new(spans)))
+    }
+
+    /// The run's record's JSON, if known.
+    pub fn run(&self) -> Option<&[u8]> {
+        self.0.as_deref().map(|s| &s.line[s.run.clone()])
+    }
+
+    /// The JSON of the run's `i`th logs, if known.
+    pub fn logs(&self, i: usize) -> Option<&[u8]> {
+        let spans = self.0.as_deref()?;
+        spans.logs.get(i).map(|r| &spans.line[r.clone()])
+    }
+}
+
+/// Text the value came from, not part of it: any two are equal.
+impl PartialEq for DumpJson {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
 }
 
 /// One attempt's captured output with the run it belongs to and the
@@ -366,6 +413,7 @@ pub trait Runs {
                 events,
                 logs,
                 records,
+                json: Default::default(),
             });
         }
         Ok(whole)
@@ -430,6 +478,7 @@ pub fn restore_by_inserts<S: Runs + ?Sized>(
             events,
             logs: run_logs,
             records: run_records,
+            ..
         } = whole;
         logs.extend(run_logs.into_iter().map(|logs| RunLogs {
             tenant: run.tenant.to_string(),

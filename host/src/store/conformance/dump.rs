@@ -269,6 +269,7 @@ pub fn restore_runs_stores_what_inserts_would_and_names_a_run_held_twice<S: Stor
             logs: vec![attempt_logs("s1", 1, format!("run {n}"))],
             records: vec![attempt_record(&r.id, "s1", 1, "kept")],
             run: r,
+            json: Default::default(),
         }
     };
     let runs = vec![
@@ -351,8 +352,8 @@ pub fn restore_runs_stores_what_inserts_would_and_names_a_run_held_twice<S: Stor
 /// An import writes two batches at a time (`store::dump`'s writers); one
 /// run per batch here, so every run is in flight beside another. What
 /// comes out is what one batch at a time gives: of two runs claiming one
-/// fire the first in the dump holds it, and a run held twice, one batch
-/// after its first copy, is named.
+/// fire the one that held it in the source store (created first) holds it,
+/// and a run held twice, one batch after its first copy, is named.
 pub fn batches_in_flight_store_what_one_batch_at_a_time_would<S: Store>(make: Make<S>) {
     let dir = Scratch::new();
     let source = MemoryStore::new();
@@ -392,6 +393,10 @@ pub fn batches_in_flight_store_what_one_batch_at_a_time_would<S: Store>(make: Ma
         owner(&serial),
         "the same run holds the fire"
     );
+    // The export writes run 2 first (newest first): the round trip still
+    // leaves the fire with run 1, which held it (`store::dump`'s `fires`).
+    assert_eq!(owner(&source), run_id(1_000, 1));
+    assert_eq!(owner(&target), run_id(1_000, 1), "the source's holder");
 
     // A run again, right after its first copy: the two would be in
     // flight together but for the claims' rule, and the second would wait

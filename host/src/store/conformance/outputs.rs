@@ -218,6 +218,7 @@ pub fn whole_runs_are_each_run_with_what_it_keeps<S: Store>(make: Make<S>) {
                 .unwrap()
                 .into_iter()
                 .collect(),
+            json: Default::default(),
         })
         .collect();
     assert_eq!(whole, expected);

@@ -12,7 +12,8 @@
 //! A batch is not started beside an earlier one still in flight that holds
 //! the same run id, idempotency key or fire (tenant, task, instant) as it:
 //! it waits for that batch to be stored first. So of two runs claiming one
-//! fire, the first in the dump still holds it, and a run held twice is
+//! fire, the first written still holds it (the importer writes the one to
+//! hold it first: `fires.rs`), and a run held twice is
 //! still found by the store's own check (the earlier one is committed) and
 //! named, never met as a write that waited on the other's lock. (Claims are
 //! compared by hash: a collision only makes a batch wait.) Batches that do

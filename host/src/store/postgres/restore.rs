@@ -15,6 +15,7 @@
 //! row (decoding them, the statement's conflict checks and ordering), most
 //! of an import's time (docs/PERFORMANCE.md, *Export and import*).
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 
 use super::copy::CopyRows;
@@ -75,7 +76,11 @@ impl Batch {
             let run = &whole.run;
             let id = key(&run.id);
             let tenant = key(&run.tenant);
-            let record = encode(run)?;
+            // The dump's text when it is what encoding gives (`dump::spans`).
+            let record = match whole.json.run() {
+                Some(text) => Cow::Borrowed(text),
+                None => Cow::Owned(encode(run)?),
+            };
             let mut added = record.len() as i64;
             if let Some(events) = encode_events(&whole.events)? {
                 added += events.len() as i64;
@@ -83,8 +88,11 @@ impl Batch {
                 batch.events.row(3).text(&id).int8(bytes).bytea(&events);
             }
             batch.charges.add(&run.tenant, added);
-            for logs in &whole.logs {
-                let row = encode(logs)?;
+            for (i, logs) in whole.logs.iter().enumerate() {
+                let row = match whole.json.logs(i) {
+                    Some(text) => Cow::Borrowed(text),
+                    None => Cow::Owned(encode(logs)?),
+                };
                 batch.charges.add(&run.tenant, row.len() as i64);
                 output(
                     &mut batch.logs,

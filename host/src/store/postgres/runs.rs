@@ -539,6 +539,7 @@ async fn whole_runs(
             events,
             logs,
             records,
+            json: Default::default(),
         });
     }
     Ok(whole)
