@@ -241,7 +241,12 @@ fn size(n: u64) -> Option<usize> {
     usize::try_from(n).ok()
 }
 
-/// Whether `bytes` are a compact record or step run.
+/// The error for a compact record whose head [`head`] cannot read.
+pub(super) fn unreadable_head(key: &[u8]) -> Error {
+    corrupt(key, "run record", "its head is damaged")
+}
+
+/// Whether `bytes` are a compact record, step run or inline logs.
 pub(super) fn is_compact(bytes: &[u8]) -> bool {
     bytes.first() == Some(&COMPACT)
 }
@@ -491,6 +496,7 @@ mod tests {
     use super::super::definitions::{Shape, json as json_record};
     use super::super::fixtures::run;
     use super::*;
+    use crate::store::prelude::*;
 
     const DIGEST: &str = "5f0c8a9e3b1d2c4f6a7e8d9c0b1a2f3e4d5c6b7a8f9e0d1c2b3a4f5e6d7c8b9a";
 
@@ -603,6 +609,25 @@ mod tests {
             ));
         }
         assert!(head(&[COMPACT]).is_none());
+    }
+
+    /// A write over a damaged compact record is refused as corrupt, not
+    /// taken for a record of a newer ax, and changes nothing.
+    #[test]
+    fn a_write_over_a_damaged_record_is_refused_as_corrupt() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = super::super::SledStore::open(dir.path()).unwrap();
+        let mut r = run("r1", RunStatus::Queued);
+        store.insert_run(&r, false, None, &[]).unwrap();
+        let k = key("run", &["r1"]);
+        store.db.insert(&k, &[COMPACT, 0xff][..]).unwrap();
+        r.status = RunStatus::Running;
+        let refused = store.update_run(&mut r, &[]).unwrap_err();
+        assert!(
+            matches!(&refused, Error::Corrupt { reason, .. } if reason.contains("head is damaged")),
+            "{refused:?}"
+        );
+        assert_eq!(&store.db.get(&k).unwrap().unwrap()[..], &[COMPACT, 0xff]);
     }
 
     /// The enums are stored by variant index: these are the indexes every

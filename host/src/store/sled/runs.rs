@@ -507,6 +507,9 @@ impl SledStore {
                     head.step_count,
                     head.input,
                 ),
+                None if super::compact::is_compact(bytes) => {
+                    return Err(super::compact::unreadable_head(&run_key));
+                }
                 None => (
                     decode::<Revision>(&run_key, bytes)?.revision,
                     None,
