@@ -256,8 +256,8 @@ pub fn name(column: &str) -> String {
     out
 }
 
-/// A record as stored in a `record` column: its JSON, as the API and the
-/// sled store write it.
+/// A record as stored in a `record` column: its JSON, as the API writes it
+/// (sled keeps its hot records compact instead, `store/sled/compact.rs`).
 pub fn encode<T: Serialize>(value: &T) -> PgResult<Vec<u8>> {
     serde_json::to_vec(value)
         .map_err(|e| Fail::Store(Error::Backend(format!("encoding a record: {e}"))))

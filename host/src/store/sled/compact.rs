@@ -39,7 +39,7 @@ use serde::{Deserialize, Serialize, Serializer};
 use serde_json::Value;
 
 use super::inputs::Input;
-use super::keys::{decode_part, key, show_key};
+use super::keys::{VALUE_FORMAT, decode_part, key, show_key};
 use crate::model::ids::RunId;
 use crate::model::{
     AttemptRecord, ErrorKind, Millis, Outcome, RunRecord, RunStatus, StepRunRecord, StepStatus,
@@ -239,6 +239,19 @@ fn corrupt(key: &[u8], what: &str, e: impl std::fmt::Display) -> Error {
 
 fn size(n: u64) -> Option<usize> {
     usize::try_from(n).ok()
+}
+
+/// Whether `value`, of the key kind `kind`, is a run record, step run or
+/// inline logs stored as JSON by a store of format 7 or before (a log blob's
+/// reference stays JSON: it is not counted).
+pub(super) fn older_json(kind: &str, value: &[u8]) -> bool {
+    match kind {
+        "run" | "step" => value.first() == Some(&VALUE_FORMAT),
+        "log" => value.split_first().is_some_and(|(&format, json)| {
+            format == VALUE_FORMAT && json.starts_with(br#"{"inline""#)
+        }),
+        _ => false,
+    }
 }
 
 /// The error for a compact record whose head [`head`] cannot read.
@@ -725,6 +738,10 @@ mod format_7 {
             store.db.flush().unwrap();
             std::fs::write(dir.path().join("store-format"), "7\n").unwrap();
         }
+        let json_values = || SledStore::check(dir.path()).unwrap().json_values;
+        drop(SledStore::open(dir.path()).unwrap());
+        // 3 records and the 20 steps of r1.
+        assert_eq!(json_values(), 23);
         let store = SledStore::open(dir.path()).unwrap();
         let marker: String = store.get(&key("sys", &["format"])).unwrap().unwrap();
         assert_eq!(marker, "8");
@@ -744,5 +761,20 @@ mod format_7 {
         assert_eq!(first_byte(key("step", &["r1", "00000"])), COMPACT);
         let weighed = super::super::footprint::weigh_all(&store).unwrap();
         assert_eq!(store.run_bytes("t1").unwrap() as i64, weighed.of("t1"));
+        drop(store);
+        // Each was written whole (the scheduler names the changed steps
+        // only; those it does not name stay as they are until they change).
+        assert_eq!(json_values(), 0);
+    }
+
+    #[test]
+    fn older_json_counts_records_steps_and_inline_logs_not_blob_references() {
+        let inline = encode(&super::super::logs::StoredLogs::Inline(Default::default()));
+        let blob = encode(&super::super::logs::StoredLogs::Blob { digest: "d".into() });
+        assert!(older_json("log", &inline.unwrap()));
+        assert!(!older_json("log", &blob.unwrap()));
+        assert!(older_json("run", &encode("x").unwrap()));
+        assert!(!older_json("run", &[COMPACT, 0]));
+        assert!(!older_json("ev", &encode("x").unwrap()));
     }
 }

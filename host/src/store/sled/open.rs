@@ -231,6 +231,10 @@ pub struct Checked {
     /// The files of `inputs/` (`inputs.rs`): the run data kept outside the
     /// database.
     pub input_files: KindSize,
+    /// Run records, step runs and inline logs still in the JSON of a store
+    /// of format 7 or before: each turns compact when it is next written
+    /// (`compact.rs`), and retention deletes the others with their runs.
+    pub json_values: usize,
 }
 
 /// The entries of one kind of key and their bytes ([`Checked::kinds`]).
@@ -269,18 +273,22 @@ impl SledStore {
             definitions: 0,
             kinds: Default::default(),
             input_files: KindSize::default(),
+            json_values: 0,
         };
         if format < STORE_FORMAT {
             return Ok(checked);
         }
         let store = Self::open_unchecked(data_dir, Self::DEFAULT_CACHE_BYTES)?;
-        let kinds = &mut checked.kinds;
+        let (kinds, json_values) = (&mut checked.kinds, &mut checked.json_values);
         checked.entries = read_every_entry(&store.db, &AtomicBool::new(false), |k, v| {
             let kind = k
                 .split_inclusive(|&b| b == 0)
                 .next()
                 .and_then(super::keys::decode_part)
                 .unwrap_or_else(|| "?".to_owned());
+            if super::compact::older_json(&kind, v) {
+                *json_values += 1;
+            }
             let size = kinds.entry(kind).or_default();
             size.entries += 1;
             size.bytes += (k.len() + v.len()) as u64;
