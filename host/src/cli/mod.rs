@@ -635,10 +635,6 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     checked.runs,
                     checked.definitions
                 );
-                println!(
-                    "{:<8} {:>10} {:>12} {:>9}",
-                    "kind", "entries", "bytes", "per run"
-                );
                 if checked.json_values > 0 {
                     println!(
                         "{} records, step runs and logs still in an older format's JSON \
@@ -646,6 +642,10 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                         checked.json_values
                     );
                 }
+                println!(
+                    "{:<8} {:>10} {:>12} {:>9}",
+                    "kind", "entries", "bytes", "per run"
+                );
                 let runs = checked.runs.max(1) as f64;
                 let files = ("inputs/".to_owned(), &checked.input_files);
                 let kinds = checked.kinds.iter().map(|(k, s)| (k.clone(), s));
