@@ -1,18 +1,24 @@
 //! A run's events as sled stores them: one value per write of the run
 //! (`ev/{run}/{seq:020}`), holding the events of that write in order.
 //!
-//! Since store format 6 the list is compact: the format byte
-//! [`COMPACT_EVENTS`], then the events in postcard (lengths and integers as
-//! varints, no field names), each without its run id, which the key holds.
-//! A one-step run's six events take ~320 B instead of ~1,000 B of JSON
-//! (docs/PERFORMANCE.md, *Compact events*). Stores of earlier formats hold
-//! JSON, a list per write or (before lists) one event per key; those are
-//! read as they are and never rewritten, so the upgrade to format 6 rewrites
-//! nothing (old runs keep their JSON events until retention deletes them).
+//! Since store format 8 the list is the format byte [`EVENTS_NAMED`], then
+//! the events in postcard (lengths and integers as varints, no field
+//! names), each without its run id, which the key holds; the names that
+//! come back in every event (the states in `from` and `to`, the actor
+//! `scheduler`) as their place in [`NAMES`], any other as text; each
+//! instant after the first as its distance from the one before. A one-step
+//! run's six events take ~215 B. Store format 6 wrote the same list with
+//! every name as text and every instant whole ([`COMPACT_EVENTS`], ~320 B;
+//! docs/PERFORMANCE.md, *Compact events*), and earlier formats JSON, a
+//! list per write or (before lists) one event per key. Those are read as
+//! they are and never rewritten, so an upgrade rewrites nothing (old runs
+//! keep their events until retention deletes them).
 //!
 //! The encoding has no field names: a field added to [`Event`] is a compile
 //! error in [`encode`] until it is stored, and storing it needs a new format
-//! byte (postcard cannot tell a list of the old shape from the new).
+//! byte (postcard cannot tell a list of the old shape from the new). A name
+//! may be added to [`NAMES`] at its end only: `tests::names_are_fixed`
+//! holds their places.
 
 use serde::{Deserialize, Serialize};
 
@@ -20,25 +26,87 @@ use super::keys::{VALUE_FORMAT, decode, show_key};
 use crate::model::{Event, Millis};
 use crate::store::{Error, Result};
 
-/// First byte of a compact event list (JSON values start with
-/// [`VALUE_FORMAT`]).
+/// First byte of an event list of store formats 6 and 7 (JSON values start
+/// with [`VALUE_FORMAT`]).
 pub(super) const COMPACT_EVENTS: u8 = 2;
 
-/// One event as stored: [`Event`] without its run id.
+/// First byte of an event list since store format 8.
+pub(super) const EVENTS_NAMED: u8 = 4;
+
+/// The names an event list stores by their place (append only).
+const NAMES: [&str; 10] = [
+    "pending",
+    "queued",
+    "running",
+    "retry_wait",
+    "succeeded",
+    "failed",
+    "skipped",
+    "cancelled",
+    "dead",
+    "scheduler",
+];
+
+/// A name as stored: its place in [`NAMES`], or its text.
+#[derive(Serialize)]
+enum Name<'a> {
+    Known(u8),
+    Text(&'a str),
+}
+
+impl<'a> Name<'a> {
+    fn of(text: &'a str) -> Self {
+        match NAMES.iter().position(|n| *n == text) {
+            Some(i) => Name::Known(i as u8),
+            None => Name::Text(text),
+        }
+    }
+}
+
+/// [`Name`], read back.
+#[derive(Deserialize)]
+enum ReadName {
+    Known(u8),
+    Text(String),
+}
+
+impl ReadName {
+    fn text(self) -> Option<String> {
+        match self {
+            ReadName::Known(i) => NAMES.get(usize::from(i)).map(|n| (*n).to_owned()),
+            ReadName::Text(text) => Some(text),
+        }
+    }
+}
+
+/// One event as stored: [`Event`] without its run id; `at` after the
+/// first event of the list is the distance from the event before.
 #[derive(Serialize)]
 struct Stored<'a> {
     step: Option<&'a str>,
     attempt: Option<u32>,
-    from: Option<&'a str>,
-    to: &'a str,
+    from: Option<Name<'a>>,
+    to: Name<'a>,
     at: Millis,
     reason: &'a str,
-    actor: &'a str,
+    actor: Name<'a>,
 }
 
 /// [`Stored`], read back.
 #[derive(Deserialize)]
 struct Read {
+    step: Option<String>,
+    attempt: Option<u32>,
+    from: Option<ReadName>,
+    to: ReadName,
+    at: Millis,
+    reason: String,
+    actor: ReadName,
+}
+
+/// An event of a list of formats 6 and 7, read back.
+#[derive(Deserialize)]
+struct ReadText {
     step: Option<String>,
     attempt: Option<u32>,
     from: Option<String>,
@@ -50,6 +118,7 @@ struct Read {
 
 /// The events of one write, encoded compactly (all of one run).
 pub(super) fn encode<'a>(events: impl IntoIterator<Item = &'a Event>) -> Result<Vec<u8>> {
+    let mut before = None;
     let stored: Vec<Stored<'_>> = events
         .into_iter()
         .map(|event| {
@@ -65,30 +134,56 @@ pub(super) fn encode<'a>(events: impl IntoIterator<Item = &'a Event>) -> Result<
                 reason,
                 actor,
             } = event;
+            let since = before.map_or(*at, |b: Millis| at.wrapping_sub(b));
+            before = Some(*at);
             Stored {
                 step: step.as_deref(),
                 attempt: *attempt,
-                from: from.as_deref(),
-                to,
-                at: *at,
+                from: from.as_deref().map(Name::of),
+                to: Name::of(to),
+                at: since,
                 reason,
-                actor,
+                actor: Name::of(actor),
             }
         })
         .collect();
-    let out = vec![COMPACT_EVENTS];
+    let out = vec![EVENTS_NAMED];
     postcard::to_extend(&stored, out).map_err(|e| Error::Backend(e.to_string()))
 }
 
 /// The events stored at `key` for `run_id`, in any of the encodings a
 /// store has held (see the module docs).
 pub(super) fn decode_at(key: &[u8], run_id: &str, bytes: &[u8]) -> Result<Vec<Event>> {
+    let corrupt = |reason: String| Error::Corrupt {
+        key: show_key(key),
+        reason,
+    };
     match bytes.split_first() {
+        Some((&EVENTS_NAMED, list)) => {
+            let read: Vec<Read> = postcard::from_bytes(list)
+                .map_err(|e| corrupt(format!("unreadable event list: {e}")))?;
+            let unknown = || corrupt("an event names an unknown state or actor".to_owned());
+            let mut before: Option<Millis> = None;
+            read.into_iter()
+                .map(|r| {
+                    let at = before.map_or(r.at, |b| b.wrapping_add(r.at));
+                    before = Some(at);
+                    Ok(Event {
+                        run_id: run_id.to_owned(),
+                        step: r.step,
+                        attempt: r.attempt,
+                        from: r.from.map(|f| f.text().ok_or_else(unknown)).transpose()?,
+                        to: r.to.text().ok_or_else(unknown)?,
+                        at,
+                        reason: r.reason,
+                        actor: r.actor.text().ok_or_else(unknown)?,
+                    })
+                })
+                .collect()
+        }
         Some((&COMPACT_EVENTS, list)) => {
-            let read: Vec<Read> = postcard::from_bytes(list).map_err(|e| Error::Corrupt {
-                key: show_key(key),
-                reason: format!("unreadable event list: {e}"),
-            })?;
+            let read: Vec<ReadText> = postcard::from_bytes(list)
+                .map_err(|e| corrupt(format!("unreadable event list: {e}")))?;
             Ok(read
                 .into_iter()
                 .map(|r| Event {
@@ -141,7 +236,7 @@ mod tests {
     fn a_compact_list_reads_back_with_the_run_id_of_its_key() {
         let events = sample();
         let bytes = encode(&events).unwrap();
-        assert_eq!(bytes[0], COMPACT_EVENTS);
+        assert_eq!(bytes[0], EVENTS_NAMED);
         let k = key("ev", &["r01", "00000000000000000001"]);
         assert_eq!(decode_at(&k, "r01", &bytes).unwrap(), events);
         let json = keys::encode(&events).unwrap();
@@ -151,6 +246,104 @@ mod tests {
             bytes.len(),
             json.len()
         );
+    }
+
+    /// A list of formats 6 and 7: every name as text, every instant whole.
+    fn format_6(events: &[Event]) -> Vec<u8> {
+        #[derive(Serialize)]
+        struct Text<'a> {
+            step: Option<&'a str>,
+            attempt: Option<u32>,
+            from: Option<&'a str>,
+            to: &'a str,
+            at: Millis,
+            reason: &'a str,
+            actor: &'a str,
+        }
+        let list: Vec<Text<'_>> = events
+            .iter()
+            .map(|e| Text {
+                step: e.step.as_deref(),
+                attempt: e.attempt,
+                from: e.from.as_deref(),
+                to: &e.to,
+                at: e.at,
+                reason: &e.reason,
+                actor: &e.actor,
+            })
+            .collect();
+        postcard::to_extend(&list, vec![COMPACT_EVENTS]).unwrap()
+    }
+
+    #[test]
+    fn lists_of_formats_6_and_7_still_read_and_named_ones_are_smaller() {
+        let mut events = sample();
+        events[1].actor = "scheduler".to_owned();
+        events[2].at -= 5_000;
+        let k = key("ev", &["r01", "00000000000000000001"]);
+        let older = format_6(&events);
+        assert_eq!(decode_at(&k, "r01", &older).unwrap(), events);
+        let named = encode(&events).unwrap();
+        assert_eq!(decode_at(&k, "r01", &named).unwrap(), events);
+        assert!(
+            named.len() < older.len(),
+            "{} against {}",
+            named.len(),
+            older.len()
+        );
+    }
+
+    /// Stored lists name states and the scheduler by these places.
+    #[test]
+    fn names_are_fixed() {
+        assert_eq!(
+            NAMES,
+            [
+                "pending",
+                "queued",
+                "running",
+                "retry_wait",
+                "succeeded",
+                "failed",
+                "skipped",
+                "cancelled",
+                "dead",
+                "scheduler"
+            ]
+        );
+        // Every state a run or a step can be in is known.
+        use crate::model::{RunStatus as R, StepStatus as S};
+        let runs = [R::Queued, R::Running, R::Succeeded, R::Failed, R::Cancelled];
+        let steps = [
+            S::Pending,
+            S::Queued,
+            S::Running,
+            S::RetryWait,
+            S::Succeeded,
+            S::Failed,
+            S::Skipped,
+            S::Cancelled,
+            S::Dead,
+        ];
+        let names = runs
+            .iter()
+            .map(serde_json::to_value)
+            .chain(steps.iter().map(serde_json::to_value));
+        for name in names {
+            let name = name.unwrap();
+            assert!(NAMES.contains(&name.as_str().unwrap()), "{name}");
+        }
+    }
+
+    #[test]
+    fn a_name_past_the_table_is_corrupt() {
+        let k = key("ev", &["r01", "00000000000000000001"]);
+        let mut bytes = encode(&sample()[..1]).unwrap();
+        // [byte, len 1, step None, attempt None, from None, to Known(1), ...]
+        assert_eq!(&bytes[..6], &[EVENTS_NAMED, 1, 0, 0, 0, 0]);
+        bytes[6] = 200;
+        let err = decode_at(&k, "r01", &bytes).unwrap_err();
+        assert!(matches!(err, Error::Corrupt { .. }), "{err}");
     }
 
     #[test]

@@ -40,7 +40,7 @@
 //! | `idem/{tenant}/{task}/{key}` | run id (kept after the run is deleted, until the key expires) |
 //! | `ik/{expires:020}/{tenant}/{task}/{key}` | run id: idempotency keys by when they expire |
 //! | `fire/{tenant}/{task}/{scheduled_for}` | run id (runs inserted with `unique_fire`) |
-//! | `ev/{run}/{seq:020}` | the [`Event`]s of one write, a compact list without the run id (`events.rs`; JSON in stores of format 5 and before, one [`Event`] per key before lists); `seq` from sled's monotonic id generator |
+//! | `ev/{run}/{seq:020}` | the [`Event`]s of one write, a compact list without the run id (`events.rs`; states by number since format 8; JSON in stores of format 5 and before, one [`Event`] per key before lists); `seq` from sled's monotonic id generator |
 //! | `log/{run}/{step}/{attempt:010}` | attempt logs, inline or a blob reference |
 //! | `lref/{digest}/{run}/{step}/{attempt:010}` | a log blob's references |
 //! | `rec/{run}/{step}/{attempt:010}` | an attempt's record (`record:`), inline: at most `MAX_RECORD_BYTES` |

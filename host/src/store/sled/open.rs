@@ -46,7 +46,8 @@ use crate::store::{Error, Result, kv, secrets};
 /// older ax would miss; a store of format 6 keeps its chunks (read as they
 /// are, moved at a run's next write), so the upgrade only marks it.
 /// 8: run records, step runs (`compact.rs`) and inline logs (`logs.rs`) in
-/// a compact encoding, which an older ax cannot read; a store of format 7
+/// a compact encoding, event lists naming states by number (`events.rs`),
+/// which an older ax cannot read; a store of format 7
 /// and before keeps its JSON values (read as they are, compact at a run's
 /// next write), so the upgrade only marks it.
 pub const STORE_FORMAT: u32 = 8;
