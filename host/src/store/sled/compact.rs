@@ -1,6 +1,6 @@
 //! Run records and step runs in a compact encoding (store format 8).
 //!
-//! A one-step run's record was ~880 B of JSON, written three times over its
+//! A one-step run's record was ~990 B of JSON, written three times over its
 //! life (created, running, finished): every field name spelled out, every
 //! instant and count as text, the definition's and the plugin's sha256 as
 //! 64 hex characters each, and the run id that its key already holds.
@@ -48,9 +48,9 @@ use crate::model::{
 use crate::store::{Error, Result};
 
 /// First byte of a compact run record, step run or inline logs
-/// (`logs.rs`) (JSON values start with
-/// [`super::keys::VALUE_FORMAT`], compact event lists with
-/// [`super::events::COMPACT_EVENTS`]).
+/// (`logs.rs`). JSON values start with [`super::keys::VALUE_FORMAT`],
+/// compact event lists with [`super::events::COMPACT_EVENTS`] (formats 6
+/// and 7) or [`super::events::EVENTS_NAMED`].
 pub(super) const COMPACT: u8 = 3;
 
 /// A sha256 digest as stored: its 32 bytes when it is 64 lowercase hex
