@@ -220,10 +220,12 @@ async fn idempotency_keys_outlive_their_runs_until_their_ttl() {
     let first = trigger("k1").await;
     assert_eq!(first.status, 201, "{}", first.text);
     let k1_run = first.json()["id"].as_str().unwrap().to_string();
-    let created = std::time::Instant::now();
     live.wait_run(&k1_run).await;
     let second = trigger("k2").await;
     assert_eq!(second.status, 201, "{}", second.text);
+    // Both keys were made by now (each expires 4 s after its run was
+    // made): the later one, k2, sets when the sweep below may forget both.
+    let created = std::time::Instant::now();
     let k2_run = second.json()["id"].as_str().unwrap().to_string();
     live.wait_run(&k2_run).await;
     tokio::time::sleep(Duration::from_millis(300)).await; // the final write is behind
