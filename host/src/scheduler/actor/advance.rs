@@ -33,6 +33,30 @@ impl Actor {
         actor: &str,
         events: &mut Vec<Event>,
     ) -> Result<()> {
+        self.advance_marked(id, now, actor, events, false)
+    }
+
+    /// [`Actor::advance`] for a run just stored: what a restart would
+    /// derive again from the stored run (its first steps made ready) is
+    /// deferred to the run's next write ([`super::write::Dirty`]).
+    pub(super) fn advance_new(
+        &mut self,
+        id: &str,
+        now: Millis,
+        actor: &str,
+        events: &mut Vec<Event>,
+    ) -> Result<()> {
+        self.advance_marked(id, now, actor, events, true)
+    }
+
+    fn advance_marked(
+        &mut self,
+        id: &str,
+        now: Millis,
+        actor: &str,
+        events: &mut Vec<Event>,
+        new: bool,
+    ) -> Result<()> {
         let Some(run) = self.runs.get_mut(id) else {
             return Ok(());
         };
@@ -46,7 +70,22 @@ impl Actor {
             &mut effects,
             events,
         );
-        self.dirty.add(id, events);
+        // Only steps readied, conditions asked for, a release timer set —
+        // all done again by recovery from the stored queued run. Anything
+        // else (the run ended, a step failed) is written as usual.
+        let derived = new
+            && run.rec.status == RunStatus::Queued
+            && effects.iter().all(|e| {
+                matches!(
+                    e,
+                    Effect::Enqueue(_) | Effect::Evaluate(_) | Effect::ReleaseAt(_)
+                )
+            });
+        if derived {
+            self.dirty.defer(id, events, tokio::time::Instant::now());
+        } else {
+            self.dirty.add(id, events);
+        }
         self.apply(id, effects, now)?;
         self.start_conditions();
         Ok(())

@@ -457,7 +457,10 @@ impl Actor {
         self.runs
             .insert(id.clone().into(), ActiveRun::new(rec, spec, held));
         let mut events = Vec::new();
-        self.advance(&id, now, actor, &mut events)?;
+        self.advance_new(&id, now, actor, &mut events)?;
+        // Stored whole by the insert, with nothing to write yet: a large
+        // input need not stay resident while the run waits (`spill`).
+        self.spill(&id);
         let rec = self
             .runs
             .get(id.as_str())

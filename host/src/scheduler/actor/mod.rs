@@ -342,7 +342,10 @@ impl Actor {
             // Held while the store refuses writes: the changes stay merged
             // in `dirty` (one entry per run) instead of queueing a job per
             // turn behind the writer's retries.
-            if !self.dirty.is_empty() && last_flush.elapsed() >= flush_every && !self.down {
+            let deferred_due = self.dirty.deferred_due();
+            let due = !self.dirty.is_empty()
+                || deferred_due.is_some_and(|at| at <= tokio::time::Instant::now());
+            if due && last_flush.elapsed() >= flush_every && !self.down {
                 self.guard(|a| a.flush());
                 last_flush = tokio::time::Instant::now();
             }
@@ -363,8 +366,16 @@ impl Actor {
                 let wait = (from_ms(at) - now).to_std().unwrap_or_default();
                 tokio::time::Instant::now() + wait
             });
-            let flush_at =
-                (!self.dirty.is_empty() && !self.down).then_some(last_flush + flush_every);
+            let flush_at = (!self.down)
+                .then(|| {
+                    let dirty = (!self.dirty.is_empty()).then_some(last_flush + flush_every);
+                    let deferred = self
+                        .dirty
+                        .deferred_due()
+                        .map(|at| at.max(last_flush + flush_every));
+                    dirty.into_iter().chain(deferred).min()
+                })
+                .flatten();
             let wake = [next_wake, flush_at].into_iter().flatten().min();
             let sleep = async {
                 match (wake, &alarm) {
@@ -433,7 +444,8 @@ impl Actor {
         let signal = Box::new(move |_written: Result<()>| {
             let _ = stored_tx.send(());
         });
-        if self.flush_then(Some(signal)).is_ok() {
+        self.insert_pending();
+        if self.write_behind(Some(signal), true).is_ok() {
             let _ = stored_rx.await;
         }
         // Stop running attempts; their runs are recovered (as lost) on the next start.

@@ -272,7 +272,22 @@ fn put_logs(store: &dyn Store, logs: Vec<RunLogs>) {
     }
 }
 
+/// How long a deferred change ([`Dirty::defer`]) may wait for its run's
+/// next change before the write-behind writes it alone.
+pub(super) const DEFER_MAX: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Runs changed since the last flush, with their events not yet stored.
+///
+/// *Deferred changes.* A run just stored has its first steps made ready at
+/// once (steps `pending` → `queued`, conditions asked for, a release timer
+/// set). A restart derives exactly that again from the stored run (recovery
+/// advances every queued run it reads), so it need not cost a write of its
+/// own: it is held in `deferred` and goes with the run's next change (its
+/// attempt's start and end, usually in one write), or alone once it is
+/// [`DEFER_MAX`] old, or at a clean stop. Until then the store shows the run
+/// `queued` with its steps `pending`, a view at most `DEFER_MAX` behind.
+/// This took one of a one-step run's three writes away (docs/PERFORMANCE.md,
+/// *A new run's first steps written with its next change*).
 #[derive(Default)]
 pub(super) struct Dirty {
     pub(super) runs: HashMap<String, Vec<Event>>,
@@ -280,10 +295,19 @@ pub(super) struct Dirty {
     pub(super) alerts: Vec<OutboxAlert>,
     /// Attempt logs of the attempts that reported since.
     pub(super) logs: Vec<RunLogs>,
+    /// Deferred changes (above): never a run that is also in `runs`.
+    deferred: HashMap<String, Vec<Event>>,
+    /// When each run was deferred, oldest first; a run since written or
+    /// deferred again is skipped or written early, never late.
+    deferred_at: VecDeque<(tokio::time::Instant, String)>,
 }
 
 impl Dirty {
     pub(super) fn add(&mut self, id: &str, events: &mut Vec<Event>) {
+        if let Some(mut earlier) = self.deferred.remove(id) {
+            earlier.append(events);
+            *events = earlier;
+        }
         match self.runs.get_mut(id) {
             Some(pending) => pending.append(events),
             None => {
@@ -292,6 +316,55 @@ impl Dirty {
         }
     }
 
+    /// Holds a change a restart derives again from the stored run until
+    /// the run's next change (type doc); joins the changes to write if the
+    /// run has some already.
+    pub(super) fn defer(&mut self, id: &str, events: &mut Vec<Event>, now: tokio::time::Instant) {
+        if let Some(pending) = self.runs.get_mut(id) {
+            pending.append(events);
+            return;
+        }
+        match self.deferred.get_mut(id) {
+            Some(earlier) => earlier.append(events),
+            None => {
+                self.deferred.insert(id.to_string(), std::mem::take(events));
+                self.deferred_at.push_back((now, id.to_string()));
+            }
+        }
+    }
+
+    /// Moves the deferred changes due at `now` (all of them with `all`) to
+    /// the changes to write.
+    fn take_deferred(&mut self, now: tokio::time::Instant, all: bool) {
+        while let Some((at, _)) = self.deferred_at.front() {
+            if !all && *at + DEFER_MAX > now {
+                break;
+            }
+            let (_, id) = self.deferred_at.pop_front().expect("checked above");
+            if let Some(events) = self.deferred.remove(&id) {
+                self.runs.insert(id, events);
+            }
+        }
+    }
+
+    /// When the oldest deferred change falls due.
+    pub(super) fn deferred_due(&mut self) -> Option<tokio::time::Instant> {
+        while let Some((at, id)) = self.deferred_at.front() {
+            if self.deferred.contains_key(id) {
+                return Some(*at + DEFER_MAX);
+            }
+            self.deferred_at.pop_front();
+        }
+        None
+    }
+
+    /// Whether run `id` has changes not written yet, deferred or not.
+    fn holds(&self, id: &str) -> bool {
+        self.runs.contains_key(id) || self.deferred.contains_key(id)
+    }
+
+    /// Whether there is nothing to write at the next flush (deferred
+    /// changes not counted: [`Dirty::deferred_due`] says when they are).
     pub(super) fn is_empty(&self) -> bool {
         self.runs.is_empty() && self.alerts.is_empty() && self.logs.is_empty()
     }
@@ -306,20 +379,21 @@ impl Actor {
         then: Option<Box<dyn FnOnce(Result<()>) + Send>>,
     ) -> Result<()> {
         self.insert_pending();
-        self.write_behind(then)
+        self.write_behind(then, false)
     }
 
-    /// Writes every run changed since the last flush (see `flush_then`).
+    /// Writes every run changed since the last flush (see `flush_then`),
+    /// with the deferred changes that are due ([`Dirty`]), or all of them
+    /// with `all`.
     pub(super) fn write_behind(
         &mut self,
         then: Option<Box<dyn FnOnce(Result<()>) + Send>>,
+        all: bool,
     ) -> Result<()> {
-        let Dirty {
-            runs: dirty,
-            alerts,
-            logs,
-            ..
-        } = std::mem::take(&mut self.dirty);
+        self.dirty.take_deferred(tokio::time::Instant::now(), all);
+        let dirty = std::mem::take(&mut self.dirty.runs);
+        let alerts = std::mem::take(&mut self.dirty.alerts);
+        let logs = std::mem::take(&mut self.dirty.logs);
         let mut runs = Vec::with_capacity(dirty.len());
         for (id, mut events) in dirty {
             // An ended run is written after the `after` runs it started.
@@ -416,15 +490,13 @@ impl Actor {
     pub(super) fn flush(&mut self) -> Result<()> {
         // Runs not yet stored have no changes to write: they are taken up
         // (and changed) only once stored. So this need not wait for them.
-        self.write_behind(None)
+        self.write_behind(None, false)
     }
 
     /// Whether run `id` has changes not yet stored (waiting for the next
     /// write-behind, held behind its `after` runs, or handed to the writer).
     pub(super) fn unwritten(&self, id: &str) -> bool {
-        self.dirty.runs.contains_key(id)
-            || self.finished.contains_key(id)
-            || self.in_flight.contains(id)
+        self.dirty.holds(id) || self.finished.contains_key(id) || self.in_flight.contains(id)
     }
 
     /// Handles `cmd` again once everything changed so far is stored, for

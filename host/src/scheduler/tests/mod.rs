@@ -10,6 +10,8 @@
 //! - `firing`: cron and interval fires, runs stored ahead, overlap;
 //! - `retries`: backoff, fatal errors, dead letters;
 //! - `dag`: step order, trigger rules, `after` triggers between tasks;
+//! - `deferred`: a new run's ready steps written with its next change;
+//! - `deferred`: a new run's ready steps written with its next change;
 //! - `faults`: a store that refuses writes (held fires, paused dispatch, resuming);
 //! - `recovery`: restarts, missed fires (catch-up), attempts lost at a crash;
 //! - `limits`: the host's bounds (queue bounds, shedding, host caps);
@@ -44,6 +46,7 @@ mod alerts;
 mod bulk;
 mod conditions;
 mod dag;
+mod deferred;
 mod fairness;
 mod faults;
 mod firing;
