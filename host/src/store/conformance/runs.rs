@@ -791,14 +791,22 @@ pub fn a_run_of_many_steps_written_by_its_changed_steps_reads_back_whole<S: Stor
     let done = std::sync::atomic::AtomicBool::new(false);
     let last = std::thread::scope(|scope| {
         let reader = scope.spawn(|| {
-            let mut reads = 0;
+            let (mut reads, mut busy) = (0, 0);
             while !done.load(std::sync::atomic::Ordering::Acquire) {
-                let rec = store.get_run(&r.id).unwrap().unwrap();
+                // A store may answer "changed under every read, try again"
+                // (sled's reads retry a few times), never a torn run.
+                let rec = match store.get_run(&r.id) {
+                    Err(crate::store::Error::Unavailable(_)) => {
+                        busy += 1;
+                        continue;
+                    }
+                    read => read.unwrap().unwrap(),
+                };
                 assert_eq!(rec.steps.len(), STEPS);
                 assert_eq!(newest(&rec), rec.revision, "a torn read");
                 reads += 1;
             }
-            reads
+            (reads, busy)
         });
         let mut rec = r.clone();
         for n in 0..WRITES {
@@ -816,9 +824,14 @@ pub fn a_run_of_many_steps_written_by_its_changed_steps_reads_back_whole<S: Stor
                 changed: Changed::Steps(changed),
             };
             store.write_runs_with_alerts(&[write], &[], &[]).unwrap();
+            // Room for whole reads between writes, as a scheduler's
+            // writes of one run (at most every 10 ms) leave.
+            std::thread::sleep(std::time::Duration::from_micros(200));
         }
         done.store(true, std::sync::atomic::Ordering::Release);
-        eprintln!("{} reads beside the writes", reader.join().unwrap());
+        let (reads, busy) = reader.join().unwrap();
+        eprintln!("{reads} reads beside the writes, {busy} answered busy");
+        assert!(reads > 0, "no read got through {WRITES} writes");
         rec
     });
     assert_eq!(store.get_run(&r.id).unwrap(), Some(last.clone()));

@@ -686,10 +686,10 @@ mod format_7 {
 
     use serde_json::json;
 
-    use super::super::SledStore;
     use super::super::definitions::{Shape, head, json as json_record};
     use super::super::fixtures::run;
     use super::super::keys::{VALUE_FORMAT, encode, key};
+    use super::super::{STORE_FORMAT, SledStore};
     use super::*;
     use crate::store::prelude::*;
 
@@ -744,7 +744,7 @@ mod format_7 {
         assert_eq!(json_values(), 23);
         let store = SledStore::open(dir.path()).unwrap();
         let marker: String = store.get(&key("sys", &["format"])).unwrap().unwrap();
-        assert_eq!(marker, "8");
+        assert_eq!(marker, STORE_FORMAT.to_string());
         let first_byte = |k: Vec<u8>| store.db.get(k).unwrap().unwrap()[0];
         for r in &runs {
             assert_eq!(store.get_run(&r.id).unwrap().as_ref(), Some(r));

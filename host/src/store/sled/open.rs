@@ -50,7 +50,10 @@ use crate::store::{Error, Result, kv, secrets};
 /// which an older ax cannot read; a store of format 7
 /// and before keeps its JSON values (read as they are, compact at a run's
 /// next write), so the upgrade only marks it.
-pub const STORE_FORMAT: u32 = 8;
+/// 9: event lists storing the scheduler's reasons by pattern (`events.rs`),
+/// which an older ax cannot read; a store of format 8 and before keeps its
+/// lists (read as they are), so the upgrade only marks it.
+pub const STORE_FORMAT: u32 = 9;
 
 /// Name of the file, beside `db/`, holding the store format.
 const FORMAT_FILE: &str = "store-format";
