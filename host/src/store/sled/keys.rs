@@ -103,9 +103,11 @@ pub(super) fn fire_key(run: &RunRecord) -> Vec<u8> {
     key("fire", &[&run.tenant, &run.task, &instant])
 }
 
-/// The index entries of a run: `ra`, `rt`, `rk` (value: status byte and task
-/// name, so listing filters without reading records), `q` while queued
-/// (value: the task name) and `act` while running.
+/// The index entries of a run: `ra`, `rt` (value: status byte and task
+/// name, so listing filters without reading records), `rk` (value: the
+/// status byte; its key names the task, and before store format 9 its value
+/// did too, which [`decode_index`] still reads), `q` while queued (value:
+/// the task name) and `act` while running.
 pub(super) fn run_indexes(run: &RunRecord) -> Vec<(Vec<u8>, Vec<u8>)> {
     indexes_of(&run.id, &run.tenant, &run.task, run.status, run.priority)
 }
@@ -122,8 +124,8 @@ pub(super) fn indexes_of(
     value.extend_from_slice(task.as_bytes());
     let mut out = vec![
         (key("ra", &[id]), value.clone()),
-        (key("rt", &[tenant, id]), value.clone()),
-        (key("rk", &[tenant, task, id]), value),
+        (key("rt", &[tenant, id]), value),
+        (key("rk", &[tenant, task, id]), vec![status_code(status)]),
     ];
     match status {
         RunStatus::Queued => out.push((queue_key(tenant, id, priority), task.as_bytes().to_vec())),
@@ -154,6 +156,8 @@ fn status_code(status: RunStatus) -> u8 {
     }
 }
 
+/// The status and task an index entry holds; the task is empty for an
+/// `rk` entry since store format 9 (its key names it).
 pub(super) fn decode_index(key: &[u8], value: &[u8]) -> Result<(RunStatus, String)> {
     let bad = || corrupt_key(key);
     let (&code, task) = value.split_first().ok_or_else(bad)?;

@@ -50,9 +50,10 @@ use crate::store::{Error, Result, kv, secrets};
 /// which an older ax cannot read; a store of format 7
 /// and before keeps its JSON values (read as they are, compact at a run's
 /// next write), so the upgrade only marks it.
-/// 9: event lists storing the scheduler's reasons by pattern (`events.rs`),
+/// 9: event lists storing the scheduler's reasons by pattern (`events.rs`)
+/// and `rk` index entries without the task their key names (`keys.rs`),
 /// which an older ax cannot read; a store of format 8 and before keeps its
-/// lists (read as they are), so the upgrade only marks it.
+/// lists and entries (read as they are), so the upgrade only marks it.
 pub const STORE_FORMAT: u32 = 9;
 
 /// Name of the file, beside `db/`, holding the store format.

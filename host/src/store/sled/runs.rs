@@ -233,6 +233,11 @@ pub(super) fn list(store: &SledStore, query: &RunQuery) -> Result<RunPage> {
         let (k, v) = item.map_err(sled_error)?;
         let id = decode_part(&k[prefix.len()..]).ok_or_else(|| corrupt_key(&k))?;
         let (status, task) = decode_index(&k, &v)?;
+        // An `rk` entry's task is the one its key (the query) names.
+        let task = match (&query.task, task.is_empty()) {
+            (Some(named), true) => named.to_string(),
+            _ => task,
+        };
         Ok((id, status, task))
     });
     let (ids, next) = select_page(
@@ -817,6 +822,50 @@ mod tests {
             3,
             "one key per write"
         );
+    }
+
+    /// An `rk` entry holds the status alone since format 9; one written by
+    /// an older ax (status and task) lists the same.
+    #[test]
+    fn task_index_entries_with_and_without_the_task_list_the_same() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SledStore::open(dir.path()).unwrap();
+        let a = run("r00000000000003e8000001", RunStatus::Succeeded);
+        let b = run("r00000000000003e8000002", RunStatus::Queued);
+        for r in [&a, &b] {
+            store.insert_run(r, false, None, &[]).unwrap();
+        }
+        let rk = |r: &RunRecord| key("rk", &[&r.tenant, &r.task, &r.id]);
+        assert_eq!(store.db.get(rk(&a)).unwrap().unwrap().as_ref(), [2]);
+        // As format 8 wrote it: status byte, then the task.
+        store
+            .db
+            .insert(rk(&a), [&[2u8][..], b"a"].concat())
+            .unwrap();
+        for status in [None, Some(RunStatus::Succeeded), Some(RunStatus::Queued)] {
+            let page = store
+                .list_runs(&RunQuery {
+                    tenant: Some("t1".into()),
+                    task: Some("a".into()),
+                    status,
+                    limit: 10,
+                    ..Default::default()
+                })
+                .unwrap();
+            let mut listed: Vec<(String, String)> = page
+                .runs
+                .iter()
+                .map(|r| (r.id.to_string(), r.task.to_string()))
+                .collect();
+            listed.sort();
+            let mut expected: Vec<(String, String)> = [&a, &b]
+                .into_iter()
+                .filter(|r| status.is_none_or(|s| s == r.status))
+                .map(|r| (r.id.to_string(), "a".to_owned()))
+                .collect();
+            expected.sort();
+            assert_eq!(listed, expected, "{status:?}");
+        }
     }
 
     /// A store whose keys had no expiry (as an older ax left it: `idem`
