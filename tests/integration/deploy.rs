@@ -206,3 +206,78 @@ fn deploy_outside_a_project_names_the_build_stage_and_the_manifest() {
     assert!(shown.contains("no ax.yaml in ."), "{shown}");
     assert!(shown.contains("deploy: stopped at build"), "{shown}");
 }
+
+/// The Python and JavaScript scaffolds through the same first hour: `ax
+/// deploy` builds (componentize-py, componentize-js: the tools of
+/// `AX_PLUGIN_TOOLS`, as the `scaffold` tests use them), pushes and
+/// applies, and the run on the server greets; `ax dev --once` runs the task
+/// in the process on Winch's code, the fast tier a large component gets.
+#[test]
+fn deploy_and_dev_build_and_run_the_python_and_javascript_scaffolds() {
+    for (lang, what, relative) in [
+        ("python", "Python", "python/bin/componentize-py"),
+        ("js", "JavaScript", "node/node_modules/.bin/componentize-js"),
+    ] {
+        let Some(tools) = crate::scaffold::tool(what, relative) else {
+            continue;
+        };
+        let tmp = tempfile::tempdir().unwrap();
+        let server = AxProcess::start(&tmp.path().join("data"));
+        let url = server.url.as_str();
+        let name = format!("first-{lang}");
+        let project = scaffold(tmp.path(), &name, lang);
+        if lang == "js" {
+            // What `npm install` would put there, installed once by scripts/plugin-tools.
+            std::os::unix::fs::symlink(
+                tools.join("node/node_modules"),
+                project.join("node_modules"),
+            )
+            .unwrap();
+        }
+        let with_tools = |cmd: &mut Command| {
+            cmd.env("COMPONENTIZE_PY", tools.join("python/bin/componentize-py"))
+                .env("AX_CACHE_DIR", tmp.path().join("cache"))
+                .current_dir(&project)
+                .env_remove("RUST_LOG");
+        };
+
+        let mut deploy = Command::new(env!("CARGO_BIN_EXE_ax"));
+        deploy
+            .arg("deploy")
+            .env("AX_URL", url)
+            .env("AX_TOKEN", TOKEN);
+        with_tools(&mut deploy);
+        let out = deploy.output().unwrap();
+        let shown = both(&out);
+        assert_eq!(out.status.code(), Some(0), "{lang}: {shown}");
+        assert!(
+            shown.contains(&format!("build: building {name} ({lang}): ")),
+            "{lang}: {shown}"
+        );
+        assert!(
+            shown.contains(&format!("deployed; run it: ax trigger {name} --wait")),
+            "{lang}: {shown}"
+        );
+        assert_eq!(trigger(url, &name), "hello, ax", "{lang}");
+
+        let mut dev = Command::new(env!("CARGO_BIN_EXE_ax"));
+        dev.args(["dev", "--once", "--json", "-p", "name=dev"])
+            .env("AX_URL", "http://127.0.0.1:9");
+        with_tools(&mut dev);
+        let out = dev.output().unwrap();
+        let shown = both(&out);
+        assert_eq!(out.status.code(), Some(0), "{lang}: {shown}");
+        let v: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{lang}: not one JSON object on stdout ({e}): {shown}"));
+        assert_eq!(v["run"]["status"], "succeeded", "{lang}: {v}");
+        assert_eq!(
+            v["run"]["steps"][0]["output"]["greeting"], "hello, dev",
+            "{lang}: {v}"
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("(Winch's code, the fast tier) in "),
+            "{lang}: {stderr}"
+        );
+    }
+}

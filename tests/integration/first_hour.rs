@@ -507,6 +507,10 @@ fn run_show_names_the_exception_a_python_or_javascript_plugin_threw() {
         );
         let run: Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(run["status"], "failed", "{name}: {run}");
+        // The API's run view (what the dashboard's run page shows) names it.
+        let error = run["steps"][0]["error"].as_str().unwrap_or_default();
+        assert!(error.contains(expected), "{name}: {run}");
+        assert!(!error.contains("wasm trap"), "{name}: {run}");
         let shown = ok(&ax(url, &["run", "show", run["id"].as_str().unwrap()]));
         assert!(
             shown.contains(&format!(

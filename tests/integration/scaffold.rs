@@ -48,7 +48,7 @@ fn run_ok(cmd: &mut Command, what: &str) -> Output {
 
 /// The folder of one build tool under `AX_PLUGIN_TOOLS`, or `None` (test
 /// skipped) when it is missing outside CI.
-fn tool(lang: &str, relative: &str) -> Option<PathBuf> {
+pub(crate) fn tool(lang: &str, relative: &str) -> Option<PathBuf> {
     let found = std::env::var_os("AX_PLUGIN_TOOLS")
         .map(PathBuf::from)
         .filter(|dir| dir.join(relative).exists());
@@ -341,6 +341,51 @@ fn ax_build_reports_a_missing_manifest_a_failed_command_and_a_missing_output() {
     assert!(text(&out).contains("outptu"), "{}", text(&out));
 }
 
+/// Pushes `wasm` (a scaffold with a bug) to a real server, runs the
+/// scaffold's task once (one attempt) and returns the API's run view (`ax
+/// trigger --wait --json`) and `ax run show`'s text of the failed run.
+fn fail_on_server(tmp: &Path, project: &Path, wasm: &Path, name: &str) -> (Value, String) {
+    let server = AxProcess::start(&tmp.join("data"));
+    let client = |args: &[&str]| {
+        let mut cmd = ax(args);
+        cmd.env("AX_URL", &server.url).env("AX_TOKEN", TOKEN);
+        cmd
+    };
+    run_ok(
+        client(&["plugin", "push"])
+            .arg(wasm)
+            .args(["--version", "0.1.0"]),
+        "ax plugin push",
+    );
+    // One attempt: the scaffold's error is retryable.
+    let task = std::fs::read_to_string(project.join("task.yaml")).unwrap();
+    let once = project.join("task-once.yaml");
+    let one = "retry: { max_attempts: 1 }";
+    std::fs::write(&once, task.replacen("retry: { max_attempts: 3 }", one, 1)).unwrap();
+    assert!(std::fs::read_to_string(&once).unwrap().contains(one));
+    run_ok(client(&["task", "apply", "-f"]).arg(&once), "ax task apply");
+    let out = client(&["trigger", name, "--wait", "--json", "--timeout", "120s"])
+        .output()
+        .unwrap();
+    let run: Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&out)));
+    assert_eq!(run["status"], "failed", "{run}");
+    let id = run["id"].as_str().unwrap();
+    let shown = run_ok(&mut client(&["run", "show", id]), "ax run show");
+    (run, String::from_utf8_lossy(&shown.stdout).into_owned())
+}
+
+/// The plugin's own error as `ax run show`, the API's run view (what the
+/// dashboard's run page shows) and the attempt carry it: once, with one
+/// clean prefix at most.
+fn shows_error_on_server(run: &Value, shown: &str, error: &str) {
+    let step = &run["steps"][0];
+    assert_eq!(step["error"], error, "{run}");
+    assert_eq!(step["attempts"][0]["error"], error, "{run}");
+    assert!(shown.contains(error), "{shown}");
+    assert!(!shown.contains("wasm trap"), "{shown}");
+}
+
 /// `ax exec` of `wasm` on `input`, which must fail; its JSON report.
 fn exec_failing(wasm: &Path, cache: &Path, input: &str) -> Value {
     let out = ax(&["exec"])
@@ -386,11 +431,10 @@ fn a_python_scaffold_reports_an_uncaught_index_error_with_its_line() {
     let report = exec_failing(&wasm, &tmp.path().join("cache"), r#"{"name": "ci"}"#);
     assert_eq!(report["outcome"], "failed", "{report}");
     assert_eq!(report["error_kind"], "retryable", "{report}");
-    assert_eq!(
-        report["error"],
-        format!("uncaught IndexError: list index out of range (at app.py:{line}, in run)"),
-        "{report}"
-    );
+    let error = format!("uncaught IndexError: list index out of range (at app.py:{line}, in run)");
+    assert_eq!(report["error"], error, "{report}");
+    let (run, shown) = fail_on_server(tmp.path(), &project, &wasm, "scaffold-py-bug");
+    shows_error_on_server(&run, &shown, &error);
 }
 
 /// An exception raised inside the standard library (`json.loads` of text
@@ -460,4 +504,6 @@ fn a_javascript_scaffold_reports_an_uncaught_type_error_with_its_message() {
         "{report}"
     );
     assert!(error.contains("(at app.js:"), "{report}");
+    let (run, shown) = fail_on_server(tmp.path(), &project, &wasm, "scaffold-js-bug");
+    shows_error_on_server(&run, &shown, error);
 }

@@ -207,18 +207,23 @@ fn expand(text: &str, var: impl Fn(&str) -> Option<String>) -> Result<String, St
     Ok(out)
 }
 
-/// Runs the manifest's build in `dir`; the component's path.
-pub(super) fn build(dir: &Path, manifest: &Manifest) -> Result<PathBuf, Error> {
+/// Runs the manifest's build in `dir`; the component's path. With `json`
+/// (a command whose stdout is one JSON object: `ax dev --json`, `ax deploy
+/// --json`) what the build prints on its stdout (componentize-py's
+/// "Component built successfully") goes to stderr instead.
+pub(super) fn build(dir: &Path, manifest: &Manifest, json: bool) -> Result<PathBuf, Error> {
     let output = manifest.output_in(dir)?;
     let command = &manifest.build.command;
     let fail = |how: String| Error::Command {
         command: command.clone(),
         how,
     };
-    let status = std::process::Command::new("sh")
-        .arg("-c")
-        .arg(command)
-        .current_dir(dir)
+    let mut sh = std::process::Command::new("sh");
+    sh.arg("-c").arg(command).current_dir(dir);
+    if json {
+        sh.stdout(std::io::stderr());
+    }
+    let status = sh
         .status()
         .map_err(|e| fail(format!("could not start: {e}")))?;
     if !status.success() {
@@ -247,7 +252,7 @@ pub(super) fn run(args: &BuildArgs) -> ExitCode {
     };
     println!("{}", manifest.building());
     let started = Instant::now();
-    match build(&args.dir, &manifest) {
+    match build(&args.dir, &manifest, false) {
         Ok(output) => {
             println!("{}", manifest.built(&output, started));
             ExitCode::SUCCESS

@@ -247,7 +247,7 @@ fn cycle(on: &Where<'_>, args: &DevArgs, file: &Path, stop: &CancellationToken) 
     };
     say(json, &manifest.building());
     let started = Instant::now();
-    let output = match build::build(&args.dir, &manifest) {
+    let output = match build::build(&args.dir, &manifest, json) {
         Ok(output) => output,
         Err(e) => {
             if stop.is_cancelled() {

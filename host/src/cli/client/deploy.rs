@@ -161,7 +161,7 @@ fn stages(args: &DeployArgs) -> Result<ExitCode, Stopped> {
     } else {
         say(json, &format!("build: {}", manifest.building()));
         let started = Instant::now();
-        let output = build::build(dir, &manifest).map_err(|e| {
+        let output = build::build(dir, &manifest, json).map_err(|e| {
             let (code, exit) = match e {
                 build::Error::Command { .. } | build::Error::NoOutput { .. } => ("build", 1),
                 _ => ("invalid", 2),

@@ -87,6 +87,32 @@ async fn dead_flip() -> (Harness, RunRecord, crate::model::DeadLetter) {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_retry_that_succeeds_after_a_restart_still_resolves_the_dead_letter() {
+    // The retry's round is read from the stored run, not from memory: a
+    // restart between the retry and its success still settles the letter.
+    let (h, run, dead) = dead_flip().await;
+    h.store.put_plugin(&flip("block")).unwrap();
+    h.scheduler.plugin_deleted("t", "flip", "1.0.0");
+    h.scheduler.retry(&run_id(&run), "test").await.unwrap();
+    h.poll(&run.id, Patience::Paused, |r| {
+        r.status == RunStatus::Running
+    })
+    .await;
+    h.shutdown.cancel();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let store = h.store.clone();
+    drop(h);
+    store.put_plugin(&flip("ok")).unwrap();
+    let h = restart_at(store, t0() + chrono::Duration::seconds(60)).await;
+    assert_eq!(h.wait_terminal(&run.id).await.status, RunStatus::Succeeded);
+    let resolved = h.store.get_dead_letter(&dead.id).unwrap().unwrap();
+    assert_eq!(
+        resolved.resolution.as_deref(),
+        Some("retried: the run succeeded")
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_dead_letter_of_a_run_retried_to_success_is_not_requeued() {
     // Found by the simulator (seed 46 before the fix): the run was retried,
     // its dead step succeeded, then the stale dead letter was requeued and
