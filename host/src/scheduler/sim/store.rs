@@ -11,6 +11,12 @@
 //! flush keeps a prefix of the log at least as long as the durable part and
 //! replays it into a fresh `MemoryStore`: sled also loses a suffix of its
 //! log, never a write in the middle.
+//!
+//! Why this is not a [`crate::store::guard::Layer`] like the guard and the
+//! test faults: a layer sees each write as a closure over the call's
+//! borrowed arguments, run once, and a crash here must apply a prefix of
+//! the writes *again* to another store; so each write is kept as owned data
+//! ([`Write`]), which only a forward per method can build.
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
