@@ -36,9 +36,10 @@ impl Actor {
         self.advance_marked(id, now, actor, events, false)
     }
 
-    /// [`Actor::advance`] for a run just stored: what a restart would
-    /// derive again from the stored run (its first steps made ready) is
-    /// deferred to the run's next write ([`super::write::Dirty`]).
+    /// [`Actor::advance`] for a run as the store holds it (just inserted,
+    /// or taken up from the store unchanged): what a restart would derive
+    /// again from the stored run (its first steps made ready) is deferred
+    /// to the run's next write ([`super::write::Dirty`]).
     pub(super) fn advance_new(
         &mut self,
         id: &str,

@@ -124,7 +124,15 @@ impl Actor {
             actor: "recovery",
         };
         decide::attempt::recover(&mut run.state, ctx, &mut retries, &mut effects, &mut events);
+        // Nothing lost or moved: the run is as stored (a queued run parked,
+        // or read at start), and making its steps ready is what the next
+        // recovery would derive again, deferred like a new run's.
+        let as_stored = effects.is_empty() && events.is_empty();
         self.apply(id, effects, now)?;
-        self.advance(id, now, "recovery", &mut events)
+        if as_stored {
+            self.advance_new(id, now, "recovery", &mut events)
+        } else {
+            self.advance(id, now, "recovery", &mut events)
+        }
     }
 }

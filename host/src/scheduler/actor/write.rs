@@ -278,11 +278,12 @@ pub(super) const DEFER_MAX: std::time::Duration = std::time::Duration::from_secs
 
 /// Runs changed since the last flush, with their events not yet stored.
 ///
-/// *Deferred changes.* A run just stored has its first steps made ready at
-/// once (steps `pending` → `queued`, conditions asked for, a release timer
-/// set). A restart derives exactly that again from the stored run (recovery
-/// advances every queued run it reads), so it need not cost a write of its
-/// own: it is held in `deferred` and goes with the run's next change (its
+/// *Deferred changes.* A run just stored, or taken up from the store as it
+/// is (a parked run, a queued run read at start), has its first steps made
+/// ready at once (steps `pending` → `queued`, conditions asked for, a
+/// release timer set). A restart derives exactly that again from the stored
+/// run (recovery advances every queued run it reads), so it need not cost a
+/// write of its own: it is held in `deferred` and goes with the run's next change (its
 /// attempt's start and end, usually in one write), or alone once it is
 /// [`DEFER_MAX`] old, or at a clean stop. Until then the store shows the run
 /// `queued` with its steps `pending`, a view at most `DEFER_MAX` behind.

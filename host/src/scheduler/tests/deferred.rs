@@ -108,3 +108,49 @@ async fn a_run_whose_ready_steps_were_never_written_runs_after_a_restart() {
     assert_eq!(done.status, RunStatus::Succeeded);
     assert_eq!(done.steps[0].attempts.len(), 1);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_parked_run_taken_up_has_its_ready_steps_deferred_too() {
+    // One slot, held; a head of two queued runs, the rest parked.
+    let config = SchedulerConfig {
+        queue: QueueConfig::for_cores(1),
+        queue_head: 2,
+        ..test_config()
+    };
+    let h = Harness::start_with(Arc::new(MemoryStore::new()), config).await;
+    h.put_task("name: hold\nplugin: block@1.0.0\n").await;
+    h.put_task("name: t1\nplugin: ok@1.0.0\n").await;
+    let holder = h.trigger("hold", serde_json::json!({})).await;
+    h.poll(&holder.id, Patience::Paused, |r| {
+        r.status == RunStatus::Running
+    })
+    .await;
+    let mut runs = Vec::new();
+    for _ in 0..4 {
+        runs.push(h.trigger("t1", serde_json::json!({})).await);
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let parked = h.scheduler.snapshot().await.unwrap().parked_runs;
+    assert!(parked >= 1, "none parked");
+    // A run of the head cancelled: a parked one is taken up in its place,
+    // and waits for the slot.
+    h.scheduler.cancel(&run_id(&runs[0]), "test").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        h.scheduler.snapshot().await.unwrap().parked_runs,
+        parked - 1,
+        "one taken up"
+    );
+    // No waiting run was written since its insert: the taken-up one's ready
+    // steps are deferred like the new ones'.
+    for run in &runs[1..] {
+        let now = stored(&h, &run.id);
+        assert_eq!(now.revision, run.revision, "{}", run.id);
+        assert_eq!(now.steps[0].status, StepStatus::Pending);
+    }
+    h.scheduler.cancel(&run_id(&holder), "test").await.unwrap();
+    for run in &runs[1..] {
+        let done = h.wait_terminal(&run.id).await;
+        assert_eq!(done.status, RunStatus::Succeeded);
+    }
+}
