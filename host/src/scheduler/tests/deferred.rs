@@ -9,6 +9,26 @@ fn stored(h: &Harness, id: &str) -> RunRecord {
     h.store.get_run(id).unwrap().expect("stored")
 }
 
+/// A scheduler on `store` with one slot (and a queue head of `head`), held
+/// by a blocked run of `hold`; task `t1` (`ok`) to queue behind it. The
+/// holder's run.
+async fn one_slot_held(store: Arc<MemoryStore>, head: usize) -> (Harness, RunRecord) {
+    let config = SchedulerConfig {
+        queue: QueueConfig::for_cores(1),
+        queue_head: head,
+        ..test_config()
+    };
+    let h = Harness::start_with(store, config).await;
+    h.put_task("name: hold\nplugin: block@1.0.0\n").await;
+    h.put_task("name: t1\nplugin: ok@1.0.0\n").await;
+    let holder = h.trigger("hold", serde_json::json!({})).await;
+    h.poll(&holder.id, Patience::Paused, |r| {
+        r.status == RunStatus::Running
+    })
+    .await;
+    (h, holder)
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_one_step_run_is_written_by_its_insert_and_once_more_when_it_ends() {
     let h = Harness::start().await;
@@ -41,18 +61,7 @@ async fn a_one_step_run_is_written_by_its_insert_and_once_more_when_it_ends() {
 #[tokio::test(start_paused = true)]
 async fn a_run_left_waiting_has_its_ready_steps_written_after_defer_max() {
     // One slot, held by a blocked attempt: the second run waits queued.
-    let config = SchedulerConfig {
-        queue: QueueConfig::for_cores(1),
-        ..test_config()
-    };
-    let h = Harness::start_with(Arc::new(MemoryStore::new()), config).await;
-    h.put_task("name: hold\nplugin: block@1.0.0\n").await;
-    h.put_task("name: t1\nplugin: ok@1.0.0\n").await;
-    let holder = h.trigger("hold", serde_json::json!({})).await;
-    h.poll(&holder.id, Patience::Paused, |r| {
-        r.status == RunStatus::Running
-    })
-    .await;
+    let (h, holder) = one_slot_held(Arc::new(MemoryStore::new()), test_config().queue_head).await;
     let waiting = h.trigger("t1", serde_json::json!({})).await;
     let inserted = waiting.revision;
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -75,18 +84,7 @@ async fn a_run_left_waiting_has_its_ready_steps_written_after_defer_max() {
 #[tokio::test(start_paused = true)]
 async fn a_run_whose_ready_steps_were_never_written_runs_after_a_restart() {
     let store = Arc::new(MemoryStore::new());
-    let config = SchedulerConfig {
-        queue: QueueConfig::for_cores(1),
-        ..test_config()
-    };
-    let h = Harness::start_with(store.clone(), config).await;
-    h.put_task("name: hold\nplugin: block@1.0.0\n").await;
-    h.put_task("name: t1\nplugin: ok@1.0.0\n").await;
-    let holder = h.trigger("hold", serde_json::json!({})).await;
-    h.poll(&holder.id, Patience::Paused, |r| {
-        r.status == RunStatus::Running
-    })
-    .await;
+    let (h, _holder) = one_slot_held(store.clone(), test_config().queue_head).await;
     let waiting = h.trigger("t1", serde_json::json!({})).await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(stored(&h, &waiting.id).steps[0].status, StepStatus::Pending);
@@ -112,19 +110,7 @@ async fn a_run_whose_ready_steps_were_never_written_runs_after_a_restart() {
 #[tokio::test(start_paused = true)]
 async fn a_parked_run_taken_up_has_its_ready_steps_deferred_too() {
     // One slot, held; a head of two queued runs, the rest parked.
-    let config = SchedulerConfig {
-        queue: QueueConfig::for_cores(1),
-        queue_head: 2,
-        ..test_config()
-    };
-    let h = Harness::start_with(Arc::new(MemoryStore::new()), config).await;
-    h.put_task("name: hold\nplugin: block@1.0.0\n").await;
-    h.put_task("name: t1\nplugin: ok@1.0.0\n").await;
-    let holder = h.trigger("hold", serde_json::json!({})).await;
-    h.poll(&holder.id, Patience::Paused, |r| {
-        r.status == RunStatus::Running
-    })
-    .await;
+    let (h, holder) = one_slot_held(Arc::new(MemoryStore::new()), 2).await;
     let mut runs = Vec::new();
     for _ in 0..4 {
         runs.push(h.trigger("t1", serde_json::json!({})).await);
