@@ -33,6 +33,7 @@
 //! holds every index, so reordering a variant fails a test instead of
 //! reading old records wrongly.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize, Serializer};
@@ -338,6 +339,46 @@ pub(super) fn head(bytes: &[u8]) -> Option<RecordHead> {
     record_head(head)
 }
 
+/// What a stored run's index entries are made of (`keys.rs`,
+/// `indexes_of`): the first fields of its body, read without the rest.
+#[derive(Debug, Deserialize)]
+pub(super) struct Indexed<'a> {
+    #[serde(borrow)]
+    pub(super) tenant: Cow<'a, str>,
+    #[serde(borrow)]
+    pub(super) task: Cow<'a, str>,
+    pub(super) status: RunStatus,
+    /// Between the status and the priority; read to reach the priority.
+    reason: Option<&'a str>,
+    pub(super) priority: u8,
+}
+
+impl Indexed<'_> {
+    /// The fields of `run`, for a record that is not compact.
+    pub(super) fn of(run: &RunRecord) -> Indexed<'static> {
+        Indexed {
+            tenant: Cow::Owned(run.tenant.to_string()),
+            task: Cow::Owned(run.task.to_string()),
+            status: run.status,
+            reason: None,
+            priority: run.priority,
+        }
+    }
+}
+
+/// The head of compact record `bytes` and what its indexes are made of;
+/// `None` when they are not one or it is unreadable. A write reads these
+/// from the stored record it replaces, instead of reading its index entries
+/// (one read of the store, not three).
+pub(super) fn head_and_indexed(bytes: &[u8]) -> Option<(RecordHead, Indexed<'_>)> {
+    let (&COMPACT, rest) = bytes.split_first()? else {
+        return None;
+    };
+    let (head, rest) = postcard::take_from_bytes::<ReadHead>(rest).ok()?;
+    let (indexed, _) = postcard::take_from_bytes::<Indexed<'_>>(rest).ok()?;
+    Some((record_head(head)?, indexed))
+}
+
 fn record_head(head: ReadHead) -> Option<RecordHead> {
     let input = match (head.input_parts, head.input_bytes) {
         (Some(n), _) => Input::Chunks(size(n)?),
@@ -573,6 +614,30 @@ mod tests {
         let h = head(&bytes).unwrap();
         assert_eq!((h.revision, h.def.as_str()), (r.revision, DIGEST));
         assert_eq!((h.step_count, h.input), (None, Input::Inline));
+        // What its indexes are made of, read after the head (past a reason).
+        let mut r = r;
+        r.priority = 7;
+        let bytes = encode_run(&r, DIGEST, false, Input::Inline).unwrap();
+        let fields = |w: &Indexed<'_>| {
+            (
+                w.tenant.to_string(),
+                w.task.to_string(),
+                w.status,
+                w.priority,
+            )
+        };
+        let (h, was) = head_and_indexed(&bytes).unwrap();
+        assert!(was.reason.is_some());
+        assert_eq!(h.revision, r.revision);
+        assert_eq!(fields(&was), fields(&Indexed::of(&r)));
+        assert_eq!(
+            fields(&was),
+            (r.tenant.to_string(), r.task.to_string(), r.status, 7)
+        );
+        // Only the first bytes are read.
+        let (_, cut) = head_and_indexed(&bytes[..bytes.len() / 2]).unwrap();
+        assert_eq!(fields(&cut), fields(&was));
+        assert!(head_and_indexed(b"\x01{}").is_none());
         // A digest that is not lowercase hex is kept as text.
         let upper = DIGEST.to_uppercase();
         let bytes = encode_run(&r, &upper, false, Input::Inline).unwrap();

@@ -10,6 +10,7 @@
 
 use std::borrow::Cow;
 
+use super::compact::Indexed;
 use super::counts::{QueueDelta, Side};
 use super::definitions::{Shape, encode_run, head};
 use super::footprint::{self, Weight, signed};
@@ -488,43 +489,50 @@ impl SledStore {
             first,
             def,
         } = change;
-        // The small index entry says whether the indexes must change; reading
-        // and decoding the whole old record (all its steps) on every write
-        // cost ~100 µs for a large run, most of a write's time.
-        let ra = key("ra", &[&run.id]);
-        let Some(entry) = self.db.get(&ra).map_err(sled_error)? else {
+        // The stored record's head and first fields say whether the indexes
+        // must change: one read, no decoding of the whole old record (all its
+        // steps cost ~100 µs for a large run, most of a write's time).
+        let run_key = key("run", &[&run.id]);
+        let Some(old) = self.db.get(&run_key).map_err(sled_error)? else {
             return Ok(false);
         };
-        let (old_status, old_task) = decode_index(&ra, &entry)?;
-        let same_tenant = self
-            .db
-            .contains_key(key("rt", &[&run.tenant, &run.id]))
-            .map_err(sled_error)?;
-        let unchanged = same_tenant && old_task == run.task && old_status == run.status;
-        let run_key = key("run", &[&run.id]);
-        let old = self.db.get(&run_key).map_err(sled_error)?;
-        let old_len = old.as_ref().map_or(0, |v| signed(v.len()));
-        let (stored, stored_def, stored_steps, stored_input) = match &old {
-            Some(bytes) => match head(bytes) {
-                Some(head) => (
+        let old_len = signed(old.len());
+        let (stored, stored_def, stored_steps, stored_input, was) =
+            match super::compact::head_and_indexed(&old) {
+                Some((head, was)) => (
                     head.revision,
-                    head.def.map(Cow::into_owned),
+                    Some(head.def),
                     head.step_count,
                     head.input,
+                    was,
                 ),
-                None if super::compact::is_compact(bytes) => {
+                None if super::compact::is_compact(&old) => {
                     return Err(super::compact::unreadable_head(&run_key));
                 }
-                None => (
-                    decode::<Revision>(&run_key, bytes)?.revision,
-                    None,
-                    None,
-                    Input::Inline,
-                ),
-            },
-            None => (0, None, None, Input::Inline),
-        };
-        if old.is_some() && stored_def.as_deref() != Some(def.as_str()) {
+                // A record of a store before format 8 (JSON): read whole.
+                None => {
+                    let Some(record) = self.get_run_at(&run_key)? else {
+                        return Ok(false);
+                    };
+                    let was = Indexed::of(&record);
+                    match head(&old) {
+                        Some(h) => (
+                            h.revision,
+                            h.def.map(Cow::into_owned),
+                            h.step_count,
+                            h.input,
+                            was,
+                        ),
+                        None => {
+                            let revision = decode::<Revision>(&run_key, &old)?.revision;
+                            (revision, None, None, Input::Inline, was)
+                        }
+                    }
+                }
+            };
+        let same_tenant = was.tenant == run.tenant.as_str();
+        let unchanged = same_tenant && was.task == run.task.as_str() && was.status == run.status;
+        if stored_def.as_deref() != Some(def.as_str()) {
             return Err(definition_changed(&run.id));
         }
         if first != stored + 1 {
@@ -535,9 +543,7 @@ impl SledStore {
             });
         }
         weight.add(&run.tenant, signed(record.len()));
-        if same_tenant {
-            weight.add(&run.tenant, -old_len);
-        }
+        weight.add(&was.tenant, -old_len);
         batch.insert(run_key, record);
         self.step_changes(batch, weight, run, steps, stored_steps)?;
         // An input never changes: it is stored once, or again when a record
@@ -548,19 +554,8 @@ impl SledStore {
             self.put_input(batch, weight, run, input)?;
         }
         if !unchanged {
-            // Same tenant: the old entries follow from the index entry alone;
-            // otherwise read the old record to find them.
-            let old_indexes = if same_tenant {
-                queued.replace((&run.tenant, &old_task, old_status), run);
-                indexes_of(&run.id, &run.tenant, &old_task, old_status, run.priority)
-            } else {
-                let Some(old) = self.get_run_at(&key("run", &[&run.id]))? else {
-                    return Ok(false);
-                };
-                weight.add(&old.tenant, -old_len);
-                queued.replace((&old.tenant, &old.task, old.status), run);
-                run_indexes(&old)
-            };
+            queued.replace((&was.tenant, &was.task, was.status), run);
+            let old_indexes = indexes_of(&run.id, &was.tenant, &was.task, was.status, was.priority);
             for (index_key, _) in old_indexes {
                 batch.remove(index_key);
             }
