@@ -1,7 +1,8 @@
 //! A whole store as a streaming, versioned logical dump (`ax store export`
 //! / `ax store import`): what moves a deployment between sled and
 //! PostgreSQL, in either direction, and what backs up a sled store. It goes
-//! through the [`Store`] seam only, so every backend reads and writes it.
+//! through the [`Store`](super::Store) seam only, so every backend reads
+//! and writes it.
 //!
 //! # Format (version 2)
 //! A gzip stream of JSON lines:
@@ -49,23 +50,27 @@
 //! - Leases (they lapse by themselves) and metadata other than the admin
 //!   token's hash (format markers belong to the target store).
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::io::{BufRead, BufReader};
 use std::path::Path;
 
-use flate2::Compression;
 use flate2::read::MultiGzDecoder;
-use flate2::write::GzEncoder;
 use serde::{Deserialize, Serialize};
 
-use super::{AlertQuery, KeyEntry, OutboxAlert, Store, StoreExt, Tree, WholeRun};
+use super::{KeyEntry, OutboxAlert, WholeRun};
 use crate::model::{DeadLetter, Millis, PluginRecord, PluginTag, ScheduleState, TaskRecord};
-use crate::tenant::{DEFAULT_TENANT, TenantRecord, TokenRecord, UsageBucket};
-use fires::{Holders, Order};
-use writers::Writers;
+use crate::tenant::{TenantRecord, TokenRecord, UsageBucket};
+use fires::Holders;
 
+pub use export::{ExportOptions, Exported, create_file, export};
+#[cfg(any(test, feature = "conformance"))]
+pub(crate) use import::import_in_batches;
+pub use import::{ImportOptions, contents, import};
+
+mod export;
 mod fires;
+mod import;
 mod spans;
 mod writers;
 
@@ -80,11 +85,9 @@ const RUN_BATCH: usize = 512;
 const MAP_PAGE: usize = 1024;
 /// Idempotency keys read (export) or restored (import) per page.
 const KEY_PAGE: usize = 1024;
-/// Alerts read per page.
-const ALERT_PAGE: usize = 1000;
-/// The metadata a dump carries: the admin token's hash (`server.rs`), so a
-/// moved deployment keeps its admin token.
-const CARRIED_META: &[&str] = &["admin_token_sha256"];
+/// Lines parsed per chunk, by the check and by an import (which also
+/// bounds a chunk's bytes and how many are parsed ahead: `import.rs`).
+const CHUNK: usize = 256;
 
 /// What exporting or importing can fail with.
 #[derive(Debug, thiserror::Error)]
@@ -237,312 +240,6 @@ impl Line {
             Line::End { .. } => {}
         }
     }
-}
-
-/// How to export.
-#[derive(Clone, Debug, Default)]
-pub struct ExportOptions {
-    /// Write secrets' values, in plain text (otherwise they are counted and
-    /// left out).
-    pub include_secrets: bool,
-    /// The header's `created_at`.
-    pub now: Millis,
-}
-
-/// What an export wrote.
-#[derive(Clone, Debug, Default)]
-pub struct Exported {
-    /// Objects written, per kind.
-    pub counts: Counts,
-    /// Secrets not written (`include_secrets` off).
-    pub secrets_left_out: u64,
-}
-
-/// A secret as the secret store keeps it (`store::secrets`).
-#[derive(Serialize, Deserialize)]
-struct StoredSecret {
-    value: String,
-    updated_at: Millis,
-}
-
-/// Writes the dump's lines, counting them.
-///
-/// The encoder is written through a buffer: serde_json writes each key and
-/// string on its own, and flate2's encoder zero-fills its output buffer's
-/// spare room on every write it is given, which was half of an export's
-/// time (docs/PERFORMANCE.md, *Export and import*).
-struct Writer<W: Write> {
-    out: BufWriter<GzEncoder<W>>,
-    counts: Counts,
-}
-
-impl<W: Write> Writer<W> {
-    fn line<T: Serialize>(&mut self, line: &T) -> Result<()> {
-        serde_json::to_writer(&mut self.out, line).map_err(std::io::Error::from)?;
-        self.out.write_all(b"\n")?;
-        Ok(())
-    }
-
-    fn object(&mut self, line: Line) -> Result<()> {
-        line.count(&mut self.counts);
-        self.line(&line)
-    }
-}
-
-/// Writes every object of `store` to `out` as a dump (gzip-compressed; `out`
-/// is best buffered). Reads runs a page at a time.
-pub fn export(store: &dyn Store, out: impl Write, options: &ExportOptions) -> Result<Exported> {
-    // Fast compression: the dump is mostly JSON, which level 1 already
-    // shrinks several times, at a fraction of the default level's time.
-    let mut w = Writer {
-        out: BufWriter::with_capacity(1 << 16, GzEncoder::new(out, Compression::fast())),
-        counts: Counts::default(),
-    };
-    w.line(&Header {
-        format: FORMAT.into(),
-        version: VERSION,
-        ax: env!("CARGO_PKG_VERSION").into(),
-        created_at: options.now,
-        secrets: options.include_secrets,
-    })?;
-    for key in CARRIED_META {
-        if let Some(value) = store.get_meta(key)? {
-            w.object(Line::Meta {
-                key: (*key).into(),
-                value,
-            })?;
-        }
-    }
-    // Every tenant that owns something: the stored ones, the default one
-    // (used without a record) and those named by tasks and runs.
-    let mut tenants: BTreeSet<String> = BTreeSet::from([DEFAULT_TENANT.to_owned()]);
-    for tenant in store.list_tenants()? {
-        tenants.insert(tenant.name.clone());
-        w.object(Line::Tenant(tenant))?;
-    }
-    for token in store.list_tokens()? {
-        w.object(Line::Token(token))?;
-    }
-    for task in store.list_tasks(None)? {
-        tenants.insert(task.tenant.clone());
-        let schedule = store.get_schedule(&task.tenant, &task.name)?;
-        w.object(Line::Task { task, schedule })?;
-    }
-    export_runs(store, &mut w, &mut tenants)?;
-    let mut after: Option<KeyEntry> = None;
-    loop {
-        let page = store.forgotten_keys(after.as_ref(), KEY_PAGE)?;
-        let full = page.len() == KEY_PAGE;
-        after = page.last().cloned();
-        for key in page {
-            w.object(Line::Key(key))?;
-        }
-        if !full {
-            break;
-        }
-    }
-    let mut blobs: HashSet<String> = HashSet::new();
-    for tenant in &tenants {
-        for plugin in store.list_plugins(tenant)? {
-            if blobs.insert(plugin.digest.clone())
-                && let Some(bytes) = store.get_blob(&plugin.digest)?
-            {
-                w.object(Line::Blob {
-                    digest: plugin.digest.clone(),
-                    bytes: hex::encode(bytes),
-                })?;
-            }
-            w.object(Line::Plugin(plugin))?;
-        }
-        for tag in store.list_plugin_tags(tenant)? {
-            w.object(Line::Tag(tag))?;
-        }
-        for dead in store.list_dead_letters(tenant, false)? {
-            w.object(Line::DeadLetter(dead))?;
-        }
-        let mut cursor = None;
-        loop {
-            let (alerts, next) = store.list_alerts(&AlertQuery {
-                tenant: tenant.clone(),
-                status: None,
-                limit: ALERT_PAGE,
-                cursor: cursor.take(),
-            })?;
-            for alert in alerts {
-                w.object(Line::Alert(alert))?;
-            }
-            match next {
-                Some(next) => cursor = Some(next),
-                None => break,
-            }
-        }
-        for bucket in store.usage(tenant, Millis::MIN, Millis::MAX)? {
-            w.object(Line::Usage(bucket))?;
-        }
-    }
-    for_each_entry(store, Tree::Kv, |key, value| {
-        let key = String::from_utf8(key).map_err(|_| super::Error::Corrupt {
-            key: "kv".into(),
-            reason: "a key that is not UTF-8".into(),
-        })?;
-        w.object(Line::Kv {
-            key,
-            value: hex::encode(value),
-        })
-    })?;
-    let mut left_out = 0;
-    for_each_entry(store, Tree::Secrets, |key, value| {
-        if !options.include_secrets {
-            left_out += 1;
-            return Ok(());
-        }
-        let (tenant, name) = split_secret_key(&key)?;
-        let stored: StoredSecret = serde_json::from_slice(&value).map_err(|_| {
-            // The error's text could quote the value: only the key is named.
-            super::Error::Corrupt {
-                key: format!("secrets/{tenant}/{name}"),
-                reason: "unreadable secret record".into(),
-            }
-        })?;
-        w.object(Line::Secret {
-            tenant,
-            name,
-            value: stored.value,
-            updated_at: stored.updated_at,
-        })
-    })?;
-    let counts = w.counts.clone();
-    w.line(&Line::End {
-        counts: counts.clone(),
-        secrets_left_out: left_out,
-    })?;
-    w.out
-        .into_inner()
-        .map_err(std::io::IntoInnerError::into_error)?
-        .finish()?
-        .flush()?;
-    Ok(Exported {
-        counts,
-        secrets_left_out: left_out,
-    })
-}
-
-/// Writes every run, a page of summaries at a time, each with its events,
-/// logs and attempt records; adds their tenants to `tenants`.
-///
-/// Reading a page whole (a database's round trips and the decoding of its
-/// rows, or sled's lookups) took longer than encoding it, so [`READERS`]
-/// threads read pages while this one encodes and compresses
-/// (docs/PERFORMANCE.md, *Export: reading while writing*): a pager walks
-/// the summaries (keyset paging is sequential, and cheap) and deals page
-/// `n` to reader `n % READERS`; this thread takes the readers' pages in
-/// the same turn, so runs are written in order. Each reader holds a page
-/// or two, so memory stays a few pages.
-fn export_runs<W: Write>(
-    store: &dyn Store,
-    w: &mut Writer<W>,
-    tenants: &mut BTreeSet<String>,
-) -> Result<()> {
-    use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
-    std::thread::scope(|scope| {
-        let mut deal: Vec<SyncSender<Result<Vec<String>>>> = Vec::new();
-        let mut read: Vec<Receiver<Result<Vec<WholeRun>>>> = Vec::new();
-        for _ in 0..READERS {
-            let (ids_in, ids) = sync_channel::<Result<Vec<String>>>(1);
-            let (runs, runs_out) = sync_channel::<Result<Vec<WholeRun>>>(1);
-            deal.push(ids_in);
-            read.push(runs_out);
-            scope.spawn(move || {
-                for page in ids {
-                    let whole = page.and_then(|ids| {
-                        let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
-                        Ok(store.whole_runs(&ids)?)
-                    });
-                    // The writer stopped (it failed): nothing more to read.
-                    if runs.send(whole).is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-        scope.spawn(move || {
-            let mut after: Option<super::RunSummary> = None;
-            for n in 0.. {
-                let to = &deal[n % READERS];
-                let page = match store.run_summaries_page(after.as_ref(), RUN_BATCH) {
-                    Ok(page) => page,
-                    Err(e) => {
-                        let _ = to.send(Err(e.into()));
-                        return;
-                    }
-                };
-                let full = page.len() == RUN_BATCH;
-                let ids = page.iter().map(|s| s.id.to_string()).collect();
-                after = page.into_iter().last();
-                if to.send(Ok(ids)).is_err() || !full {
-                    return;
-                }
-            }
-        });
-        // A reader's channel ends after its last page: every page before
-        // it in the turn was written.
-        for n in 0.. {
-            let Ok(page) = read[n % READERS].recv() else {
-                return Ok(());
-            };
-            for whole in page? {
-                if !tenants.contains(whole.run.tenant.as_str()) {
-                    tenants.insert(whole.run.tenant.to_string());
-                }
-                w.object(Line::Run(Box::new(whole)))?;
-            }
-        }
-        Ok(())
-    })
-}
-
-/// Threads reading pages of runs whole for an export ([`export_runs`]).
-const READERS: usize = 2;
-
-/// Calls `f` with every entry of `tree`, a page at a time.
-fn for_each_entry(
-    store: &dyn Store,
-    tree: Tree,
-    mut f: impl FnMut(Vec<u8>, Vec<u8>) -> Result<()>,
-) -> Result<()> {
-    let mut after: Option<Vec<u8>> = None;
-    loop {
-        let page = store.map_page(tree, after.as_deref(), MAP_PAGE)?;
-        let done = page.len() < MAP_PAGE;
-        for (key, value) in page {
-            after = Some(key.clone());
-            f(key, value)?;
-        }
-        if done {
-            return Ok(());
-        }
-    }
-}
-
-/// `tenant\0name`, as the secret store keys a secret.
-fn split_secret_key(key: &[u8]) -> Result<(String, String)> {
-    let text = std::str::from_utf8(key).ok();
-    match text.and_then(|t| t.split_once('\0')) {
-        Some((tenant, name)) => Ok((tenant.to_owned(), name.to_owned())),
-        None => Err(super::Error::Corrupt {
-            key: "secrets".into(),
-            reason: "a key that is not tenant\\0name".into(),
-        }
-        .into()),
-    }
-}
-
-/// How to import.
-#[derive(Clone, Debug)]
-pub struct ImportOptions {
-    /// How long, from its run's creation, an imported run's idempotency key
-    /// is remembered (the dump does not hold each key's own expiry).
-    pub key_ttl: Millis,
 }
 
 /// What a dump's header says.
@@ -789,284 +486,22 @@ fn check_objects(
     Ok((described, holders.contested()))
 }
 
-/// What makes a store non-empty, if anything (named for the error).
-pub fn contents(store: &dyn Store) -> Result<Option<String>> {
-    let mut found = Vec::new();
-    if !store.list_tenants()?.is_empty() {
-        found.push("tenants");
-    }
-    if !store.list_tokens()?.is_empty() {
-        found.push("tokens");
-    }
-    if !store.list_tasks(None)?.is_empty() {
-        found.push("tasks");
-    }
-    if !store.run_summaries_page(None, 1)?.is_empty() {
-        found.push("runs");
-    }
-    if !store.list_plugins(DEFAULT_TENANT)?.is_empty() {
-        found.push("plugins");
-    }
-    if !store.map_page(Tree::Kv, None, 1)?.is_empty() {
-        found.push("KV entries");
-    }
-    if !store.map_page(Tree::Secrets, None, 1)?.is_empty() {
-        found.push("secrets");
-    }
-    Ok((!found.is_empty()).then(|| found.join(", ")))
-}
-
-/// Imports the dump at `path` into `store`, which must be empty: the whole
-/// file is checked first ([`verify`]), then written. Returns what was
-/// imported, per kind.
-///
-/// A thread reads and parses the file ahead of the writes, a chunk of
-/// lines at a time: a batch of runs is written while the next is parsed,
-/// and two batches are written at a time ([`writers`]).
-/// Chunks and batches are bounded by lines and by bytes
-/// ([`CHUNK_BYTES`], [`BATCH_BYTES`]), so memory stays a few batches
-/// however large a run's logs are.
-pub fn import(store: &dyn Store, path: &Path, options: &ImportOptions) -> Result<Counts> {
-    import_in_batches(store, path, options, IMPORT_BATCH)
-}
-
-/// [`import`], `batch` runs at most per batch (tests use small ones).
-pub(crate) fn import_in_batches(
-    store: &dyn Store,
-    path: &Path,
-    options: &ImportOptions,
-    batch: usize,
-) -> Result<Counts> {
-    let (_, holders) = check(path)?;
-    if let Some(found) = contents(store)? {
-        return Err(Error::NotEmpty(found));
-    }
-    let (_, objects) = open(path)?;
-    std::thread::scope(|scope| {
-        let (chunks, read) = std::sync::mpsc::sync_channel::<Result<Vec<Object>>>(CHUNKS_AHEAD);
-        scope.spawn(move || {
-            let (mut chunk, mut bytes) = (Vec::with_capacity(CHUNK), 0);
-            for object in objects {
-                let object = match object {
-                    Ok(object) => object,
-                    Err(e) => {
-                        let _ = chunks.send(Err(e));
-                        return;
-                    }
-                };
-                bytes += object.bytes;
-                chunk.push(object);
-                if chunk.len() == CHUNK || bytes >= CHUNK_BYTES {
-                    bytes = 0;
-                    // The writer stopped (it failed): nothing more to read.
-                    if chunks.send(Ok(std::mem::take(&mut chunk))).is_err() {
-                        return;
-                    }
-                }
-            }
-            let _ = chunks.send(Ok(chunk));
-        });
-        let writers = Writers::new(scope, store, options.key_ttl);
-        let mut writer = Importer::new(store, writers, Order::new(holders));
-        writer.batch = batch;
-        for chunk in read {
-            for object in chunk? {
-                writer.object(object)?;
-            }
-        }
-        writer.finish()
-    })
-}
-
-/// Runs an import writes per batch, and the most bytes of their lines: a
-/// larger batch costs fewer commits (a PostgreSQL commit waits for its
-/// flush to disk; 512 runs per batch spent a fifth of an import there).
-const IMPORT_BATCH: usize = 2048;
-const BATCH_BYTES: usize = 32 << 20;
-/// Lines parsed per chunk, their most bytes, and the chunks parsed ahead
-/// of the writes (a batch's worth).
-const CHUNK: usize = 256;
-const CHUNK_BYTES: usize = 4 << 20;
-const CHUNKS_AHEAD: usize = IMPORT_BATCH / CHUNK;
-
-/// Writes a dump's objects into a store, runs and map entries in batches.
-struct Importer<'a, 'scope> {
-    store: &'a dyn Store,
-    imported: Counts,
-    /// Runs per batch at most ([`IMPORT_BATCH`]).
-    batch: usize,
-    runs: Vec<WholeRun>,
-    /// The order runs are written in ([`fires`]).
-    order: Order,
-    writers: Writers<'scope, 'a>,
-    /// The bytes of the batched runs' lines.
-    run_bytes: usize,
-    kv: Vec<(Vec<u8>, Vec<u8>)>,
-    keys: Vec<KeyEntry>,
-}
-
-impl<'a, 'scope> Importer<'a, 'scope> {
-    fn new(store: &'a dyn Store, writers: Writers<'scope, 'a>, order: Order) -> Self {
-        Importer {
-            store,
-            imported: Counts::default(),
-            batch: IMPORT_BATCH,
-            runs: Vec::with_capacity(IMPORT_BATCH),
-            order,
-            writers,
-            run_bytes: 0,
-            kv: Vec::new(),
-            keys: Vec::new(),
-        }
-    }
-
-    fn object(&mut self, object: Object) -> Result<()> {
-        let Object {
-            number,
-            bytes,
-            line,
-        } = object;
-        let store = self.store;
-        line.count(&mut self.imported);
-        match line {
-            Line::Meta { key, value } => store.put_meta(&key, &value)?,
-            Line::Tenant(tenant) => store.put_tenant(&tenant)?,
-            Line::Token(token) => store.put_token(&token)?,
-            Line::Task { task, schedule } => {
-                let schedule = schedule.unwrap_or_else(|| ScheduleState {
-                    tenant: task.tenant.clone(),
-                    task: task.name.clone(),
-                    next_fire: None,
-                    last_fired: None,
-                    paused: false,
-                });
-                store.put_task(&task, &schedule)?;
-            }
-            Line::Run(whole) => {
-                for (whole, bytes) in self.order.next(*whole, bytes) {
-                    self.push_run(whole, bytes)?;
-                }
-            }
-            Line::Blob { digest, bytes } => {
-                let bytes = hex::decode(&bytes)
-                    .map_err(|e| Error::Damaged(format!("line {number}: blob bytes: {e}")))?;
-                let stored = store.put_blob(&bytes)?;
-                if stored != digest {
-                    return Err(Error::Damaged(format!(
-                        "line {number}: blob {digest} holds bytes of digest {stored}"
-                    )));
-                }
-            }
-            Line::Plugin(plugin) => store.put_plugin(&plugin)?,
-            Line::Tag(tag) => store.put_plugin_tag(&tag)?,
-            Line::DeadLetter(dead) => store.put_dead_letter(&dead)?,
-            Line::Alert(alert) => store.put_alerts(std::slice::from_ref(&alert))?,
-            Line::Usage(bucket) => store.add_usage(std::slice::from_ref(&bucket))?,
-            Line::Key(key) => {
-                self.keys.push(key);
-                if self.keys.len() >= KEY_PAGE {
-                    self.restore_keys()?;
-                }
-            }
-            Line::Kv { key, value } => {
-                let value = hex::decode(&value)
-                    .map_err(|e| Error::Damaged(format!("line {number}: KV value: {e}")))?;
-                self.kv.push((key.into_bytes(), value));
-                if self.kv.len() >= MAP_PAGE {
-                    store.restore_map(Tree::Kv, &self.kv)?;
-                    self.kv.clear();
-                }
-            }
-            Line::Secret {
-                tenant,
-                name,
-                value,
-                updated_at,
-            } => {
-                store
-                    .secrets()
-                    .put_secret(&tenant, &name, &value, updated_at)?;
-            }
-            Line::End { .. } => {}
-        }
-        Ok(())
-    }
-
-    /// Writes what is still batched; returns what was imported.
-    fn finish(mut self) -> Result<Counts> {
-        for (whole, bytes) in self.order.rest() {
-            self.push_run(whole, bytes)?;
-        }
-        self.restore_runs()?;
-        self.writers.land()?;
-        self.restore_keys()?;
-        self.store.restore_map(Tree::Kv, &self.kv)?;
-        Ok(self.imported)
-    }
-
-    /// Adds a run to the batch, and starts storing the batch once full.
-    fn push_run(&mut self, whole: WholeRun, bytes: usize) -> Result<()> {
-        self.runs.push(whole);
-        self.run_bytes += bytes;
-        if self.runs.len() >= self.batch || self.run_bytes >= BATCH_BYTES {
-            self.restore_runs()?;
-        }
-        Ok(())
-    }
-
-    /// Starts storing the batch of runs ([`Runs::restore_runs`](super::Runs::restore_runs),
-    /// through [`Writers`]); empties it.
-    fn restore_runs(&mut self) -> Result<()> {
-        if self.runs.is_empty() {
-            return Ok(());
-        }
-        let runs = std::mem::replace(&mut self.runs, Vec::with_capacity(self.batch));
-        self.run_bytes = 0;
-        self.writers.write(runs)
-    }
-
-    /// Stores the page of forgotten keys, after the runs read so far (a
-    /// key never holds back a run of the dump); empties it.
-    fn restore_keys(&mut self) -> Result<()> {
-        if self.keys.is_empty() {
-            return Ok(());
-        }
-        self.restore_runs()?;
-        self.writers.land()?;
-        self.store.restore_keys(&self.keys)?;
-        self.keys.clear();
-        Ok(())
-    }
-}
-
-/// Opens `path` for a dump: created new (never over an existing file), and
-/// readable by its owner only when it holds secrets.
-pub fn create_file(path: &Path, secrets: bool) -> Result<BufWriter<File>> {
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create_new(true);
-    #[cfg(unix)]
-    if secrets {
-        use std::os::unix::fs::OpenOptionsExt;
-        options.mode(0o600);
-    }
-    #[cfg(not(unix))]
-    let _ = secrets;
-    Ok(BufWriter::with_capacity(1 << 16, options.open(path)?))
-}
-
 #[cfg(test)]
 mod tests {
     use std::io::Write as _;
+
+    use flate2::Compression;
+    use flate2::write::GzEncoder;
 
     use super::*;
     use crate::store::memory::MemoryStore;
     use crate::store::prelude::*;
     use crate::tenant::Quota;
 
-    const IMPORT: ImportOptions = ImportOptions { key_ttl: 1_000 };
+    pub(super) const IMPORT: ImportOptions = ImportOptions { key_ttl: 1_000 };
 
     /// A store with a tenant and a secret, exported to `dir/name`.
-    fn dumped(dir: &Path, name: &str, include_secrets: bool) -> std::path::PathBuf {
+    pub(super) fn dumped(dir: &Path, name: &str, include_secrets: bool) -> std::path::PathBuf {
         let store = MemoryStore::new();
         store
             .put_tenant(&TenantRecord::new("t1", Quota::default(), 1))
@@ -1083,7 +518,7 @@ mod tests {
         path
     }
 
-    fn lines(path: &Path) -> Vec<String> {
+    pub(super) fn lines(path: &Path) -> Vec<String> {
         let mut text = String::new();
         std::io::Read::read_to_string(
             &mut MultiGzDecoder::new(File::open(path).unwrap()),
@@ -1093,74 +528,12 @@ mod tests {
         text.lines().map(str::to_owned).collect()
     }
 
-    fn write(path: &Path, lines: &[String]) {
+    pub(super) fn write(path: &Path, lines: &[String]) {
         let mut out = GzEncoder::new(File::create(path).unwrap(), Compression::fast());
         for line in lines {
             writeln!(out, "{line}").unwrap();
         }
         out.finish().unwrap();
-    }
-
-    /// Runs of several pages, read by several readers, are written in the
-    /// order of the store's summaries, and read back whole.
-    #[test]
-    fn runs_of_many_pages_are_written_in_order_and_imported_whole() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = MemoryStore::new();
-        let runs: Vec<crate::store::NewRun> = (0..RUN_BATCH * READERS + 7)
-            .map(|i| {
-                let id = format!("r{:012x}{i:08x}", 1_000 + i);
-                let task = format!("t{}", i % 3);
-                crate::store::NewRun {
-                    run: crate::store::conformance::run(
-                        &id,
-                        "default",
-                        &task,
-                        crate::model::RunStatus::Succeeded,
-                    ),
-                    unique_fire: false,
-                    schedule: None,
-                    events: Vec::new(),
-                    key_expires_at: Millis::MAX,
-                }
-            })
-            .collect();
-        store.insert_runs(&runs).unwrap();
-        let path = dir.path().join("runs.ax-dump");
-        export(
-            &store,
-            create_file(&path, false).unwrap(),
-            &ExportOptions::default(),
-        )
-        .unwrap();
-
-        let mut walked = Vec::new();
-        let mut after = None;
-        loop {
-            let page = store.run_summaries_page(after.as_ref(), 100).unwrap();
-            walked.extend(page.iter().map(|s| s.id.to_string()));
-            if page.len() < 100 {
-                break;
-            }
-            after = page.into_iter().last();
-        }
-        let written: Vec<String> = lines(&path)
-            .iter()
-            .filter_map(|l| {
-                let v: serde_json::Value = serde_json::from_str(l).unwrap();
-                (v["kind"] == "run").then(|| v["run"]["id"].as_str().unwrap().to_owned())
-            })
-            .collect();
-        assert_eq!(written.len(), runs.len());
-        assert_eq!(written, walked, "in the order of the summaries");
-
-        let target = MemoryStore::new();
-        import(&target, &path, &IMPORT).unwrap();
-        let ids: Vec<&str> = walked.iter().map(String::as_str).collect();
-        assert_eq!(
-            target.whole_runs(&ids).unwrap(),
-            store.whole_runs(&ids).unwrap()
-        );
     }
 
     /// A run's JSON text kept from a dump of this version is what encoding
@@ -1293,62 +666,6 @@ mod tests {
         all.remove(1);
         write(&path, &all);
         assert!(matches!(verify(&path), Err(Error::Damaged(_))));
-    }
-
-    /// A dump that holds a run twice is refused naming it, and says that
-    /// what came before it was written.
-    #[test]
-    fn a_run_held_twice_is_named() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("twice.ax-dump");
-        let store = MemoryStore::new();
-        let run = crate::store::conformance::run(
-            "r000000001000000000001",
-            "default",
-            "a",
-            crate::model::RunStatus::Succeeded,
-        );
-        store.insert_run(&run, false, None, &[]).unwrap();
-        export(
-            &store,
-            create_file(&path, false).unwrap(),
-            &ExportOptions::default(),
-        )
-        .unwrap();
-        let mut all = lines(&path);
-        let at = all
-            .iter()
-            .position(|l| l.starts_with(r#"{"kind":"run""#))
-            .unwrap();
-        all.insert(at, all[at].clone());
-        let end = all.len() - 1;
-        all[end] = all[end].replace(r#""run":1"#, r#""run":2"#);
-        write(&path, &all);
-        let e = import(&MemoryStore::new(), &path, &IMPORT).unwrap_err();
-        assert!(
-            matches!(&e, Error::Twice(id) if id == run.id.as_str()),
-            "{e}"
-        );
-        assert!(
-            e.to_string().contains("the runs before it were imported"),
-            "{e}"
-        );
-    }
-
-    #[test]
-    fn a_store_that_is_not_empty_is_refused() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dumped(dir.path(), "d", false);
-        let target = MemoryStore::new();
-        target
-            .put_tenant(&TenantRecord::new("x", Quota::default(), 1))
-            .unwrap();
-        let e = import(&target, &path, &IMPORT).unwrap_err();
-        assert!(
-            matches!(e, Error::NotEmpty(ref what) if what == "tenants"),
-            "{e}"
-        );
-        assert_eq!(target.list_tenants().unwrap().len(), 1);
     }
 
     #[test]
