@@ -90,6 +90,9 @@ pub fn list_runs_filters_newest_first<S: Store>(make: Make<S>) {
         ids(&list(Some("t1"), None, Some(RunStatus::Failed))),
         expect(&|r| r.tenant == "t1" && r.status == RunStatus::Failed)
     );
+    let failed = expect(&|r| r.status == RunStatus::Failed);
+    assert!(!failed.is_empty());
+    assert_eq!(ids(&list(None, None, Some(RunStatus::Failed))), failed);
     assert!(list(Some("t3"), None, None).is_empty());
     assert!(list(Some("t1"), Some("zzz"), None).is_empty());
     assert!(list(None, None, Some(RunStatus::Running)).is_empty());

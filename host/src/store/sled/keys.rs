@@ -103,7 +103,7 @@ pub(super) fn fire_key(run: &RunRecord) -> Vec<u8> {
     key("fire", &[&run.tenant, &run.task, &instant])
 }
 
-/// The index entries of a run: `ra`, `rt` (value: status byte and task
+/// The index entries of a run: `rt` (value: status byte and task
 /// name, so listing filters without reading records), `rk` (value: the
 /// status byte; its key names the task, and before store format 9 its value
 /// did too, which [`decode_index`] still reads), `q` while queued (value:
@@ -123,7 +123,6 @@ pub(super) fn indexes_of(
     let mut value = vec![status_code(status)];
     value.extend_from_slice(task.as_bytes());
     let mut out = vec![
-        (key("ra", &[id]), value.clone()),
         (key("rt", &[tenant, id]), value),
         (key("rk", &[tenant, task, id]), vec![status_code(status)]),
     ];

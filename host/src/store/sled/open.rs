@@ -54,7 +54,12 @@ use crate::store::{Error, Result, kv, secrets};
 /// and `rk` index entries without the task their key names (`keys.rs`),
 /// which an older ax cannot read; a store of format 8 and before keeps its
 /// lists and entries (read as they are), so the upgrade only marks it.
-pub const STORE_FORMAT: u32 = 9;
+/// 10: no `ra/{id}` index entries: listing every tenant's runs reads the
+/// records (`runs.rs`), and a run's status change rewrites one index entry
+/// fewer. An older ax would list no runs across tenants, so it refuses
+/// format 10; the upgrade removes a store's `ra` entries, a batch at a
+/// time, and is resumable (`runs::drop_ra`).
+pub const STORE_FORMAT: u32 = 10;
 
 /// Name of the file, beside `db/`, holding the store format.
 const FORMAT_FILE: &str = "store-format";
@@ -192,6 +197,13 @@ impl SledStore {
         super::counts::build_counts(&store)?;
         super::footprint::build_run_bytes(&store)?;
         super::upgrade::upgrade(&store)?;
+        let dropped = super::runs::drop_ra(&store)?;
+        if dropped > 0 {
+            tracing::info!(
+                entries = dropped,
+                "store format 10: removed the ra run index"
+            );
+        }
         super::inputs::remove_orphan_inputs(&store)
             .map_err(|e| unusable(format!("cannot tidy {}/: {e}", super::inputs::INPUTS_DIR)))?;
         super::runs::build_key_expiry(

@@ -1,4 +1,4 @@
-//! Runs under `run/{id}`, with their indexes (`ra`, `rt`, `rk`, `act`), the
+//! Runs under `run/{id}`, with their indexes (`rt`, `rk`, `q`, `act`), the
 //! keys they claim (`idem`, `fire`) and their events (`ev`). Inserts are
 //! serialised by `claim_lock` (check the claims, then write them), updates
 //! by `run_lock`, deletes by both; each call is one sled batch.
@@ -220,8 +220,11 @@ pub(super) fn list(store: &SledStore, query: &RunQuery) -> Result<RunPage> {
     let (prefix, task_filter) = match (&query.tenant, &query.task) {
         (Some(tenant), Some(task)) => (key("rk", &[tenant, task]), None),
         (Some(tenant), None) => (key("rt", &[tenant]), None),
-        (None, task) => (key("ra", &[]), task.as_deref()),
+        // Every tenant's runs: the records themselves, which sort by id
+        // too (since store format 10 no index repeats them, [`drop_ra`]).
+        (None, task) => (key("run", &[]), task.as_deref()),
     };
+    let records = query.tenant.is_none();
     let entries = match list_start(query) {
         Some(start) => {
             let mut end = prefix.clone();
@@ -233,7 +236,10 @@ pub(super) fn list(store: &SledStore, query: &RunQuery) -> Result<RunPage> {
     let entries = entries.rev().map(|item| {
         let (k, v) = item.map_err(sled_error)?;
         let id = decode_part(&k[prefix.len()..]).ok_or_else(|| corrupt_key(&k))?;
-        let (status, task) = decode_index(&k, &v)?;
+        let (status, task) = match records {
+            true => status_and_task(&k, &v)?,
+            false => decode_index(&k, &v)?,
+        };
         // An `rk` entry's task is the one its key (the query) names.
         let task = match (&query.task, task.is_empty()) {
             (Some(named), true) => named.to_string(),
@@ -258,6 +264,48 @@ pub(super) fn list(store: &SledStore, query: &RunQuery) -> Result<RunPage> {
         }
     }
     Ok(RunPage { runs, next })
+}
+
+/// The status and task of the stored run `bytes` (at `run_key`), from its
+/// first fields (a compact record) or its JSON (a record of a store before
+/// format 8).
+fn status_and_task(run_key: &[u8], bytes: &[u8]) -> Result<(crate::model::RunStatus, String)> {
+    if let Some((_, was)) = super::compact::head_and_indexed(bytes) {
+        return Ok((was.status, was.task.into_owned()));
+    }
+    if super::compact::is_compact(bytes) {
+        return Err(super::compact::unreadable_head(run_key));
+    }
+    #[derive(serde::Deserialize)]
+    struct Fields {
+        task: String,
+        status: crate::model::RunStatus,
+    }
+    let fields: Fields = decode(run_key, bytes)?;
+    Ok((fields.status, fields.task))
+}
+
+/// Removes the `ra/{id}` index entries a store before format 10 kept (a
+/// run's status and task under its id: what listing every tenant's runs
+/// now reads from the records), a batch at a time. A crash in the middle
+/// leaves entries nothing reads; the next open removes them.
+pub(super) fn drop_ra(store: &SledStore) -> Result<usize> {
+    const BATCH: usize = 10_000;
+    let prefix = key("ra", &[]);
+    let mut dropped = 0;
+    loop {
+        let mut batch = sled::Batch::default();
+        let mut n = 0;
+        for item in store.db.scan_prefix(&prefix).keys().take(BATCH) {
+            batch.remove(item.map_err(sled_error)?);
+            n += 1;
+        }
+        if n == 0 {
+            return Ok(dropped);
+        }
+        store.apply(batch)?;
+        dropped += n;
+    }
 }
 
 /// [`Runs::running_runs`](crate::store::Runs::running_runs): `act/{id}`.

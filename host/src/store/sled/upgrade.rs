@@ -191,6 +191,11 @@ mod tests {
                 }
                 _ => encode(&full).unwrap(),
             };
+            // Before format 10 a run also had an `ra/{id}` index entry.
+            let id = super::super::keys::decode_part(&k[key("run", &[]).len()..]).unwrap();
+            let mut ra = vec![2u8];
+            ra.extend_from_slice(full.task.as_bytes());
+            batch.insert(key("ra", &[&id]), ra);
             batch.insert(k.to_vec(), record);
         }
         let mut kinds = vec!["step"];
@@ -238,6 +243,16 @@ mod tests {
         }
         let marker: String = store.get(&key("sys", &["format"])).unwrap().unwrap();
         assert_eq!(marker, super::super::STORE_FORMAT.to_string());
+        assert_eq!(store.scan(&key("ra", &[])).count(), 0, "ra entries removed");
+        // Listed across tenants from the records, newest first.
+        let query = crate::store::RunQuery {
+            limit: 5,
+            ..Default::default()
+        };
+        let page = store.list_runs(&query).unwrap();
+        let ids: Vec<&str> = page.runs.iter().map(|r| r.id.as_str()).collect();
+        let newest: Vec<String> = (n - 5..n).rev().map(|i| format!("r{i:06}")).collect();
+        assert_eq!(ids, newest);
         store
     }
 
