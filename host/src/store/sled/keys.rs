@@ -103,35 +103,47 @@ pub(super) fn fire_key(run: &RunRecord) -> Vec<u8> {
     key("fire", &[&run.tenant, &run.task, &instant])
 }
 
-/// The index entries of a run: `rt` (value: status byte and task
-/// name, so listing filters without reading records), `rk` (value: the
-/// status byte; its key names the task, and before store format 9 its value
-/// did too, which [`decode_index`] still reads), `q` while queued (value:
-/// the task name) and `act` while running.
+/// The index entries of a run: its [`listing_indexes`] and its
+/// [`state_indexes`].
 pub(super) fn run_indexes(run: &RunRecord) -> Vec<(Vec<u8>, Vec<u8>)> {
-    indexes_of(&run.id, &run.tenant, &run.task, run.status, run.priority)
+    let mut out = listing_indexes(&run.id, &run.tenant, &run.task);
+    out.extend(state_indexes(
+        &run.id,
+        &run.tenant,
+        &run.task,
+        run.status,
+        run.priority,
+    ));
+    out
 }
 
-/// The index entries of a run with these fields.
-pub(super) fn indexes_of(
+/// The entries that list a run by tenant (`rt/{tenant}/{id}`) and by task
+/// (`rk/{tenant}/{task}/{id}`): written when the run is inserted and never
+/// again, whatever its state. Their values are empty since store format 11
+/// (a listing reads a run's state from its record's first fields); before,
+/// they held its status (and `rt` its task), rewritten at every change of
+/// state (stores before format 10; such values are not read).
+pub(super) fn listing_indexes(id: &str, tenant: &str, task: &str) -> Vec<(Vec<u8>, Vec<u8>)> {
+    vec![
+        (key("rt", &[tenant, id]), Vec::new()),
+        (key("rk", &[tenant, task, id]), Vec::new()),
+    ]
+}
+
+/// The entries of a run's state: `q` while queued (value: the task name),
+/// `act` while running, none once it ended.
+pub(super) fn state_indexes(
     id: &str,
     tenant: &str,
     task: &str,
     status: RunStatus,
     priority: u8,
-) -> Vec<(Vec<u8>, Vec<u8>)> {
-    let mut value = vec![status_code(status)];
-    value.extend_from_slice(task.as_bytes());
-    let mut out = vec![
-        (key("rt", &[tenant, id]), value),
-        (key("rk", &[tenant, task, id]), vec![status_code(status)]),
-    ];
+) -> Option<(Vec<u8>, Vec<u8>)> {
     match status {
-        RunStatus::Queued => out.push((queue_key(tenant, id, priority), task.as_bytes().to_vec())),
-        RunStatus::Running => out.push((key("act", &[id]), Vec::new())),
-        _ => {}
+        RunStatus::Queued => Some((queue_key(tenant, id, priority), task.as_bytes().to_vec())),
+        RunStatus::Running => Some((key("act", &[id]), Vec::new())),
+        _ => None,
     }
-    out
 }
 
 /// `q/{tenant}/{order}/{id}`: a queued run in dispatch order, `order` being
@@ -143,33 +155,6 @@ pub(super) fn queue_key(tenant: &str, id: &str, priority: u8) -> Vec<u8> {
     // Shifted to be non-negative, so the text sorts like the number.
     let order = format!("{:020}", i128::from(order) - i128::from(Millis::MIN));
     key("q", &[tenant, &order, id])
-}
-
-fn status_code(status: RunStatus) -> u8 {
-    match status {
-        RunStatus::Queued => 0,
-        RunStatus::Running => 1,
-        RunStatus::Succeeded => 2,
-        RunStatus::Failed => 3,
-        RunStatus::Cancelled => 4,
-    }
-}
-
-/// The status and task an index entry holds; the task is empty for an
-/// `rk` entry since store format 9 (its key names it).
-pub(super) fn decode_index(key: &[u8], value: &[u8]) -> Result<(RunStatus, String)> {
-    let bad = || corrupt_key(key);
-    let (&code, task) = value.split_first().ok_or_else(bad)?;
-    let status = match code {
-        0 => RunStatus::Queued,
-        1 => RunStatus::Running,
-        2 => RunStatus::Succeeded,
-        3 => RunStatus::Failed,
-        4 => RunStatus::Cancelled,
-        _ => return Err(bad()),
-    };
-    let task = String::from_utf8(task.to_vec()).map_err(|_| bad())?;
-    Ok((status, task))
 }
 
 pub(super) fn corrupt_key(key: &[u8]) -> Error {

@@ -32,7 +32,7 @@
 //! | `step/{run}/{index:05}` | a step run of a run of many steps (`steps.rs`) |
 //! | `inp/{run}/{n:05}` | a chunk of a large run input (`inputs.rs`) |
 //! | `def/{digest}`, `dref/{digest}` | a task definition runs name, and how many do |
-//! | `rt/{tenant}/{id}`, `rk/{tenant}/{task}/{id}` | run indexes: status and task (listing every tenant's runs reads `run/` itself: no `ra/{id}` since store format 10) |
+//! | `rt/{tenant}/{id}`, `rk/{tenant}/{task}/{id}` | nothing (since store format 10; before, the run's status): a run listed by tenant and by task, written once; a listing reads the state from the record's first fields, and listing every tenant's runs reads `run/` itself (no `ra/{id}` since format 10) |
 //! | `act/{id}` | present while the run is `running` |
 //! | `q/{tenant}/{order:020}/{id}` | task name; present while the run is `queued`: the persistent queue in dispatch order (`order`: priority with aging) |
 //! | `qn/{tenant}/{task}/c`, `qn/{tenant}/{task}/r` | how many of the task's runs `q` holds: the sum of the two (`counts.rs`) |

@@ -54,11 +54,13 @@ use crate::store::{Error, Result, kv, secrets};
 /// and `rk` index entries without the task their key names (`keys.rs`),
 /// which an older ax cannot read; a store of format 8 and before keeps its
 /// lists and entries (read as they are), so the upgrade only marks it.
-/// 10: no `ra/{id}` index entries: listing every tenant's runs reads the
-/// records (`runs.rs`), and a run's status change rewrites one index entry
-/// fewer. An older ax would list no runs across tenants, so it refuses
-/// format 10; the upgrade removes a store's `ra` entries, a batch at a
-/// time, and is resumable (`runs::drop_ra`).
+/// 10: no `ra/{id}` index entries, and `rt`/`rk` entries without a value:
+/// a listing reads a run's state from its record (`runs.rs`), so a run's
+/// change of state rewrites no listing entry (only `q`/`act`). An older ax
+/// would list no runs across tenants and take the empty values for damage,
+/// so it refuses format 10; the upgrade removes a store's `ra` entries, a
+/// batch at a time, and is resumable (`runs::drop_ra`); the values of older
+/// `rt`/`rk` entries are left as they are, never read.
 pub const STORE_FORMAT: u32 = 10;
 
 /// Name of the file, beside `db/`, holding the store format.

@@ -16,13 +16,13 @@ use super::definitions::{Shape, encode_run, head};
 use super::footprint::{self, Weight, signed};
 use super::inputs::{Input, place};
 use super::keys::{
-    corrupt_key, decode, decode_index, decode_part, encode, fire_key, indexes_of, instant_part,
-    key, push_part, run_indexes,
+    corrupt_key, decode, decode_part, encode, fire_key, instant_part, key, listing_indexes,
+    push_part, run_indexes, state_indexes,
 };
 use super::steps::{apart, encode_changed};
 use super::{SledStore, lock, sled_error};
 use crate::model::ids::RunId;
-use crate::model::{Event, Millis, RunRecord};
+use crate::model::{Event, Millis, RunRecord, RunStatus};
 use crate::store::prelude::*;
 use crate::store::rules::{definition_changed, list_floor, list_start, missing_run, select_page};
 use crate::store::{
@@ -224,6 +224,7 @@ pub(super) fn list(store: &SledStore, query: &RunQuery) -> Result<RunPage> {
         // too (since store format 10 no index repeats them, [`drop_ra`]).
         (None, task) => (key("run", &[]), task.as_deref()),
     };
+    // A listing entry names a run; its state and task are in its record.
     let records = query.tenant.is_none();
     let entries = match list_start(query) {
         Some(start) => {
@@ -233,19 +234,18 @@ pub(super) fn list(store: &SledStore, query: &RunQuery) -> Result<RunPage> {
         }
         None => store.db.scan_prefix(&prefix),
     };
-    let entries = entries.rev().map(|item| {
-        let (k, v) = item.map_err(sled_error)?;
-        let id = decode_part(&k[prefix.len()..]).ok_or_else(|| corrupt_key(&k))?;
-        let (status, task) = match records {
-            true => status_and_task(&k, &v)?,
-            false => decode_index(&k, &v)?,
+    let entries = entries.rev().filter_map(|item| {
+        let entry = || -> Result<Option<(String, RunStatus, String)>> {
+            let (k, v) = item.map_err(sled_error)?;
+            let id = decode_part(&k[prefix.len()..]).ok_or_else(|| corrupt_key(&k))?;
+            let fields = match records {
+                true => Some(status_and_task(&k, &v)?),
+                // A run deleted since its entry was read is left out.
+                false => store.status_and_task(&id)?,
+            };
+            Ok(fields.map(|(status, task)| (id, status, task)))
         };
-        // An `rk` entry's task is the one its key (the query) names.
-        let task = match (&query.task, task.is_empty()) {
-            (Some(named), true) => named.to_string(),
-            _ => task,
-        };
-        Ok((id, status, task))
+        entry().transpose()
     });
     let (ids, next) = select_page(
         entries,
@@ -269,7 +269,7 @@ pub(super) fn list(store: &SledStore, query: &RunQuery) -> Result<RunPage> {
 /// The status and task of the stored run `bytes` (at `run_key`), from its
 /// first fields (a compact record) or its JSON (a record of a store before
 /// format 8).
-fn status_and_task(run_key: &[u8], bytes: &[u8]) -> Result<(crate::model::RunStatus, String)> {
+fn status_and_task(run_key: &[u8], bytes: &[u8]) -> Result<(RunStatus, String)> {
     if let Some((_, was)) = super::compact::head_and_indexed(bytes) {
         return Ok((was.status, was.task.into_owned()));
     }
@@ -279,10 +279,22 @@ fn status_and_task(run_key: &[u8], bytes: &[u8]) -> Result<(crate::model::RunSta
     #[derive(serde::Deserialize)]
     struct Fields {
         task: String,
-        status: crate::model::RunStatus,
+        status: RunStatus,
     }
     let fields: Fields = decode(run_key, bytes)?;
     Ok((fields.status, fields.task))
+}
+
+impl SledStore {
+    /// The status and task of stored run `id`, from its record's first
+    /// fields; `None` when it is not stored.
+    fn status_and_task(&self, id: &str) -> Result<Option<(RunStatus, String)>> {
+        let run_key = key("run", &[id]);
+        match self.db.get(&run_key).map_err(sled_error)? {
+            Some(bytes) => status_and_task(&run_key, &bytes).map(Some),
+            None => Ok(None),
+        }
+    }
 }
 
 /// Removes the `ra/{id}` index entries a store before format 10 kept (a
@@ -381,20 +393,27 @@ pub(super) fn summaries_page(
     };
     entries
         .rev()
-        .take(limit)
-        .map(|item| {
-            let (k, v) = item.map_err(sled_error)?;
-            let parts =
-                super::keys::split_parts(&k[prefix.len()..]).ok_or_else(|| corrupt_key(&k))?;
-            let [tenant, task, id] = <[String; 3]>::try_from(parts).map_err(|_| corrupt_key(&k))?;
-            let (status, _) = decode_index(&k, &v)?;
-            Ok(RunSummary {
-                tenant: tenant.into(),
-                task: task.into(),
-                id: id.into(),
-                status,
-            })
+        .filter_map(|item| {
+            let summary = || -> Result<Option<RunSummary>> {
+                let (k, _) = item.map_err(sled_error)?;
+                let parts =
+                    super::keys::split_parts(&k[prefix.len()..]).ok_or_else(|| corrupt_key(&k))?;
+                let [tenant, task, id] =
+                    <[String; 3]>::try_from(parts).map_err(|_| corrupt_key(&k))?;
+                // A run deleted since its entry was read is left out.
+                let Some((status, _)) = store.status_and_task(&id)? else {
+                    return Ok(None);
+                };
+                Ok(Some(RunSummary {
+                    tenant: tenant.into(),
+                    task: task.into(),
+                    id: id.into(),
+                    status,
+                }))
+            };
+            summary().transpose()
         })
+        .take(limit)
         .collect()
 }
 
@@ -603,11 +622,21 @@ impl SledStore {
         }
         if !unchanged {
             queued.replace((&was.tenant, &was.task, was.status), run);
-            let old_indexes = indexes_of(&run.id, &was.tenant, &was.task, was.status, was.priority);
-            for (index_key, _) in old_indexes {
+            let (id, tenant, task) = (&run.id, &run.tenant, &run.task);
+            let old = state_indexes(id, &was.tenant, &was.task, was.status, was.priority);
+            let new = state_indexes(id, tenant, task, run.status, run.priority);
+            // The listing entries follow the tenant and task alone.
+            let (old_listing, new_listing) = match same_tenant && was.task == task.as_str() {
+                true => (Vec::new(), Vec::new()),
+                false => (
+                    listing_indexes(id, &was.tenant, &was.task),
+                    listing_indexes(id, tenant, task),
+                ),
+            };
+            for (index_key, _) in old.into_iter().chain(old_listing) {
                 batch.remove(index_key);
             }
-            for (index_key, value) in run_indexes(run) {
+            for (index_key, value) in new.into_iter().chain(new_listing) {
                 batch.insert(index_key, value);
             }
         }
@@ -867,10 +896,12 @@ mod tests {
         );
     }
 
-    /// An `rk` entry holds the status alone since format 9; one written by
-    /// an older ax (status and task) lists the same.
+    /// Listing entries hold nothing since format 10 (a run's state is read
+    /// from its record); one written by an older ax (format 8: status and
+    /// task; format 9: status), even with a status its record has left
+    /// since, lists the same.
     #[test]
-    fn task_index_entries_with_and_without_the_task_list_the_same() {
+    fn task_index_entries_of_every_format_list_the_same() {
         let dir = tempfile::tempdir().unwrap();
         let store = SledStore::open(dir.path()).unwrap();
         let a = run("r00000000000003e8000001", RunStatus::Succeeded);
@@ -879,17 +910,30 @@ mod tests {
             store.insert_run(r, false, None, &[]).unwrap();
         }
         let rk = |r: &RunRecord| key("rk", &[&r.tenant, &r.task, &r.id]);
-        assert_eq!(store.db.get(rk(&a)).unwrap().unwrap().as_ref(), [2]);
-        // As format 8 wrote it: status byte, then the task.
+        let rt = |r: &RunRecord| key("rt", &[&r.tenant, &r.id]);
+        for r in [&a, &b] {
+            assert!(store.db.get(rk(r)).unwrap().unwrap().is_empty());
+            assert!(store.db.get(rt(r)).unwrap().unwrap().is_empty());
+        }
+        // As format 8 wrote it (status byte, then the task), with the
+        // status `queued` this run has left; as format 9 wrote it.
         store
             .db
-            .insert(rk(&a), [&[2u8][..], b"a"].concat())
+            .insert(rk(&a), [&[0u8][..], b"a"].concat())
             .unwrap();
-        for status in [None, Some(RunStatus::Succeeded), Some(RunStatus::Queued)] {
+        store
+            .db
+            .insert(rt(&a), [&[0u8][..], b"a"].concat())
+            .unwrap();
+        store.db.insert(rk(&b), &[0u8][..]).unwrap();
+        for (status, tenant_only) in [None, Some(RunStatus::Succeeded), Some(RunStatus::Queued)]
+            .into_iter()
+            .flat_map(|s| [(s, false), (s, true)])
+        {
             let page = store
                 .list_runs(&RunQuery {
                     tenant: Some("t1".into()),
-                    task: Some("a".into()),
+                    task: (!tenant_only).then(|| "a".into()),
                     status,
                     limit: 10,
                     ..Default::default()
