@@ -36,7 +36,7 @@
 //! 8. [`config`]: `ax serve` settings.
 //! 9. [`api`]: the HTTP API — the only place naming axum.
 //! 10. [`server`]: the wiring, and the `Runner` over the runtime.
-//! 11. [`bench`]: measurement loops. 12. [`cli`]: the `ax` command line.
+//! 11. [`bench`](mod@bench): measurement loops. 12. [`cli`]: the `ax` command line.
 
 pub mod api;
 pub mod bench;

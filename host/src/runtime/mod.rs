@@ -19,7 +19,7 @@
 //!
 //! It does not decide *when* or *whether* to run (the scheduler does), nor
 //! retry anything: it turns (plugin, context, input, limits) into an
-//! [`AttemptReport`] and says precisely how the attempt ended.
+//! [`AttemptReport`](crate::model::AttemptReport) and says precisely how the attempt ended.
 //!
 //! # Layout
 //! `config` (set-up and defaults), `engine` (engine, pooling, linker, epoch
@@ -76,7 +76,7 @@ mod bindings {
 }
 
 /// Errors of the runtime. Plugin misbehaviour is *not* an error: it is an
-/// [`Outcome`] in the [`AttemptReport`]. These are bad uploads and host faults.
+/// [`Outcome`](crate::model::Outcome) in the [`AttemptReport`](crate::model::AttemptReport). These are bad uploads and host faults.
 /// `Clone`: a compilation's result goes to everyone waiting for it.
 #[derive(Clone, Debug, thiserror::Error)]
 pub enum Error {

@@ -14,7 +14,7 @@
 //! no record to decide). Runs of deleted tasks follow the defaults.
 //!
 //! The sweep walks the store's run index a page at a time
-//! ([`Runs::run_summaries_page`]: descending (tenant, task, id), so newest
+//! ([`Runs::run_summaries_page`](crate::store::Runs::run_summaries_page): descending (tenant, task, id), so newest
 //! first within a task) with a [`Chooser`] that holds only the task it is in
 //! and a count; each task's definition is read once, when the walk reaches
 //! its runs. So a sweep holds one page, not every run and task definition

@@ -30,9 +30,9 @@
 //! newer format version. Readers of version 1 ignore fields they do not
 //! know inside a record only as far as the record's own type does.
 //!
-//! Runs are read a page at a time ([`Runs::run_summaries_page`]), so an
+//! Runs are read a page at a time ([`Runs::run_summaries_page`](super::Runs::run_summaries_page)), so an
 //! export holds one page of runs however many the store keeps; an import
-//! writes them in batches ([`Runs::restore_runs`]: each run whole, with
+//! writes them in batches ([`Runs::restore_runs`](super::Runs::restore_runs): each run whole, with
 //! its revision, claiming its idempotency key and fire again; PostgreSQL
 //! copies each part in bulk).
 //!
@@ -78,8 +78,9 @@ mod writers;
 pub const VERSION: u32 = 2;
 /// The header's `format`.
 const FORMAT: &str = "ax-dump";
-/// Runs read (export) or written (import) per batch: large enough that a
-/// batch's fixed cost vanishes, small enough that a batch stays in memory.
+/// Runs an export reads per page: large enough that a page's fixed cost
+/// vanishes, small enough that a page stays in memory (an import's batches:
+/// `import.rs`, `IMPORT_BATCH`).
 const RUN_BATCH: usize = 512;
 /// Map entries read per page.
 const MAP_PAGE: usize = 1024;

@@ -1,4 +1,4 @@
-//! [`MemoryStore`]: the [`Store`] kept in memory, for scheduler and API unit
+//! [`MemoryStore`]: the [`Store`](super::Store) kept in memory, for scheduler and API unit
 //! tests. It behaves like the sled store in every observable way (the shared
 //! conformance suite checks it), except that nothing survives a restart, every
 //! [`SyncTicket`] is ready at once and the store takes no room on disk.
@@ -132,7 +132,7 @@ impl State {
     }
 }
 
-/// A [`Store`] in memory: maps under one mutex. For tests.
+/// A [`Store`](super::Store) in memory: maps under one mutex. For tests.
 pub struct MemoryStore {
     state: Mutex<State>,
     scan_limit: usize,

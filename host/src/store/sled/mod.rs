@@ -1,4 +1,4 @@
-//! [`SledStore`]: the embedded [`Store`], on sled 0.34 plus plain files. The
+//! [`SledStore`]: the embedded [`Store`](super::Store), on sled 0.34 plus plain files. The
 //! only module that names sled; no sled type leaves it.
 //!
 //! # Layout of a data directory
@@ -73,7 +73,7 @@
 //! thread to flush the writes made before it (`flush.rs`).
 //!
 //! # Files
-//! This file holds the store, its record access and the [`Store`] impl, which
+//! This file holds the store, its record access and the [`Store`](super::Store) impl, which
 //! says for each method which key it reads or writes, or hands over to the
 //! file of the method's concept:
 //! - `open.rs`: opening a data directory, format markers, refusing damage;
