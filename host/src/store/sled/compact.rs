@@ -332,11 +332,15 @@ pub(super) fn encode_run(
 /// The head of compact record `bytes`; `None` when they are not one or it
 /// is unreadable.
 pub(super) fn head(bytes: &[u8]) -> Option<RecordHead> {
+    read_head(bytes).and_then(|(head, _)| record_head(head))
+}
+
+/// The head of compact record `bytes`, and the bytes after it.
+fn read_head(bytes: &[u8]) -> Option<(ReadHead, &[u8])> {
     let (&COMPACT, rest) = bytes.split_first()? else {
         return None;
     };
-    let (head, _) = postcard::take_from_bytes::<ReadHead>(rest).ok()?;
-    record_head(head)
+    postcard::take_from_bytes::<ReadHead>(rest).ok()
 }
 
 /// What a stored run's index entries are made of (`keys.rs`,
@@ -371,10 +375,7 @@ impl Indexed<'_> {
 /// from the stored record it replaces, instead of reading its index entries
 /// (one read of the store, not three).
 pub(super) fn head_and_indexed(bytes: &[u8]) -> Option<(RecordHead, Indexed<'_>)> {
-    let (&COMPACT, rest) = bytes.split_first()? else {
-        return None;
-    };
-    let (head, rest) = postcard::take_from_bytes::<ReadHead>(rest).ok()?;
+    let (head, rest) = read_head(bytes)?;
     let (indexed, _) = postcard::take_from_bytes::<Indexed<'_>>(rest).ok()?;
     Some((record_head(head)?, indexed))
 }

@@ -576,9 +576,9 @@ impl SledStore {
                 None if super::compact::is_compact(&old) => {
                     return Err(super::compact::unreadable_head(&run_key));
                 }
-                // A record of a store before format 8 (JSON): read whole.
+                // A record of a store before format 8 (JSON): decoded whole.
                 None => {
-                    let Some(record) = self.get_run_at(&run_key)? else {
+                    let Some(record) = self.decode_run(&run_key, &old)? else {
                         return Ok(false);
                     };
                     let was = Indexed::of(&record);
