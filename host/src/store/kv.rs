@@ -22,6 +22,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
+use super::sled::engine::{Db, EngineError, Tree};
 use super::{Error, Result};
 use crate::capability::kv::{KvBackendError, KvNamespace, KvResult, entry_bytes, fits_quota};
 pub use crate::capability::kv::{KvStore, SetOutcome};
@@ -100,7 +101,7 @@ impl OrderedMap for MemoryMap {
 
 /// A sled tree as an ordered map.
 pub struct SledMap {
-    tree: sled::Tree,
+    tree: Tree,
     /// Called after each write: the store counts writes so that its sync
     /// tickets (group commit) cover these too.
     on_write: Option<WriteHook>,
@@ -111,7 +112,7 @@ pub(crate) type WriteHook = std::sync::Arc<dyn Fn() + Send + Sync>;
 
 impl SledMap {
     /// The tree `name` of `db`.
-    pub(crate) fn open(db: &sled::Db, name: &str, on_write: Option<WriteHook>) -> Result<Self> {
+    pub(crate) fn open(db: &Db, name: &str, on_write: Option<WriteHook>) -> Result<Self> {
         Ok(Self {
             tree: db.open_tree(name).map_err(backend)?,
             on_write,
@@ -125,7 +126,7 @@ impl SledMap {
     }
 }
 
-fn backend(e: sled::Error) -> Error {
+fn backend(e: EngineError) -> Error {
     Error::Backend(e.to_string())
 }
 
@@ -186,13 +187,13 @@ impl Default for MemoryKv {
 impl SledKv {
     /// The KV store in the tree `kv` of an open database (the store's own,
     /// whose sync tickets must cover KV writes: `on_write` counts them).
-    pub(crate) fn in_db(db: &sled::Db, on_write: Option<WriteHook>) -> Result<Self> {
+    pub(crate) fn in_db(db: &Db, on_write: Option<WriteHook>) -> Result<Self> {
         Ok(Self::with_map(SledMap::open(db, "kv", on_write)?))
     }
 
     /// A KV store of its own in `dir` (created if missing), for `ax exec --kv-dir`.
     pub fn open_dir(dir: &Path) -> Result<Self> {
-        let db = sled::open(dir).map_err(|e| Error::Unusable {
+        let db = Db::open_default(dir).map_err(|e| Error::Unusable {
             path: dir.display().to_string(),
             reason: e.to_string(),
             hint: "is another `ax exec` using it? Use another --kv-dir.".into(),

@@ -10,6 +10,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::kv::{MemoryMap, OrderedMap, SledMap};
+use super::sled::engine::Db;
 use super::{Error, Result};
 use crate::model::Millis;
 
@@ -60,7 +61,7 @@ impl Default for MemorySecrets {
 
 impl SledSecrets {
     /// The tree `secrets` of an open database.
-    pub(crate) fn in_db(db: &sled::Db, on_write: Option<super::kv::WriteHook>) -> Result<Self> {
+    pub(crate) fn in_db(db: &Db, on_write: Option<super::kv::WriteHook>) -> Result<Self> {
         Ok(Self {
             map: SledMap::open(db, "secrets", on_write)?,
         })
@@ -195,7 +196,7 @@ pub(crate) mod tests {
     #[test]
     fn sled_secrets_conform() {
         let dir = tempfile::tempdir().unwrap();
-        let db = sled::open(dir.path()).unwrap();
+        let db = Db::open_default(dir.path()).unwrap();
         conformance(&SledSecrets::in_db(&db, None).unwrap());
     }
 }

@@ -780,7 +780,7 @@ mod format_7 {
                 runs.push(r);
             }
             // Rewritten as format 7 stored them: JSON.
-            let mut batch = sled::Batch::default();
+            let mut batch = super::super::engine::Batch::default();
             for item in store.scan(&key("run", &[])) {
                 let (k, v) = item.unwrap();
                 let h = head(&v).unwrap();

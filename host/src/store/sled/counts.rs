@@ -26,8 +26,9 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::PoisonError;
 use std::time::{Duration, Instant};
 
+use super::engine::Batch;
 use super::keys::{corrupt_key, decode, encode, key, split_parts};
-use super::{SledStore, lock, sled_error};
+use super::{SledStore, engine_error, lock};
 use crate::model::ids::{TaskName, TenantId};
 use crate::model::{RunRecord, RunStatus};
 use crate::store::Result;
@@ -76,7 +77,7 @@ impl SledStore {
     /// holds that side's lock.
     pub(super) fn count_changes(
         &self,
-        batch: &mut sled::Batch,
+        batch: &mut Batch,
         delta: &QueueDelta,
         side: Side,
     ) -> Result<()> {
@@ -139,7 +140,7 @@ fn fold(store: &SledStore, tasks: HashSet<(String, String)>) -> Result<()> {
     if tasks.is_empty() {
         return Ok(());
     }
-    let mut batch = sled::Batch::default();
+    let mut batch = Batch::default();
     for (tenant, task) in tasks {
         let claims = counter_key(&tenant, &task, Side::Claims);
         let Some(added) = store.get::<i64>(&claims)? else {
@@ -194,10 +195,10 @@ fn count_queue(store: &SledStore) -> Result<QueueDelta> {
 /// store written before the counters.
 pub(super) fn build_counts(store: &SledStore) -> Result<()> {
     let marker = key("sys", &["queue-counts"]);
-    if !store.db.contains_key(&marker).map_err(sled_error)? {
+    if !store.db.contains_key(&marker).map_err(engine_error)? {
         let _claims = lock(&store.claim_lock);
         let _serial = lock(&store.run_lock);
-        let mut batch = sled::Batch::default();
+        let mut batch = Batch::default();
         for item in store.scan(&key("qn", &[])) {
             batch.remove(item?.0);
         }

@@ -36,9 +36,10 @@ use std::sync::{Arc, Weak};
 use serde_json::Value;
 
 use super::compact;
+use super::engine::Batch;
 use super::inputs::Input;
 use super::keys::{VALUE_FORMAT, decode, encode, key};
-use super::{SledStore, lock, sled_error};
+use super::{SledStore, engine_error, lock};
 use crate::model::RunRecord;
 use crate::store::rules::digest_of;
 use crate::store::{Error, Result};
@@ -130,8 +131,8 @@ impl SledStore {
             return Ok(Some(held));
         }
         let def_key = key("def", &[digest]);
-        let Some(bytes) = self.db.get(&def_key).map_err(sled_error)? else {
-            if !self.db.contains_key(run_key).map_err(sled_error)? {
+        let Some(bytes) = self.db.get(&def_key).map_err(engine_error)? else {
+            if !self.db.contains_key(run_key).map_err(engine_error)? {
                 return Ok(None);
             }
             return Err(Error::Corrupt {
@@ -195,7 +196,7 @@ impl SledStore {
     /// references this batch made so far. The caller holds `claim_lock`.
     pub(super) fn refer(
         &self,
-        batch: &mut sled::Batch,
+        batch: &mut Batch,
         def: &Definition,
         counts: &mut HashMap<String, u64>,
     ) -> Result<()> {
@@ -213,7 +214,7 @@ impl SledStore {
 
     /// Removes a reference to `digest` (a run deleted) in `batch`, and the
     /// definition with its last. The caller holds `claim_lock`.
-    pub(super) fn release(&self, batch: &mut sled::Batch, digest: &str) -> Result<()> {
+    pub(super) fn release(&self, batch: &mut Batch, digest: &str) -> Result<()> {
         match self.references(digest)? {
             0 | 1 => {
                 batch.remove(key("def", &[digest]));

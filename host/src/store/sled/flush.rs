@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use super::engine::Db;
 use super::lock;
 use crate::store::{Error, SyncTicket};
 
@@ -50,7 +51,7 @@ struct FlushStatus {
 
 /// Starts the flusher thread of the database `db` in `data_dir`.
 pub(super) fn start(
-    db: &sled::Db,
+    db: &Db,
     data_dir: &Path,
 ) -> std::io::Result<(Arc<SyncShared>, JoinHandle<()>)> {
     let (status, _) = watch::channel(FlushStatus::default());
@@ -140,7 +141,7 @@ impl SyncShared {
 /// enough for a killed process, not for a power cut. So each flush is
 /// followed by an `fdatasync` of sled's log file (`log`, opened by us: an
 /// fsync applies to the file, whichever descriptor asks).
-fn run_flusher(db: &sled::Db, log: Option<&File>, sync: &SyncShared) {
+fn run_flusher(db: &Db, log: Option<&File>, sync: &SyncShared) {
     let mut flushed = 0;
     loop {
         let stop = {

@@ -27,9 +27,10 @@
 use std::collections::BTreeMap;
 
 use super::definitions::head;
+use super::engine::Batch;
 use super::inputs::Input;
 use super::keys::{corrupt_key, decode, encode, key, split_parts};
-use super::{SledStore, lock, sled_error};
+use super::{SledStore, engine_error, lock};
 use crate::store::Result;
 
 /// Which of a tenant's counter keys a write changes (by the lock it holds).
@@ -78,7 +79,7 @@ pub(super) fn signed(len: usize) -> i64 {
 impl SledStore {
     /// Adds the counter changes of `weight` on `side` to `batch`; the caller
     /// holds that side's lock.
-    pub(super) fn weigh(&self, batch: &mut sled::Batch, weight: &Weight, side: Side) -> Result<()> {
+    pub(super) fn weigh(&self, batch: &mut Batch, weight: &Weight, side: Side) -> Result<()> {
         for (tenant, &change) in &weight.0 {
             if change == 0 {
                 continue;
@@ -124,7 +125,7 @@ pub(super) fn weigh_all(store: &SledStore) -> Result<Weight> {
         let (k, _) = item?;
         let parts = split_parts(&k[prefix.len()..]).ok_or_else(|| corrupt_key(&k))?;
         let [tenant, id] = <[String; 2]>::try_from(parts).map_err(|_| corrupt_key(&k))?;
-        let mut bytes = match store.db.get(key("run", &[&id])).map_err(sled_error)? {
+        let mut bytes = match store.db.get(key("run", &[&id])).map_err(engine_error)? {
             Some(record) => match head(&record).map(|h| h.input) {
                 Some(Input::File(len)) => signed(record.len()) + len as i64,
                 _ => signed(record.len()),
@@ -150,13 +151,13 @@ pub(super) fn weigh_all(store: &SledStore) -> Result<Weight> {
 /// million runs), so only at the upgrade.
 pub(super) fn build_run_bytes(store: &SledStore) -> Result<()> {
     let marker = key("sys", &["run-bytes"]);
-    if store.db.contains_key(&marker).map_err(sled_error)? {
+    if store.db.contains_key(&marker).map_err(engine_error)? {
         return Ok(());
     }
     let _claims = lock(&store.claim_lock);
     let _serial = lock(&store.run_lock);
     let _blobs = lock(&store.blob_lock);
-    let mut batch = sled::Batch::default();
+    let mut batch = Batch::default();
     for item in store.scan(&key("tb", &[])) {
         batch.remove(item?.0);
     }
@@ -224,7 +225,7 @@ mod tests {
         // As a store of format 2 left it: no counters, no marker.
         {
             let store = SledStore::open(dir.path()).unwrap();
-            let mut batch = sled::Batch::default();
+            let mut batch = Batch::default();
             for item in store.scan(&key("tb", &[])) {
                 batch.remove(item.unwrap().0);
             }

@@ -43,9 +43,10 @@ use serde_json::Value;
 
 use super::blobs::{remove_file_if_present, write_atomically};
 use super::definitions::head;
+use super::engine::Batch;
 use super::footprint::{Weight, signed};
 use super::keys::{decode, encode, key, show_key};
-use super::{SledStore, sled_error};
+use super::{SledStore, engine_error};
 use crate::model::{RunRecord, json_len};
 use crate::store::{Error, Result};
 
@@ -156,7 +157,7 @@ impl SledStore {
     /// its file written; its bytes added to `weight`.
     pub(super) fn put_input(
         &self,
-        batch: &mut sled::Batch,
+        batch: &mut Batch,
         weight: &mut Weight,
         run: &RunRecord,
         place: Input,
@@ -182,7 +183,7 @@ impl SledStore {
     /// removes it once the batch is applied.
     pub(super) fn remove_input(
         &self,
-        batch: &mut sled::Batch,
+        batch: &mut Batch,
         weight: &mut Weight,
         tenant: &str,
         run_id: &str,
@@ -262,7 +263,7 @@ impl SledStore {
     /// `None` when the run at `run_key` was deleted since its record was
     /// read (its input went with it), else the input is damaged: `reason`.
     fn input_gone(&self, run_key: &[u8], reason: String) -> Result<Option<Value>> {
-        if !self.db.contains_key(run_key).map_err(sled_error)? {
+        if !self.db.contains_key(run_key).map_err(engine_error)? {
             return Ok(None);
         }
         Err(Error::Corrupt {
@@ -300,7 +301,7 @@ fn is_named(store: &SledStore, name: &str) -> Result<bool> {
     if file_name(&run_id) != name {
         return Ok(false);
     }
-    let record = store.db.get(key("run", &[&run_id])).map_err(sled_error)?;
+    let record = store.db.get(key("run", &[&run_id])).map_err(engine_error)?;
     Ok(record.is_some_and(|r| head(&r).is_some_and(|h| matches!(h.input, Input::File(_)))))
 }
 
@@ -316,7 +317,7 @@ mod tests {
     use crate::store::prelude::*;
 
     /// The record of run `id` as stored.
-    fn record(store: &SledStore, id: &str) -> sled::IVec {
+    fn record(store: &SledStore, id: &str) -> super::super::engine::Value {
         store.db.get(key("run", &[id])).unwrap().unwrap()
     }
 
@@ -341,7 +342,7 @@ mod tests {
         assert_eq!(store.get_run("r1").unwrap(), Some(r.clone()));
 
         // As a record of format 4 held it: inline, no chunks.
-        let mut batch = sled::Batch::default();
+        let mut batch = Batch::default();
         for item in store.scan(&key("inp", &["r1"])) {
             batch.remove(item.unwrap().0);
         }
@@ -456,7 +457,7 @@ mod tests {
             steps_apart: false,
             input: Input::Chunks(parts),
         };
-        let mut batch = sled::Batch::default();
+        let mut batch = Batch::default();
         let mut weight = Weight::default();
         store
             .put_input(&mut batch, &mut weight, &r, Input::Chunks(parts))

@@ -19,9 +19,10 @@ use serde::{Deserialize, Serialize};
 
 use super::blobs::{is_digest, remove_file_if_present};
 use super::compact::COMPACT;
+use super::engine::Batch;
 use super::footprint::{Side, Weight, signed};
 use super::keys::{decode, encode, key, show_key, split_parts};
-use super::{SledStore, lock, sled_error};
+use super::{SledStore, engine_error, lock};
 use crate::model::{LogLevel, LogRecord, Progress};
 use crate::store::rules::digest_of;
 use crate::store::{AttemptLogs, Error, Result, RunLogs};
@@ -219,12 +220,12 @@ pub(super) fn put_batch(store: &SledStore, all: &[RunLogs]) -> Result<()> {
         }
     }
     let _blobs = lock(&store.blob_lock);
-    let mut batch = sled::Batch::default();
+    let mut batch = Batch::default();
     let mut weight = Weight::default();
     let mut released = Vec::new();
     for log_key in order {
         let l = last[&log_key];
-        let old_value = store.db.get(&log_key).map_err(sled_error)?;
+        let old_value = store.db.get(&log_key).map_err(engine_error)?;
         let old = old_value.as_ref().map(|v| read(&log_key, v)).transpose()?;
         let old_weight = match &old_value {
             Some(v) => store.log_weight(&log_key, v)?,

@@ -1,5 +1,7 @@
-//! [`SledStore`]: the embedded [`Store`](super::Store), on sled 0.34 plus plain files. The
-//! only module that names sled; no sled type leaves it.
+//! [`SledStore`]: the embedded [`Store`](super::Store), on sled 0.34 plus plain files.
+//! Only `engine.rs` names sled's types: the store's logic sees an ordered
+//! key-value engine of a few operations (`engine.rs`), so that a second
+//! engine can run it.
 //!
 //! # Layout of a data directory
 //! - `db/`: the sled database, one tree of prefixed keys (below).
@@ -76,6 +78,7 @@
 //! This file holds the store, its record access and the [`Store`](super::Store) impl, which
 //! says for each method which key it reads or writes, or hands over to the
 //! file of the method's concept:
+//! - `engine.rs`: the key-value engine under the rest (sled), its few operations;
 //! - `open.rs`: opening a data directory, format markers, refusing damage;
 //! - `keys.rs`: key and value encoding, run index entries;
 //! - `runs.rs`: runs, their indexes, claims and events;
@@ -94,6 +97,7 @@ mod blobs;
 mod compact;
 mod counts;
 mod definitions;
+pub(crate) mod engine;
 mod events;
 #[cfg(test)]
 mod fixtures;
@@ -119,6 +123,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use self::blobs::{is_digest, remove_file_if_present};
+use self::engine::{Batch, EngineError, Value};
 use self::flush::SyncShared;
 use self::keys::{corrupt_key, decode, decode_part, encode, key, newer_record};
 use super::rules::digest_of;
@@ -139,7 +144,7 @@ pub use self::open::{Checked, KindSize, STORE_FORMAT};
 
 /// The embedded store: sled for records, files for blobs. See the module docs.
 pub struct SledStore {
-    db: sled::Db,
+    db: engine::Db,
     /// The data directory.
     dir: PathBuf,
     /// `dir/blobs`.
@@ -197,14 +202,14 @@ impl SledStore {
     }
 
     fn get<T: DeserializeOwned>(&self, key: &[u8]) -> Result<Option<T>> {
-        match self.db.get(key).map_err(sled_error)? {
+        match self.db.get(key).map_err(engine_error)? {
             Some(value) => decode(key, &value).map(Some),
             None => Ok(None),
         }
     }
 
     fn get_run_at(&self, key: &[u8]) -> Result<Option<RunRecord>> {
-        let Some(bytes) = self.db.get(key).map_err(sled_error)? else {
+        let Some(bytes) = self.db.get(key).map_err(engine_error)? else {
             return Ok(None);
         };
         let Some(run) = self.decode_run(key, &bytes)? else {
@@ -217,25 +222,22 @@ impl SledStore {
     }
 
     fn put<T: Serialize + ?Sized>(&self, key: Vec<u8>, value: &T) -> Result<()> {
-        self.db.insert(key, encode(value)?).map_err(sled_error)?;
+        self.db.insert(key, encode(value)?).map_err(engine_error)?;
         self.wrote();
         Ok(())
     }
 
-    fn apply(&self, batch: sled::Batch) -> Result<()> {
-        self.db.apply_batch(batch).map_err(sled_error)?;
+    fn apply(&self, batch: Batch) -> Result<()> {
+        self.db.apply_batch(batch).map_err(engine_error)?;
         self.wrote();
         Ok(())
     }
 
     /// Every `(key, value)` under `prefix`, in key order.
-    fn scan(
-        &self,
-        prefix: &[u8],
-    ) -> impl DoubleEndedIterator<Item = Result<(sled::IVec, sled::IVec)>> {
+    fn scan(&self, prefix: &[u8]) -> impl DoubleEndedIterator<Item = Result<(Value, Value)>> {
         self.db
             .scan_prefix(prefix)
-            .map(|item| item.map_err(sled_error))
+            .map(|item| item.map_err(engine_error))
     }
 
     /// Every value under `prefix`, decoded, in key order.
@@ -325,12 +327,12 @@ impl Catalog for SledStore {
     }
 
     fn delete_plugin(&self, tenant: &str, name: &str, version: &str) -> Result<bool> {
-        let old = self
+        let was = self
             .db
             .remove(key("plug", &[tenant, name, version]))
-            .map_err(sled_error)?;
+            .map_err(engine_error)?;
         self.wrote();
-        Ok(old.is_some())
+        Ok(was)
     }
 
     fn put_plugin_tag(&self, tag: &PluginTag) -> Result<()> {
@@ -347,12 +349,12 @@ impl Catalog for SledStore {
     }
 
     fn delete_plugin_tag(&self, tenant: &str, name: &str, tag: &str) -> Result<bool> {
-        let old = self
+        let was = self
             .db
             .remove(key("ptag", &[tenant, name, tag]))
-            .map_err(sled_error)?;
+            .map_err(engine_error)?;
         self.wrote();
-        Ok(old.is_some())
+        Ok(was)
     }
 
     fn put_tasks(&self, tasks: &[(TaskRecord, ScheduleState)]) -> Result<()> {
@@ -509,13 +511,13 @@ impl Runs for SledStore {
         let rec_key = key("rec", &[&ctx.run_id, &ctx.step, &attempt]);
         let value = encode(record)?;
         let _blobs = lock(&self.blob_lock);
-        let old = self.db.get(&rec_key).map_err(sled_error)?;
+        let old = self.db.get(&rec_key).map_err(engine_error)?;
         let mut weight = footprint::Weight::default();
         weight.add(
             &ctx.tenant,
             footprint::signed(value.len()) - old.map_or(0, |v| footprint::signed(v.len())),
         );
-        let mut batch = sled::Batch::default();
+        let mut batch = Batch::default();
         batch.insert(rec_key, value);
         self.weigh(&mut batch, &weight, footprint::Side::Logs)?;
         self.apply(batch)
@@ -529,7 +531,7 @@ impl Runs for SledStore {
         let _serial = lock(&self.run_lock);
         let dead_key = key("dead", &[&dead.id]);
         let old: Option<DeadLetter> = self.get(&dead_key)?;
-        let mut batch = sled::Batch::default();
+        let mut batch = Batch::default();
         if let Some(old) = old.filter(|old| old.tenant != dead.tenant) {
             batch.remove(key("dt", &[&old.tenant, &old.id]));
         }
@@ -637,14 +639,14 @@ impl Tenancy for SledStore {
     }
 }
 
-fn sled_error(e: sled::Error) -> Error {
+fn engine_error(e: EngineError) -> Error {
     match e {
-        sled::Error::Io(e) => Error::Io(e),
-        sled::Error::Corruption { at, .. } => Error::Corrupt {
-            key: format!("sled log at {at:?}"),
+        EngineError::Io(e) => Error::Io(e),
+        EngineError::Corruption { at } => Error::Corrupt {
+            key: at,
             reason: "the database is damaged".to_owned(),
         },
-        other => Error::Backend(other.to_string()),
+        EngineError::Other(e) => Error::Backend(e),
     }
 }
 

@@ -22,6 +22,7 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
 use super::blobs::{remove_stale_tmp_files, write_atomically};
+use super::engine::{Db, EngineError};
 use super::keys::{decode, encode, key};
 use super::{SledStore, flush};
 use crate::store::rules::MAX_SCAN;
@@ -355,7 +356,7 @@ fn check_format(format: u32) -> Result<(), String> {
 /// (measured: overwriting 5 KB at various offsets of `db/db` panicked in
 /// `open`). As a last resort the open runs under `catch_unwind`; the panic
 /// message still reaches the panic hook (stderr).
-fn open_sled(path: &Path, cache_bytes: u64) -> Result<sled::Db, String> {
+fn open_sled(path: &Path, cache_bytes: u64) -> Result<Db, String> {
     // sled lets go of its lock a moment after the last handle is dropped
     // (its background threads finish first; measured up to some hundred
     // ms on a loaded machine), so a store closed and opened again at once —
@@ -374,11 +375,10 @@ fn open_sled(path: &Path, cache_bytes: u64) -> Result<sled::Db, String> {
 /// Why [`try_open_sled`] could not open a store another handle holds.
 const IN_USE: &str = "it is in use by another process (or another store in this process)";
 
-fn try_open_sled(path: &Path, cache_bytes: u64) -> Result<sled::Db, String> {
-    let opened = catch_unwind(AssertUnwindSafe(|| -> Result<sled::Db, String> {
-        let config = sled::Config::new().path(path).cache_capacity(cache_bytes);
-        config.open().map_err(|e| match e {
-            sled::Error::Io(io) if io.to_string().contains("could not acquire lock") => {
+fn try_open_sled(path: &Path, cache_bytes: u64) -> Result<Db, String> {
+    let opened = catch_unwind(AssertUnwindSafe(|| -> Result<Db, String> {
+        Db::open(path, cache_bytes).map_err(|e| match e {
+            EngineError::Io(io) if io.to_string().contains("could not acquire lock") => {
                 IN_USE.to_owned()
             }
             other => format!("sled cannot open it: {other}"),
@@ -403,7 +403,7 @@ fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
 /// Reads every entry (until `stop`), under `catch_unwind` as the open is;
 /// the entries read.
 fn read_every_entry(
-    db: &sled::Db,
+    db: &Db,
     stop: &AtomicBool,
     mut visit: impl FnMut(&[u8], &[u8]),
 ) -> Result<usize, String> {
@@ -443,7 +443,7 @@ impl Verify {
     /// Entries read between two looks at the stop flag.
     const STOP_EVERY: usize = 1024;
 
-    fn start(db: &sled::Db) -> Self {
+    fn start(db: &Db) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let go = Arc::new((Mutex::new(false), Condvar::new()));
         let found = Arc::new(Mutex::new(None));
@@ -721,7 +721,7 @@ mod tests {
         // The marker inside the database is checked as well.
         fs::write(dir.path().join(FORMAT_FILE), "1\n").unwrap();
         {
-            let db = sled::open(dir.path().join("db")).unwrap();
+            let db = Db::open_default(&dir.path().join("db")).unwrap();
             let newer = (STORE_FORMAT + 1).to_string();
             db.insert(key("sys", &["format"]), encode(&newer).unwrap())
                 .unwrap();
@@ -736,7 +736,7 @@ mod tests {
     fn a_foreign_sled_database_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         {
-            let db = sled::open(dir.path().join("db")).unwrap();
+            let db = Db::open_default(&dir.path().join("db")).unwrap();
             db.insert("hello", "world").unwrap();
             db.flush().unwrap();
         }

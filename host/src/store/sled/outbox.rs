@@ -10,8 +10,9 @@
 //! in the same batch, under the run lock (a change reads the old record to
 //! know which entries to move).
 
+use super::engine::Batch;
 use super::keys::{corrupt_key, decode_part, encode, instant_part, key, split_parts};
-use super::{SledStore, lock, sled_error};
+use super::{SledStore, engine_error, lock};
 use crate::model::Millis;
 use crate::store::{AlertQuery, AlertStatus, OutboxAlert, Result};
 
@@ -30,7 +31,7 @@ fn due_key(a: &OutboxAlert) -> Vec<u8> {
 impl SledStore {
     /// Adds the writes of storing `alert` (replacing what is stored under
     /// its id) to `batch`. The caller holds `run_lock`.
-    pub(super) fn alert_changes(&self, batch: &mut sled::Batch, alert: &OutboxAlert) -> Result<()> {
+    pub(super) fn alert_changes(&self, batch: &mut Batch, alert: &OutboxAlert) -> Result<()> {
         let k = record_key(&alert.id);
         if let Some(old) = self.get::<OutboxAlert>(&k)? {
             batch.remove(tenant_key(&old));
@@ -51,7 +52,7 @@ pub(super) fn put(store: &SledStore, alerts: &[OutboxAlert]) -> Result<()> {
         return Ok(());
     }
     let _serial = lock(&store.run_lock);
-    let mut batch = sled::Batch::default();
+    let mut batch = Batch::default();
     for a in alerts {
         store.alert_changes(&mut batch, a)?;
     }
@@ -77,7 +78,7 @@ pub(super) fn due(store: &SledStore, until: Millis, limit: usize) -> Result<Vec<
         if out.len() >= limit {
             break;
         }
-        let (k, _) = item.map_err(sled_error)?;
+        let (k, _) = item.map_err(engine_error)?;
         let Some(id) = parts(&k, start.len())?.pop() else {
             return Err(corrupt_key(&k));
         };
@@ -114,7 +115,7 @@ pub(super) fn list(
             None => store.db.scan_prefix(&prefix),
         };
         for item in entries.rev().take(limit + 1) {
-            let (k, _) = item.map_err(sled_error)?;
+            let (k, _) = item.map_err(engine_error)?;
             let id = decode_part(&k[prefix.len()..]).ok_or_else(|| corrupt_key(&k))?;
             ids.push(id);
         }
@@ -141,10 +142,10 @@ pub(super) fn trim(
 ) -> Result<usize> {
     let prefix = key("alt", &[tenant, status.as_str()]);
     let _serial = lock(&store.run_lock);
-    let mut batch = sled::Batch::default();
+    let mut batch = Batch::default();
     let mut removed = 0;
     for item in store.db.scan_prefix(&prefix).rev().skip(keep) {
-        let (k, _) = item.map_err(sled_error)?;
+        let (k, _) = item.map_err(engine_error)?;
         let id = decode_part(&k[prefix.len()..]).ok_or_else(|| corrupt_key(&k))?;
         batch.remove(k);
         if let Some(old) = get(store, &id)? {
@@ -164,7 +165,7 @@ pub(super) fn counts(store: &SledStore) -> Result<Vec<(String, AlertStatus, usiz
     let prefix = key("alt", &[]);
     let mut counts: std::collections::BTreeMap<(String, AlertStatus), usize> = Default::default();
     for item in store.db.scan_prefix(&prefix) {
-        let (k, _) = item.map_err(sled_error)?;
+        let (k, _) = item.map_err(engine_error)?;
         let p = parts(&k, prefix.len())?;
         let (Some(tenant), Some(status)) =
             (p.first(), p.get(1).and_then(|s| AlertStatus::parse(s)))

@@ -13,6 +13,7 @@ use std::borrow::Cow;
 use super::compact::Indexed;
 use super::counts::{QueueDelta, Side};
 use super::definitions::{Shape, encode_run, head};
+use super::engine::Batch;
 use super::footprint::{self, Weight, signed};
 use super::inputs::{Input, place};
 use super::keys::{
@@ -20,7 +21,7 @@ use super::keys::{
     push_part, run_indexes, state_indexes,
 };
 use super::steps::{apart, encode_changed};
-use super::{SledStore, lock, sled_error};
+use super::{SledStore, engine_error, lock};
 use crate::model::ids::RunId;
 use crate::model::{Event, Millis, RunRecord, RunStatus};
 use crate::store::prelude::*;
@@ -39,7 +40,7 @@ pub(super) fn insert(store: &SledStore, runs: &[NewRun]) -> Result<Vec<Insert>> 
         store.write_input_file(&new.run, at)?;
     }
     let _serial = lock(&store.claim_lock);
-    let mut batch = sled::Batch::default();
+    let mut batch = Batch::default();
     let mut outcomes = Vec::with_capacity(runs.len());
     // Keys claimed by runs earlier in this batch, to their run.
     let mut claimed: std::collections::HashMap<Vec<u8>, &RunRecord> = Default::default();
@@ -184,7 +185,7 @@ pub(super) fn write(
         })
         .collect::<Result<Vec<_>>>()?;
     let _serial = lock(&store.run_lock);
-    let mut batch = sled::Batch::default();
+    let mut batch = Batch::default();
     let mut missing = None;
     let mut queued = QueueDelta::default();
     let mut weight = Weight::default();
@@ -236,7 +237,7 @@ pub(super) fn list(store: &SledStore, query: &RunQuery) -> Result<RunPage> {
     };
     let entries = entries.rev().filter_map(|item| {
         let entry = || -> Result<Option<(String, RunStatus, String)>> {
-            let (k, v) = item.map_err(sled_error)?;
+            let (k, v) = item.map_err(engine_error)?;
             let id = decode_part(&k[prefix.len()..]).ok_or_else(|| corrupt_key(&k))?;
             let fields = match records {
                 true => Some(status_and_task(&k, &v)?),
@@ -290,7 +291,7 @@ impl SledStore {
     /// fields; `None` when it is not stored.
     fn status_and_task(&self, id: &str) -> Result<Option<(RunStatus, String)>> {
         let run_key = key("run", &[id]);
-        match self.db.get(&run_key).map_err(sled_error)? {
+        match self.db.get(&run_key).map_err(engine_error)? {
             Some(bytes) => status_and_task(&run_key, &bytes).map(Some),
             None => Ok(None),
         }
@@ -306,10 +307,10 @@ pub(super) fn drop_ra(store: &SledStore) -> Result<usize> {
     let prefix = key("ra", &[]);
     let mut dropped = 0;
     loop {
-        let mut batch = sled::Batch::default();
+        let mut batch = Batch::default();
         let mut n = 0;
         for item in store.db.scan_prefix(&prefix).keys().take(BATCH) {
-            batch.remove(item.map_err(sled_error)?);
+            batch.remove(item.map_err(engine_error)?);
             n += 1;
         }
         if n == 0 {
@@ -395,7 +396,7 @@ pub(super) fn summaries_page(
         .rev()
         .filter_map(|item| {
             let summary = || -> Result<Option<RunSummary>> {
-                let (k, _) = item.map_err(sled_error)?;
+                let (k, _) = item.map_err(engine_error)?;
                 let parts =
                     super::keys::split_parts(&k[prefix.len()..]).ok_or_else(|| corrupt_key(&k))?;
                 let [tenant, task, id] =
@@ -428,10 +429,10 @@ pub(super) fn delete(store: &SledStore, id: &str) -> Result<bool> {
         return Ok(false);
     }
     let _blobs = lock(&store.blob_lock);
-    let mut batch = sled::Batch::default();
+    let mut batch = Batch::default();
     let mut bytes = 0;
     let mut input_file = false;
-    if let Some(record) = store.db.get(key("run", &[id])).map_err(sled_error)? {
+    if let Some(record) = store.db.get(key("run", &[id])).map_err(engine_error)? {
         bytes += signed(record.len());
         if let Some(head) = head(&record) {
             if let Some(digest) = head.def {
@@ -488,7 +489,7 @@ impl SledStore {
     /// Adds `events` for `run_id` to `batch`, together under one fresh
     /// sequence number (none when there are none).
     /// Returns the bytes added.
-    fn add_events(&self, batch: &mut sled::Batch, run_id: &str, events: &[Event]) -> Result<i64> {
+    fn add_events(&self, batch: &mut Batch, run_id: &str, events: &[Event]) -> Result<i64> {
         if events.is_empty() {
             return Ok(0);
         }
@@ -501,8 +502,8 @@ impl SledStore {
     /// Adds the encoded list of events of one write for `run_id` to `batch`:
     /// one key per write, not per event (a run's six events cost six sled
     /// inserts, as many as its record and indexes together).
-    fn add_event_list(&self, batch: &mut sled::Batch, run_id: &str, events: Vec<u8>) -> Result<()> {
-        let seq = self.db.generate_id().map_err(sled_error)?;
+    fn add_event_list(&self, batch: &mut Batch, run_id: &str, events: Vec<u8>) -> Result<()> {
+        let seq = self.db.generate_id().map_err(engine_error)?;
         batch.insert(key("ev", &[run_id, &format!("{seq:020}")]), events);
         Ok(())
     }
@@ -543,7 +544,7 @@ impl SledStore {
     /// false if the run is not stored. Callers hold `run_lock`.
     fn run_changes(
         &self,
-        batch: &mut sled::Batch,
+        batch: &mut Batch,
         change: RunChange<'_>,
         queued: &mut QueueDelta,
         weight: &mut Weight,
@@ -560,7 +561,7 @@ impl SledStore {
         // must change: one read, no decoding of the whole old record (all its
         // steps cost ~100 µs for a large run, most of a write's time).
         let run_key = key("run", &[&run.id]);
-        let Some(old) = self.db.get(&run_key).map_err(sled_error)? else {
+        let Some(old) = self.db.get(&run_key).map_err(engine_error)? else {
             return Ok(false);
         };
         let old_len = signed(old.len());
@@ -687,7 +688,7 @@ fn expiry_key(expires_at: Millis, run: &RunRecord, idempotency_key: &str) -> Vec
 pub(super) fn expire(store: &SledStore, now: Millis, limit: usize) -> Result<usize> {
     let _claims = lock(&store.claim_lock);
     let prefix = key("ik", &[]);
-    let mut batch = sled::Batch::default();
+    let mut batch = Batch::default();
     let mut expired = 0;
     for item in store.scan(&prefix) {
         if expired >= limit {
@@ -741,7 +742,7 @@ pub(super) fn forgotten_keys(
         if page.len() >= limit {
             break;
         }
-        let (k, v) = item.map_err(sled_error)?;
+        let (k, v) = item.map_err(engine_error)?;
         if !k.starts_with(&prefix) {
             break;
         }
@@ -756,7 +757,7 @@ pub(super) fn forgotten_keys(
             || store
                 .db
                 .contains_key(key("run", &[&run_id]))
-                .map_err(sled_error)?
+                .map_err(engine_error)?
         {
             continue;
         }
@@ -774,11 +775,11 @@ pub(super) fn forgotten_keys(
 /// Stores `keys` (an import), each unless its claim is held, in one batch.
 pub(super) fn restore_keys(store: &SledStore, keys: &[KeyEntry]) -> Result<()> {
     let _claims = lock(&store.claim_lock);
-    let mut batch = sled::Batch::default();
+    let mut batch = Batch::default();
     let mut taken = std::collections::HashSet::new();
     for k in keys {
         let claim = key("idem", &[&k.tenant, &k.task, &k.key]);
-        if !taken.insert(claim.clone()) || store.db.contains_key(&claim).map_err(sled_error)? {
+        if !taken.insert(claim.clone()) || store.db.contains_key(&claim).map_err(engine_error)? {
             continue;
         }
         let run_id = encode(&k.run_id.as_str())?;
@@ -799,10 +800,10 @@ pub(super) fn restore_keys(store: &SledStore, keys: &[KeyEntry]) -> Result<()> {
 /// `ttl_ms` after its run was created. Runs at open.
 pub(super) fn build_key_expiry(store: &SledStore, ttl_ms: Millis) -> Result<()> {
     let marker = key("sys", &["key-expiry"]);
-    if store.db.contains_key(&marker).map_err(sled_error)? {
+    if store.db.contains_key(&marker).map_err(engine_error)? {
         return Ok(());
     }
-    let mut batch = sled::Batch::default();
+    let mut batch = Batch::default();
     let prefix = key("idem", &[]);
     for item in store.scan(&prefix) {
         let (k, v) = item?;
@@ -832,10 +833,10 @@ pub(super) fn build_key_expiry(store: &SledStore, ttl_ms: Millis) -> Result<()> 
 /// records that. Runs at open, before anything else uses the store.
 pub(super) fn build_queue_index(store: &SledStore) -> Result<()> {
     let marker = key("sys", &["queue-index"]);
-    if store.db.contains_key(&marker).map_err(sled_error)? {
+    if store.db.contains_key(&marker).map_err(engine_error)? {
         return Ok(());
     }
-    let mut batch = sled::Batch::default();
+    let mut batch = Batch::default();
     let prefix = key("act", &[]);
     for item in store.scan(&prefix) {
         let (k, _) = item?;
@@ -872,7 +873,7 @@ mod tests {
             .insert_run(&r, false, None, &[event(&r.id, "queued")])
             .unwrap();
         // As an older ax wrote it: one event, not a list, under its own key.
-        let mut batch = sled::Batch::default();
+        let mut batch = Batch::default();
         store
             .add_event_list(&mut batch, &r.id, encode(&event(&r.id, "held")).unwrap())
             .unwrap();

@@ -19,8 +19,9 @@
 
 use std::collections::HashMap;
 
+use super::engine::Batch;
 use super::keys::{decode, encode, instant_part, key};
-use super::{SledStore, lock, sled_error};
+use super::{SledStore, engine_error, lock};
 use crate::model::{Millis, ScheduleState, TaskRecord};
 use crate::store::Result;
 use crate::store::prelude::*;
@@ -50,7 +51,7 @@ impl SledStore {
     /// next-fire entry. Callers hold `claim_lock`.
     pub(super) fn schedule_changes(
         &self,
-        batch: &mut sled::Batch,
+        batch: &mut Batch,
         schedule: &ScheduleState,
         written: &mut Written,
     ) -> Result<()> {
@@ -81,7 +82,7 @@ impl SledStore {
     /// any (else the stored one). Callers hold `claim_lock`.
     fn task_changes(
         &self,
-        batch: &mut sled::Batch,
+        batch: &mut Batch,
         task: &TaskRecord,
         written: &mut HashMap<(String, String), TaskRecord>,
     ) -> Result<()> {
@@ -108,7 +109,7 @@ impl SledStore {
     /// Tasks with their schedules (and index entries), in one batch.
     pub(super) fn put_tasks_at(&self, tasks: &[(&TaskRecord, &ScheduleState)]) -> Result<()> {
         let _serial = lock(&self.claim_lock);
-        let mut batch = sled::Batch::default();
+        let mut batch = Batch::default();
         let mut written = Written::new();
         let mut written_tasks = HashMap::new();
         for (task, schedule) in tasks {
@@ -124,7 +125,7 @@ impl SledStore {
         let sched_key = key("sched", &[tenant, name]);
         let old: Option<TaskRecord> = self.get(&task_key)?;
         let schedule: Option<ScheduleState> = self.get(&sched_key)?;
-        let mut batch = sled::Batch::default();
+        let mut batch = Batch::default();
         for up in old.iter().flat_map(TaskRecord::upstreams) {
             batch.remove(after_key(tenant, &up, name));
         }
@@ -139,7 +140,7 @@ impl SledStore {
 
     pub(super) fn put_schedule_at(&self, schedule: &ScheduleState) -> Result<()> {
         let _serial = lock(&self.claim_lock);
-        let mut batch = sled::Batch::default();
+        let mut batch = Batch::default();
         self.schedule_changes(&mut batch, schedule, &mut Written::new())?;
         self.apply(batch)
     }
@@ -157,7 +158,7 @@ impl SledStore {
         let end = key("nf", &[&instant_part(until.saturating_add(1))]);
         let mut due = Vec::new();
         for item in self.db.range(start..end) {
-            let (k, v) = item.map_err(sled_error)?;
+            let (k, v) = item.map_err(engine_error)?;
             let (tenant, task): (String, String) = decode(&k, &v)?;
             // The schedule record is the truth; the entry only says where to look.
             let Some(schedule) = self.get_schedule(&tenant, &task)? else {
@@ -192,7 +193,7 @@ impl SledStore {
         let skip = after.map(|after| key("task", &[tenant, after]));
         let mut page = Vec::new();
         for item in self.db.range(start..) {
-            let (k, v) = item.map_err(sled_error)?;
+            let (k, v) = item.map_err(engine_error)?;
             if !k.starts_with(&prefix) || page.len() == limit {
                 break;
             }
@@ -220,7 +221,7 @@ pub(super) fn build_indexes(store: &SledStore) -> Result<()> {
     if store.get_meta_raw(INDEXES_MARKER)?.is_some() {
         return Ok(());
     }
-    let mut batch = sled::Batch::default();
+    let mut batch = Batch::default();
     for schedule in store.values::<ScheduleState>(&key("sched", &[]))? {
         if let Some(at) = indexed_at(&schedule) {
             let value = encode(&(&schedule.tenant, &schedule.task))?;

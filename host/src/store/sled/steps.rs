@@ -24,9 +24,10 @@
 use std::collections::HashMap;
 
 use super::compact;
+use super::engine::Batch;
 use super::footprint::{Weight, signed};
 use super::keys::{decode, key};
-use super::{SledStore, sled_error};
+use super::{SledStore, engine_error};
 use crate::model::{RunRecord, StepRunRecord};
 use crate::store::{Changed, Error, Result};
 
@@ -69,14 +70,14 @@ impl SledStore {
         bytes: &[u8],
         count: usize,
     ) -> Result<Option<RunRecord>> {
-        let mut current: sled::IVec = bytes.into();
+        let mut current: super::engine::Value = bytes.into();
         let mut count = count;
         for _ in 0..READ_TRIES {
             let Some(mut run) = self.decode_record(run_key, &current)? else {
                 return Ok(None);
             };
             let steps = self.read_steps(&run.id)?;
-            let Some(again) = self.db.get(run_key).map_err(sled_error)? else {
+            let Some(again) = self.db.get(run_key).map_err(engine_error)? else {
                 return Ok(None);
             };
             if again == current {
@@ -122,7 +123,7 @@ impl SledStore {
     /// The caller holds `run_lock`.
     pub(super) fn step_changes(
         &self,
-        batch: &mut sled::Batch,
+        batch: &mut Batch,
         weight: &mut Weight,
         run: &RunRecord,
         encoded: Vec<(usize, Vec<u8>)>,
@@ -162,7 +163,7 @@ impl SledStore {
         Ok(self
             .db
             .get(k)
-            .map_err(sled_error)?
+            .map_err(engine_error)?
             .map_or(0, |v| signed(v.len())))
     }
 }

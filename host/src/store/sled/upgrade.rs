@@ -17,11 +17,12 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 
 use super::definitions::{Shape, encode_run, head};
+use super::engine::Batch;
 use super::footprint::{self, Weight, signed};
 use super::inputs::Input;
 use super::keys::{encode, key};
 use super::steps::apart;
-use super::{SledStore, lock, sled_error};
+use super::{SledStore, engine_error, lock};
 use crate::store::Result;
 
 /// Runs upgraded per batch.
@@ -30,7 +31,7 @@ const UPGRADE_BATCH: usize = 512;
 /// Upgrades the run records of `store` (see the module docs).
 pub(super) fn upgrade(store: &SledStore) -> Result<()> {
     let marker = key("sys", &["steps-apart"]);
-    if store.db.contains_key(&marker).map_err(sled_error)? {
+    if store.db.contains_key(&marker).map_err(engine_error)? {
         return Ok(());
     }
     let _claims = lock(&store.claim_lock);
@@ -40,13 +41,13 @@ pub(super) fn upgrade(store: &SledStore) -> Result<()> {
     // Whether the runs of a definition (by digest) keep their steps apart.
     let mut many_steps: HashMap<String, bool> = HashMap::new();
     loop {
-        let mut batch = sled::Batch::default();
+        let mut batch = Batch::default();
         let mut counts = HashMap::new();
         let mut weight = Weight::default();
         let mut last = None;
         let mut seen = 0;
         for item in store.db.range(from.clone()..).take(UPGRADE_BATCH) {
-            let (k, v) = item.map_err(sled_error)?;
+            let (k, v) = item.map_err(engine_error)?;
             if !k.starts_with(&prefix) {
                 break;
             }
@@ -113,7 +114,10 @@ pub(super) fn upgrade(store: &SledStore) -> Result<()> {
             _ => break,
         }
     }
-    store.db.insert(marker, encode("1")?).map_err(sled_error)?;
+    store
+        .db
+        .insert(marker, encode("1")?)
+        .map_err(engine_error)?;
     Ok(())
 }
 
@@ -166,7 +170,7 @@ mod tests {
     /// them, or apart; their steps inside them), made by writing runs and
     /// then rewriting them as that format did. Returns the record of its
     /// first run as stored.
-    fn old_store(dir: &Path, n: usize, format: u32) -> Option<sled::IVec> {
+    fn old_store(dir: &Path, n: usize, format: u32) -> Option<super::super::engine::Value> {
         let store = SledStore::open(dir).unwrap();
         let specs: Vec<Arc<Value>> = (0..5).map(|i| Arc::new(spec(i))).collect();
         for chunk in (0..n).collect::<Vec<_>>().chunks(500) {
@@ -180,7 +184,7 @@ mod tests {
                 .collect();
             store.insert_runs(&batch).unwrap();
         }
-        let mut batch = sled::Batch::default();
+        let mut batch = Batch::default();
         for item in store.scan(&key("run", &[])) {
             let (k, v) = item.unwrap();
             let full = store.decode_run(&k, &v).unwrap().unwrap();

@@ -1,8 +1,9 @@
 //! Usage buckets under `use/{tenant}/{hour}/{task}`: one hour of a task's
 //! usage, added to (read, add, write) and never replaced.
 
+use super::engine::Batch;
 use super::keys::{decode, encode, hour_part, key, usage_key};
-use super::{SledStore, sled_error};
+use super::{SledStore, engine_error};
 use crate::model::Millis;
 use crate::store::Result;
 use crate::tenant::UsageBucket;
@@ -23,7 +24,7 @@ pub(super) fn read(
         .db
         .range(lo..hi)
         .map(|item| {
-            let (k, v) = item.map_err(sled_error)?;
+            let (k, v) = item.map_err(engine_error)?;
             decode(&k, &v)
         })
         .collect()
@@ -32,11 +33,7 @@ pub(super) fn read(
 impl SledStore {
     /// Adds `usage` to the stored hourly buckets, in `batch` (read-add-write:
     /// callers hold `run_lock`).
-    pub(super) fn usage_changes(
-        &self,
-        batch: &mut sled::Batch,
-        usage: &[UsageBucket],
-    ) -> Result<()> {
+    pub(super) fn usage_changes(&self, batch: &mut Batch, usage: &[UsageBucket]) -> Result<()> {
         let mut merged: std::collections::BTreeMap<Vec<u8>, UsageBucket> = Default::default();
         for u in usage {
             let k = usage_key(&u.tenant, u.hour, &u.task);
