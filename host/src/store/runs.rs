@@ -456,8 +456,13 @@ pub trait Runs {
 /// Whether `run` was made by its task's trigger for an instant, and so
 /// claims the fire (tenant, task, instant) as the scheduler's fires do.
 pub fn claims_fire(run: &RunRecord) -> bool {
+    trigger_claims_fire(run.trigger)
+}
+
+/// Whether a run started by `trigger` claims its fire ([`claims_fire`]).
+pub fn trigger_claims_fire(trigger: TriggerKind) -> bool {
     matches!(
-        run.trigger,
+        trigger,
         TriggerKind::Cron | TriggerKind::At | TriggerKind::Every | TriggerKind::Delay
     )
 }
