@@ -51,6 +51,12 @@ pub(super) struct Holders {
     fires: HashMap<Fire, (RunId, bool)>,
 }
 
+impl Default for Holders {
+    fn default() -> Self {
+        Holders::new()
+    }
+}
+
 impl Holders {
     pub(super) fn new() -> Self {
         Holders {
