@@ -642,9 +642,9 @@ mod tests {
         out.finish().unwrap();
     }
 
-    /// A run's JSON text kept from a dump of this version is what encoding
-    /// the parsed values gives, byte for byte (what a store stores in its
-    /// place: `spans`).
+    /// A run's JSON text (record, events, logs) kept from a dump of this
+    /// version is what encoding the parsed values gives, byte for byte
+    /// (what a store stores in its place: `spans`).
     #[test]
     fn a_runs_json_text_is_what_encoding_it_gives() {
         let dir = tempfile::tempdir().unwrap();
@@ -657,7 +657,9 @@ mod tests {
         );
         run.input = serde_json::json!({"z": 0.1, "a": [1.5e300, -0.0, "é\u{1}\"}]\\"], "m": {}});
         run.reason = Some("tab\tquote\"brace}".into());
-        store.insert_run(&run, false, None, &[]).unwrap();
+        let mut event = crate::store::conformance::event(&run.id, "running", 1_001);
+        event.reason = "quote\" brace} \u{1} é".into();
+        store.insert_run(&run, false, None, &[event]).unwrap();
         let logs = crate::store::AttemptLogs {
             step: "s1".into(),
             attempt: 1,
@@ -692,6 +694,9 @@ mod tests {
         assert_eq!(whole.logs.len(), 2);
         let encoded = serde_json::to_vec(&whole.run).unwrap();
         assert_eq!(whole.json.run(), Some(&encoded[..]));
+        assert_eq!(whole.events.len(), 1);
+        let encoded = serde_json::to_vec(&whole.events).unwrap();
+        assert_eq!(whole.json.events(), Some(&encoded[..]));
         for (i, logs) in whole.logs.iter().enumerate() {
             let encoded = serde_json::to_vec(logs).unwrap();
             assert_eq!(whole.json.logs(i), Some(&encoded[..]));
