@@ -71,6 +71,7 @@ pub use import::{ImportOptions, contents, import};
 mod export;
 mod fires;
 mod import;
+mod proof;
 mod spans;
 mod writers;
 
@@ -273,26 +274,53 @@ type NumberedLine = (usize, Vec<u8>);
 
 /// [`open`]'s lines, not parsed yet.
 fn open_lines(path: &Path) -> Result<(Header, impl Iterator<Item = Result<NumberedLine>>)> {
-    let file = File::open(path)?;
-    let mut reader = BufReader::with_capacity(1 << 16, MultiGzDecoder::new(BufReader::new(file)));
-    let mut buffer = Vec::new();
-    let mut next_line = move || -> Option<Result<Vec<u8>>> {
-        buffer.clear();
-        match reader.read_until(b'\n', &mut buffer) {
+    let (header, mut reader) = open_reader(path)?;
+    let lines = std::iter::from_fn(move || {
+        let mut line = Vec::new();
+        Some(reader.append(&mut line)?.map(|number| (number, line)))
+    });
+    Ok((header, lines))
+}
+
+/// A dump's lines after its header, read into a caller's buffer (the check
+/// reads a chunk's lines into one buffer: `check`).
+struct LineReader {
+    reader: BufReader<MultiGzDecoder<BufReader<File>>>,
+    /// The last line's number (the header is line 1).
+    number: usize,
+}
+
+impl LineReader {
+    /// Appends the next line, without its end, to `buffer`; its number, or
+    /// `None` at the end of the file.
+    fn append(&mut self, buffer: &mut Vec<u8>) -> Option<Result<usize>> {
+        let start = buffer.len();
+        match self.reader.read_until(b'\n', buffer) {
             Ok(0) => None,
             Ok(_) => {
                 if buffer.last() == Some(&b'\n') {
                     buffer.pop();
-                    if buffer.last() == Some(&b'\r') {
+                    if buffer.len() > start && buffer.last() == Some(&b'\r') {
                         buffer.pop();
                     }
                 }
-                Some(Ok(std::mem::take(&mut buffer)))
+                self.number += 1;
+                Some(Ok(self.number))
             }
             Err(e) => Some(Err(read_error(e))),
         }
+    }
+}
+
+/// The dump's header, read and checked, and a reader of the lines after it.
+fn open_reader(path: &Path) -> Result<(Header, LineReader)> {
+    let file = File::open(path)?;
+    let mut reader = LineReader {
+        reader: BufReader::with_capacity(1 << 16, MultiGzDecoder::new(BufReader::new(file))),
+        number: 0,
     };
-    let first = match next_line() {
+    let mut first = Vec::new();
+    match reader.append(&mut first) {
         Some(line) => line?,
         None => return Err(Error::NotADump("the file is empty".into())),
     };
@@ -305,12 +333,7 @@ fn open_lines(path: &Path) -> Result<(Header, impl Iterator<Item = Result<Number
             found: header.version,
         });
     }
-    let mut number = 1;
-    let lines = std::iter::from_fn(move || {
-        number += 1;
-        Some(next_line()?.map(|line| (number, line)))
-    });
-    Ok((header, lines))
+    Ok((header, reader))
 }
 
 /// Parses line `number`; a run keeps its JSON text when `keep_json` and
@@ -392,6 +415,39 @@ fn parse_line(line: &mut [u8]) -> serde_json::Result<Line> {
     serde_json::from_slice(line)
 }
 
+/// What ax writes before a run's fields.
+const RUN_LEAD: &[u8] = b"{\"kind\":\"run\",";
+
+/// Proves a run line as ax writes it readable ([`proof`]), counting it and
+/// noting the fire it claims; false (nothing counted) for any other line
+/// and for one the proof refuses.
+fn prove_run(line: &mut [u8], seen: &mut Counts, holders: &mut Holders) -> bool {
+    if !line.starts_with(RUN_LEAD) {
+        return false;
+    }
+    // `{"kind":"run",REST` read as `{REST`, as `parse_line` reads it.
+    let comma = RUN_LEAD.len() - 1;
+    line[comma] = b'{';
+    let proved = match serde_json::from_slice::<proof::RunProof<'_>>(&line[comma..]) {
+        Ok(proof) => {
+            let run = &proof.run;
+            holders.read(
+                &run.id,
+                run.trigger,
+                (&run.tenant, &run.task, run.scheduled_for),
+            );
+            seen.add("run", 1);
+            seen.add("event", proof.events.0);
+            seen.add("log", proof.logs.0);
+            seen.add("record", proof.records.0);
+            true
+        }
+        Err(_) => false,
+    };
+    line[comma] = b',';
+    proved
+}
+
 /// A read error of the compressed stream: a file cut short or damaged.
 fn read_error(e: std::io::Error) -> Error {
     match e.kind() {
@@ -417,42 +473,80 @@ pub fn verify(path: &Path) -> Result<Described> {
 /// it), so the second core was idle (docs/PERFORMANCE.md, *Import: the
 /// dump's JSON kept, the check on two threads*).
 fn check(path: &Path) -> Result<(Described, Holders)> {
-    let (header, lines) = open_lines(path)?;
+    let (header, mut reader) = open_reader(path)?;
     std::thread::scope(|scope| {
-        let (chunks, read) = std::sync::mpsc::sync_channel::<Vec<Result<NumberedLine>>>(4);
+        let (chunks, read) = std::sync::mpsc::sync_channel::<Result<Chunk>>(4);
+        // Chunks given back once checked, to be filled again: a line is not
+        // allocated on one thread and freed on the other, which made the
+        // two wait on malloc's lock.
+        let (give_back, given_back) = std::sync::mpsc::channel::<Chunk>();
         scope.spawn(move || {
-            let mut chunk = Vec::with_capacity(CHUNK);
-            for line in lines {
-                chunk.push(line);
-                if chunk.len() == CHUNK {
-                    // The check stopped (it failed): nothing more to read.
-                    if chunks.send(std::mem::take(&mut chunk)).is_err() {
-                        return;
+            loop {
+                let mut chunk = given_back.try_recv().unwrap_or_default();
+                chunk.text.clear();
+                chunk.lines.clear();
+                while chunk.lines.len() < CHUNK && chunk.text.len() < CHUNK_TEXT {
+                    let start = chunk.text.len();
+                    match reader.append(&mut chunk.text) {
+                        Some(Ok(number)) => chunk.lines.push((number, start..chunk.text.len())),
+                        Some(Err(e)) => {
+                            let _ = chunks.send(Ok(chunk));
+                            let _ = chunks.send(Err(e));
+                            return;
+                        }
+                        None => {
+                            let _ = chunks.send(Ok(chunk));
+                            return;
+                        }
                     }
                 }
+                // The check stopped (it failed): nothing more to read.
+                if chunks.send(Ok(chunk)).is_err() {
+                    return;
+                }
             }
-            let _ = chunks.send(chunk);
         });
-        check_objects(
-            header,
-            read.into_iter()
-                .flatten()
-                .map(|l| l.and_then(|l| read_object(l, false))),
-        )
+        let mut checker = Checker::default();
+        for chunk in read {
+            let mut chunk = chunk?;
+            for (number, span) in &chunk.lines {
+                checker.line(*number, &mut chunk.text[span.clone()])?;
+            }
+            let _ = give_back.send(chunk);
+        }
+        checker.finish(header)
     })
 }
 
-/// [`check`] of the objects after `header`.
-fn check_objects(
-    header: Header,
-    objects: impl Iterator<Item = Result<Object>>,
-) -> Result<(Described, Holders)> {
-    let mut seen = Counts::default();
-    let mut holders = Holders::new();
-    let mut end = None;
-    for object in objects {
-        let Object { number, line, .. } = object?;
-        if end.is_some() {
+/// Lines of a dump in one buffer, as the check reads them.
+#[derive(Default)]
+struct Chunk {
+    text: Vec<u8>,
+    /// Each line's number and where it is in `text`.
+    lines: Vec<(usize, std::ops::Range<usize>)>,
+}
+
+/// A chunk's bytes, about (a line is not cut).
+const CHUNK_TEXT: usize = 1 << 20;
+
+/// What [`check`] has seen of the lines read so far. A run line is proved
+/// readable without building the run ([`proof`]); any other line, and a
+/// run line the proof refuses, is read whole, which decides.
+#[derive(Default)]
+struct Checker {
+    seen: Counts,
+    holders: Holders,
+    end: Option<(Counts, u64)>,
+}
+
+impl Checker {
+    /// Checks line `number`.
+    fn line(&mut self, number: usize, line: &mut [u8]) -> Result<()> {
+        if self.end.is_none() && prove_run(line, &mut self.seen, &mut self.holders) {
+            return Ok(());
+        }
+        let Object { number, line, .. } = read_object((number, line.to_vec()), false)?;
+        if self.end.is_some() {
             return Err(Error::Damaged(format!(
                 "line {number} follows the end line"
             )));
@@ -461,30 +555,41 @@ fn check_objects(
             Line::End {
                 counts,
                 secrets_left_out,
-            } => end = Some((counts, secrets_left_out)),
+            } => self.end = Some((counts, secrets_left_out)),
             line => {
                 if let Line::Run(whole) = &line {
-                    holders.read(&whole.run);
+                    let run = &whole.run;
+                    self.holders.read(
+                        &run.id,
+                        run.trigger,
+                        (&run.tenant, &run.task, run.scheduled_for),
+                    );
                 }
-                line.count(&mut seen);
+                line.count(&mut self.seen);
             }
         }
+        Ok(())
     }
-    let Some((counts, secrets_left_out)) = end else {
-        return Err(Error::Damaged("no end line".into()));
-    };
-    if counts != seen {
-        return Err(Error::Damaged(format!(
-            "the end line counts {counts}, the file holds {seen}"
-        )));
+
+    /// What the dump holds, once every line after `header` is checked.
+    fn finish(self, header: Header) -> Result<(Described, Holders)> {
+        let Some((counts, secrets_left_out)) = self.end else {
+            return Err(Error::Damaged("no end line".into()));
+        };
+        if counts != self.seen {
+            return Err(Error::Damaged(format!(
+                "the end line counts {counts}, the file holds {}",
+                self.seen
+            )));
+        }
+        let described = Described {
+            ax: header.ax,
+            created_at: header.created_at,
+            counts,
+            secrets_left_out,
+        };
+        Ok((described, self.holders.contested()))
     }
-    let described = Described {
-        ax: header.ax,
-        created_at: header.created_at,
-        counts,
-        secrets_left_out,
-    };
-    Ok((described, holders.contested()))
 }
 
 #[cfg(test)]
@@ -537,9 +642,9 @@ mod tests {
         out.finish().unwrap();
     }
 
-    /// A run's JSON text kept from a dump of this version is what encoding
-    /// the parsed values gives, byte for byte (what a store stores in its
-    /// place: `spans`).
+    /// A run's JSON text (record, events, logs) kept from a dump of this
+    /// version is what encoding the parsed values gives, byte for byte
+    /// (what a store stores in its place: `spans`).
     #[test]
     fn a_runs_json_text_is_what_encoding_it_gives() {
         let dir = tempfile::tempdir().unwrap();
@@ -552,7 +657,9 @@ mod tests {
         );
         run.input = serde_json::json!({"z": 0.1, "a": [1.5e300, -0.0, "é\u{1}\"}]\\"], "m": {}});
         run.reason = Some("tab\tquote\"brace}".into());
-        store.insert_run(&run, false, None, &[]).unwrap();
+        let mut event = crate::store::conformance::event(&run.id, "running", 1_001);
+        event.reason = "quote\" brace} \u{1} é".into();
+        store.insert_run(&run, false, None, &[event]).unwrap();
         let logs = crate::store::AttemptLogs {
             step: "s1".into(),
             attempt: 1,
@@ -587,6 +694,9 @@ mod tests {
         assert_eq!(whole.logs.len(), 2);
         let encoded = serde_json::to_vec(&whole.run).unwrap();
         assert_eq!(whole.json.run(), Some(&encoded[..]));
+        assert_eq!(whole.events.len(), 1);
+        let encoded = serde_json::to_vec(&whole.events).unwrap();
+        assert_eq!(whole.json.events(), Some(&encoded[..]));
         for (i, logs) in whole.logs.iter().enumerate() {
             let encoded = serde_json::to_vec(logs).unwrap();
             assert_eq!(whole.json.logs(i), Some(&encoded[..]));

@@ -63,6 +63,7 @@ pub use self::rules::{id_millis, new_id};
 pub use self::runs::{
     AttemptLogs, Changed, DumpJson, Insert, JsonSpans, KeyEntry, NewRun, RunLogs, RunPage,
     RunQuery, RunSummary, RunWrite, Runs, WholeRun, claims_fire, restore_by_inserts,
+    trigger_claims_fire,
 };
 pub use self::sled::SledStore;
 pub use self::tenancy::Tenancy;

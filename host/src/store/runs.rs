@@ -87,18 +87,21 @@ pub struct WholeRun {
     pub json: DumpJson,
 }
 
-/// The JSON text a dump line holds of a run and of each of its logs
-/// ([`WholeRun::json`]); none unless read from a dump.
+/// The JSON text a dump line holds of a run, of its events and of each of
+/// its logs ([`WholeRun::json`]); none unless read from a dump.
 #[derive(Clone, Debug, Default)]
 pub struct DumpJson(Option<std::sync::Arc<JsonSpans>>);
 
-/// A dump's line and where in it are a run's record and its logs.
+/// A dump's line and where in it are a run's record, its events and its
+/// logs.
 #[derive(Debug)]
 pub struct JsonSpans {
     /// The line.
     pub line: Vec<u8>,
     /// The run's record.
     pub run: std::ops::Range<usize>,
+    /// Its events, as one list.
+    pub events: std::ops::Range<usize>,
     /// Each of its logs, in order.
     pub logs: Vec<std::ops::Range<usize>>,
 }
@@ -112,6 +115,11 @@ impl DumpJson {
     /// The run's record's JSON, if known.
     pub fn run(&self) -> Option<&[u8]> {
         self.0.as_deref().map(|s| &s.line[s.run.clone()])
+    }
+
+    /// The JSON of the run's list of events, if known.
+    pub fn events(&self) -> Option<&[u8]> {
+        self.0.as_deref().map(|s| &s.line[s.events.clone()])
     }
 
     /// The JSON of the run's `i`th logs, if known.
@@ -456,8 +464,13 @@ pub trait Runs {
 /// Whether `run` was made by its task's trigger for an instant, and so
 /// claims the fire (tenant, task, instant) as the scheduler's fires do.
 pub fn claims_fire(run: &RunRecord) -> bool {
+    trigger_claims_fire(run.trigger)
+}
+
+/// Whether a run started by `trigger` claims its fire ([`claims_fire`]).
+pub fn trigger_claims_fire(trigger: TriggerKind) -> bool {
     matches!(
-        run.trigger,
+        trigger,
         TriggerKind::Cron | TriggerKind::At | TriggerKind::Every | TriggerKind::Delay
     )
 }

@@ -507,7 +507,7 @@ pub fn forgotten_keys_page_and_restore<S: Store>(make: Make<S>) {
     );
 }
 
-pub(super) fn attempt_record(run_id: &str, step: &str, attempt: u32, note: &str) -> AttemptRecord {
+pub(crate) fn attempt_record(run_id: &str, step: &str, attempt: u32, note: &str) -> AttemptRecord {
     AttemptRecord {
         context: crate::model::AttemptContext {
             run_id: run_id.to_owned(),

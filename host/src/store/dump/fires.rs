@@ -33,9 +33,9 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
 
-use crate::model::RunRecord;
 use crate::model::ids::RunId;
-use crate::store::{WholeRun, claims_fire};
+use crate::model::{Millis, RunRecord, TriggerKind};
+use crate::store::{WholeRun, claims_fire, trigger_claims_fire};
 
 /// A fire's 128-bit hash.
 type Fire = u128;
@@ -51,6 +51,12 @@ pub(super) struct Holders {
     fires: HashMap<Fire, (RunId, bool)>,
 }
 
+impl Default for Holders {
+    fn default() -> Self {
+        Holders::new()
+    }
+}
+
 impl Holders {
     pub(super) fn new() -> Self {
         Holders {
@@ -60,27 +66,32 @@ impl Holders {
     }
 
     fn fire(&self, run: &RunRecord) -> Option<Fire> {
-        claims_fire(run).then(|| {
-            let fire = (run.tenant.as_str(), run.task.as_str(), run.scheduled_for);
-            let (a, b) = (&self.hashers.0, &self.hashers.1);
-            (u128::from(a.hash_one(fire)) << 64) | u128::from(b.hash_one(fire))
-        })
+        claims_fire(run).then(|| self.hash(&run.tenant, &run.task, run.scheduled_for))
     }
 
-    /// Notes the fire `run` claims, if any.
-    pub(super) fn read(&mut self, run: &RunRecord) {
-        let Some(fire) = self.fire(run) else {
+    fn hash(&self, tenant: &str, task: &str, at: Millis) -> Fire {
+        let fire = (tenant, task, at);
+        let (a, b) = (&self.hashers.0, &self.hashers.1);
+        (u128::from(a.hash_one(fire)) << 64) | u128::from(b.hash_one(fire))
+    }
+
+    /// Notes the fire run `id` claims, if any: its trigger, tenant, task
+    /// and instant (the whole-file check reads no [`RunRecord`]:
+    /// `proof.rs`).
+    pub(super) fn read(&mut self, id: &str, trigger: TriggerKind, fire: (&str, &str, Millis)) {
+        if !trigger_claims_fire(trigger) {
             return;
-        };
+        }
+        let fire = self.hash(fire.0, fire.1, fire.2);
         self.fires
             .entry(fire)
             .and_modify(|(holder, twice)| {
                 *twice = true;
-                if run.id < *holder {
-                    *holder = run.id.clone();
+                if id < holder.as_str() {
+                    *holder = RunId::new(id);
                 }
             })
-            .or_insert_with(|| (run.id.clone(), false));
+            .or_insert_with(|| (RunId::new(id), false));
     }
 
     /// Keeps only the fires more than one run claims.

@@ -1,4 +1,4 @@
-//! Where in a run's dump line its record and its logs are
+//! Where in a run's dump line its record, its events and its logs are
 //! ([`JsonSpans`](crate::store::JsonSpans)), so that a store keeping them
 //! as JSON stores the dump's bytes rather than encoding the parsed values
 //! again (PostgreSQL's `restore_runs`: docs/PERFORMANCE.md, *Import: the
@@ -28,21 +28,28 @@ const PREFIX: &[u8] = br#"{"kind":"run","run":"#;
 /// ended: no second pass over the text.
 pub(super) fn read_run(line: Vec<u8>) -> Result<WholeRun, Vec<u8>> {
     match spans(&line) {
-        Some((mut whole, run, logs)) => {
-            whole.json = DumpJson::new(JsonSpans { line, run, logs });
+        Some((mut whole, Spans { run, events, logs })) => {
+            whole.json = DumpJson::new(JsonSpans {
+                line,
+                run,
+                events,
+                logs,
+            });
             Ok(whole)
         }
         None => Err(line),
     }
 }
 
-/// The run of `line`, and the spans of its record and of each of its logs.
-fn spans(line: &[u8]) -> Option<(WholeRun, Range<usize>, Vec<Range<usize>>)> {
+/// The run of `line`, and the spans of its record, of its events and of
+/// each of its logs.
+fn spans(line: &[u8]) -> Option<(WholeRun, Spans)> {
     let at = after(line, 0, PREFIX)?;
     let (run, end) = value(line, at)?;
     let span = at..end;
     let at = after(line, end, br#","events":"#)?;
     let (events, end) = value(line, at)?;
+    let events_span = at..end;
     let mut at = after(line, end, br#","logs":["#)?;
     let (mut logs, mut spans) = (Vec::new(), Vec::new());
     if line.get(at) != Some(&b']') {
@@ -70,7 +77,19 @@ fn spans(line: &[u8]) -> Option<(WholeRun, Range<usize>, Vec<Range<usize>>)> {
         records,
         json: DumpJson::default(),
     };
-    Some((whole, span, spans))
+    let spans = Spans {
+        run: span,
+        events: events_span,
+        logs: spans,
+    };
+    Some((whole, spans))
+}
+
+/// [`JsonSpans`] without the line.
+struct Spans {
+    run: Range<usize>,
+    events: Range<usize>,
+    logs: Vec<Range<usize>>,
 }
 
 /// The index after `text`, if `line` holds it at `at`.

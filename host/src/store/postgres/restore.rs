@@ -72,6 +72,7 @@ struct Batch {
 impl Batch {
     fn encode(runs: &[WholeRun], key_ttl: Millis) -> PgResult<Batch> {
         let mut batch = Batch::default();
+        let mut last_spec: Option<(&serde_json::Value, String)> = None;
         for whole in runs {
             let run = &whole.run;
             let id = key(&run.id);
@@ -82,7 +83,12 @@ impl Batch {
                 None => Cow::Owned(encode(run)?),
             };
             let mut added = record.len() as i64;
-            if let Some(events) = encode_events(&whole.events)? {
+            // The dump's text when it is what encoding gives, as the record's.
+            let events = match (whole.events.is_empty(), whole.json.events()) {
+                (false, Some(text)) => Some(Cow::Borrowed(text)),
+                _ => encode_events(&whole.events)?.map(Cow::Owned),
+            };
+            if let Some(events) = events {
                 added += events.len() as i64;
                 let bytes = events.len() as i64;
                 batch.events.row(3).text(&id).int8(bytes).bytea(&events);
@@ -123,7 +129,16 @@ impl Batch {
             if claims_fire(run) {
                 batch.fires.push(run);
             }
-            let spec = digest_of(&encode(&*run.spec)?);
+            // Runs of one task in a row share a definition: its digest is
+            // taken once (comparing is cheaper than encoding and hashing;
+            // docs/PERFORMANCE.md, *Import: one parse*).
+            if last_spec
+                .as_ref()
+                .is_none_or(|(spec, _)| !encode_alike(spec, &run.spec))
+            {
+                last_spec = Some((&*run.spec, digest_of(&encode(&*run.spec)?)));
+            }
+            let spec = last_spec.as_ref().map_or("", |(_, digest)| digest.as_str());
             batch
                 .runs
                 .row(9)
@@ -132,7 +147,7 @@ impl Batch {
                 .text(&key(&run.task))
                 .text(run.status.as_str())
                 .int8(run.revision as i64)
-                .text(&spec)
+                .text(spec)
                 .int8(queue_position(run))
                 .int8(record.len() as i64)
                 .bytea(&record);
@@ -190,6 +205,27 @@ impl Batch {
     }
 }
 
+/// Whether `a` and `b` encode to the same JSON text (`==` is not enough:
+/// `0.0 == -0.0`).
+fn encode_alike(a: &serde_json::Value, b: &serde_json::Value) -> bool {
+    use serde_json::Value;
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => {
+            x == y && x.as_f64().map(f64::to_bits) == y.as_f64().map(f64::to_bits)
+        }
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(x, y)| encode_alike(x, y))
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len()
+                && x.iter()
+                    .zip(y)
+                    .all(|((k, x), (l, y))| k == l && encode_alike(x, y))
+        }
+        _ => a == b,
+    }
+}
+
 /// An `ax_logs` or `ax_attempt_records` row of run `id` (charged to its
 /// `tenant`).
 fn output(rows: &mut CopyRows, id: &str, step: &str, attempt: u32, tenant: &str, record: &[u8]) {
@@ -200,4 +236,32 @@ fn output(rows: &mut CopyRows, id: &str, step: &str, attempt: u32, tenant: &str,
         .text(tenant)
         .int8(record.len() as i64)
         .bytea(record);
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::encode_alike;
+
+    /// The definition's digest is reused only for a definition whose text
+    /// is the same.
+    #[test]
+    fn definitions_alike_are_those_encoded_alike() {
+        let pairs = [
+            (
+                json!({"a": [1, "x"], "b": 0.5}),
+                json!({"b": 0.5, "a": [1, "x"]}),
+            ),
+            (json!(0.0), json!(-0.0)),
+            (json!(1), json!(1.0)),
+            (json!({"a": 1}), json!({"a": 1, "b": null})),
+            (json!([1, 2]), json!([2, 1])),
+            (json!("é"), json!("é")),
+        ];
+        for (a, b) in pairs {
+            let same = serde_json::to_vec(&a).unwrap() == serde_json::to_vec(&b).unwrap();
+            assert_eq!(encode_alike(&a, &b), same, "{a} {b}");
+        }
+    }
 }
