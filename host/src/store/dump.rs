@@ -25,10 +25,12 @@
 //!   with one count per object kind (`event`, `log` and `record` counted
 //!   apart from `run`).
 //!
-//! A file without the end line, with a damaged gzip stream, or whose counts
-//! differ from its lines is refused before anything is written; so is a
-//! newer format version. Readers of version 1 ignore fields they do not
-//! know inside a record only as far as the record's own type does.
+//! A file without the end line, with a damaged gzip stream, with a line
+//! the write pass could not read (a blob whose bytes are not hex or not of
+//! its digest, a KV value that is not hex), or whose counts differ from its
+//! lines is refused before anything is written; so is a newer format
+//! version. Readers of version 1 ignore fields they do not know inside a
+//! record only as far as the record's own type does.
 //!
 //! Runs are read a page at a time ([`Runs::run_summaries_page`](super::Runs::run_summaries_page)), so an
 //! export holds one page of runs however many the store keeps; an import
@@ -71,6 +73,7 @@ pub use import::{ImportOptions, contents, import};
 mod export;
 mod fires;
 mod import;
+mod payload;
 mod proof;
 mod spans;
 mod writers;
@@ -240,6 +243,17 @@ impl Line {
             Line::Kv { .. } => counts.add("kv", 1),
             Line::Secret { .. } => counts.add("secret", 1),
             Line::End { .. } => {}
+        }
+    }
+
+    /// Proves readable what line `number` holds inside its strings, as
+    /// the write pass reads it ([`payload`]): a blob's hex and its digest,
+    /// a KV value's hex. A secret's value is stored as written.
+    fn prove_payload(&self, number: usize) -> Result<()> {
+        match self {
+            Line::Blob { digest, bytes } => payload::blob(number, digest, bytes, |_| {}),
+            Line::Kv { value, .. } => payload::kv_value(number, value, |_| {}),
+            _ => Ok(()),
         }
     }
 }
@@ -460,7 +474,8 @@ fn read_error(e: std::io::Error) -> Error {
 }
 
 /// Reads the whole dump at `path` and checks it: a known format, every line
-/// readable, an end line whose counts match the lines. Writes nothing.
+/// readable (a blob's bytes hex and of its digest, a KV value hex:
+/// [`payload`]), an end line whose counts match the lines. Writes nothing.
 pub fn verify(path: &Path) -> Result<Described> {
     check(path).map(|(described, _)| described)
 }
@@ -557,6 +572,7 @@ impl Checker {
                 secrets_left_out,
             } => self.end = Some((counts, secrets_left_out)),
             line => {
+                line.prove_payload(number)?;
                 if let Line::Run(whole) = &line {
                     let run = &whole.run;
                     self.holders.read(

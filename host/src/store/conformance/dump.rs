@@ -5,6 +5,8 @@
 use std::io::Read;
 use std::path::Path;
 
+use serde_json::json;
+
 use super::outbox::alert;
 use super::runs::attempt_record;
 use super::{Make, SCAN, attempt_logs, created, dead, event, plugin, run, run_id, schedule, task};
@@ -413,6 +415,64 @@ pub fn batches_in_flight_store_what_one_batch_at_a_time_would<S: Store>(make: Ma
         matches!(&e, dump::Error::Twice(t) if *t == id.as_str()),
         "{e}"
     );
+}
+
+/// A dump whose blob or KV line the write pass could not read (a blob's
+/// bytes not hex, or not the bytes its digest names; a KV value not hex)
+/// is refused by the whole-file check, naming the line, and the target
+/// store is left empty: the lines before it (tenant, token, task, runs)
+/// are not written.
+pub fn a_dump_with_a_bad_blob_or_kv_line_is_refused_before_anything_is_written<S: Store>(
+    make: Make<S>,
+) {
+    let dir = Scratch::new();
+    let (source, _a) = make(SCAN);
+    fill(&source);
+    let path = dir.path().join("good.ax-dump");
+    export(&source, &path);
+    let lines = objects(&path);
+    let line_of = |kind: &str| {
+        let lead = format!("{{\"kind\":\"{kind}\"");
+        lines.iter().position(|l| l.starts_with(&lead)).unwrap()
+    };
+    let (blob_at, kv_at) = (line_of("blob"), line_of("kv"));
+    let blob: serde_json::Value = serde_json::from_str(&lines[blob_at]).unwrap();
+    let digest = blob["digest"].as_str().unwrap().to_owned();
+    assert!(line_of("tenant") < blob_at.min(kv_at), "lines come before");
+    let cases = [
+        ("a blob's bytes not hex", blob_at, "bytes", json!("not hex")),
+        (
+            "a blob's bytes not of its digest",
+            blob_at,
+            "bytes",
+            json!(hex::encode(b"other bytes")),
+        ),
+        ("a KV value not hex", kv_at, "value", json!("abc")),
+    ];
+    for (case, at, field, bad) in cases {
+        let mut edited = lines.clone();
+        let mut value: serde_json::Value = serde_json::from_str(&lines[at]).unwrap();
+        value[field] = bad;
+        edited[at] = value.to_string();
+        let damaged = dir.path().join("damaged.ax-dump");
+        rewrite(&path, &damaged, &edited);
+        // The header is line 1.
+        let named = format!("line {}: ", at + 2);
+        let (target, _b) = make(SCAN);
+        let e = dump::import(&target, &damaged, &IMPORT).unwrap_err();
+        assert_eq!(dump::contents(&target).unwrap(), None, "{case}: {e}");
+        assert_eq!(target.get_blob(&digest).unwrap(), None, "{case}: no blob");
+        assert!(
+            matches!(&e, dump::Error::Damaged(m) if m.contains(&named)),
+            "{case}: {e}"
+        );
+        assert!(e.to_string().contains("nothing was imported"), "{e}");
+        let e = dump::verify(&damaged).unwrap_err();
+        assert!(
+            matches!(&e, dump::Error::Damaged(m) if m.contains(&named)),
+            "{case}: {e}"
+        );
+    }
 }
 
 /// `from`'s header, then `objects` with the end line's run count fixed.

@@ -121,6 +121,7 @@ macro_rules! store_conformance_suite {
                 dump::a_dump_carries_every_kind_into_an_empty_store,
                 dump::restore_runs_stores_what_inserts_would_and_names_a_run_held_twice,
                 dump::batches_in_flight_store_what_one_batch_at_a_time_would,
+                dump::a_dump_with_a_bad_blob_or_kv_line_is_refused_before_anything_is_written,
             );
 
             #[test]

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use super::fires::Order;
 use super::writers::Writers;
-use super::{CHUNK, Counts, Error, KEY_PAGE, Line, MAP_PAGE, Object, Result, check, open};
+use super::{CHUNK, Counts, Error, KEY_PAGE, Line, MAP_PAGE, Object, Result, check, open, payload};
 use crate::model::{Millis, ScheduleState};
 use crate::store::{KeyEntry, Store, StoreExt, Tree, WholeRun};
 use crate::tenant::DEFAULT_TENANT;
@@ -177,15 +177,10 @@ impl<'a, 'scope> Importer<'a, 'scope> {
                     self.push_run(whole, bytes)?;
                 }
             }
-            Line::Blob { digest, bytes } => {
-                let bytes = hex::decode(&bytes)
-                    .map_err(|e| Error::Damaged(format!("line {number}: blob bytes: {e}")))?;
-                let stored = store.put_blob(&bytes)?;
-                if stored != digest {
-                    return Err(Error::Damaged(format!(
-                        "line {number}: blob {digest} holds bytes of digest {stored}"
-                    )));
-                }
+            Line::Blob { digest, bytes: hex } => {
+                let mut bytes = Vec::with_capacity(hex.len() / 2);
+                payload::blob(number, &digest, &hex, |p| bytes.extend_from_slice(p))?;
+                store.put_blob(&bytes)?;
             }
             Line::Plugin(plugin) => store.put_plugin(&plugin)?,
             Line::Tag(tag) => store.put_plugin_tag(&tag)?,
@@ -199,9 +194,9 @@ impl<'a, 'scope> Importer<'a, 'scope> {
                 }
             }
             Line::Kv { key, value } => {
-                let value = hex::decode(&value)
-                    .map_err(|e| Error::Damaged(format!("line {number}: KV value: {e}")))?;
-                self.kv.push((key.into_bytes(), value));
+                let mut bytes = Vec::with_capacity(value.len() / 2);
+                payload::kv_value(number, &value, |p| bytes.extend_from_slice(p))?;
+                self.kv.push((key.into_bytes(), bytes));
                 if self.kv.len() >= MAP_PAGE {
                     store.restore_map(Tree::Kv, &self.kv)?;
                     self.kv.clear();
