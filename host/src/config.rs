@@ -168,6 +168,10 @@ pub struct StoreConfig {
     pub url: Option<String>,
     /// Connections to PostgreSQL at most.
     pub connections: usize,
+    /// The engine of a new embedded store: `sled` (the default; also
+    /// `AX_STORE_ENGINE`) or `fjall`. An existing store keeps its own
+    /// (docs/OPERATIONS.md, *The embedded store's engine*).
+    pub engine: Option<crate::store::EngineKind>,
 }
 
 impl Default for StoreConfig {
@@ -176,6 +180,7 @@ impl Default for StoreConfig {
             cache_mb: crate::store::SledStore::DEFAULT_CACHE_BYTES >> 20,
             url: None,
             connections: crate::store::postgres::pool::DEFAULT_SIZE,
+            engine: None,
         }
     }
 }
@@ -197,6 +202,13 @@ impl StoreConfig {
             ));
         }
         Ok(())
+    }
+
+    /// The engine of a new embedded store: `engine`, else
+    /// `AX_STORE_ENGINE`, else sled.
+    pub fn engine(&self) -> crate::store::EngineKind {
+        self.engine
+            .unwrap_or_else(crate::store::EngineKind::from_env)
     }
 
     /// The cache in bytes, as sled takes it (saturating: unchecked values
@@ -565,6 +577,13 @@ mod tests {
             assert!(message.contains("1..=65536"), "{message}");
         }
         assert!(serde_saphyr::from_str::<Config>("store: { cache: 3 }\n").is_err());
+        // The engine of a new embedded store, by name; any other is refused.
+        let fjall: Config = serde_saphyr::from_str("store: { engine: fjall }\n").unwrap();
+        assert_eq!(fjall.store.engine(), crate::store::EngineKind::Fjall);
+        let sled: Config = serde_saphyr::from_str("store: { engine: sled }\n").unwrap();
+        assert_eq!(sled.store.engine(), crate::store::EngineKind::Sled);
+        let bogus = serde_saphyr::from_str::<Config>("store: { engine: rocks }\n").unwrap_err();
+        assert!(bogus.to_string().contains("rocks"), "{bogus}");
         let pg: Config =
             serde_saphyr::from_str("store: { url: \"postgres://ax@db/ax\", connections: 4 }\n")
                 .unwrap();

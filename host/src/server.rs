@@ -162,10 +162,20 @@ fn open_store(config: &Config) -> anyhow::Result<(Arc<dyn Store>, Option<CheckLa
         let store = crate::store::guard::Guarded::guard(Arc::new(pg) as Arc<dyn Store>, None);
         return Ok((Arc::new(store), None));
     }
-    let sled = Arc::new(SledStore::open_unchecked(
+    let engine = config.store.engine();
+    let sled = Arc::new(SledStore::open_unchecked_as(
         &config.data_dir,
         config.store.cache_bytes(),
+        engine,
     )?);
+    tracing::info!(engine = sled.engine().name(), "store: embedded");
+    if let Some(configured) = config.store.engine.filter(|e| *e != sled.engine()) {
+        tracing::warn!(
+            engine = sled.engine().name(),
+            configured = configured.name(),
+            "store.engine applies to a new store only: this one keeps its engine; move it with `ax store export` and `ax store import`"
+        );
+    }
     // Held weakly: a store the guard replaces must be dropped for the
     // directory to open again.
     let check_later = Arc::downgrade(&sled);
@@ -178,7 +188,9 @@ fn open_store(config: &Config) -> anyhow::Result<(Arc<dyn Store>, Option<CheckLa
         crate::store::guard::Reopen {
             dir: config.data_dir.clone(),
             open: Box::new(move || {
-                Ok(Arc::new(SledStore::open_with_cache(&dir, cache)?) as Arc<dyn Store>)
+                let store = SledStore::open_unchecked_as(&dir, cache, engine)?;
+                store.check_in_background();
+                Ok(Arc::new(store) as Arc<dyn Store>)
             }),
         }
     };

@@ -176,7 +176,21 @@ pub(crate) fn call(
 
 #[test]
 fn accepted_runs_survive_repeated_sigkill() {
+    survive_repeated_sigkill(None);
+}
+
+/// The same on the embedded store's second engine: the data directory is
+/// made on fjall first, and every restart keeps the engine it finds.
+#[test]
+fn accepted_runs_survive_repeated_sigkill_on_fjall() {
+    survive_repeated_sigkill(Some(ax::store::EngineKind::Fjall));
+}
+
+fn survive_repeated_sigkill(engine: Option<ax::store::EngineKind>) {
     let dir = tempfile::tempdir().unwrap();
+    if let Some(engine) = engine {
+        drop(ax::store::SledStore::open_as(dir.path(), engine).unwrap());
+    }
     let agent = new_agent();
     let ax = AxProcess::start(dir.path());
     ax.upload(&agent, "echo");

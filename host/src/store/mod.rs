@@ -65,7 +65,7 @@ pub use self::runs::{
     RunQuery, RunSummary, RunWrite, Runs, WholeRun, claims_fire, restore_by_inserts,
     trigger_claims_fire,
 };
-pub use self::sled::SledStore;
+pub use self::sled::{EngineKind, SledStore};
 pub use self::tenancy::Tenancy;
 
 /// The domain-level store: every concept's trait. Calls are synchronous and

@@ -337,6 +337,13 @@ mod backends {
         (store.with_scan_limit(scan_limit), Box::new(dir))
     }
 
+    fn fjall(scan_limit: usize) -> Fixture<SledStore> {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let store = SledStore::open_as(dir.path(), crate::store::EngineKind::Fjall)
+            .expect("open a fresh store");
+        (store.with_scan_limit(scan_limit), Box::new(dir))
+    }
+
     /// The memory store behind the one forwarding layer every wrapper
     /// (the fault guard, the fault switch) is made of.
     fn layered(scan_limit: usize) -> Fixture<Faulty> {
@@ -346,5 +353,6 @@ mod backends {
 
     crate::store_conformance_suite!(memory_store, super::memory, seeds = 300);
     crate::store_conformance_suite!(sled_store, super::sled, seeds = 60);
+    crate::store_conformance_suite!(fjall_store, super::fjall, seeds = 60);
     crate::store_conformance_suite!(layered_store, super::layered, seeds = 100);
 }

@@ -6,16 +6,24 @@
 //! writes, prefix and range scans in both directions ([`Iter`]), and an
 //! atomic [`Batch`] of inserts and removes.
 //!
-//! Today the engine is sled 0.34. The seam exists because sled's atomic
-//! write is most of a run's cost: every batch rolls sled's log buffer twice
-//! through a thread pool that wakes seven threads (docs/PERFORMANCE.md,
-//! *What the embedded engine costs per run*), and an engine whose batches
-//! go to a journal measured a third of that CPU per run. Nothing outside
-//! this module names sled's types, so that a second engine is a second
-//! implementation of these few types, under the same store logic and its
-//! tests.
+//! Two engines ([`EngineKind`]): sled 0.34, the default, and fjall 2 (an
+//! LSM tree whose atomic batches go to a journal). The seam exists because
+//! sled's atomic write is most of a run's cost: every batch rolls sled's log
+//! buffer twice through a thread pool that wakes seven threads
+//! (docs/PERFORMANCE.md, *What the embedded engine costs per run*), and
+//! fjall measured a third of that CPU per run. Nothing outside this module
+//! names either engine's types: the store's logic and its tests run the
+//! same on both.
+//!
+//! fjall, as used here: one keyspace in `fjall/lsm`, a partition per tree,
+//! the journal persisted (`fdatasync`) by [`Tree::flush`] only (the group
+//! commit, `flush.rs`), memtables and journal bounded
+//! ([`FJALL_WRITE_BUFFER`], [`FJALL_JOURNAL`]: what a restart replays), the
+//! directory locked by `fjall/ax.lock` (fjall does not lock it), ids
+//! reserved durably a block at a time in a partition of their own.
 
-use std::ops::{Deref, RangeBounds};
+use std::ops::{Bound, Deref, RangeBounds};
+use std::sync::Arc;
 
 /// An engine failure.
 #[derive(Debug)]
@@ -50,76 +58,151 @@ impl From<sled::Error> for EngineError {
     }
 }
 
+impl From<fjall::Error> for EngineError {
+    fn from(e: fjall::Error) -> Self {
+        match e {
+            fjall::Error::Io(e) => Self::Io(e),
+            fjall::Error::JournalRecovery(e) => Self::Corruption {
+                at: format!("fjall journal: {e:?}"),
+            },
+            other => Self::Other(format!("fjall: {other}")),
+        }
+    }
+}
+
 pub(crate) type EngineResult<T> = std::result::Result<T, EngineError>;
 
+impl EngineKind {
+    /// The engine of a new store unless the configuration names one:
+    /// `AX_STORE_ENGINE` (`sled` or `fjall`), else sled.
+    pub fn from_env() -> Self {
+        match std::env::var("AX_STORE_ENGINE").as_deref() {
+            Ok("fjall") => Self::Fjall,
+            _ => Self::Sled,
+        }
+    }
+
+    /// Its name, as the configuration spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Sled => "sled",
+            Self::Fjall => "fjall",
+        }
+    }
+}
+
+/// Which engine a store's database is on (`store.engine`). A new store
+/// gets the configured one; an existing store keeps its own, whatever the
+/// configuration says (`ax store export` and `import` move a store).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EngineKind {
+    /// sled 0.34: a B-tree over a log, atomic batches by rolling the log.
+    Sled,
+    /// fjall 2: an LSM tree, atomic batches in a journal.
+    Fjall,
+}
+
 /// A stored value: shared, cheap to clone, read as bytes.
-#[derive(Clone, PartialEq, Eq)]
-pub(crate) struct Value(sled::IVec);
+#[derive(Clone)]
+pub(crate) enum Value {
+    Sled(sled::IVec),
+    Fjall(fjall::Slice),
+}
 
 impl Deref for Value {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        &self.0
+        match self {
+            Self::Sled(v) => v,
+            Self::Fjall(v) => v,
+        }
     }
 }
 
 impl AsRef<[u8]> for Value {
     fn as_ref(&self) -> &[u8] {
-        &self.0
+        self
     }
 }
 
+impl PartialEq for Value {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for Value {}
+
 impl std::fmt::Debug for Value {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.fmt(f)
+        sled::IVec::from(&**self).fmt(f)
     }
 }
 
 impl From<Value> for Vec<u8> {
     fn from(value: Value) -> Self {
-        value.0.to_vec()
+        value.to_vec()
     }
 }
 
 impl From<&[u8]> for Value {
     fn from(bytes: &[u8]) -> Self {
-        Self(bytes.into())
+        Self::Sled(bytes.into())
     }
 }
 
-/// Inserts and removes applied together by [`Tree::apply_batch`]: all of
-/// them or, after a crash, none.
+/// Inserts and removes (`None`) applied together by [`Tree::apply_batch`]:
+/// all of them or, after a crash, none.
 #[derive(Default)]
-pub(crate) struct Batch(sled::Batch);
+pub(crate) struct Batch(Vec<(Vec<u8>, Option<Vec<u8>>)>);
 
 impl Batch {
     pub(crate) fn insert(&mut self, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) {
-        self.0.insert(key.into(), value.into());
+        self.0.push((key.into(), Some(value.into())));
     }
 
     pub(crate) fn remove(&mut self, key: impl Into<Vec<u8>>) {
-        self.0.remove(key.into());
+        self.0.push((key.into(), None));
     }
 }
 
-/// Entries of a [`Tree`] in key order, from either end.
-pub(crate) struct Iter(sled::Iter);
+type Entries = Box<dyn DoubleEndedIterator<Item = fjall::Result<fjall::KvPair>>>;
 
-fn entry(item: sled::Result<(sled::IVec, sled::IVec)>) -> EngineResult<(Value, Value)> {
+/// Entries of a [`Tree`] in key order, from either end. Lives on the stack
+/// for one scan: sled's iterator is kept unboxed (no allocation per scan).
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum Iter {
+    Sled(sled::Iter),
+    Fjall(Entries),
+}
+
+fn sled_entry(item: sled::Result<(sled::IVec, sled::IVec)>) -> EngineResult<(Value, Value)> {
     let (k, v) = item?;
-    Ok((Value(k), Value(v)))
+    Ok((Value::Sled(k), Value::Sled(v)))
+}
+
+fn fjall_entry(item: fjall::Result<fjall::KvPair>) -> EngineResult<(Value, Value)> {
+    let (k, v) = item?;
+    Ok((Value::Fjall(k), Value::Fjall(v)))
 }
 
 impl Iterator for Iter {
     type Item = EngineResult<(Value, Value)>;
     fn next(&mut self) -> Option<Self::Item> {
-        self.0.next().map(entry)
+        match self {
+            Self::Sled(i) => i.next().map(sled_entry),
+            Self::Fjall(i) => i.next().map(fjall_entry),
+        }
     }
 }
 
 impl DoubleEndedIterator for Iter {
     fn next_back(&mut self) -> Option<Self::Item> {
-        self.0.next_back().map(entry)
+        match self {
+            Self::Sled(i) => i.next_back().map(sled_entry),
+            Self::Fjall(i) => i.next_back().map(fjall_entry),
+        }
     }
 }
 
@@ -133,15 +216,49 @@ impl Iter {
 /// An ordered map of byte keys to byte values. Cloning is cheap: clones are
 /// handles of the same tree.
 #[derive(Clone)]
-pub(crate) struct Tree(sled::Tree);
+pub(crate) enum Tree {
+    Sled(sled::Tree),
+    Fjall {
+        // Dropped before `db`: a partition never outlives its database.
+        tree: fjall::PartitionHandle,
+        db: Arc<Fjall>,
+    },
+}
+
+/// A fjall database, shared by its trees: its directory stays locked until
+/// the last of them is dropped (and with it fjall's background threads), so
+/// that another open waits, as it does for sled's own lock.
+pub(crate) struct Fjall {
+    // Dropped in this order: the id partition, the keyspace (whose last
+    // handle waits for fjall's threads), then the lock.
+    ids: Ids,
+    keyspace: fjall::Keyspace,
+    _lock: std::fs::File,
+}
+
+/// The range `range` as owned bounds (fjall's iterators outlive the call).
+fn owned<K: AsRef<[u8]>, R: RangeBounds<K>>(range: &R) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
+    let own = |b: Bound<&K>| match b {
+        Bound::Included(k) => Bound::Included(k.as_ref().to_vec()),
+        Bound::Excluded(k) => Bound::Excluded(k.as_ref().to_vec()),
+        Bound::Unbounded => Bound::Unbounded,
+    };
+    (own(range.start_bound()), own(range.end_bound()))
+}
 
 impl Tree {
     pub(crate) fn get(&self, key: impl AsRef<[u8]>) -> EngineResult<Option<Value>> {
-        Ok(self.0.get(key)?.map(Value))
+        Ok(match self {
+            Self::Sled(t) => t.get(key)?.map(Value::Sled),
+            Self::Fjall { tree, .. } => tree.get(key)?.map(Value::Fjall),
+        })
     }
 
     pub(crate) fn contains_key(&self, key: impl AsRef<[u8]>) -> EngineResult<bool> {
-        Ok(self.0.contains_key(key)?)
+        Ok(match self {
+            Self::Sled(t) => t.contains_key(key)?,
+            Self::Fjall { tree, .. } => tree.contains_key(key)?,
+        })
     }
 
     pub(crate) fn insert(
@@ -149,51 +266,155 @@ impl Tree {
         key: impl AsRef<[u8]>,
         value: impl Into<Vec<u8>>,
     ) -> EngineResult<()> {
-        self.0.insert(key.as_ref(), value.into())?;
+        match self {
+            Self::Sled(t) => drop(t.insert(key.as_ref(), value.into())?),
+            Self::Fjall { tree, .. } => tree.insert(key.as_ref(), value.into())?,
+        }
         Ok(())
     }
 
     /// Removes `key`; whether it was there.
     pub(crate) fn remove(&self, key: impl AsRef<[u8]>) -> EngineResult<bool> {
-        Ok(self.0.remove(key)?.is_some())
+        Ok(match self {
+            Self::Sled(t) => t.remove(key)?.is_some(),
+            Self::Fjall { tree, .. } => {
+                let was = tree.contains_key(key.as_ref())?;
+                tree.remove(key.as_ref())?;
+                was
+            }
+        })
     }
 
     pub(crate) fn apply_batch(&self, batch: Batch) -> EngineResult<()> {
-        Ok(self.0.apply_batch(batch.0)?)
+        match self {
+            Self::Sled(t) => {
+                let mut b = sled::Batch::default();
+                for (k, v) in batch.0 {
+                    match v {
+                        Some(v) => b.insert(k, v),
+                        None => b.remove(k),
+                    }
+                }
+                t.apply_batch(b)?;
+            }
+            Self::Fjall { tree, db } => {
+                let mut b = db.keyspace.batch();
+                for (k, v) in batch.0 {
+                    match v {
+                        Some(v) => b.insert(tree, k, v),
+                        None => b.remove(tree, k),
+                    }
+                }
+                b.commit()?;
+            }
+        }
+        Ok(())
     }
 
     /// Every entry whose key starts with `prefix`.
     pub(crate) fn scan_prefix(&self, prefix: impl AsRef<[u8]>) -> Iter {
-        Iter(self.0.scan_prefix(prefix))
+        match self {
+            Self::Sled(t) => Iter::Sled(t.scan_prefix(prefix)),
+            Self::Fjall { tree, .. } => {
+                Iter::Fjall(Box::new(tree.prefix(prefix.as_ref().to_vec())))
+            }
+        }
     }
 
     /// Every entry whose key is in `range`.
     pub(crate) fn range<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R) -> Iter {
-        Iter(self.0.range(range))
+        match self {
+            Self::Sled(t) => Iter::Sled(t.range(range)),
+            Self::Fjall { tree, .. } => Iter::Fjall(Box::new(tree.range(owned(&range)))),
+        }
     }
 
     /// Every entry.
     pub(crate) fn iter(&self) -> Iter {
-        Iter(self.0.iter())
+        match self {
+            Self::Sled(t) => Iter::Sled(t.iter()),
+            Self::Fjall { tree, .. } => Iter::Fjall(Box::new(tree.iter())),
+        }
     }
 
-    pub(crate) fn is_empty(&self) -> bool {
-        self.0.is_empty()
+    pub(crate) fn is_empty(&self) -> EngineResult<bool> {
+        Ok(match self {
+            Self::Sled(t) => t.is_empty(),
+            Self::Fjall { tree, .. } => tree.is_empty()?,
+        })
     }
 
     /// Makes every write to every tree of the database so far durable
-    /// against a killed process (see `flush.rs` for a power cut).
+    /// against a killed process; on fjall, against a power cut too (sled's
+    /// needs the fsync of `flush.rs`).
     pub(crate) fn flush(&self) -> EngineResult<()> {
-        self.0.flush()?;
+        match self {
+            Self::Sled(t) => drop(t.flush()?),
+            Self::Fjall { db, .. } => db.keyspace.persist(fjall::PersistMode::SyncData)?,
+        }
         Ok(())
     }
+}
+
+/// Ids handed out by a fjall database: a block reserved durably at a time.
+struct Ids {
+    meta: fjall::PartitionHandle,
+    /// The next id, and the end of the reserved block.
+    next: std::sync::Mutex<(u64, u64)>,
+}
+
+/// Ids reserved (durably) at a time.
+const ID_BLOCK: u64 = 1 << 20;
+const ID_KEY: &[u8] = b"ids";
+
+impl Ids {
+    fn open(keyspace: &fjall::Keyspace) -> EngineResult<Self> {
+        let meta = keyspace.open_partition("engine", Default::default())?;
+        let start = match meta.get(ID_KEY)? {
+            Some(v) => {
+                u64::from_be_bytes(v.as_ref().try_into().map_err(|_| EngineError::Corruption {
+                    at: "fjall engine's id reservation".to_owned(),
+                })?)
+            }
+            None => 0,
+        };
+        Ok(Self {
+            meta,
+            next: std::sync::Mutex::new((start, start)),
+        })
+    }
+
+    fn generate(&self, keyspace: &fjall::Keyspace) -> EngineResult<u64> {
+        let mut next = self
+            .next
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if next.0 >= next.1 {
+            // Durable before any id of the block is used: a restart starts
+            // past every id given.
+            let end = next.1 + ID_BLOCK;
+            self.meta.insert(ID_KEY, end.to_be_bytes())?;
+            keyspace.persist(fjall::PersistMode::SyncAll)?;
+            next.1 = end;
+        }
+        let id = next.0;
+        next.0 += 1;
+        Ok(id)
+    }
+}
+
+/// What a [`Db`] is besides its default tree.
+#[derive(Clone)]
+enum Handle {
+    Sled(sled::Db),
+    Fjall(Arc<Fjall>),
 }
 
 /// A database: its default tree (which it derefs to), named trees, ids.
 #[derive(Clone)]
 pub(crate) struct Db {
-    sled: sled::Db,
     tree: Tree,
+    handle: Handle,
 }
 
 impl Deref for Db {
@@ -203,39 +424,110 @@ impl Deref for Db {
     }
 }
 
+/// The name of fjall's lock file in its directory.
+const FJALL_LOCK: &str = "ax.lock";
+
 impl Db {
-    /// Opens (or creates) the database in `path`, keeping up to
+    /// Opens (or creates) the database in `path` on `kind`, keeping up to
     /// `cache_bytes` of it in memory.
-    pub(crate) fn open(path: &std::path::Path, cache_bytes: u64) -> EngineResult<Self> {
-        let sled = sled::Config::new()
-            .path(path)
-            .cache_capacity(cache_bytes)
-            .open()?;
-        Ok(Self::from_sled(sled))
+    pub(crate) fn open(
+        path: &std::path::Path,
+        kind: EngineKind,
+        cache_bytes: u64,
+    ) -> EngineResult<Self> {
+        match kind {
+            EngineKind::Sled => {
+                let sled = sled::Config::new()
+                    .path(path)
+                    .cache_capacity(cache_bytes)
+                    .open()?;
+                Ok(Self::from_sled(sled))
+            }
+            EngineKind::Fjall => {
+                std::fs::create_dir_all(path).map_err(EngineError::Io)?;
+                let lock = std::fs::File::create(path.join(FJALL_LOCK)).map_err(EngineError::Io)?;
+                lock.try_lock().map_err(|e| match e {
+                    std::fs::TryLockError::WouldBlock => {
+                        EngineError::Io(std::io::Error::other("could not acquire lock"))
+                    }
+                    std::fs::TryLockError::Error(e) => EngineError::Io(e),
+                })?;
+                let keyspace = fjall::Config::new(path.join("lsm"))
+                    .cache_size(cache_bytes)
+                    .manual_journal_persist(true)
+                    .max_write_buffer_size(FJALL_WRITE_BUFFER)
+                    .max_journaling_size(FJALL_JOURNAL)
+                    .open()?;
+                let tree = keyspace.open_partition("default", Default::default())?;
+                let db = Arc::new(Fjall {
+                    ids: Ids::open(&keyspace)?,
+                    keyspace,
+                    _lock: lock,
+                });
+                Ok(Self {
+                    tree: Tree::Fjall {
+                        tree,
+                        db: Arc::clone(&db),
+                    },
+                    handle: Handle::Fjall(db),
+                })
+            }
+        }
     }
 
-    /// Opens (or creates) the database in `path` with the engine's defaults.
+    /// Opens (or creates) a sled database in `path` with sled's defaults.
     pub(crate) fn open_default(path: &std::path::Path) -> EngineResult<Self> {
         Ok(Self::from_sled(sled::open(path)?))
     }
 
     fn from_sled(sled: sled::Db) -> Self {
-        let tree = Tree((*sled).clone());
-        Self { sled, tree }
+        let tree = Tree::Sled((*sled).clone());
+        Self {
+            handle: Handle::Sled(sled),
+            tree,
+        }
+    }
+
+    pub(crate) fn kind(&self) -> EngineKind {
+        match self.handle {
+            Handle::Sled(_) => EngineKind::Sled,
+            Handle::Fjall(_) => EngineKind::Fjall,
+        }
     }
 
     /// The tree `name`, created if missing.
     pub(crate) fn open_tree(&self, name: &str) -> EngineResult<Tree> {
-        Ok(Tree(self.sled.open_tree(name)?))
+        Ok(match &self.handle {
+            Handle::Sled(db) => Tree::Sled(db.open_tree(name)?),
+            Handle::Fjall(db) => Tree::Fjall {
+                tree: db.keyspace.open_partition(name, Default::default())?,
+                db: Arc::clone(db),
+            },
+        })
     }
 
     /// A number greater than any this database gave before, across restarts.
     pub(crate) fn generate_id(&self) -> EngineResult<u64> {
-        Ok(self.sled.generate_id()?)
+        match &self.handle {
+            Handle::Sled(db) => Ok(db.generate_id()?),
+            Handle::Fjall(db) => db.ids.generate(&db.keyspace),
+        }
     }
 
     /// Bytes of the database's files.
     pub(crate) fn size_on_disk(&self) -> EngineResult<u64> {
-        Ok(self.sled.size_on_disk()?)
+        Ok(match &self.handle {
+            Handle::Sled(db) => db.size_on_disk()?,
+            Handle::Fjall(db) => db.keyspace.disk_space(),
+        })
     }
 }
+
+/// fjall's memtables, in all: what is written waits there for a flush to
+/// disk. Bounded well below the memory budget of a host with a million
+/// tasks.
+const FJALL_WRITE_BUFFER: u64 = 32 << 20;
+
+/// fjall's journal before its memtables are flushed: what a restart reads
+/// again, so it bounds the restart's time.
+const FJALL_JOURNAL: u64 = 64 << 20;

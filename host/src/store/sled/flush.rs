@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use super::engine::Db;
+use super::engine::{Db, EngineKind};
 use super::lock;
 use crate::store::{Error, SyncTicket};
 
@@ -62,14 +62,19 @@ pub(super) fn start(
         status,
     });
     // sled 0.34 keeps its log in `db/db`. Without it tickets still wait
-    // for sled's flush (safe against a killed process), so go on.
-    let log_path = data_dir.join("db").join("db");
-    let log = File::open(&log_path)
-        .inspect_err(|e| {
-            tracing::warn!(path = %log_path.display(), error = %e,
-                "cannot open sled's log file to fsync it; flushes will not fsync")
+    // for sled's flush (safe against a killed process), so go on. fjall's
+    // flush syncs its journal itself.
+    let log = (db.kind() == EngineKind::Sled)
+        .then(|| {
+            let log_path = data_dir.join("db").join("db");
+            File::open(&log_path)
+                .inspect_err(|e| {
+                    tracing::warn!(path = %log_path.display(), error = %e,
+                        "cannot open sled's log file to fsync it; flushes will not fsync")
+                })
+                .ok()
         })
-        .ok();
+        .flatten();
     let flusher = {
         let (db, sync) = (db.clone(), Arc::clone(&sync));
         std::thread::Builder::new()

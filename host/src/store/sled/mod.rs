@@ -139,6 +139,7 @@ use crate::model::{
 };
 use crate::tenant::{TenantRecord, TokenRecord, UsageBucket};
 
+pub use self::engine::EngineKind;
 pub use self::logs::LOG_INLINE_MAX;
 pub use self::open::{Checked, KindSize, STORE_FORMAT};
 
@@ -189,6 +190,11 @@ impl SledStore {
     pub(crate) fn with_scan_limit(mut self, scan_limit: usize) -> Self {
         self.scan_limit = scan_limit;
         self
+    }
+
+    /// The engine its database is on.
+    pub fn engine(&self) -> EngineKind {
+        self.db.kind()
     }
 
     /// The data directory.

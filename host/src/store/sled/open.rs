@@ -22,7 +22,7 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
 use super::blobs::{remove_stale_tmp_files, write_atomically};
-use super::engine::{Db, EngineError};
+use super::engine::{Db, EngineError, EngineKind};
 use super::keys::{decode, encode, key};
 use super::{SledStore, flush};
 use crate::store::rules::MAX_SCAN;
@@ -107,6 +107,24 @@ impl SledStore {
     /// other through one page cache, and the read evicted what recovery
     /// needed (a restart with a million queued runs took 1.5× as long).
     pub fn open_unchecked(data_dir: &Path, cache_bytes: u64) -> Result<SledStore> {
+        Self::open_unchecked_as(data_dir, cache_bytes, EngineKind::from_env())
+    }
+
+    /// Opens (or creates, on `engine`) the store in `data_dir`, checked in
+    /// the background as [`Self::open_with_cache`] is.
+    pub fn open_as(data_dir: &Path, engine: EngineKind) -> Result<SledStore> {
+        let store = Self::open_unchecked_as(data_dir, Self::DEFAULT_CACHE_BYTES, engine)?;
+        store.check_in_background();
+        Ok(store)
+    }
+
+    /// [`Self::open_unchecked`], a new store created on `new` (an existing
+    /// one keeps its engine).
+    pub fn open_unchecked_as(
+        data_dir: &Path,
+        cache_bytes: u64,
+        new: EngineKind,
+    ) -> Result<SledStore> {
         let unusable = |reason: String| Error::Unusable {
             path: data_dir.display().to_string(),
             reason,
@@ -129,7 +147,8 @@ impl SledStore {
             check_format(format).map_err(unusable)?;
         }
 
-        let db = open_sled(&data_dir.join("db"), cache_bytes).map_err(unusable)?;
+        let (kind, db_dir) = engine_of(data_dir, new);
+        let db = open_sled(&db_dir, kind, cache_bytes).map_err(unusable)?;
         // Only now: another process holding the store may be writing them.
         remove_stale_tmp_files(&blobs);
         let stored = match db.get(key("sys", &["format"])) {
@@ -150,7 +169,7 @@ impl SledStore {
                         .to_owned(),
                 ));
             }
-            (None, None) if !db.is_empty() => {
+            (None, None) if !db.is_empty().map_err(|e| unusable(e.to_string()))? => {
                 return Err(unusable(
                     "db/ holds a sled database that is not an ax store".to_owned(),
                 ));
@@ -350,20 +369,37 @@ fn check_format(format: u32) -> Result<(), String> {
     Ok(())
 }
 
+/// The engine of the store in `data_dir` and its directory: `db/` for
+/// sled, `fjall/` for fjall; `new` for a new store.
+fn engine_of(data_dir: &Path, new: EngineKind) -> (EngineKind, std::path::PathBuf) {
+    let (sled, fjall) = (data_dir.join("db"), data_dir.join("fjall"));
+    let kind = if sled.exists() {
+        EngineKind::Sled
+    } else if fjall.exists() {
+        EngineKind::Fjall
+    } else {
+        new
+    };
+    match kind {
+        EngineKind::Sled => (kind, sled),
+        EngineKind::Fjall => (kind, fjall),
+    }
+}
+
 /// Opens sled.
 ///
 /// sled 0.34 panics on some damaged files instead of returning an error
 /// (measured: overwriting 5 KB at various offsets of `db/db` panicked in
 /// `open`). As a last resort the open runs under `catch_unwind`; the panic
 /// message still reaches the panic hook (stderr).
-fn open_sled(path: &Path, cache_bytes: u64) -> Result<Db, String> {
+fn open_sled(path: &Path, kind: EngineKind, cache_bytes: u64) -> Result<Db, String> {
     // sled lets go of its lock a moment after the last handle is dropped
     // (its background threads finish first; measured up to some hundred
     // ms on a loaded machine), so a store closed and opened again at once —
     // a quick restart, a test — is given a second before it is "in use".
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
     loop {
-        match try_open_sled(path, cache_bytes) {
+        match try_open_sled(path, kind, cache_bytes) {
             Err(e) if e == IN_USE && std::time::Instant::now() < deadline => {
                 std::thread::sleep(std::time::Duration::from_millis(10));
             }
@@ -375,9 +411,9 @@ fn open_sled(path: &Path, cache_bytes: u64) -> Result<Db, String> {
 /// Why [`try_open_sled`] could not open a store another handle holds.
 const IN_USE: &str = "it is in use by another process (or another store in this process)";
 
-fn try_open_sled(path: &Path, cache_bytes: u64) -> Result<Db, String> {
+fn try_open_sled(path: &Path, kind: EngineKind, cache_bytes: u64) -> Result<Db, String> {
     let opened = catch_unwind(AssertUnwindSafe(|| -> Result<Db, String> {
-        Db::open(path, cache_bytes).map_err(|e| match e {
+        Db::open(path, kind, cache_bytes).map_err(|e| match e {
             EngineError::Io(io) if io.to_string().contains("could not acquire lock") => {
                 IN_USE.to_owned()
             }
@@ -537,9 +573,10 @@ mod tests {
         }
     }
 
-    /// A store with a few hundred runs, flushed and closed.
+    /// A store on sled with a few hundred runs, flushed and closed (the
+    /// damage tests below garble sled's own files).
     fn populated(dir: &Path) {
-        let store = SledStore::open(dir).unwrap();
+        let store = SledStore::open_as(dir, EngineKind::Sled).unwrap();
         for n in 0..300 {
             let r = run(&format!("r{n:06}"), RunStatus::Queued);
             store
@@ -637,6 +674,44 @@ mod tests {
         );
     }
 
+    /// On fjall as on sled: what was written survives a reopen, ids go on
+    /// past those given before it (events keep their order), a second open
+    /// is refused while the store is in use, and an existing store keeps
+    /// its engine whatever a new one would get.
+    #[test]
+    fn a_fjall_store_reopens_on_fjall_and_refuses_a_second_open() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = SledStore::open_as(dir.path(), EngineKind::Fjall).unwrap();
+            assert_eq!(store.engine(), EngineKind::Fjall);
+            let r = run("r1", RunStatus::Queued);
+            store
+                .insert_run(&r, true, None, &[event("r1", "queued")])
+                .unwrap();
+            store.put_meta("admin", "hash").unwrap();
+            let message = unusable(SledStore::open_as(dir.path(), EngineKind::Fjall));
+            assert!(message.contains("in use by another process"), "{message}");
+        }
+        assert!(dir.path().join("fjall").is_dir() && !dir.path().join("db").exists());
+        let store = SledStore::open_as(dir.path(), EngineKind::Sled).unwrap();
+        assert_eq!(store.engine(), EngineKind::Fjall);
+        let mut r = store.get_run("r1").unwrap().unwrap();
+        r.status = RunStatus::Running;
+        store.update_run(&mut r, &[event("r1", "running")]).unwrap();
+        let tos: Vec<_> = store
+            .events("r1")
+            .unwrap()
+            .into_iter()
+            .map(|e| e.to)
+            .collect();
+        assert_eq!(
+            tos,
+            ["queued", "running"],
+            "event order continues across a reopen"
+        );
+        assert_eq!(store.get_meta("admin").unwrap().as_deref(), Some("hash"));
+    }
+
     #[test]
     fn a_second_open_of_a_store_in_use_is_refused() {
         let dir = tempfile::tempdir().unwrap();
@@ -705,7 +780,7 @@ mod tests {
     #[test]
     fn a_newer_store_format_is_refused() {
         let dir = tempfile::tempdir().unwrap();
-        drop(SledStore::open(dir.path()).unwrap());
+        drop(SledStore::open_as(dir.path(), EngineKind::Sled).unwrap());
         assert_eq!(
             fs::read_to_string(dir.path().join(FORMAT_FILE)).unwrap(),
             format!("{STORE_FORMAT}\n")
