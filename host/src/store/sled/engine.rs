@@ -32,6 +32,9 @@ pub(crate) enum EngineError {
     Io(std::io::Error),
     /// The engine found its files damaged, at `at`.
     Corruption { at: String },
+    /// Another handle (another process, or a store in this one) holds the
+    /// database's lock.
+    InUse,
     /// Anything else, in the engine's words.
     Other(String),
 }
@@ -41,6 +44,7 @@ impl std::fmt::Display for EngineError {
         match self {
             Self::Io(e) => write!(f, "{e}"),
             Self::Corruption { at } => write!(f, "the database is damaged at {at}"),
+            Self::InUse => f.write_str("the database is in use"),
             Self::Other(e) => f.write_str(e),
         }
     }
@@ -49,6 +53,8 @@ impl std::fmt::Display for EngineError {
 impl From<sled::Error> for EngineError {
     fn from(e: sled::Error) -> Self {
         match e {
+            // sled says so only in its message.
+            sled::Error::Io(e) if e.to_string().contains("could not acquire lock") => Self::InUse,
             sled::Error::Io(e) => Self::Io(e),
             sled::Error::Corruption { at, .. } => Self::Corruption {
                 at: format!("sled log at {at:?}"),
@@ -447,9 +453,7 @@ impl Db {
                 std::fs::create_dir_all(path).map_err(EngineError::Io)?;
                 let lock = std::fs::File::create(path.join(FJALL_LOCK)).map_err(EngineError::Io)?;
                 lock.try_lock().map_err(|e| match e {
-                    std::fs::TryLockError::WouldBlock => {
-                        EngineError::Io(std::io::Error::other("could not acquire lock"))
-                    }
+                    std::fs::TryLockError::WouldBlock => EngineError::InUse,
                     std::fs::TryLockError::Error(e) => EngineError::Io(e),
                 })?;
                 let keyspace = fjall::Config::new(path.join("lsm"))

@@ -652,7 +652,7 @@ fn engine_error(e: EngineError) -> Error {
             key: at,
             reason: "the database is damaged".to_owned(),
         },
-        EngineError::Other(e) => Error::Backend(e),
+        EngineError::InUse | EngineError::Other(_) => Error::Backend(e.to_string()),
     }
 }
 

@@ -148,7 +148,7 @@ impl SledStore {
         }
 
         let (kind, db_dir) = engine_of(data_dir, new);
-        let db = open_sled(&db_dir, kind, cache_bytes).map_err(unusable)?;
+        let db = open_engine(&db_dir, kind, cache_bytes).map_err(unusable)?;
         // Only now: another process holding the store may be writing them.
         remove_stale_tmp_files(&blobs);
         let stored = match db.get(key("sys", &["format"])) {
@@ -386,20 +386,20 @@ fn engine_of(data_dir: &Path, new: EngineKind) -> (EngineKind, std::path::PathBu
     }
 }
 
-/// Opens sled.
+/// Opens the database in `path` on `kind`.
 ///
 /// sled 0.34 panics on some damaged files instead of returning an error
 /// (measured: overwriting 5 KB at various offsets of `db/db` panicked in
 /// `open`). As a last resort the open runs under `catch_unwind`; the panic
 /// message still reaches the panic hook (stderr).
-fn open_sled(path: &Path, kind: EngineKind, cache_bytes: u64) -> Result<Db, String> {
+fn open_engine(path: &Path, kind: EngineKind, cache_bytes: u64) -> Result<Db, String> {
     // sled lets go of its lock a moment after the last handle is dropped
     // (its background threads finish first; measured up to some hundred
     // ms on a loaded machine), so a store closed and opened again at once —
     // a quick restart, a test — is given a second before it is "in use".
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
     loop {
-        match try_open_sled(path, kind, cache_bytes) {
+        match try_open_engine(path, kind, cache_bytes) {
             Err(e) if e == IN_USE && std::time::Instant::now() < deadline => {
                 std::thread::sleep(std::time::Duration::from_millis(10));
             }
@@ -408,21 +408,20 @@ fn open_sled(path: &Path, kind: EngineKind, cache_bytes: u64) -> Result<Db, Stri
     }
 }
 
-/// Why [`try_open_sled`] could not open a store another handle holds.
+/// Why [`try_open_engine`] could not open a store another handle holds.
 const IN_USE: &str = "it is in use by another process (or another store in this process)";
 
-fn try_open_sled(path: &Path, kind: EngineKind, cache_bytes: u64) -> Result<Db, String> {
+fn try_open_engine(path: &Path, kind: EngineKind, cache_bytes: u64) -> Result<Db, String> {
     let opened = catch_unwind(AssertUnwindSafe(|| -> Result<Db, String> {
         Db::open(path, kind, cache_bytes).map_err(|e| match e {
-            EngineError::Io(io) if io.to_string().contains("could not acquire lock") => {
-                IN_USE.to_owned()
-            }
-            other => format!("sled cannot open it: {other}"),
+            EngineError::InUse => IN_USE.to_owned(),
+            other => format!("{} cannot open it: {other}", kind.name()),
         })
     }));
     opened.unwrap_or_else(|panic| {
         Err(format!(
-            "sled failed on damaged files: {}",
+            "{} failed on damaged files: {}",
+            kind.name(),
             panic_text(&*panic)
         ))
     })
@@ -573,6 +572,26 @@ mod tests {
         }
     }
 
+    /// Marks the reopened `store`'s run `r` (inserted queued, with a
+    /// `queued` event, beside meta `admin` = `hash`) running: its events
+    /// keep their order across the reopen, and the meta is there.
+    fn goes_on_after_a_reopen(store: &SledStore, r: &mut crate::model::RunRecord) {
+        r.status = RunStatus::Running;
+        store.update_run(r, &[event("r1", "running")]).unwrap();
+        let tos: Vec<_> = store
+            .events("r1")
+            .unwrap()
+            .into_iter()
+            .map(|e| e.to)
+            .collect();
+        assert_eq!(
+            tos,
+            ["queued", "running"],
+            "event order continues across a reopen"
+        );
+        assert_eq!(store.get_meta("admin").unwrap().as_deref(), Some("hash"));
+    }
+
     /// A store on sled with a few hundred runs, flushed and closed (the
     /// damage tests below garble sled's own files).
     fn populated(dir: &Path) {
@@ -604,20 +623,7 @@ mod tests {
         let store = SledStore::open(dir.path()).unwrap();
         let mut r = store.get_run("r1").unwrap().unwrap();
         assert_eq!(store.active_runs().unwrap(), [r.clone()]);
-        r.status = RunStatus::Running;
-        store.update_run(&mut r, &[event("r1", "running")]).unwrap();
-        let tos: Vec<_> = store
-            .events("r1")
-            .unwrap()
-            .into_iter()
-            .map(|e| e.to)
-            .collect();
-        assert_eq!(
-            tos,
-            ["queued", "running"],
-            "event order continues across a reopen"
-        );
-        assert_eq!(store.get_meta("admin").unwrap().as_deref(), Some("hash"));
+        goes_on_after_a_reopen(&store, &mut r);
         assert_eq!(store.logs("r1").unwrap()[0].stdout.len(), 50_000);
         assert_eq!(
             store.get_blob(&digest).unwrap().as_deref(),
@@ -696,20 +702,7 @@ mod tests {
         let store = SledStore::open_as(dir.path(), EngineKind::Sled).unwrap();
         assert_eq!(store.engine(), EngineKind::Fjall);
         let mut r = store.get_run("r1").unwrap().unwrap();
-        r.status = RunStatus::Running;
-        store.update_run(&mut r, &[event("r1", "running")]).unwrap();
-        let tos: Vec<_> = store
-            .events("r1")
-            .unwrap()
-            .into_iter()
-            .map(|e| e.to)
-            .collect();
-        assert_eq!(
-            tos,
-            ["queued", "running"],
-            "event order continues across a reopen"
-        );
-        assert_eq!(store.get_meta("admin").unwrap().as_deref(), Some("hash"));
+        goes_on_after_a_reopen(&store, &mut r);
     }
 
     #[test]
