@@ -383,7 +383,7 @@ fn store_metrics(e: &mut Encoder, health: &crate::store::StoreHealth) {
     e.family(
         "ax_store_info",
         "gauge",
-        "1, labelled with the store ax runs on: its kind (sled, postgres, memory) and location (data directory, or database URL without its password).",
+        "1, labelled with the store ax runs on: its kind (sled or fjall: the embedded store's engine; postgres; memory) and location (data directory, or database URL without its password).",
     )
     .sample(
         "ax_store_info",

@@ -570,7 +570,8 @@ pub struct Health {
 /// (`ax_store_info`).
 #[derive(Debug, Serialize, ToSchema)]
 pub struct StoreView {
-    /// `sled`, `postgres` or `memory`.
+    /// `sled`, `fjall` (the embedded store on either engine), `postgres`
+    /// or `memory`.
     pub kind: String,
     /// PostgreSQL only: the connection pool.
     #[serde(skip_serializing_if = "Option::is_none")]

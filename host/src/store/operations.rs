@@ -37,6 +37,9 @@ impl SyncTicket {
 pub enum StoreKind {
     /// The embedded default: sled in the data directory.
     Sled,
+    /// The embedded store on its second engine, fjall (`store.engine:
+    /// fjall`): the same store as [`StoreKind::Sled`] over another engine.
+    Fjall,
     /// A PostgreSQL database (`--store postgres://…`).
     Postgres,
     /// Nothing on disk (tests, the simulator).
@@ -44,10 +47,12 @@ pub enum StoreKind {
 }
 
 impl StoreKind {
-    /// `sled`, `postgres` or `memory`, as `/readyz` and `/metrics` name it.
+    /// `sled`, `fjall`, `postgres` or `memory`, as `/readyz`, `/metrics`
+    /// and `ax status` name it.
     pub fn as_str(self) -> &'static str {
         match self {
             StoreKind::Sled => "sled",
+            StoreKind::Fjall => "fjall",
             StoreKind::Postgres => "postgres",
             StoreKind::Memory => "memory",
         }

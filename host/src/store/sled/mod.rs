@@ -297,7 +297,11 @@ impl Operations for SledStore {
     }
 
     fn health(&self) -> super::StoreHealth {
-        super::StoreHealth::new(super::StoreKind::Sled, self.dir.display().to_string())
+        let kind = match self.engine() {
+            super::EngineKind::Sled => super::StoreKind::Sled,
+            super::EngineKind::Fjall => super::StoreKind::Fjall,
+        };
+        super::StoreHealth::new(kind, self.dir.display().to_string())
     }
 }
 

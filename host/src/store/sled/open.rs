@@ -596,6 +596,7 @@ mod tests {
     /// damage tests below garble sled's own files).
     fn populated(dir: &Path) {
         let store = SledStore::open_as(dir, EngineKind::Sled).unwrap();
+        assert_eq!(store.health().kind, crate::store::StoreKind::Sled);
         for n in 0..300 {
             let r = run(&format!("r{n:06}"), RunStatus::Queued);
             store
@@ -701,6 +702,8 @@ mod tests {
         assert!(dir.path().join("fjall").is_dir() && !dir.path().join("db").exists());
         let store = SledStore::open_as(dir.path(), EngineKind::Sled).unwrap();
         assert_eq!(store.engine(), EngineKind::Fjall);
+        // `/readyz`, `/metrics` and `ax status` name the engine.
+        assert_eq!(store.health().kind, crate::store::StoreKind::Fjall);
         let mut r = store.get_run("r1").unwrap().unwrap();
         goes_on_after_a_reopen(&store, &mut r);
     }
