@@ -76,7 +76,13 @@ impl AxProcess {
         }
     }
 
-    /// Uploads the test plugin `name` (from `plugins/`) as version 1.0.0.
+    /// Uploads the test plugin `name` (from `plugins/`) as version 1.0.0
+    /// and waits until it is compiled. A test that kills the process must
+    /// not start before: an attempt waiting for its plugin's compilation is
+    /// running, a kill restarts the compilation, and on a loaded machine a
+    /// compilation longer than the time between kills loses the same
+    /// attempt at every kill until the step fails (`max_lost_attempts`, as
+    /// docs/RELIABILITY.md says).
     pub(crate) fn upload(&self, agent: &ureq::Agent, name: &str) {
         let (status, body) = call(
             agent,
@@ -87,6 +93,30 @@ impl AxProcess {
         )
         .unwrap();
         assert_eq!(status, 201, "uploading {name}: {body}");
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let (status, plugin) = call(
+                agent,
+                "GET",
+                &format!("{}/v1/plugins/{name}/1.0.0", self.url),
+                None,
+                "",
+            )
+            .unwrap();
+            assert_eq!(status, 200, "{plugin}");
+            if plugin["status"] != "compiling" {
+                assert_eq!(
+                    plugin["status"], "ready",
+                    "{name} did not compile: {plugin}"
+                );
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{name} still compiling: {plugin}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// The process id (to read its memory from `/proc`).
