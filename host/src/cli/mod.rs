@@ -490,6 +490,9 @@ fn default_cache_dir() -> PathBuf {
 /// Sets up `tracing` to stderr, filtered by `RUST_LOG` (default
 /// `default_filter`, see [`Cli::log_filter`]). Colours only when stderr is
 /// a terminal: a log written to a file or a pipe keeps no ANSI escapes.
+/// Libraries that log through the `log` crate (fjall, the embedded store's
+/// second engine, among them: its write stalls, at `info`) reach the same
+/// log by `tracing-log`, under their crate's name (`RUST_LOG=fjall=info`).
 pub fn init_tracing(json: bool, default_filter: &str) {
     use std::io::IsTerminal as _;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()

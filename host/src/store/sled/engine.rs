@@ -18,7 +18,8 @@
 //! fjall, as used here: one keyspace in `fjall/lsm`, a partition per tree,
 //! the journal persisted (`fdatasync`) by [`Tree::flush`] only (the group
 //! commit, `flush.rs`), memtables and journal bounded
-//! ([`FJALL_WRITE_BUFFER`], [`FJALL_JOURNAL`]: what a restart replays), the
+//! ([`FJALL_MEMTABLE`], [`FJALL_WRITE_BUFFER`], [`FJALL_JOURNAL`]: what a
+//! restart replays, and why they are set as they are), the
 //! directory locked by `fjall/ax.lock` (fjall does not lock it), ids
 //! reserved durably a block at a time in a partition of their own.
 
@@ -462,7 +463,7 @@ impl Db {
                     .max_write_buffer_size(FJALL_WRITE_BUFFER)
                     .max_journaling_size(FJALL_JOURNAL)
                     .open()?;
-                let tree = keyspace.open_partition("default", Default::default())?;
+                let tree = keyspace.open_partition("default", partition_options())?;
                 let db = Arc::new(Fjall {
                     ids: Ids::open(&keyspace)?,
                     keyspace,
@@ -504,7 +505,7 @@ impl Db {
         Ok(match &self.handle {
             Handle::Sled(db) => Tree::Sled(db.open_tree(name)?),
             Handle::Fjall(db) => Tree::Fjall {
-                tree: db.keyspace.open_partition(name, Default::default())?,
+                tree: db.keyspace.open_partition(name, partition_options())?,
                 db: Arc::clone(db),
             },
         })
@@ -527,11 +528,34 @@ impl Db {
     }
 }
 
-/// fjall's memtables, in all: what is written waits there for a flush to
-/// disk. Bounded well below the memory budget of a host with a million
-/// tasks.
-const FJALL_WRITE_BUFFER: u64 = 32 << 20;
+/// A new partition's options: its memtable flushed at [`FJALL_MEMTABLE`].
+/// (fjall keeps the options a partition was created with.)
+fn partition_options() -> fjall::PartitionCreateOptions {
+    fjall::PartitionCreateOptions::default().max_memtable_size(FJALL_MEMTABLE)
+}
+
+// How fjall's three limits are set, and why (docs/PERFORMANCE.md, *fjall's
+// journal and write buffer*). fjall slows writers down by sleeping in the
+// writing thread — here the store's single writer, so every fire and
+// trigger waits with it: 500 ms at each memtable rotation while its journal
+// is past 90 % of `max_journaling_size`, 100 ms per write while its
+// memtables are past 90 % of `max_write_buffer_size`, 10 ms loops past
+// 100 %. With a 64 MiB journal and a 32 MiB write buffer a million-run
+// bulk write met the journal's 500 ms sleep twice, once while fires were
+// due (fire lateness p99 614 ms), and a restart that replays more journal
+// than the write buffer holds starts over the limit. So: small memtables
+// (flushed, and their journal freed, sooner), a journal four times the
+// size fjall starts flushing at half of, and a write buffer as large as the
+// journal, which is what a restart replays into memtables.
+
+/// A partition's memtable: flushed to a segment on disk past this.
+const FJALL_MEMTABLE: u32 = 8 << 20;
+
+/// fjall's memtables, in all: never more than the journal holds (what is
+/// not flushed is in the journal), so a restart's replay is within it.
+const FJALL_WRITE_BUFFER: u64 = FJALL_JOURNAL;
 
 /// fjall's journal before its memtables are flushed: what a restart reads
-/// again, so it bounds the restart's time.
-const FJALL_JOURNAL: u64 = 64 << 20;
+/// again (0.44 s to ready with a million queued runs), and the bound past
+/// 90 % of which fjall sleeps writers.
+const FJALL_JOURNAL: u64 = 256 << 20;
