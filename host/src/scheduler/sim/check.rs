@@ -245,13 +245,27 @@ pub(super) fn all(
     }
 
     // 7. Every stored success of an upstream task started its `after` task
-    // (its run is keyed `after:<run id>`), however faults and crashes fell.
+    // (its run names the upstream run in `upstream_run`, and is keyed
+    // `after:<run id>`, which makes it once), however faults and crashes fell.
     if last && let Some((tenant, upstream, downstream)) = &world.after {
-        let started: std::collections::HashSet<&str> = runs
+        let mut started: std::collections::HashSet<&str> = std::collections::HashSet::new();
+        for r in runs
             .iter()
             .filter(|r| r.tenant == *tenant && r.task == *downstream)
-            .filter_map(|r| r.idempotency_key.as_deref()?.strip_prefix("after:"))
-            .collect();
+        {
+            let Some(up) = r.upstream_run.as_deref() else {
+                v.push(format!("{} has no upstream run", name(r)));
+                continue;
+            };
+            if r.idempotency_key.as_deref() != Some(&format!("after:{up}")) {
+                v.push(format!(
+                    "{} names upstream run {up} but is keyed {:?}",
+                    name(r),
+                    r.idempotency_key
+                ));
+            }
+            started.insert(up);
+        }
         for run in runs.iter().filter(|r| {
             r.tenant == *tenant && r.task == *upstream && r.status == RunStatus::Succeeded
         }) {

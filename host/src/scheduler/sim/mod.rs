@@ -45,7 +45,8 @@
 //!    enabled, timed tasks paused, and the clock runs two hours on; then no
 //!    stored run is active.
 //! 7. Every stored success of the upstream task started its `after` task
-//!    (a run keyed `after:<run id>`), checked at the end. The world has one
+//!    (a run naming it in `upstream_run` and keyed `after:<run id>`),
+//!    checked at the end. The world has one
 //!    such pair ([`scenario::World::after`]); operations leave the
 //!    downstream task alone.
 //!
