@@ -11,7 +11,6 @@
 //! JSON against binary").
 
 use std::hint::black_box;
-use std::sync::Arc;
 use std::time::Instant;
 
 use ax::model::{
@@ -32,7 +31,7 @@ fn finished_run() -> RunRecord {
         tenant: "default".into(),
         task: "hello".into(),
         // sled stores the definition's digest in the record's place.
-        spec: Arc::new(json!("9f".repeat(32))),
+        spec: json!("9f".repeat(32)).into(),
         status: RunStatus::Succeeded,
         reason: None,
         priority: 5,

@@ -6,7 +6,6 @@
 //! of one run, each finishing one more of its steps; µs per write, median
 //! of interleaved rounds. Figures go to docs/PERFORMANCE.md.
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use ax::model::{
@@ -27,7 +26,7 @@ fn run(id: &str, steps: usize) -> RunRecord {
         id: id.into(),
         tenant: "default".into(),
         task: "fan".into(),
-        spec: Arc::new(spec),
+        spec: spec.into(),
         status: RunStatus::Running,
         reason: None,
         priority: 5,

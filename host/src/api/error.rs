@@ -484,6 +484,7 @@ impl From<service::Error> for ApiError {
             e @ (service::Error::Store(_)
             | service::Error::Scheduler(_)
             | service::Error::Record { .. }
+            | service::Error::Definition { .. }
             | service::Error::Trigger { .. }
             | service::Error::Compile(_)) => ApiError::Internal(causes(&e)),
             service::Error::Internal(message) => ApiError::Internal(message),

@@ -166,7 +166,7 @@ impl TaskView {
             version: task.version,
             created_at: instant(task.created_at),
             updated_at: instant(task.updated_at),
-            spec: std::sync::Arc::unwrap_or_clone(task.spec),
+            spec: task.spec.json().clone(),
             paused,
             next_fire: schedule
                 .filter(|s| !s.paused)
@@ -328,7 +328,7 @@ impl Warning {
         if run.input.as_object().is_none_or(serde_json::Map::is_empty) {
             return Vec::new();
         }
-        let Ok(spec) = serde_json::from_value::<crate::task::TaskSpec>((*run.spec).clone()) else {
+        let Ok(spec) = crate::task::TaskSpec::stored(&run.spec) else {
             return Vec::new();
         };
         spec.unread_input_warning(&run.input)

@@ -3,6 +3,8 @@
 //! scheduler, the store and the API can use these without knowing how a plugin
 //! is executed.
 
+pub mod definition;
+pub mod digest;
 pub mod hint;
 pub mod ids;
 pub mod name;
@@ -16,6 +18,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub use self::definition::Definition;
 use self::ids::{RunId, TaskName, TenantId};
 
 /// Default fuel per attempt: about half a second of busy compute on this class
@@ -569,7 +572,7 @@ pub struct RunRecord {
     /// keeps it apart and joins it back when reading (sled's
     /// `definitions.rs`).
     #[serde(default)]
-    pub spec: std::sync::Arc<serde_json::Value>,
+    pub spec: Definition,
     /// Run state.
     pub status: RunStatus,
     /// Why the run is in its state (held, shed, cancelled by whom…).
@@ -781,7 +784,7 @@ pub struct TaskRecord {
     pub name: String,
     /// The validated definition (the `TaskSpec`, as JSON), shared with the
     /// runs made from it.
-    pub spec: std::sync::Arc<serde_json::Value>,
+    pub spec: Definition,
     /// The definition as the user sent it (YAML or JSON text).
     pub source: String,
     /// When first created (ms); `delay` triggers count from here.

@@ -286,8 +286,8 @@ impl Walk {
             let policy_of = |key: &TaskKey| -> Result<_, crate::store::Error> {
                 let task = store.get_task(key.tenant.as_str(), key.task.as_str())?;
                 Ok(task
-                    .and_then(|t| TaskSpec::deserialize(t.spec.as_ref()).ok())
-                    .and_then(|spec| spec.retention))
+                    .and_then(|t| TaskSpec::stored(&t.spec).ok())
+                    .and_then(|spec| spec.retention.clone()))
             };
             if !self.chooser.delete(run, policy_of)? {
                 continue;

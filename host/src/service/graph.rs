@@ -3,7 +3,6 @@
 
 use crate::service::{Ax, Error, Result, record_of};
 use crate::task::TaskSpec;
-use serde::Deserialize;
 
 impl Ax {
     /// A task's DAG rendered in `format` (see [`crate::graph`]). With `run`,
@@ -40,7 +39,7 @@ impl Ax {
             }
             None => (self.get_task(tenant, name)?.0.spec, None),
         };
-        let spec = TaskSpec::deserialize(spec.as_ref()).map_err(|e| record_of(name, e))?;
+        let spec = TaskSpec::stored(&spec).map_err(|e| record_of(name, e))?;
         Ok(crate::graph::render(&spec, states.as_ref(), format))
     }
 }

@@ -116,6 +116,16 @@ pub enum Error {
         #[source]
         source: serde_json::Error,
     },
+    /// A stored task definition does not read back as one (a damaged
+    /// record, or one written by another program): a fault of the host.
+    #[error("internal error: the stored definition of task `{task}`: {source}")]
+    Definition {
+        /// The task (of a run, for a run's definition).
+        task: String,
+        /// Where the definition is wrong.
+        #[source]
+        source: crate::task::SpecError,
+    },
     /// A saved task's trigger no longer compiles (it did when it was saved).
     #[error("internal error: the trigger of task `{task}`: {source}")]
     Trigger {
@@ -283,9 +293,9 @@ impl From<task::SpecError> for Error {
 }
 
 /// A stored task definition that does not read back.
-fn record_of(task: &str, source: serde_json::Error) -> Error {
-    Error::Record {
-        what: format!("the definition of task `{task}`"),
+fn record_of(task: &str, source: crate::task::SpecError) -> Error {
+    Error::Definition {
+        task: task.to_owned(),
         source,
     }
 }

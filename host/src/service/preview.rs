@@ -2,7 +2,6 @@
 //! when a cron expression would fire in a zone. Nothing is written.
 
 use chrono::{DateTime, Utc};
-use serde::Deserialize;
 
 use crate::schedule::{CronSchedule, Trigger};
 use crate::scheduler::clock::from_ms;
@@ -19,8 +18,7 @@ impl Ax {
     /// The next `count` fire instants of a task's trigger.
     pub fn next_fires(&self, tenant: &str, name: &str, count: usize) -> Result<Vec<DateTime<Utc>>> {
         let (task, schedule) = self.get_task(tenant, name)?;
-        let spec: TaskSpec =
-            TaskSpec::deserialize(task.spec.as_ref()).map_err(|e| record_of(name, e))?;
+        let spec = TaskSpec::stored(&task.spec).map_err(|e| record_of(name, e))?;
         let trigger = Trigger::compile(spec.trigger.as_ref(), from_ms(task.created_at)).map_err(
             |source| Error::Trigger {
                 task: name.to_string(),

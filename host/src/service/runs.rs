@@ -3,13 +3,13 @@
 //! list, logs, events, and run control (cancel, retry, rerun a step); and
 //! bulk triggers, many runs of one task in one store write.
 
+use super::record_of;
 use crate::model::ids::RunId;
 use crate::model::{Event, RunRecord, json_len};
 use crate::scheduler::{TriggerRequest, admission};
 use crate::service::{Ax, Error, ItemError, MAX_BATCH_RUNS, Result, check_batch_len};
 use crate::store::{AttemptLogs, RunPage, RunQuery};
 use crate::task::TaskSpec;
-use serde::Deserialize;
 
 /// How long a cancel waits for the attempts it stopped to report (see
 /// [`Ax::cancel_run`]): a stopped plugin reports within milliseconds (the
@@ -83,11 +83,7 @@ impl Ax {
             {
                 return self.send_batch(requests).await;
             }
-            let spec: TaskSpec =
-                TaskSpec::deserialize(record.spec.as_ref()).map_err(|source| Error::Record {
-                    what: format!("the definition of task `{}`", first.task),
-                    source,
-                })?;
+            let spec = TaskSpec::stored(&record.spec).map_err(|e| record_of(&first.task, e))?;
             let errors: Vec<ItemError> = requests
                 .iter()
                 .enumerate()

@@ -3,7 +3,6 @@
 //! `after` graph), many at once all or nothing (bulk apply), show, list by
 //! page, delete, pause and resume.
 
-use serde::Deserialize;
 use std::collections::{HashMap, HashSet};
 
 use crate::dag;
@@ -15,13 +14,15 @@ use crate::store;
 use crate::task::{self, TaskSpec};
 
 impl Ax {
-    pub(super) fn list_specs(&self, tenant: &str) -> Result<Vec<(TaskRecord, TaskSpec)>> {
+    pub(super) fn list_specs(
+        &self,
+        tenant: &str,
+    ) -> Result<Vec<(TaskRecord, std::sync::Arc<TaskSpec>)>> {
         self.store
             .list_tasks(Some(tenant))?
             .into_iter()
             .map(|t| {
-                let spec =
-                    TaskSpec::deserialize(t.spec.as_ref()).map_err(|e| record_of(&t.name, e))?;
+                let spec = TaskSpec::stored(&t.spec).map_err(|e| record_of(&t.name, e))?;
                 Ok((t, spec))
             })
             .collect()
@@ -255,7 +256,15 @@ impl Ax {
             .map_err(|e| (0, e))?
             .into_iter()
             .filter(|(t, _)| !names.contains(t.name.as_str()))
-            .map(|(t, s)| (t.name, s.trigger.map(|t| t.after).unwrap_or_default()))
+            .map(|(t, s)| {
+                (
+                    t.name,
+                    s.trigger
+                        .as_ref()
+                        .map(|t| t.after.clone())
+                        .unwrap_or_default(),
+                )
+            })
             .collect();
         // The new tasks first, so the cycle (which passes through one) is
         // named from the first of them on it.

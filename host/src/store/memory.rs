@@ -78,7 +78,6 @@ impl State {
         })?;
         for RunWrite { run, .. } in runs {
             if let Some(old) = self.runs.get(&run.id)
-                && !std::sync::Arc::ptr_eq(&old.spec, &run.spec)
                 && old.spec != run.spec
             {
                 return Err(definition_changed(&run.id));

@@ -3,9 +3,8 @@
 //! queue's order, blob digests, and how a page of runs is cut (a page
 //! boundary is the same whichever store answers).
 
-use sha2::{Digest, Sha256};
-
 use super::{Error, Result};
+pub use crate::model::digest::{Digester, digest_of};
 use crate::model::{Millis, RunRecord, RunStatus};
 use crate::store::RunQuery;
 
@@ -116,30 +115,6 @@ where
         last = Some(id);
     }
     Ok((ids, None))
-}
-
-/// The sha256 of `bytes`, in lower-case hex: the name of a blob.
-pub fn digest_of(bytes: &[u8]) -> String {
-    let mut digester = Digester::default();
-    digester.update(bytes);
-    digester.finish()
-}
-
-/// [`digest_of`] of bytes given a piece at a time (an import checks a
-/// blob's digest without holding its bytes: `store::dump`).
-#[derive(Default)]
-pub struct Digester(Sha256);
-
-impl Digester {
-    /// Adds the next piece of the bytes.
-    pub fn update(&mut self, piece: &[u8]) {
-        self.0.update(piece);
-    }
-
-    /// The digest of every piece added, in order.
-    pub fn finish(self) -> String {
-        hex::encode(self.0.finalize())
-    }
 }
 
 /// Error for a write that gives a run another task definition than the one

@@ -6,6 +6,7 @@
 //! the graph) is checked afterwards by `task::validate`.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::de;
 use serde::{Deserialize, Deserializer};
@@ -22,6 +23,7 @@ use super::value::{
 };
 use super::{DEFAULT_PRIORITY, MAX_ATTEMPTS, MAX_PRIORITY, alerts, retention};
 use crate::capability::{self, KvScope};
+use crate::model::Definition;
 use crate::model::record::RecordMode;
 use crate::schedule::TriggerSpec;
 use crate::template::shorten;
@@ -525,6 +527,18 @@ deserialize_via!(StepLimits, |v| limits_from_value(v, ""));
 deserialize_via!(RetryPolicy, |v| retry_from_value(v, ""));
 deserialize_via!(Backoff, |v| backoff_from_value(v, ""));
 
+impl TaskSpec {
+    /// The typed form of a stored definition, parsed once for every record
+    /// holding it ([`Definition::typed`]): a task record and the runs made
+    /// from it, and the runs a store reads back of one definition, share
+    /// one parse. Read by the same converter as a submitted definition (its
+    /// validation was done when it was stored); an error is one of a record
+    /// damaged or written by another program.
+    pub fn stored(definition: &Definition) -> Result<Arc<TaskSpec>> {
+        definition.typed(|json| task_from_value(json).map(|(spec, _)| Arc::new(spec)))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -552,7 +566,24 @@ mod tests {
             let stored = serde_json::to_value(&spec).unwrap();
             let back = TaskSpec::deserialize(&stored).unwrap();
             assert_eq!(back, spec, "{source}");
+            let definition = crate::model::Definition::new(stored);
+            let once = TaskSpec::stored(&definition).unwrap();
+            assert_eq!(*once, spec, "{source}");
+            let again = TaskSpec::stored(&definition.clone()).unwrap();
+            assert!(
+                std::sync::Arc::ptr_eq(&once, &again),
+                "parsed once: {source}"
+            );
         }
+    }
+
+    #[test]
+    fn an_unreadable_stored_definition_is_a_located_error_every_time() {
+        let definition =
+            crate::model::Definition::new(json!({"name": "t", "steps": [{"name": 3}]}));
+        let first = TaskSpec::stored(&definition).unwrap_err();
+        assert!(first.path.starts_with("steps[0]"), "{first}");
+        assert_eq!(TaskSpec::stored(&definition).unwrap_err(), first);
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! API request bodies: `api::error::parse_json` (the path every JSON body of
 //! the API takes) into the body types the library exposes — a tenant
 //! (`TenantSpec`, with its quota and alerts), a quota, the optional
-//! `null`-or-object body — and a stored task spec through serde
-//! (`TaskSpec`'s `Deserialize`, which reads the store). Bodies are objects
+//! `null`-or-object body — and a stored task spec, as the store's read
+//! parses it (`TaskSpec::stored`) and through serde (`TaskSpec`'s
+//! `Deserialize`). Bodies are objects
 //! built from the fields of those types, with edge values and whole floats,
 //! plus edited corpus bodies and garbage. The trigger, token and resolve
 //! bodies are private to the API module and reached only over HTTP (the
@@ -11,6 +12,7 @@
 use std::time::Duration;
 
 use ax::api::error::parse_json;
+use ax::model::Definition;
 use ax::service::TenantSpec;
 use ax::task::TaskSpec;
 use ax::tenant::Quota;
@@ -211,6 +213,18 @@ fn check(body: &[u8]) -> Verdict {
         explained("TaskSpec's Deserialize", e.to_string())?;
     } else {
         crate::tally("task accepted");
+    }
+    if let Ok(stored) = serde_json::from_slice::<Value>(body) {
+        let definition = Definition::new(stored);
+        let first = TaskSpec::stored(&definition).map_err(|e| e.to_string());
+        if let Err(e) = &first {
+            explained("TaskSpec::stored", e.clone())?;
+        }
+        // Parsed once: a second read gives what the first did.
+        let again = TaskSpec::stored(&definition).map_err(|e| e.to_string());
+        if first != again {
+            return Err(format!("TaskSpec::stored read {first:?}, then {again:?}"));
+        }
     }
     Ok(())
 }

@@ -2,6 +2,7 @@
 //! DAG counters, conditions and the cancellation of its running attempts.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
@@ -40,7 +41,7 @@ impl std::ops::DerefMut for ActiveRun {
 impl ActiveRun {
     /// Brings a run into memory: indexes its DAG, counts ended upstreams
     /// from the stored states, parses its conditions.
-    pub(super) fn new(rec: RunRecord, spec: TaskSpec, held: bool) -> Self {
+    pub(super) fn new(rec: RunRecord, spec: Arc<TaskSpec>, held: bool) -> Self {
         Self {
             tz: task_timezone(&spec),
             state: RunState::new(rec, spec, held),

@@ -9,7 +9,12 @@ use crate::scheduler::core::Ctx;
 use crate::scheduler::{Error, Result, core as decide};
 use crate::store::prelude::*;
 use crate::task::TaskSpec;
-use serde::Deserialize;
+
+/// The definition a stored run was started from, parsed (once per definition).
+fn stored_snapshot(rec: &RunRecord) -> Result<std::sync::Arc<TaskSpec>> {
+    TaskSpec::stored(&rec.spec)
+        .map_err(|e| Error::Conflict(format!("the run's task snapshot is unreadable: {e}")))
+}
 
 impl Actor {
     pub(super) fn on_cancel(&mut self, run_id: &str, actor: &str) -> Result<RunRecord> {
@@ -128,8 +133,7 @@ impl Actor {
         self.flush()?;
         let now = self.clock.now_ms();
         let rec = self.stored_ended_run(run_id)?;
-        let spec: TaskSpec = TaskSpec::deserialize(rec.spec.as_ref())
-            .map_err(|e| Error::Conflict(format!("the run's task snapshot is unreadable: {e}")))?;
+        let spec = stored_snapshot(&rec)?;
         let i = spec
             .steps
             .iter()
@@ -155,8 +159,7 @@ impl Actor {
         now: Millis,
         reason: &str,
     ) -> Result<RunRecord> {
-        let spec: TaskSpec = TaskSpec::deserialize(rec.spec.as_ref())
-            .map_err(|e| Error::Conflict(format!("the run's task snapshot is unreadable: {e}")))?;
+        let spec = stored_snapshot(&rec)?;
         let mut events = Vec::new();
         decide::control::reopen(&mut rec, reset, Ctx { now, actor }, reason, &mut events);
         self.store.update_run(&mut rec, &events)?;

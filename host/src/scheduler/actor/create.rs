@@ -1,6 +1,7 @@
 //! Creating runs: manual triggers and their limits (queue bounds, quotas,
 //! shedding), `after` triggers, and storing the runs of one loop turn together.
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::active::ActiveRun;
@@ -21,7 +22,7 @@ use crate::task::TaskSpec;
 /// write per run the largest cost of a manual trigger.
 pub(super) struct PendingRun {
     pub(super) new: NewRun,
-    pub(super) spec: TaskSpec,
+    pub(super) spec: Arc<TaskSpec>,
     pub(super) actor: String,
     /// Why the run is recorded as cancelled instead of queued (shed).
     pub(super) shed: Option<String>,
@@ -29,7 +30,7 @@ pub(super) struct PendingRun {
 }
 
 /// What a pending run needs once stored, besides its record.
-pub(super) type PendingRest = (TaskSpec, String, Option<String>, Option<TriggerReply>);
+pub(super) type PendingRest = (Arc<TaskSpec>, String, Option<String>, Option<TriggerReply>);
 
 /// A store write of new runs under way on a blocking thread, so the actor
 /// keeps firing, releasing and taking up finished attempts meanwhile
@@ -134,10 +135,13 @@ impl Actor {
     }
 
     /// The run a manual trigger creates, unless a limit refuses it.
-    pub(super) fn check_trigger(&mut self, req: &TriggerRequest) -> Result<(RunRecord, TaskSpec)> {
+    pub(super) fn check_trigger(
+        &mut self,
+        req: &TriggerRequest,
+    ) -> Result<(RunRecord, Arc<TaskSpec>)> {
         let now = self.clock.now_ms();
         let loaded = self.load_task(&req.tenant, &req.task)?;
-        let (task, spec) = (&*loaded.record, (*loaded.spec).clone());
+        let (task, spec) = (&*loaded.record, Arc::clone(&loaded.spec));
         // Before the limits, so a refused input takes no trigger token.
         let input = spec.manual_input(req.input.as_ref(), req.params.as_ref())?;
         let queued = self
@@ -242,7 +246,7 @@ impl Actor {
     pub(super) fn create_run(
         &mut self,
         mut rec: RunRecord,
-        spec: TaskSpec,
+        spec: Arc<TaskSpec>,
         unique_fire: bool,
         actor: &str,
         now: Millis,
@@ -433,7 +437,7 @@ impl Actor {
     pub(super) fn on_created(
         &mut self,
         rec: RunRecord,
-        spec: TaskSpec,
+        spec: Arc<TaskSpec>,
         shed: bool,
         actor: &str,
         now: Millis,
@@ -518,7 +522,7 @@ impl Actor {
                 priority: loaded.spec.priority,
             };
             let new = self.new_run(&loaded.record, &loaded.spec, origin, now);
-            self.create_run(new, (*loaded.spec).clone(), false, "scheduler", now, None);
+            self.create_run(new, Arc::clone(&loaded.spec), false, "scheduler", now, None);
             *self.after_holds.entry(rec.id.clone().into()).or_default() += 1;
         }
     }

@@ -1,7 +1,6 @@
 //! Time triggers: arming and disarming fire timers, storing and pausing task
 //! schedules, due timers, and firing a task's instants.
 
-use serde::Deserialize;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -65,14 +64,14 @@ impl Actor {
         let (spec, trigger) = match parsed {
             Some(parsed) => (parsed.spec, parsed.trigger),
             None => {
-                let spec: TaskSpec = TaskSpec::deserialize(record.spec.as_ref()).map_err(|e| {
+                let spec = TaskSpec::stored(&record.spec).map_err(|e| {
                     Error::Conflict(format!("definition of `{}`: {e}", record.name))
                 })?;
                 let trigger = Trigger::compile(spec.trigger.as_ref(), from_ms(record.created_at))
                     .map_err(|e| {
                     Error::Conflict(format!("trigger of `{}`: {e}", record.name))
                 })?;
-                (Arc::new(spec), Arc::new(trigger))
+                (spec, Arc::new(trigger))
             }
         };
         let old = self.store.get_schedule(&record.tenant, &record.name)?;
@@ -361,7 +360,7 @@ impl Actor {
                 priority: spec.priority,
             };
             let rec = self.new_run(&task, &spec, origin, now);
-            let pending = self.create_run(rec, (*spec).clone(), true, "scheduler", now, None);
+            let pending = self.create_run(rec, Arc::clone(&spec), true, "scheduler", now, None);
             firing.created(self.pending[pending].shed.is_none());
             last_created = Some(pending);
         }

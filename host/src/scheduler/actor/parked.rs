@@ -35,7 +35,6 @@ use crate::scheduler::Result;
 use crate::scheduler::core as decide;
 use crate::store::prelude::*;
 use crate::task::TaskSpec;
-use serde::Deserialize;
 
 /// Least time between two refills of the heads (ms).
 const HEAD_REFILL_MS: Millis = 5;
@@ -163,7 +162,7 @@ impl Actor {
     /// like a run just created, its first steps made ready.
     pub(super) fn take_up_parked(&mut self, rec: RunRecord, now: Millis) -> Result<()> {
         self.unpark_count(&rec);
-        let spec: TaskSpec = match TaskSpec::deserialize(rec.spec.as_ref()) {
+        let spec = match TaskSpec::stored(&rec.spec) {
             Ok(spec) => spec,
             Err(e) => {
                 tracing::error!(run = %rec.id, error = %e, "cannot read the task snapshot of a queued run; failing it");

@@ -12,7 +12,6 @@ use crate::scheduler::{Result, core as decide};
 use crate::store::prelude::*;
 use crate::task::TaskSpec;
 use crate::tenant::HOUR_MS;
-use serde::Deserialize;
 
 impl Actor {
     /// Rebuilds memory from the store after a start: attempts that were
@@ -68,7 +67,7 @@ impl Actor {
         }
         active.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
         for rec in active {
-            let spec: TaskSpec = match TaskSpec::deserialize(rec.spec.as_ref()) {
+            let spec = match TaskSpec::stored(&rec.spec) {
                 Ok(spec) => spec,
                 Err(e) => {
                     tracing::error!(run = %rec.id, error = %e, "cannot read the task snapshot of an active run; failing it");

@@ -21,7 +21,6 @@
 //! would have held the ended run's write for another turn, and reordered
 //! its `after` runs against the triggers of that turn).
 
-use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
@@ -131,12 +130,12 @@ impl Actor {
             .store
             .get_task(tenant, name)?
             .ok_or_else(|| Error::NotFound(format!("task `{name}`")))?;
-        let spec: TaskSpec = TaskSpec::deserialize(record.spec.as_ref()).map_err(|e| {
+        let spec = TaskSpec::stored(&record.spec).map_err(|e| {
             Error::Conflict(format!("stored definition of `{name}` is unreadable: {e}"))
         })?;
         let loaded = Loaded {
             record: Arc::new(record),
-            spec: Arc::new(spec),
+            spec,
         };
         self.tasks.insert(key, loaded.clone());
         Ok(loaded)

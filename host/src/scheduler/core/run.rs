@@ -3,6 +3,7 @@
 //! `when`), and ending the run with the status its leaf steps give it.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use super::readiness::{Decision, Graph, Readiness};
 use super::{Ctx, Effect};
@@ -16,8 +17,9 @@ use crate::task::TaskSpec;
 pub(crate) struct RunState {
     /// The run's record: what is stored and shown.
     pub(crate) rec: RunRecord,
-    /// The task definition the run was created from (its snapshot).
-    pub(crate) spec: TaskSpec,
+    /// The task definition the run was created from (its snapshot),
+    /// shared with the task record and the other runs of that definition.
+    pub(crate) spec: Arc<TaskSpec>,
     /// The DAG as indices, and per-step counters of ended upstreams.
     pub(crate) graph: Graph,
     pub(crate) readiness: Readiness,
@@ -38,7 +40,7 @@ pub(crate) struct RunState {
 impl RunState {
     /// Brings a run into memory: indexes its DAG, counts ended upstreams
     /// from the stored states, parses its conditions.
-    pub(crate) fn new(rec: RunRecord, spec: TaskSpec, held: bool) -> Self {
+    pub(crate) fn new(rec: RunRecord, spec: Arc<TaskSpec>, held: bool) -> Self {
         let graph = Graph::new(&spec);
         let states: Vec<StepStatus> = rec.steps.iter().map(|s| s.status).collect();
         let (readiness, candidates) = Readiness::new(&graph, &states);

@@ -56,7 +56,7 @@ fn state(yaml: &str) -> RunState {
             .map(|s| StepRunRecord::pending(&s.name))
             .collect(),
     };
-    RunState::new(rec, spec, false)
+    RunState::new(rec, std::sync::Arc::new(spec), false)
 }
 
 fn advance(run: &mut RunState, now: Millis, attempts_out: bool) -> Vec<Effect> {

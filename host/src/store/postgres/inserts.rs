@@ -10,7 +10,7 @@ use tokio_postgres::GenericClient;
 use super::statements::Cached;
 use super::{Cx, Database, PgResult, Tx, decode, encode, key, name, outputs};
 use crate::model::{Millis, RunRecord, ScheduleState};
-use crate::store::rules::{digest_of, queue_position};
+use crate::store::rules::queue_position;
 use crate::store::{Insert, NewRun, Result};
 
 /// Inserts `runs` ([`Runs::insert_runs`](crate::store::Runs::insert_runs)).
@@ -49,7 +49,7 @@ struct Encoded {
 fn encoded(run: &RunRecord) -> PgResult<Encoded> {
     Ok(Encoded {
         record: encode(run)?,
-        spec: digest_of(&encode(&*run.spec)?),
+        spec: run.spec.digest().to_owned(),
     })
 }
 

@@ -24,7 +24,7 @@ use super::outputs::{Charges, encode_events};
 use super::{Database, PgResult, Tx, encode, key};
 use crate::model::Millis;
 use crate::model::ids::RunId;
-use crate::store::rules::{digest_of, queue_position};
+use crate::store::rules::queue_position;
 use crate::store::{Result, WholeRun, claims_fire};
 
 /// Restores `runs` ([`Runs::restore_runs`](crate::store::Runs::restore_runs)).
@@ -136,7 +136,7 @@ impl Batch {
                 .as_ref()
                 .is_none_or(|(spec, _)| !encode_alike(spec, &run.spec))
             {
-                last_spec = Some((&*run.spec, digest_of(&encode(&*run.spec)?)));
+                last_spec = Some((&*run.spec, run.spec.digest().to_owned()));
             }
             let spec = last_spec.as_ref().map_or("", |(_, digest)| digest.as_str());
             batch

@@ -28,7 +28,7 @@ use std::collections::HashMap;
 
 use super::{Cx, Fail, PgResult, encode, key, outputs};
 use crate::model::{Millis, RunRecord};
-use crate::store::rules::{check_revisions, definition_changed, digest_of, queue_position};
+use crate::store::rules::{check_revisions, definition_changed, queue_position};
 use crate::store::{Error, OutboxAlert, RunWrite};
 use crate::tenant::UsageBucket;
 
@@ -203,7 +203,7 @@ impl Write {
         self.statuses.push(run.status.as_str());
         self.revisions.push(0);
         self.prevs.push(first as i64 - 1);
-        self.specs.push(digest_of(&encode(&*run.spec)?));
+        self.specs.push(run.spec.digest().to_owned());
         self.positions.push(0);
         self.bytes.push(0);
         self.records.push(Vec::new());

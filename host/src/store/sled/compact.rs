@@ -34,13 +34,13 @@
 //! reading old records wrongly.
 
 use std::borrow::Cow;
-use std::sync::Arc;
 
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::Value;
 
 use super::inputs::Input;
 use super::keys::{VALUE_FORMAT, decode_part, key, show_key};
+use crate::model::Definition;
 use crate::model::ids::RunId;
 use crate::model::{
     AttemptRecord, ErrorKind, Millis, Outcome, RunRecord, RunStatus, StepRunRecord, StepStatus,
@@ -421,7 +421,7 @@ pub(super) fn decode_run(run_key: &[u8], bytes: &[u8]) -> Result<RunRecord> {
         id: RunId::from(id),
         tenant: body.tenant.into(),
         task: body.task.into(),
-        spec: Arc::new(Value::Null),
+        spec: Definition::default(),
         status: body.status,
         reason: body.reason,
         priority: body.priority,
@@ -598,7 +598,7 @@ mod tests {
     }
 
     fn without_spec(mut r: RunRecord) -> RunRecord {
-        r.spec = Arc::new(Value::Null);
+        r.spec = Definition::default();
         r
     }
 
@@ -748,7 +748,6 @@ mod tests {
 
 #[cfg(test)]
 mod format_7 {
-    use std::sync::Arc;
 
     use serde_json::json;
 
@@ -773,7 +772,7 @@ mod format_7 {
                 let mut r = run(&format!("r{i}"), RunStatus::Queued);
                 let names: Vec<String> = (0..steps).map(|s| format!("s{s}")).collect();
                 let specs: Vec<Value> = names.iter().map(|n| json!({"name": n})).collect();
-                r.spec = Arc::new(json!({ "steps": specs }));
+                r.spec = json!({ "steps": specs }).into();
                 r.steps = names.iter().map(StepRunRecord::pending).collect();
                 r.input = json!({"i": i});
                 store.insert_run(&r, false, None, &[]).unwrap();

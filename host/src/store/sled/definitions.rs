@@ -19,7 +19,7 @@
 //! when it is inserted ([`Runs::write_runs_with_alerts`] refuses another),
 //! so updates never touch either key.
 //!
-//! Reading a run joins its definition back, shared: one `Arc` per digest
+//! Reading a run joins its definition back, shared: one [`Definition`] per digest
 //! while any record read holds it ([`Definitions`]), as the records made from
 //! one task record share its definition in memory.
 //!
@@ -31,9 +31,6 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::sync::{Arc, Weak};
-
-use serde_json::Value;
 
 use super::compact;
 use super::engine::Batch;
@@ -41,78 +38,45 @@ use super::inputs::Input;
 use super::keys::{VALUE_FORMAT, decode, encode, key};
 use super::{SledStore, engine_error, lock};
 use crate::model::RunRecord;
-use crate::store::rules::digest_of;
+use crate::model::definition::{Definition, WeakDefinition};
 use crate::store::{Error, Result};
 
-/// Entries either map of [`Definitions`] keeps before it drops those no
-/// record holds any more.
+/// Entries [`Definitions`] keeps before it drops those no record holds any
+/// more.
 const CACHE_BOUND: usize = 4096;
 
-/// The definitions records in memory hold, by digest and by address: a
-/// write finds the digest of its run's definition without encoding it again
-/// (records cloned from one another share the `Arc`), and a read shares one
-/// `Arc` among the records of a definition.
+/// The definitions records in memory hold, by digest: a read shares one
+/// [`Definition`] among the records of a definition (and so its digest and
+/// its parsed form, `model::definition`), the one of the task record the
+/// runs were made from while it is held.
 #[derive(Default)]
 pub(super) struct Definitions {
-    by_digest: HashMap<String, Weak<Value>>,
-    by_address: HashMap<usize, (Weak<Value>, String)>,
+    by_digest: HashMap<String, WeakDefinition>,
 }
 
 impl Definitions {
     fn bound(&mut self) {
         if self.by_digest.len() > CACHE_BOUND {
-            self.by_digest.retain(|_, held| held.strong_count() > 0);
-        }
-        if self.by_address.len() > CACHE_BOUND {
-            self.by_address
-                .retain(|_, (held, _)| held.strong_count() > 0);
+            self.by_digest.retain(|_, held| !held.is_dropped());
         }
     }
-}
 
-/// A definition, encoded, and its digest.
-pub(super) struct Definition {
-    pub(super) digest: String,
-    /// The definition, encoded only when an insert must store it.
-    spec: Arc<Value>,
-}
-
-impl Definition {
-    fn value(&self) -> Result<Vec<u8>> {
-        encode(self.spec.as_ref())
+    /// The definition of `digest` held in memory, or `def` from now on.
+    fn share(&mut self, digest: &str, def: Definition) -> Definition {
+        if let Some(held) = self.by_digest.get(digest).and_then(WeakDefinition::upgrade) {
+            return held;
+        }
+        self.bound();
+        self.by_digest.insert(digest.to_owned(), def.downgrade());
+        def
     }
 }
 
 impl SledStore {
-    /// The definition of `run`, by digest: from memory when this `Arc` was
-    /// seen before, else encoded and hashed once.
-    pub(super) fn definition_of(&self, run: &RunRecord) -> Result<Definition> {
-        let address = Arc::as_ptr(&run.spec) as usize;
-        {
-            let defs = lock(&self.definitions);
-            if let Some((held, digest)) = defs.by_address.get(&address)
-                && held.upgrade().is_some_and(|h| Arc::ptr_eq(&h, &run.spec))
-            {
-                return Ok(Definition {
-                    digest: digest.clone(),
-                    spec: Arc::clone(&run.spec),
-                });
-            }
-        }
-        let json =
-            serde_json::to_vec(run.spec.as_ref()).map_err(|e| Error::Backend(e.to_string()))?;
-        let digest = digest_of(&json);
-        let mut defs = lock(&self.definitions);
-        defs.bound();
-        defs.by_address
-            .insert(address, (Arc::downgrade(&run.spec), digest.clone()));
-        defs.by_digest
-            .entry(digest.clone())
-            .or_insert_with(|| Arc::downgrade(&run.spec));
-        Ok(Definition {
-            digest,
-            spec: Arc::clone(&run.spec),
-        })
+    /// Makes `def` (of a run being inserted) the one reads of its digest
+    /// share, unless one is held already.
+    pub(super) fn remember(&self, def: &Definition) {
+        lock(&self.definitions).share(def.digest(), def.clone());
     }
 
     /// The stored definition `digest` (of the run at `run_key`), shared;
@@ -122,11 +86,11 @@ impl SledStore {
         &self,
         run_key: &[u8],
         digest: &str,
-    ) -> Result<Option<Arc<Value>>> {
+    ) -> Result<Option<Definition>> {
         if let Some(held) = lock(&self.definitions)
             .by_digest
             .get(digest)
-            .and_then(Weak::upgrade)
+            .and_then(WeakDefinition::upgrade)
         {
             return Ok(Some(held));
         }
@@ -140,22 +104,8 @@ impl SledStore {
                 reason: format!("its task definition {digest} is not stored"),
             });
         };
-        let spec: Arc<Value> = Arc::new(decode(&def_key, &bytes)?);
-        let mut defs = lock(&self.definitions);
-        defs.bound();
-        let shared = match defs.by_digest.get(digest).and_then(Weak::upgrade) {
-            Some(held) => held,
-            None => {
-                defs.by_digest
-                    .insert(digest.to_owned(), Arc::downgrade(&spec));
-                spec
-            }
-        };
-        defs.by_address.insert(
-            Arc::as_ptr(&shared) as usize,
-            (Arc::downgrade(&shared), digest.to_owned()),
-        );
-        Ok(Some(shared))
+        let read = Definition::new(decode(&def_key, &bytes)?);
+        Ok(Some(lock(&self.definitions).share(digest, read)))
     }
 
     /// Decodes the stored run `bytes` (at `run_key`), its definition and
@@ -200,15 +150,16 @@ impl SledStore {
         def: &Definition,
         counts: &mut HashMap<String, u64>,
     ) -> Result<()> {
-        let count = match counts.get(&def.digest) {
+        let digest = def.digest();
+        let count = match counts.get(digest) {
             Some(&n) => n,
-            None => self.references(&def.digest)?,
+            None => self.references(digest)?,
         };
         if count == 0 {
-            batch.insert(key("def", &[&def.digest]), def.value()?);
+            batch.insert(key("def", &[digest]), encode(def.json())?);
         }
-        batch.insert(key("dref", &[&def.digest]), encode(&(count + 1))?);
-        counts.insert(def.digest.clone(), count + 1);
+        batch.insert(key("dref", &[digest]), encode(&(count + 1))?);
+        counts.insert(digest.to_owned(), count + 1);
         Ok(())
     }
 
@@ -447,15 +398,15 @@ mod tests {
     fn a_definition_is_stored_once_and_removed_with_its_last_run() {
         let dir = tempfile::tempdir().unwrap();
         let store = SledStore::open(dir.path()).unwrap();
-        let shared: Arc<Value> = Arc::new(json!({"steps": [{"name": "s1", "plugin": "p@1"}]}));
+        let shared = json!({"steps": [{"name": "s1", "plugin": "p@1"}]});
         let runs: Vec<RunRecord> = (0..3)
             .map(|i| {
                 let mut r = run(&format!("r{i}"), RunStatus::Succeeded);
                 r.spec = if i == 2 {
-                    Arc::new(json!({"steps": [{"name": "other"}]}))
+                    Definition::new(json!({"steps": [{"name": "other"}]}))
                 } else {
                     // An equal definition in another allocation is the same one.
-                    Arc::new((*shared).clone())
+                    Definition::new(shared.clone())
                 };
                 r
             })
@@ -471,10 +422,10 @@ mod tests {
             store.get_run("r1").unwrap().unwrap(),
         );
         assert_eq!(a, runs[0]);
-        assert!(Arc::ptr_eq(&a.spec, &b.spec), "read back shared");
+        assert!(Definition::same(&a.spec, &b.spec), "read back shared");
 
         let mut changed = a.clone();
-        changed.spec = Arc::new(json!({"steps": []}));
+        changed.spec = Definition::new(json!({"steps": []}));
         changed.next_revision();
         let refused = store.write_runs(&[(changed, Vec::new())], &[]);
         assert!(refused.unwrap_err().to_string().contains("fixed"));

@@ -65,13 +65,13 @@ pub(super) fn insert(store: &SledStore, runs: &[NewRun]) -> Result<Vec<Insert>> 
             outcomes.push(existing);
             continue;
         }
-        let def = store.definition_of(run)?;
-        store.refer(&mut batch, &def, &mut references)?;
+        store.remember(&run.spec);
+        store.refer(&mut batch, &run.spec, &mut references)?;
         let shape = Shape {
             steps_apart: apart(run.steps.len()),
             input,
         };
-        let record = encode_run(run, &def.digest, shape)?;
+        let record = encode_run(run, run.spec.digest(), shape)?;
         weight.add(&run.tenant, signed(record.len()));
         batch.insert(run_key.clone(), record);
         store.step_changes(&mut batch, &mut weight, run, Vec::new(), None)?;
@@ -158,13 +158,12 @@ pub(super) fn write(
             let events = (!events.is_empty())
                 .then(|| super::events::encode(events))
                 .transpose()?;
-            let def = store.definition_of(run)?;
             let apart = apart(run.steps.len());
             let shape = Shape {
                 steps_apart: apart,
                 input: place(&run.input),
             };
-            let record = encode_run(run, &def.digest, shape)?;
+            let record = encode_run(run, run.spec.digest(), shape)?;
             let steps = if apart {
                 encode_changed(run, &changed)?
             } else {
@@ -178,7 +177,7 @@ pub(super) fn write(
                     steps,
                     input: shape.input,
                     first,
-                    def: def.digest,
+                    def: run.spec.digest().to_owned(),
                 },
                 events,
             ))

@@ -90,9 +90,9 @@ pub(super) fn upgrade(store: &SledStore) -> Result<()> {
                 Some(_) if !apart => continue,
                 Some(digest) => digest,
                 None => {
-                    let def = store.definition_of(&run)?;
-                    store.refer(&mut batch, &def, &mut counts)?;
-                    def.digest
+                    store.remember(&run.spec);
+                    store.refer(&mut batch, &run.spec, &mut counts)?;
+                    run.spec.digest().to_owned()
                 }
             };
             let shape = Shape {
@@ -124,7 +124,6 @@ pub(super) fn upgrade(store: &SledStore) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use std::path::Path;
-    use std::sync::Arc;
     use std::time::Duration;
 
     use serde_json::{Value, json};
@@ -132,7 +131,7 @@ mod tests {
     use super::super::fixtures::{check_references, new_run, run};
     use super::super::steps::INLINE_STEPS;
     use super::*;
-    use crate::model::{RunRecord, RunStatus};
+    use crate::model::{Definition, RunRecord, RunStatus};
     use crate::store::NewRun;
     use crate::store::prelude::*;
 
@@ -154,7 +153,7 @@ mod tests {
     fn expected(i: usize) -> RunRecord {
         let mut r = run(&format!("r{i:06}"), RunStatus::Succeeded);
         r.tenant = format!("t{}", i % 3).into();
-        r.spec = Arc::new(spec(i));
+        r.spec = spec(i).into();
         let template = r.steps[0].clone();
         r.steps = (0..step_count(i))
             .map(|s| {
@@ -172,13 +171,13 @@ mod tests {
     /// first run as stored.
     fn old_store(dir: &Path, n: usize, format: u32) -> Option<super::super::engine::Value> {
         let store = SledStore::open(dir).unwrap();
-        let specs: Vec<Arc<Value>> = (0..5).map(|i| Arc::new(spec(i))).collect();
+        let specs: Vec<Definition> = (0..5).map(|i| spec(i).into()).collect();
         for chunk in (0..n).collect::<Vec<_>>().chunks(500) {
             let batch: Vec<NewRun> = chunk
                 .iter()
                 .map(|&i| {
                     let mut r = expected(i);
-                    r.spec = Arc::clone(&specs[i % 5]);
+                    r.spec = specs[i % 5].clone();
                     new_run(r)
                 })
                 .collect();
