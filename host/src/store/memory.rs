@@ -131,12 +131,52 @@ impl State {
     }
 }
 
+/// Holds the first read of one run ([`MemoryStore::with_read_gate`]).
+#[cfg(test)]
+#[derive(Default)]
+pub(crate) struct ReadGate {
+    id: Mutex<Option<String>>,
+    entered: std::sync::atomic::AtomicBool,
+    open: std::sync::atomic::AtomicBool,
+}
+
+#[cfg(test)]
+impl ReadGate {
+    /// Holds the first read of run `id` from now on.
+    pub(crate) fn hold(&self, id: &str) {
+        *self.id.lock().unwrap() = Some(id.to_owned());
+    }
+
+    /// Whether a read of the run is held.
+    pub(crate) fn entered(&self) -> bool {
+        self.entered.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Lets the held read go on.
+    pub(crate) fn open(&self) {
+        self.open.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn pass(&self, id: &str) {
+        use std::sync::atomic::Ordering::SeqCst;
+        if self.id.lock().unwrap().as_deref() != Some(id) || self.entered.swap(true, SeqCst) {
+            return;
+        }
+        while !self.open.load(SeqCst) {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+}
+
 /// A [`Store`](super::Store) in memory: maps under one mutex. For tests.
 pub struct MemoryStore {
     state: Mutex<State>,
     scan_limit: usize,
     /// How long each `write_runs` takes (zero but in tests of slow writes).
     write_delay: std::time::Duration,
+    /// Holds the first `get_run` of one run, its copy made, until a test opens it.
+    #[cfg(test)]
+    read_gate: Option<std::sync::Arc<ReadGate>>,
     /// The plugins' key-value store.
     kv: std::sync::Arc<super::kv::MemoryKv>,
     /// Tenants' secrets.
@@ -156,6 +196,8 @@ impl MemoryStore {
             state: Mutex::new(State::default()),
             scan_limit: MAX_SCAN,
             write_delay: std::time::Duration::ZERO,
+            #[cfg(test)]
+            read_gate: None,
             kv: Default::default(),
             secrets: Default::default(),
         }
@@ -173,6 +215,15 @@ impl MemoryStore {
     #[cfg(test)]
     pub(crate) fn with_write_delay(mut self, delay: std::time::Duration) -> Self {
         self.write_delay = delay;
+        self
+    }
+
+    /// Holds the first `get_run` of the run `gate` names, once it has
+    /// copied the run, until the test opens it (holding no lock): a test
+    /// can change a run while a copy of it is on its way.
+    #[cfg(test)]
+    pub(crate) fn with_read_gate(mut self, gate: std::sync::Arc<ReadGate>) -> Self {
+        self.read_gate = Some(gate);
         self
     }
 
@@ -475,7 +526,12 @@ impl Runs for MemoryStore {
     }
 
     fn get_run(&self, id: &str) -> Result<Option<RunRecord>> {
-        Ok(self.state().runs.get(id).cloned())
+        let run = self.state().runs.get(id).cloned();
+        #[cfg(test)]
+        if let Some(gate) = &self.read_gate {
+            gate.pass(id);
+        }
+        Ok(run)
     }
 
     fn list_runs(&self, query: &RunQuery) -> Result<RunPage> {

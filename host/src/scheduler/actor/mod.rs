@@ -157,6 +157,11 @@ pub(super) struct Actor {
     spilled: HashSet<String>,
     /// When the heads were last refilled (`parked`).
     heads_refilled_at: Millis,
+    /// The refill of the heads being read off this task, if one is.
+    head_read: Option<self::parked::HeadRead>,
+    /// Head reads come back here.
+    heads_tx: mpsc::UnboundedSender<self::parked::HeadsRead>,
+    heads_rx: Option<mpsc::UnboundedReceiver<self::parked::HeadsRead>>,
     /// Runs changed since the last flush, with their events not yet stored.
     /// Internal transitions are written once per loop turn (write-behind);
     /// anything a client is told about is flushed before the answer.
@@ -234,6 +239,7 @@ impl Actor {
         let (done_tx, done_rx) = mpsc::unbounded_channel();
         let (cond_tx, cond_rx) = mpsc::unbounded_channel();
         let (reads_tx, reads_rx) = mpsc::unbounded_channel();
+        let (heads_tx, heads_rx) = mpsc::unbounded_channel();
         let cond_pool = CondPool::new(config.cond_workers, config.cond_budget, cond_tx);
         let now = clock.now_ms();
         let generation = store.generation();
@@ -263,6 +269,9 @@ impl Actor {
             parked_by_task: HashMap::new(),
             spilled: HashSet::new(),
             heads_refilled_at: Millis::MIN,
+            head_read: None,
+            heads_tx,
+            heads_rx: Some(heads_rx),
             dirty: Dirty::default(),
             finished: HashMap::new(),
             in_flight: InFlight::default(),
@@ -301,6 +310,7 @@ impl Actor {
         let mut done_rx = self.done_rx.take().expect("taken once");
         let mut cond_rx = self.cond_rx.take().expect("taken once");
         let mut reads_rx = self.reads_rx.take().expect("taken once");
+        let mut heads_rx = self.heads_rx.take().expect("taken once");
         self.writer = Some(spawn_writer(
             self.store.clone(),
             &self.in_flight,
@@ -417,6 +427,7 @@ impl Actor {
                     }
                 }
                 Some(done) = reads_rx.recv() => self.run_bytes.read(done),
+                Some(read) = heads_rx.recv() => self.on_heads_read(read),
                 cmd = rx.recv() => {
                     let Some(cmd) = cmd else { break };
                     self.handle(cmd);

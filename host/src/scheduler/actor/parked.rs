@@ -26,9 +26,11 @@
 //!
 //! [`Runs::queued_runs`]: crate::store::Runs::queued_runs
 
+use std::collections::HashSet;
+
 use super::Actor;
 use super::active::ActiveRun;
-use crate::model::ids::TaskKey;
+use crate::model::ids::{RunId, TaskKey};
 use crate::model::priority::HIGH_PRIORITY;
 use crate::model::{Millis, RunRecord, RunStatus, TriggerKind};
 use crate::scheduler::Result;
@@ -38,6 +40,28 @@ use crate::task::TaskSpec;
 
 /// Least time between two refills of the heads (ms).
 const HEAD_REFILL_MS: Millis = 5;
+
+/// A refill of the heads being read off the actor's task (at most one at a
+/// time). The actor picks the runs by id from the queue index, skipping
+/// those in memory; a thread reads them whole; the actor takes up what
+/// comes back. A run picked was parked, so only the actor taking it up
+/// could change it meanwhile (a cancel takes a parked run up first,
+/// [`Actor::take_up_if_parked`]; a run in memory is written by the actor
+/// alone): every take-up while a read is under way is noted here, and the
+/// read's copies of those runs are dropped as stale, as are copies of runs
+/// in memory when the read comes back.
+#[derive(Debug, Default)]
+pub(super) struct HeadRead {
+    /// Runs taken up since the read began.
+    taken: HashSet<String>,
+}
+
+/// What a head read brings back: for each tenant, its picked runs still
+/// stored, in dispatch order.
+#[derive(Debug)]
+pub(super) struct HeadsRead {
+    tenants: Vec<(String, crate::store::Result<Vec<RunRecord>>)>,
+}
 
 impl Actor {
     /// Queued runs of `tenant` held in memory.
@@ -96,12 +120,14 @@ impl Actor {
         self.runs.contains_key(id) || self.unwritten(id)
     }
 
-    /// Refills the heads that fell to half: reads each such tenant's next
-    /// queued runs from the store, in dispatch order, and takes them up.
+    /// Refills the heads that fell to half: picks each such tenant's next
+    /// queued runs from the store's index, in dispatch order, and reads
+    /// them off this task ([`HeadRead`]); they are taken up when the read
+    /// comes back ([`Actor::on_heads_read`]). One read at a time.
     pub(super) fn refill_heads(&mut self, now: Millis) {
         // At most every few milliseconds: a head that cannot grow yet (its
         // runs' writes not landed) must not cost every turn of the loop.
-        if now < self.heads_refilled_at.saturating_add(HEAD_REFILL_MS) {
+        if self.head_read.is_some() || now < self.heads_refilled_at.saturating_add(HEAD_REFILL_MS) {
             return;
         }
         self.heads_refilled_at = now;
@@ -112,16 +138,61 @@ impl Actor {
             .filter(|t| self.resident_queued(t) <= head / 2)
             .cloned()
             .collect();
+        let mut wanted = Vec::new();
         for tenant in low {
-            if let Err(e) = self.refill_head(&tenant, head, now) {
-                tracing::error!(%tenant, error = %e, "reading queued runs from the store failed");
+            match self.head_candidates(&tenant, head) {
+                Ok(ids) if ids.is_empty() => {}
+                Ok(ids) => wanted.push((tenant, ids)),
+                Err(e) => {
+                    tracing::error!(%tenant, error = %e, "reading queued runs from the store failed");
+                }
             }
         }
+        if wanted.is_empty() {
+            return;
+        }
+        self.head_read = Some(HeadRead::default());
+        let (store, tx) = (self.store.clone(), self.heads_tx.clone());
+        // Detached: a read nobody takes up any more (the actor stopped) is dropped.
+        drop(super::off_actor(self.config.inline_store, move || {
+            let tenants = wanted
+                .into_iter()
+                .map(|(tenant, ids)| {
+                    let runs = ids
+                        .iter()
+                        .filter_map(|id| store.get_run(id).transpose())
+                        .collect();
+                    (tenant, runs)
+                })
+                .collect();
+            let _ = tx.send(HeadsRead { tenants });
+        }));
+    }
+
+    /// The ids of `tenant`'s next parked runs, as many as its head has room
+    /// for, in dispatch order.
+    fn head_candidates(&self, tenant: &str, head: usize) -> Result<Vec<RunId>> {
+        let room = head.saturating_sub(self.resident_queued(tenant));
+        // The runs in memory come first in the index (they were read in
+        // order; a started one stays there until its write lands): read
+        // past them.
+        let ids = self
+            .store
+            .queued_ids(tenant, head.saturating_mul(2) + room)?;
+        Ok(ids
+            .into_iter()
+            .filter(|id| !self.in_memory(id))
+            .take(room)
+            .collect())
     }
 
     /// When the loop must wake to refill a head that has room (throttled
-    /// by [`HEAD_REFILL_MS`]), if one has.
+    /// by [`HEAD_REFILL_MS`]), if one has; not while a read is under way
+    /// (its result wakes the loop).
     pub(super) fn heads_wake(&self) -> Option<Millis> {
+        if self.head_read.is_some() {
+            return None;
+        }
         let half = self.config.queue_head.max(1) / 2;
         self.parked
             .keys()
@@ -129,38 +200,50 @@ impl Actor {
             .then(|| self.heads_refilled_at.saturating_add(HEAD_REFILL_MS))
     }
 
-    fn refill_head(&mut self, tenant: &str, head: usize, now: Millis) -> Result<()> {
-        let resident = self.resident_queued(tenant);
-        let room = head.saturating_sub(resident);
-        // The runs in memory come first in the index (they were read in
-        // order; a started one stays there until its write lands): read
-        // past them by id, and only the ones taken up whole.
-        let ids = self
-            .store
-            .queued_ids(tenant, head.saturating_mul(2) + room)?;
-        let mut taken = 0;
-        for id in ids {
-            if taken == room || !self.parked.contains_key(tenant) {
-                break;
-            }
-            if self.in_memory(&id) {
-                continue;
-            }
-            let Some(rec) = self.store.get_run(&id)? else {
-                continue;
+    /// Takes up the runs a head read brought back, each still parked as
+    /// read: not taken up by other means meanwhile ([`HeadRead::taken`]),
+    /// not in memory, still queued; as many as each head has room for now.
+    pub(super) fn on_heads_read(&mut self, read: HeadsRead) {
+        let Some(HeadRead { taken }) = self.head_read.take() else {
+            return;
+        };
+        let now = self.clock.now_ms();
+        let head = self.config.queue_head.max(1);
+        for (tenant, runs) in read.tenants {
+            let runs = match runs {
+                Ok(runs) => runs,
+                Err(e) => {
+                    tracing::error!(%tenant, error = %e, "reading queued runs from the store failed");
+                    continue;
+                }
             };
-            if rec.status != RunStatus::Queued {
-                continue;
+            let room = head.saturating_sub(self.resident_queued(&tenant));
+            let mut taken_up = 0;
+            for rec in runs {
+                if taken_up == room || !self.parked.contains_key(tenant.as_str()) {
+                    break;
+                }
+                if rec.status != RunStatus::Queued
+                    || taken.contains(rec.id.as_str())
+                    || self.in_memory(&rec.id)
+                {
+                    continue;
+                }
+                if let Err(e) = self.take_up_parked(rec, now) {
+                    tracing::error!(%tenant, error = %e, "taking up a queued run failed");
+                    break;
+                }
+                taken_up += 1;
             }
-            self.take_up_parked(rec, now)?;
-            taken += 1;
         }
-        Ok(())
     }
 
     /// Takes a parked run (as stored) up into memory: it becomes resident
     /// like a run just created, its first steps made ready.
     pub(super) fn take_up_parked(&mut self, rec: RunRecord, now: Millis) -> Result<()> {
+        if let Some(read) = &mut self.head_read {
+            read.taken.insert(rec.id.to_string());
+        }
         self.unpark_count(&rec);
         let spec = match TaskSpec::stored(&rec.spec) {
             Ok(spec) => spec,

@@ -4,6 +4,7 @@
 //! run twice.
 
 use super::*;
+use crate::store::memory::ReadGate;
 
 fn headed(head: usize) -> SchedulerConfig {
     SchedulerConfig {
@@ -114,6 +115,70 @@ async fn a_refill_while_runs_are_being_written_takes_none_up_twice() {
     let before = calls.len();
     calls.dedup();
     assert_eq!(before, calls.len(), "a run ran twice");
+    assert_eq!(snapshot(&h).await.parked_runs, 0);
+}
+
+/// A refill reads its runs off the actor; a parked run cancelled while
+/// that read is under way (taken up, cancelled, written) must not come back
+/// from the read's stale copy and run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_cancelled_while_its_head_read_is_under_way_never_runs() {
+    let gate = Arc::new(ReadGate::default());
+    let store = Arc::new(MemoryStore::new().with_read_gate(gate.clone()));
+    let h = Harness::start_with(store, headed(2)).await;
+    h.put_task("name: q\nplugin: slow@1.0.0\n").await;
+    let requests = (0..10)
+        .map(|n| TriggerRequest {
+            tenant: "t".into(),
+            task: "q".into(),
+            input: Some(serde_json::json!({ "ms": 200, "n": n })),
+            actor: "test".into(),
+            ..Default::default()
+        })
+        .collect();
+    let ids: Vec<RunId> = h
+        .scheduler
+        .trigger_batch(requests)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|answer| answer.unwrap().0.id)
+        .collect();
+    // Runs 0-2 are in memory (the head and one), 3-9 parked; the first
+    // refill reads run 3 first.
+    let parked = ids[3].clone();
+    gate.hold(&parked);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !gate.entered() {
+        assert!(std::time::Instant::now() < deadline, "no refill read run 3");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let run = h.scheduler.cancel(&parked, "test").await.unwrap();
+    assert_eq!(run.status, RunStatus::Cancelled);
+    assert_eq!(run.started_at, None);
+    h.poll(&parked, Patience::Real, |r| {
+        r.status == RunStatus::Cancelled
+    })
+    .await;
+    gate.open();
+    for id in &ids {
+        h.poll(id, Patience::Real, |r| r.status.is_terminal()).await;
+    }
+    let calls: Vec<String> = h
+        .runner
+        .calls
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|c| c.0.clone())
+        .collect();
+    assert!(
+        !calls.iter().any(|c| c == parked.as_str()),
+        "the cancelled run ran"
+    );
+    assert_eq!(calls.len(), 9, "{calls:?}");
+    let stored = h.store.get_run(&parked).unwrap().unwrap();
+    assert_eq!(stored.status, RunStatus::Cancelled);
     assert_eq!(snapshot(&h).await.parked_runs, 0);
 }
 
